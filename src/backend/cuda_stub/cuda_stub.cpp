@@ -1,0 +1,14 @@
+// Linked when fluxrt is built without CUDA: the backend reports itself unavailable and any attempt
+// to create it names the reason.
+#include "backend/cuda_backend.h"
+
+#include "core/error.h"
+
+namespace fluxrt::cuda {
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+std::string device_name(int) { return {}; }
+void require_device(int) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+
+}  // namespace fluxrt::cuda

@@ -1,0 +1,23 @@
+#pragma once
+// Host memory for tensors: 64-byte aligned so SIMD kernels and oneDNN never see split cache lines.
+#include <cstddef>
+#include <memory>
+
+namespace fluxrt {
+
+inline constexpr size_t kTensorAlignment = 64;
+
+// Throws Error(OutOfMemory) naming the size when the allocation fails.
+void* aligned_alloc_bytes(size_t bytes, size_t alignment = kTensorAlignment);
+void aligned_free(void* ptr);
+
+// Bytes currently held by tensor allocations, and the high-water mark (for the timing report).
+size_t host_bytes_in_use();
+size_t host_bytes_peak();
+void reset_host_bytes_peak();
+
+// Peak resident set size of the process in bytes (from the OS), 0 where unknown.
+size_t process_peak_rss_bytes();
+size_t process_current_rss_bytes();
+
+}  // namespace fluxrt

@@ -1,0 +1,129 @@
+#pragma once
+// Tensor: a strided view over a shared buffer, dimensions in PyTorch order (outermost first).
+// Views, slices, transposes and reshapes of contiguous data share the buffer and copy nothing;
+// the buffer lives as long as any view of it (it may be a zero-copy window into an mmapped file).
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace fluxrt {
+
+inline constexpr int kMaxDims = 8;
+
+// A small fixed-capacity list of extents or strides (no heap allocation per tensor).
+class Dims {
+ public:
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> values);
+  explicit Dims(const std::vector<int64_t>& values);
+  int size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t operator[](int i) const { return values_[i]; }
+  int64_t& operator[](int i) { return values_[i]; }
+  const int64_t* begin() const { return values_.data(); }
+  const int64_t* end() const { return values_.data() + size_; }
+  void push_back(int64_t v);
+  void insert(int pos, int64_t v);
+  void erase(int pos);
+  int64_t numel() const;  // product of extents (1 for an empty list)
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  std::string str() const;  // "[2, 4608, 3072]"
+  bool operator==(const Dims& other) const;
+  bool operator!=(const Dims& other) const { return !(*this == other); }
+
+ private:
+  std::array<int64_t, kMaxDims> values_{};
+  int size_ = 0;
+};
+
+using Shape = Dims;
+
+// Owns (or keeps alive) the bytes behind tensors.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device;
+  std::shared_ptr<void> owner;  // releases the memory when the last Storage user goes away
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // New host tensors (64-byte aligned). empty() leaves the contents uninitialised.
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, DType dtype, double value);
+  // A contiguous view of memory owned elsewhere; `keep_alive` is held for the tensor's lifetime.
+  static Tensor from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keep_alive,
+                          Device device = Device::cpu());
+  // A contiguous tensor holding a copy of `values` converted to `dtype`.
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, DType dtype = DType::F32);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  int dim() const { return shape_.size(); }
+  const Shape& shape() const { return shape_; }
+  const Dims& strides() const { return strides_; }  // in elements
+  int64_t size(int d) const { return shape_[wrap_dim(d)]; }
+  int64_t stride(int d) const { return strides_[wrap_dim(d)]; }
+  int64_t numel() const { return shape_.numel(); }
+  size_t element_size() const { return dtype_size(dtype_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  int64_t offset() const { return offset_; }  // in elements, from the storage start
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  void* raw_data() const;
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw_data());
+  }
+
+  // --- views (share storage, copy nothing) ---
+  Tensor view(const Shape& shape) const;          // requires a contiguous tensor; one extent may be -1
+  Tensor reshape(const Shape& shape) const;       // view when possible, else a contiguous copy
+  Tensor slice(int d, int64_t start, int64_t end, int64_t step = 1) const;  // [start, end)
+  Tensor narrow(int d, int64_t start, int64_t length) const { return slice(d, start, start + length); }
+  Tensor select(int d, int64_t index) const;      // removes dimension d
+  Tensor transpose(int d0, int d1) const;
+  Tensor permute(const std::vector<int>& order) const;
+  Tensor unsqueeze(int d) const;
+  Tensor squeeze(int d) const;
+  Tensor expand(const Shape& shape) const;        // broadcast size-1 dims with stride 0
+  Tensor flatten() const { return reshape({numel()}); }
+
+  // --- copies ---
+  Tensor contiguous() const;  // this tensor when already contiguous
+  Tensor clone() const;
+  Tensor to(DType dtype) const;  // converts with PyTorch rounding; this tensor when dtype matches
+  // Copies (and converts) src into this tensor; shapes must match, strides may differ.
+  void copy_from(const Tensor& src);
+  void fill(double value);
+
+  // Element access for tests and tools (slow): reads any dtype as double.
+  double item(std::initializer_list<int64_t> index) const;
+  std::vector<float> to_vector() const;  // all elements in logical order, as f32
+
+  std::string str() const;  // "Tensor(bf16, [2, 16, 128])"
+
+ private:
+  int wrap_dim(int d) const;
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Dims strides_;
+  int64_t offset_ = 0;
+  DType dtype_ = DType::F32;
+};
+
+Dims contiguous_strides(const Shape& shape);
+
+}  // namespace fluxrt

@@ -1,0 +1,125 @@
+#include <gtest/gtest.h>
+
+#include "core/tensor.h"
+
+namespace fluxrt {
+
+static Tensor arange(int64_t n, DType dtype = DType::F32) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return Tensor::from_vector(v, {n}, dtype);
+}
+
+TEST(Tensor, EmptyIsContiguousAndAligned) {
+  Tensor t = Tensor::empty({2, 3, 4}, DType::BF16);
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.nbytes(), 48u);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.strides(), (Dims{12, 4, 1}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+  EXPECT_EQ(t.str(), "Tensor(bf16, [2, 3, 4])");
+}
+
+TEST(Tensor, ViewSharesStorage) {
+  Tensor t = arange(24).view({2, 3, 4});
+  Tensor v = t.view({6, -1});
+  EXPECT_EQ(v.shape(), (Shape{6, 4}));
+  EXPECT_EQ(v.raw_data(), t.raw_data());
+  v.data<float>()[5] = 100;
+  EXPECT_EQ(t.item({0, 1, 1}), 100);
+  EXPECT_THROW(t.view({5, 5}), Error);
+  EXPECT_THROW(t.view({-1, -1}), Error);
+}
+
+TEST(Tensor, SliceSelectNarrowWithoutCopy) {
+  Tensor t = arange(24).view({2, 3, 4});
+  Tensor s = t.slice(2, 1, 3);
+  EXPECT_EQ(s.shape(), (Shape{2, 3, 2}));
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.storage(), t.storage());
+  EXPECT_EQ(s.item({1, 2, 0}), 1 * 12 + 2 * 4 + 1);
+  Tensor sel = t.select(1, 2);
+  EXPECT_EQ(sel.shape(), (Shape{2, 4}));
+  EXPECT_EQ(sel.item({1, 3}), 12 + 8 + 3);
+  Tensor stepped = t.slice(-1, 0, 4, 2);
+  EXPECT_EQ(stepped.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(stepped.item({0, 0, 1}), 2);
+  EXPECT_THROW(t.slice(0, 1, 0), Error);
+  EXPECT_THROW(t.select(1, 3), Error);
+  EXPECT_THROW(t.slice(3, 0, 1), Error);
+}
+
+TEST(Tensor, TransposePermuteContiguous) {
+  Tensor t = arange(6).view({2, 3});
+  Tensor tt = t.transpose(0, 1);
+  EXPECT_EQ(tt.shape(), (Shape{3, 2}));
+  EXPECT_FALSE(tt.is_contiguous());
+  Tensor c = tt.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  std::vector<float> expect = {0, 3, 1, 4, 2, 5};
+  EXPECT_EQ(c.to_vector(), expect);
+  Tensor p = arange(24).view({2, 3, 4}).permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(p.item({3, 1, 2}), 1 * 12 + 2 * 4 + 3);
+  EXPECT_THROW(t.permute({0, 0}), Error);
+}
+
+TEST(Tensor, ReshapeCopiesOnlyWhenNeeded) {
+  Tensor t = arange(6).view({2, 3});
+  EXPECT_EQ(t.reshape({3, 2}).storage(), t.storage());
+  Tensor r = t.transpose(0, 1).reshape({6});
+  EXPECT_NE(r.storage(), t.storage());
+  EXPECT_EQ(r.to_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Tensor, UnsqueezeSqueezeExpand) {
+  Tensor t = arange(3);
+  Tensor u = t.unsqueeze(0);
+  EXPECT_EQ(u.shape(), (Shape{1, 3}));
+  Tensor e = u.expand({4, 3});
+  EXPECT_EQ(e.stride(0), 0);
+  EXPECT_EQ(e.item({3, 2}), 2);
+  EXPECT_EQ(e.contiguous().to_vector().size(), 12u);
+  EXPECT_EQ(u.squeeze(0).shape(), (Shape{3}));
+  EXPECT_THROW(t.squeeze(0), Error);
+  EXPECT_THROW(t.expand({2, 4}), Error);
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{3, 1}));
+}
+
+TEST(Tensor, ConvertAndCopyStrided) {
+  Tensor t = arange(8).view({2, 4});
+  Tensor b = t.to(DType::BF16);
+  EXPECT_EQ(b.dtype(), DType::BF16);
+  EXPECT_EQ(b.to_vector(), t.to_vector());
+  Tensor dst = Tensor::zeros({4, 2}, DType::F16);
+  dst.copy_from(t.transpose(0, 1));
+  EXPECT_EQ(dst.to_vector(), (std::vector<float>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_THROW(dst.copy_from(t), Error);
+}
+
+TEST(Tensor, FillAndFull) {
+  Tensor t = Tensor::full({3, 2}, DType::BF16, 1.5);
+  for (float v : t.to_vector()) EXPECT_EQ(v, 1.5f);
+  Tensor z = Tensor::zeros({2, 3}, DType::F32);
+  z.slice(1, 1, 2).fill(7);
+  EXPECT_EQ(z.to_vector(), (std::vector<float>{0, 7, 0, 0, 7, 0}));
+}
+
+TEST(Tensor, FromBlobKeepsOwnerAlive) {
+  auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  Tensor t = Tensor::from_blob(owner->data(), {2, 2}, DType::F32, owner);
+  std::weak_ptr<std::vector<float>> weak = owner;
+  owner.reset();
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(t.item({1, 0}), 3);
+  t = Tensor();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(Tensor, RejectsBadShapes) {
+  EXPECT_THROW(Tensor::empty({-1, 2}, DType::F32), Error);
+  EXPECT_THROW(Tensor::empty({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::F32), Error);
+}
+
+}  // namespace fluxrt
