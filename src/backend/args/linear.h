@@ -1,0 +1,34 @@
+#pragma once
+// GEMM / linear: y[M, N] = act(x[M, K] @ W[N, K]^T + bias[N]), PyTorch Linear layout.
+// Weights stay in their checkpoint dtype and are prepared once per model (packing, reorders),
+// never per call.
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace fluxrt::backend {
+
+enum class Activation { None, GeluTanh, Silu };
+
+// A weight prepared by one backend. `weight` is the original [N, K] tensor (often a zero-copy view
+// into the checkpoint mapping); `state` is whatever the backend built from it.
+struct PreparedLinear {
+  Tensor weight;                 // [N, K]
+  Tensor bias;                   // [N] or undefined
+  std::shared_ptr<void> state;   // backend-specific (packed weight, primitive cache, ...)
+  int64_t out_features() const { return weight.size(0); }
+  int64_t in_features() const { return weight.size(1); }
+};
+
+struct LinearArgs {
+  Tensor x;                          // [M, K], rows may be strided (stride(0) >= K), stride(1) == 1
+  const PreparedLinear* w = nullptr; // weight [N, K] and optional bias [N]
+  Activation activation = Activation::None;
+  Tensor y;                          // [M, N] preallocated, same dtype as x; stride(1) == 1
+  // When set, y = residual + gate * act(...), fused into the epilogue (FLUX gated residual):
+  // residual [M, N] (may alias y), gate [N] broadcast over rows.
+  Tensor residual;
+  Tensor gate;
+};
+
+}  // namespace fluxrt::backend
