@@ -1,0 +1,63 @@
+#pragma once
+// One table of kernel entry points per backend (DESIGN.md section 2). Each slot takes a plain
+// <Op>Args struct of tensor views and scalars; a nullptr slot means "not implemented here" and the
+// ops layer runs its composed fallback (or throws under FLUXRT_STRICT_KERNELS=1). The full list of
+// ops is this one file, so it is greppable and reviewed as a unit.
+//
+// Output tensors in the Args are preallocated by the ops layer, on the same device as the inputs.
+// Kernels validate nothing that the ops layer already checked (they may FLUXRT_DCHECK).
+#include <memory>
+
+#include "backend/args/attention.h"
+#include "backend/args/conv.h"
+#include "backend/args/elementwise.h"
+#include "backend/args/linear.h"
+#include "backend/args/norm.h"
+#include "backend/args/vae_ops.h"
+#include "core/device.h"
+
+namespace fluxrt::backend {
+
+struct KernelTable {
+  const char* name = "";  // "ref", "cpu", "cuda": shown in logs and test names
+
+  // --- big ops (GEMM, convolution, attention; see args/linear.h, conv.h, attention.h) ---
+  std::shared_ptr<PreparedLinear> (*prepare_linear)(const Tensor& weight, const Tensor& bias) = nullptr;
+  void (*linear)(const LinearArgs&) = nullptr;
+  std::shared_ptr<PreparedConv2d> (*prepare_conv2d)(const Tensor& weight, const Tensor& bias) = nullptr;
+  void (*conv2d)(const Conv2dArgs&) = nullptr;
+  void (*attention)(const AttentionArgs&) = nullptr;
+
+  // --- element-wise (args/elementwise.h) ---
+  void (*unary)(const UnaryArgs&) = nullptr;
+  void (*binary)(const BinaryArgs&) = nullptr;
+  void (*glu)(const GluArgs&) = nullptr;
+  void (*gated_residual)(const GatedResidualArgs&) = nullptr;
+  void (*softmax)(const SoftmaxArgs&) = nullptr;
+  void (*embedding)(const EmbeddingArgs&) = nullptr;
+
+  // --- normalisation (args/norm.h) ---
+  void (*adaln_modulate)(const AdaLnArgs&) = nullptr;
+  void (*layer_norm)(const LayerNormArgs&) = nullptr;
+  void (*rms_norm)(const RmsNormArgs&) = nullptr;
+
+  // --- VAE (args/vae_ops.h) ---
+  void (*group_norm)(const GroupNormArgs&) = nullptr;
+  void (*upsample_nearest_2x)(const Upsample2xArgs&) = nullptr;
+  void (*channel_norm)(const ChannelNormArgs&) = nullptr;
+};
+
+// Each backend fills its table once (src/backend/<name>/<name>_kernels.cpp).
+void fill_ref_kernels(KernelTable& table);
+void fill_cpu_kernels(KernelTable& table);
+
+// The filled tables, built on first use (thread-safe static initialisation).
+const KernelTable& ref_kernels();
+const KernelTable& cpu_kernels();
+
+// The table of the backend that owns `device`: cpu_kernels() for the CPU. For CUDA it throws
+// Unsupported (built without CUDA) or Device (no such device) until the CUDA table exists.
+// Defined in the ops layer, the lowest layer that links every backend.
+const KernelTable& kernels_for(Device device);
+
+}  // namespace fluxrt::backend
