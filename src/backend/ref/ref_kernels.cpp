@@ -1,12 +1,25 @@
 // The reference backend's kernel table: naive loops that compute in f64 and round once to the
 // output dtype. Every test compares the other backends against these.
 #include "backend/kernel_table.h"
+#include "backend/ref/ref_ops.h"
 
 namespace fluxrt::backend {
 
 void fill_ref_kernels(KernelTable& t) {
   t.name = "ref";
-  // Element-wise, norms and VAE ops: src/backend/ref/ (filled in as they land).
+  // Element-wise, norms and VAE ops (src/backend/ref/ref_*.cpp).
+  t.unary = ref::unary;
+  t.binary = ref::binary;
+  t.glu = ref::glu;
+  t.gated_residual = ref::gated_residual;
+  t.softmax = ref::softmax;
+  t.embedding = ref::embedding;
+  t.adaln_modulate = ref::adaln_modulate;
+  t.layer_norm = ref::layer_norm;
+  t.rms_norm = ref::rms_norm;
+  t.group_norm = ref::group_norm;
+  t.upsample_nearest_2x = ref::upsample_nearest_2x;
+  t.channel_norm = ref::channel_norm;
   // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
   // attention).
 }
