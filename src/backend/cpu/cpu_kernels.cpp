@@ -1,12 +1,25 @@
 // The CPU backend's kernel table: oneDNN for GEMM and convolution, Highway SIMD + OpenMP for the
 // rest. A nullptr slot falls back to the ops layer's composed version.
+#include "backend/cpu/cpu_ops.h"
 #include "backend/kernel_table.h"
 
 namespace fluxrt::backend {
 
 void fill_cpu_kernels(KernelTable& t) {
   t.name = "cpu";
-  // Element-wise, norms and VAE ops: src/backend/cpu/ (filled in as they land).
+  // Element-wise, norms and VAE ops (src/backend/cpu/cpu_*.cpp).
+  t.unary = cpu::unary;
+  t.binary = cpu::binary;
+  t.glu = cpu::glu;
+  t.gated_residual = cpu::gated_residual;
+  t.softmax = cpu::softmax;
+  t.embedding = cpu::embedding;
+  t.adaln_modulate = cpu::adaln_modulate;
+  t.layer_norm = cpu::layer_norm;
+  t.rms_norm = cpu::rms_norm;
+  t.group_norm = cpu::group_norm;
+  t.upsample_nearest_2x = cpu::upsample_nearest_2x;
+  t.channel_norm = cpu::channel_norm;
   // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
   // attention).
 }

@@ -1,0 +1,154 @@
+// CPU VAE kernels: GroupNorm (+ fused SiLU), nearest 2x upsampling, latent channel normalisation.
+#include "backend/cpu/hwy_targets.h"
+// (hwy_targets.h must precede the Highway headers)
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/cpu_vae.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fluxrt::backend::cpu::HWY_NAMESPACE {
+
+// Shifted sums over n elements: s1 = sum(x - c), s2 = sum((x - c)^2). A group can hold millions
+// of elements, so lanes accumulate in f32 over blocks of kBlock and the block sums add up in f64;
+// the shift c (the group's first element) removes the cancellation of sum(x^2) - n mean^2.
+template <typename T>
+void ShiftedSums(const T* x, int64_t n, float c, double* s1, double* s2) {
+  constexpr int64_t kBlock = 4096;
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vc = hn::Set(df, c);
+  double t1 = 0, t2 = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int64_t b1 = std::min(n, b0 + kBlock);
+    VF a1 = hn::Zero(df), a2 = hn::Zero(df);
+    int64_t i = b0;
+    for (; i + N <= b1; i += N) {
+      const VF d = hn::Sub(LoadF(df, x + i), vc);
+      a1 = hn::Add(a1, d);
+      a2 = hn::MulAdd(d, d, a2);
+    }
+    double r1 = hn::GetLane(hn::SumOfLanes(df, a1)), r2 = hn::GetLane(hn::SumOfLanes(df, a2));
+    for (; i < b1; ++i) {
+      const double d = static_cast<double>(to_f32(x[i])) - c;
+      r1 += d;
+      r2 += d * d;
+    }
+    t1 += r1;
+    t2 += r2;
+  }
+  *s1 = t1;
+  *s2 = t2;
+}
+
+template <typename T, bool kSilu>
+void PlaneAffine(const T* x, T* y, int64_t n, float mean, float a, float b) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vm = hn::Set(df, mean), va = hn::Set(df, a), vb = hn::Set(df, b);
+  auto f = [&](VF v) {
+    const VF t = hn::MulAdd(hn::Sub(v, vm), va, vb);
+    if constexpr (kSilu) return Silu(df, t);
+    else return t;
+  };
+  int64_t i = 0;
+  for (; i + N <= n; i += N) StoreF(df, f(LoadF(df, x + i)), y + i);
+  if (i < n) StoreFN(df, f(LoadFN(df, x + i, static_cast<size_t>(n - i))), y + i, static_cast<size_t>(n - i));
+}
+
+void GroupNormImpl(const GroupNormArgs& args) {
+  dispatch_float(args.x.dtype(), "group_norm", [&]<typename T>() {
+    const int64_t N = args.x.size(0), C = args.x.size(1);
+    const int64_t hw = N * C == 0 ? 0 : args.x.numel() / (N * C);
+    const int64_t G = args.groups, cg = C / G, n_per = cg * hw;
+    const std::vector<float> w = f32_copy(args.weight), bias = f32_copy(args.bias);
+    const T* xp = args.x.data<T>();
+    T* yp = args.y.data<T>();
+    parallel_for(N * G, N * C * hw, [&](int64_t u) {
+      const int64_t base = u * n_per;  // (n * C + g * cg) * hw
+      const int64_t g = u % G;
+      if (n_per == 0) return;
+      const float c = to_f32(xp[base]);
+      double s1, s2;
+      ShiftedSums(xp + base, n_per, c, &s1, &s2);
+      const double dm = s1 / static_cast<double>(n_per);
+      const double var = std::max(0.0, s2 / static_cast<double>(n_per) - dm * dm);
+      const float mean = static_cast<float>(c + dm);
+      const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(args.eps)));
+      for (int64_t k = 0; k < cg; ++k) {
+        const int64_t ch = g * cg + k;
+        const float a = (w.empty() ? 1.0f : w[ch]) * inv, b = bias.empty() ? 0.0f : bias[ch];
+        const int64_t off = base + k * hw;
+        if (args.silu) PlaneAffine<T, true>(xp + off, yp + off, hw, mean, a, b);
+        else PlaneAffine<T, false>(xp + off, yp + off, hw, mean, a, b);
+      }
+    });
+  });
+}
+
+void ChannelNormImpl(const ChannelNormArgs& args) {
+  dispatch_float(args.x.dtype(), "channel_norm", [&]<typename T>() {
+    const int64_t N = args.x.size(0), C = args.x.size(1);
+    const int64_t hw = N * C == 0 ? 0 : args.x.numel() / (N * C);
+    const std::vector<float> mean = f32_copy(args.mean), var = f32_copy(args.var);
+    const T* xp = args.x.data<T>();
+    T* yp = args.y.data<T>();
+    parallel_for(N * C, N * C * hw, [&](int64_t u) {
+      const int64_t c = u % C;
+      const double sd = std::sqrt(static_cast<double>(var[c]) + static_cast<double>(args.eps));
+      const int64_t off = u * hw;
+      // forward: (x - mean) * (1/sd); inverse: (x - 0) * sd + mean.
+      if (args.inverse) PlaneAffine<T, false>(xp + off, yp + off, hw, 0.0f, static_cast<float>(sd), mean[c]);
+      else PlaneAffine<T, false>(xp + off, yp + off, hw, mean[c], static_cast<float>(1.0 / sd), 0.0f);
+    });
+  });
+}
+
+}  // namespace fluxrt::backend::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fluxrt::backend::cpu {
+
+HWY_EXPORT(GroupNormImpl);
+HWY_EXPORT(ChannelNormImpl);
+
+void group_norm(const GroupNormArgs& a) { HWY_DYNAMIC_DISPATCH(GroupNormImpl)(a); }
+void channel_norm(const ChannelNormArgs& a) { HWY_DYNAMIC_DISPATCH(ChannelNormImpl)(a); }
+
+namespace {
+// Each input row becomes two identical output rows with every element doubled; the dtype does
+// not change, so this moves bits (2- or 4-byte units) without conversion.
+template <typename U>
+void upsample_rows(const U* x, U* y, int64_t planes, int64_t H, int64_t W) {
+  parallel_for(planes * H, planes * H * W * 4, [&](int64_t r) {
+    const U* in = x + r * W;
+    U* out = y + r * 4 * W;  // rows 2i and 2i+1 of the plane are adjacent
+    for (int64_t j = 0; j < W; ++j) out[2 * j] = out[2 * j + 1] = in[j];
+    std::memcpy(out + 2 * W, out, static_cast<size_t>(2 * W) * sizeof(U));
+  });
+}
+}  // namespace
+
+void upsample_nearest_2x(const Upsample2xArgs& a) {
+  const int64_t H = a.x.size(-2), W = a.x.size(-1);
+  const int64_t planes = H * W == 0 ? 0 : a.x.numel() / (H * W);
+  switch (a.x.element_size()) {
+    case 2: upsample_rows(a.x.data<uint16_t>(), a.y.data<uint16_t>(), planes, H, W); return;
+    case 4: upsample_rows(a.x.data<uint32_t>(), a.y.data<uint32_t>(), planes, H, W); return;
+    case 8: upsample_rows(a.x.data<uint64_t>(), a.y.data<uint64_t>(), planes, H, W); return;
+    case 1: upsample_rows(a.x.data<uint8_t>(), a.y.data<uint8_t>(), planes, H, W); return;
+    default: fail(ErrorCode::Unsupported, "[upsample_nearest_2x] element size {}", a.x.element_size());
+  }
+}
+
+}  // namespace fluxrt::backend::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,117 @@
+// Per-target SIMD helpers (Highway): load any storage type as f32 lanes, store f32 lanes with
+// round-to-nearest-even (PyTorch's rounding), partial loads/stores for row tails, and the math
+// functions the activations need. Included once per target by each foreach_target translation
+// unit, hence the toggle guard instead of #pragma once.
+#if defined(FLUXRT_BACKEND_CPU_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FLUXRT_BACKEND_CPU_SIMD_INL_H_
+#undef FLUXRT_BACKEND_CPU_SIMD_INL_H_
+#else
+#define FLUXRT_BACKEND_CPU_SIMD_INL_H_
+#endif
+
+#include <cstring>
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include "core/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fluxrt::backend::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+template <typename T>
+HWY_INLINE VF LoadF(DF df, const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(df, p);
+  } else {
+    const hn::Rebind<T, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, p));
+  }
+}
+
+// f32 -> bf16 bits with round-to-nearest-even; NaN becomes the canonical quiet NaN 0x7FC0 as in
+// PyTorch. (Highway 1.0's DemoteTo to bf16 truncates, so it is not used.)
+HWY_INLINE hn::Vec<hn::Rebind<int32_t, DF>> Bf16BitsRne(DF df, VF v) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  auto r = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+  r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Set(du, 0x7FC0u), r);
+  (void)df;
+  return hn::BitCast(di, r);
+}
+
+template <typename T>
+HWY_INLINE void StoreF(DF df, VF v, T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    hn::StoreU(v, df, p);
+  } else if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    const hn::Rebind<uint16_t, DF> du16;
+    hn::StoreU(hn::DemoteTo(du16, Bf16BitsRne(df, v)), du16, reinterpret_cast<uint16_t*>(p));
+  } else {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const hn::Rebind<hwy::float16_t, DF> dh;  // F16C: round-to-nearest-even
+    hn::StoreU(hn::DemoteTo(dh, v), dh, p);
+#else
+    // Other targets' emulated f16 demotion may truncate: use the exact scalar conversion.
+    HWY_ALIGN float tmp[hn::MaxLanes(df)];
+    hn::Store(v, df, tmp);
+    for (size_t i = 0; i < hn::Lanes(df); ++i) {
+      const uint16_t bits = f32_to_f16(tmp[i]);
+      std::memcpy(p + i, &bits, 2);
+    }
+#endif
+  }
+}
+
+// Rounds f32 lanes to T's precision and back (for ops that round an intermediate, e.g. T5 norm).
+template <typename T>
+HWY_INLINE VF RoundTo(DF df, VF v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    HWY_ALIGN T tmp[hn::MaxLanes(df)];
+    StoreF(df, v, tmp);
+    return LoadF(df, tmp);
+  }
+}
+
+// Tails: the first n (< Lanes) elements, the rest of the vector zero.
+template <typename T>
+HWY_INLINE VF LoadFN(DF df, const T* p, size_t n) {
+  HWY_ALIGN T tmp[hn::MaxLanes(df)] = {};
+  std::memcpy(tmp, p, n * sizeof(T));
+  return LoadF(df, tmp);
+}
+template <typename T>
+HWY_INLINE void StoreFN(DF df, VF v, T* p, size_t n) {
+  HWY_ALIGN T tmp[hn::MaxLanes(df)];
+  StoreF(df, v, tmp);
+  std::memcpy(p, tmp, n * sizeof(T));
+}
+
+// x * sigmoid(k x) = x / (1 + exp(-k x)); exp overflow to inf gives the correct limit 0 (as -0).
+HWY_INLINE VF SiluK(DF df, VF x, float k) {
+  const VF e = hn::Exp(df, hn::Mul(x, hn::Set(df, -k)));
+  return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
+}
+HWY_INLINE VF Silu(DF df, VF x) { return SiluK(df, x, 1.0f); }
+
+// GELU-tanh written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the same function as
+// 0.5 x (1 + tanh(u)) without the cancellation of 1 + tanh(u) for negative x.
+HWY_INLINE VF GeluTanh(DF df, VF x) {
+  const VF x2 = hn::Mul(x, x);
+  const VF inner = hn::MulAdd(hn::Mul(x2, hn::Set(df, 0.044715f)), x, x);  // x + 0.044715 x^3
+  const VF e = hn::Exp(df, hn::Mul(inner, hn::Set(df, -2.0f * 0.7978845608028654f)));
+  return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
+}
+
+}  // namespace fluxrt::backend::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // FLUXRT_BACKEND_CPU_SIMD_INL_H_
