@@ -1,6 +1,7 @@
 // The reference backend's kernel table: naive loops that compute in f64 and round once to the
 // output dtype. Every test compares the other backends against these.
 #include "backend/kernel_table.h"
+#include "backend/ref/attention_ref.h"
 #include "backend/ref/ref_ops.h"
 
 namespace fluxrt::backend {
@@ -22,6 +23,7 @@ void fill_ref_kernels(KernelTable& t) {
   t.channel_norm = ref::channel_norm;
   // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
   // attention).
+  t.attention = ref::attention;
 }
 
 const KernelTable& ref_kernels() {

@@ -1,0 +1,536 @@
+// CPU attention (see attention_cpu.h). This file is compiled once per Highway target through
+// foreach_target.h; the target-independent parts (the driver with its OpenMP loops, row loads,
+// RoPE, key preparation) sit behind FLUXRT_ATTENTION_CPU_SHARED / HWY_ONCE so they exist once,
+// compiled for the baseline ISA. OpenMP regions stay out of target-attributed code on purpose.
+#include "backend/cpu/attention_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+// SSSE3 adds nothing over SSE4 here; SVE vectors cannot live in arrays (the micro-kernels keep
+// their accumulators in arrays), so ARM builds use NEON.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/attention_cpu.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+
+#ifndef FLUXRT_ATTENTION_CPU_SHARED
+#define FLUXRT_ATTENTION_CPU_SHARED
+namespace fluxrt::backend::cpu::detail {
+
+constexpr int64_t kBlockM = 48;  // query rows per work item (multiple of every target's kMR)
+constexpr int64_t kBlockN = 64;  // keys per tile (multiple of 2 x the widest vector)
+constexpr double kLog2e = 1.4426950408889634;
+// Fixed-maximum acceptance window for l_i = sum_j 2^(s_ij - m_i): l_i >= 2^-60 proves the bound
+// is within 60 + log2(Lk) < 100 binades of the true maximum, so every term that matters (relative
+// weight above 2^-26 of the largest) is a normal f32 and nothing that was flushed to zero by the
+// 2^-127 floor of exp2 can add up to more than Lk * 2^-27 relative. The upper limit catches
+// overflow when f32 rounding in q·k exceeds the bound by a lot (huge norms).
+constexpr float kMinRowSum = 0x1p-60f;
+constexpr float kMaxRowSum = 0x1p60f;
+
+// Everything a query block needs, fixed for one (batch, kv head).
+struct Ctx {
+  const AttentionArgs* a = nullptr;
+  int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, Dp = 0, group = 1;
+  int64_t ntiles = 0, nqblocks = 0;
+  float c = 0;                  // scale * log2(e), folded into the rotated q
+  bool online_only = false;     // bias or forced: skip the fixed-maximum pass
+  bool own_q_table = false;
+  int64_t q_pos_offset = 0;     // table row of query i is i + q_pos_offset
+  int64_t causal_offset = 0;    // query i sees keys j <= i + causal_offset
+  const float* kt = nullptr;    // [ntiles][Dp][kBlockN] rotated keys, transposed, zero padded
+  const float* v = nullptr;     // [ntiles * kBlockN][Dp] values, zero padded
+  const float* maskadd = nullptr;        // [ntiles * kBlockN] 0 or -inf (padding mask, j >= Lk)
+  const uint8_t* tile_masked = nullptr;  // [ntiles] tile has any -inf in maskadd
+  bool batch_has_keys = true;   // at least one key of this batch element is not masked
+  float kmax = 0;               // max_j |k_j| over unmasked keys
+};
+
+// Per-thread buffers.
+struct Scratch {
+  hwy::AlignedFreeUniquePtr<float[]> q, o, s, m, l, row, brow;
+  explicit Scratch(int64_t Dp)
+      : q(hwy::AllocateAligned<float>(kBlockM * Dp)),
+        o(hwy::AllocateAligned<float>(kBlockM * Dp)),
+        s(hwy::AllocateAligned<float>(kBlockM * kBlockN)),
+        m(hwy::AllocateAligned<float>(kBlockM)),
+        l(hwy::AllocateAligned<float>(kBlockM)),
+        row(hwy::AllocateAligned<float>(Dp)),
+        brow(hwy::AllocateAligned<float>(kBlockN)) {}
+};
+
+// Reads n elements of a row (unit stride) as f32.
+inline void load_row(const Tensor& t, int64_t offset, float* dst, int64_t n) {
+  const char* base = static_cast<const char*>(t.raw_data()) + offset * static_cast<int64_t>(t.element_size());
+  if (t.dtype() == DType::F32)
+    std::memcpy(dst, base, n * sizeof(float));
+  else
+    convert(base, t.dtype(), dst, DType::F32, static_cast<size_t>(n));
+}
+
+inline void store_row(const Tensor& t, int64_t offset, const float* src, int64_t n) {
+  char* base = static_cast<char*>(t.raw_data()) + offset * static_cast<int64_t>(t.element_size());
+  if (t.dtype() == DType::F32)
+    std::memcpy(base, src, n * sizeof(float));
+  else
+    convert(src, DType::F32, base, t.dtype(), static_cast<size_t>(n));
+}
+
+inline int64_t off4(const Tensor& t, int64_t b, int64_t l, int64_t h) {
+  return b * t.stride(0) + l * t.stride(1) + h * t.stride(2);
+}
+
+// Row `pos` of a [L, D/2] or [B, L, D/2] f32 table.
+inline const float* rope_table_row(const Tensor& t, int64_t b, int64_t pos) {
+  const float* base = t.data<float>();
+  return t.dim() == 3 ? base + b * t.stride(0) + pos * t.stride(1) : base + pos * t.stride(0);
+}
+
+// Rotates x[0, D) in place in f32 (y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin).
+inline void rope_rotate_row(float* x, int64_t D, RopeLayout layout, const float* cos, const float* sin) {
+  const int64_t half = D / 2;
+  if (layout == RopeLayout::AdjacentPairs) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float xa = x[2 * j], xb = x[2 * j + 1];
+      x[2 * j] = xa * cos[j] - xb * sin[j];
+      x[2 * j + 1] = xb * cos[j] + xa * sin[j];
+    }
+  } else if (layout == RopeLayout::HalfSplit) {
+    for (int64_t j = 0; j < half; ++j) {
+      const float xa = x[j], xb = x[j + half];
+      x[j] = xa * cos[j] - xb * sin[j];
+      x[j + half] = xb * cos[j] + xa * sin[j];
+    }
+  }
+}
+
+// Rotates and transposes key tile `t` of (b, kvh) into ctx.kt, copies the values into ctx.v and
+// returns max |k_j| over the tile's unmasked keys.
+inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64_t kvh, int64_t t, float* row) {
+  const AttentionArgs& a = *c.a;
+  const int64_t Dp = c.Dp, D = c.D;
+  float* ktile = kt + t * Dp * kBlockN;
+  float* vtile = v + t * kBlockN * Dp;
+  float kmax = 0;
+  for (int64_t jj = 0; jj < kBlockN; ++jj) {
+    const int64_t j = t * kBlockN + jj;
+    if (j >= c.Lk) {
+      for (int64_t d = 0; d < Dp; ++d) ktile[d * kBlockN + jj] = 0.0f;
+      std::memset(vtile + jj * Dp, 0, Dp * sizeof(float));
+      continue;
+    }
+    load_row(a.k, off4(a.k, b, j, kvh), row, D);
+    if (a.rope != RopeLayout::None)
+      rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
+    double norm2 = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      ktile[d * kBlockN + jj] = row[d];
+      norm2 += static_cast<double>(row[d]) * row[d];
+    }
+    for (int64_t d = D; d < Dp; ++d) ktile[d * kBlockN + jj] = 0.0f;
+    if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
+    load_row(a.v, off4(a.v, b, j, kvh), vtile + jj * Dp, D);
+    for (int64_t d = D; d < Dp; ++d) vtile[jj * Dp + d] = 0.0f;
+  }
+  return kmax;
+}
+
+struct BlockStats {
+  int64_t blocks = 0, fixed = 0, fallback = 0, online = 0;
+};
+
+}  // namespace fluxrt::backend::cpu::detail
+#endif  // FLUXRT_ATTENTION_CPU_SHARED
+
+HWY_BEFORE_NAMESPACE();
+namespace fluxrt::backend::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace fluxrt::backend::cpu::detail;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Rows per micro-kernel call: 6 x 2 accumulators fit the 16 AVX2/SSE registers with room for the
+// two key/value vectors and a broadcast; AVX-512 has 32 registers, so 12 x 2.
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+constexpr int64_t kMR = 12;
+#else
+constexpr int64_t kMR = 6;
+#endif
+static_assert(kBlockM % kMR == 0, "query block must be a multiple of the micro-kernel rows");
+
+size_t TargetLanes() { return hn::Lanes(DF()); }
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+// 2^x for x <= 127; results below 2^-126.5 are flushed to exactly 0 (and -inf gives 0).
+// Round-to-nearest splits x = n + f with |f| <= 1/2; the degree-7 Taylor series of e^(f ln 2)
+// is then accurate to about 5e-9 relative, below f32 rounding.
+HWY_INLINE VF Exp2(DF d, VF x) {
+  const hn::RebindToSigned<DF> di;
+  x = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
+  const VF n = hn::Round(x);
+  const VF f = hn::Sub(x, n);
+  VF p = hn::Set(d, 1.5252733804059841e-05f);
+  p = hn::MulAdd(p, f, hn::Set(d, 1.5403530393381608e-04f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.3333558146428443e-03f));
+  p = hn::MulAdd(p, f, hn::Set(d, 9.6181291076284772e-03f));
+  p = hn::MulAdd(p, f, hn::Set(d, 5.5504108664821580e-02f));
+  p = hn::MulAdd(p, f, hn::Set(d, 2.4022650695910071e-01f));
+  p = hn::MulAdd(p, f, hn::Set(d, 6.9314718055994531e-01f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(p, hn::BitCast(d, bits));
+}
+
+// S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Kt is [Dp][kBlockN]).
+HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t Dp, const float* HWY_RESTRICT kt,
+                        float* HWY_RESTRICT s, int64_t col) {
+  const size_t N = hn::Lanes(d);
+  VF acc0[kMR], acc1[kMR];
+  for (int64_t r = 0; r < kMR; ++r) {
+    acc0[r] = hn::Zero(d);
+    acc1[r] = hn::Zero(d);
+  }
+  const float* kp = kt + col;
+  for (int64_t k = 0; k < Dp; ++k, kp += kBlockN) {
+    const VF k0 = hn::LoadU(d, kp);
+    const VF k1 = hn::LoadU(d, kp + N);
+    for (int64_t r = 0; r < kMR; ++r) {
+      const VF qv = hn::Set(d, q[r * Dp + k]);
+      acc0[r] = hn::MulAdd(qv, k0, acc0[r]);
+      acc1[r] = hn::MulAdd(qv, k1, acc1[r]);
+    }
+  }
+  for (int64_t r = 0; r < kMR; ++r) {
+    hn::StoreU(acc0[r], d, s + r * kBlockN + col);
+    hn::StoreU(acc1[r], d, s + r * kBlockN + col + N);
+  }
+}
+
+// O[kMR, 2N] block at column `col` += P[kMR, nkeys] · V[nkeys, col : col + 2N].
+HWY_INLINE void PvMicro(DF d, const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t Dp,
+                        float* HWY_RESTRICT o, int64_t col, int64_t nkeys) {
+  const size_t N = hn::Lanes(d);
+  VF acc0[kMR], acc1[kMR];
+  for (int64_t r = 0; r < kMR; ++r) {
+    acc0[r] = hn::LoadU(d, o + r * Dp + col);
+    acc1[r] = hn::LoadU(d, o + r * Dp + col + N);
+  }
+  const float* vp = v + col;
+  for (int64_t j = 0; j < nkeys; ++j, vp += Dp) {
+    const VF v0 = hn::LoadU(d, vp);
+    const VF v1 = hn::LoadU(d, vp + N);
+    for (int64_t r = 0; r < kMR; ++r) {
+      const VF pv = hn::Set(d, p[r * kBlockN + j]);
+      acc0[r] = hn::MulAdd(pv, v0, acc0[r]);
+      acc1[r] = hn::MulAdd(pv, v1, acc1[r]);
+    }
+  }
+  for (int64_t r = 0; r < kMR; ++r) {
+    hn::StoreU(acc0[r], d, o + r * Dp + col);
+    hn::StoreU(acc1[r], d, o + r * Dp + col + N);
+  }
+}
+
+// One pass over the visible key tiles for query rows [i0, i0 + bm) of head h.
+// online == false: fixed row maximum m (already in sc.m); online == true: running maximum.
+void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scratch& sc, bool online) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const AttentionArgs& a = *c.a;
+  const int64_t Dp = c.Dp;
+  const int64_t bmr = (bm + kMR - 1) / kMR * kMR;
+  float* HWY_RESTRICT qs = sc.q.get();
+  float* HWY_RESTRICT o = sc.o.get();
+  float* HWY_RESTRICT s = sc.s.get();
+  float* HWY_RESTRICT m = sc.m.get();
+  float* HWY_RESTRICT l = sc.l.get();
+  std::fill(o, o + bmr * Dp, 0.0f);
+  std::fill(l, l + kBlockM, 0.0f);
+  if (online) std::fill(m, m + kBlockM, -std::numeric_limits<float>::infinity());
+
+  int64_t tile_end = c.ntiles;
+  if (a.causal) {
+    const int64_t last_key = i0 + bm - 1 + c.causal_offset;
+    tile_end = last_key < 0 ? 0 : std::min(c.ntiles, last_key / kBlockN + 1);
+  }
+  const bool has_bias = a.bias.defined();
+  const VF neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+
+  for (int64_t t = 0; t < tile_end; ++t) {
+    const int64_t j0 = t * kBlockN;
+    const float* ktile = c.kt + t * Dp * kBlockN;
+    for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
+      for (int64_t col = 0; col < kBlockN; col += 2 * N) QkMicro(d, qs + r0 * Dp, Dp, ktile, s + r0 * kBlockN, col);
+
+    const bool use_maskadd = c.tile_masked[t] != 0;
+    const float* madd = c.maskadd + j0;
+    for (int64_t r = 0; r < bmr; ++r) {
+      float* HWY_RESTRICT srow = s + r * kBlockN;
+      int64_t lim = kBlockN;  // columns [lim, kBlockN) are hidden by the causal mask
+      if (a.causal) lim = std::clamp<int64_t>(i0 + r + c.causal_offset - j0 + 1, 0, kBlockN);
+      if (r >= bm || lim == 0) {
+        std::fill(srow, srow + kBlockN, 0.0f);
+        continue;
+      }
+      if (!online) {
+        const VF mv = hn::Set(d, m[r]);
+        VF sum = hn::Zero(d);
+        for (int64_t jj = 0; jj < kBlockN; jj += N) {
+          VF x = hn::LoadU(d, srow + jj);
+          if (use_maskadd) x = hn::Add(x, hn::LoadU(d, madd + jj));
+          VF p = Exp2(d, hn::Sub(x, mv));
+          if (jj + N > lim) p = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(lim - jj, 0))), p);
+          hn::StoreU(p, d, srow + jj);
+          sum = hn::Add(sum, p);
+        }
+        l[r] += hn::GetLane(hn::SumOfLanes(d, sum));
+        continue;
+      }
+      // Online maximum: scores in log2 units plus bias and masks, then rescale the row.
+      const float* brow = nullptr;
+      if (has_bias) {
+        const Tensor& bt = a.bias;
+        auto idx = [&](int dim, int64_t v) { return bt.size(dim) == 1 ? 0 : v * bt.stride(dim); };
+        const float* bb = bt.data<float>() + idx(0, b) + idx(1, h) + idx(2, i0 + r);
+        const int64_t bs = bt.size(3) == 1 ? 0 : bt.stride(3);
+        const int64_t nvalid = std::min<int64_t>(kBlockN, c.Lk - j0);
+        float* tmp = sc.brow.get();
+        for (int64_t jj = 0; jj < kBlockN; ++jj)
+          tmp[jj] = jj < nvalid ? static_cast<float>(bb[(j0 + jj) * bs] * kLog2e) : 0.0f;
+        brow = tmp;
+      }
+      VF vmax = neg_inf;
+      for (int64_t jj = 0; jj < kBlockN; jj += N) {
+        VF x = hn::LoadU(d, srow + jj);
+        if (brow) x = hn::Add(x, hn::LoadU(d, brow + jj));
+        if (use_maskadd) x = hn::Add(x, hn::LoadU(d, madd + jj));
+        if (jj + N > lim)
+          x = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(lim - jj, 0))), x, neg_inf);
+        hn::StoreU(x, d, srow + jj);
+        vmax = hn::Max(vmax, x);
+      }
+      const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+      const float m_new = std::max(m[r], tile_max);
+      if (m_new == -std::numeric_limits<float>::infinity()) {
+        std::fill(srow, srow + kBlockN, 0.0f);
+        continue;
+      }
+      const float alpha = m[r] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp2(m[r] - m_new);
+      m[r] = m_new;
+      const VF mv = hn::Set(d, m_new);
+      VF sum = hn::Zero(d);
+      for (int64_t jj = 0; jj < kBlockN; jj += N) {
+        const VF p = Exp2(d, hn::Sub(hn::LoadU(d, srow + jj), mv));
+        hn::StoreU(p, d, srow + jj);
+        sum = hn::Add(sum, p);
+      }
+      l[r] = l[r] * alpha + hn::GetLane(hn::SumOfLanes(d, sum));
+      if (alpha != 1.0f) {
+        const VF av = hn::Set(d, alpha);
+        float* orow = o + r * Dp;
+        for (int64_t k = 0; k < Dp; k += N) hn::StoreU(hn::Mul(hn::LoadU(d, orow + k), av), d, orow + k);
+      }
+    }
+
+    const float* vtile = c.v + j0 * Dp;
+    const int64_t nkeys = std::min<int64_t>(kBlockN, c.Lk - j0);
+    for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
+      for (int64_t col = 0; col < Dp; col += 2 * N) PvMicro(d, s + r0 * kBlockN, vtile, Dp, o + r0 * Dp, col, nkeys);
+  }
+}
+
+// Query block `qb` of head h: load + rotate q, fixed-maximum pass, check, exact fallback, store.
+void ProcessBlock(const Ctx& c, int64_t b, int64_t h, int64_t qb, Scratch* scratch, BlockStats* st) {
+  Scratch& sc = *scratch;
+  const AttentionArgs& a = *c.a;
+  const int64_t D = c.D, Dp = c.Dp;
+  const int64_t i0 = qb * kBlockM;
+  const int64_t bm = std::min(kBlockM, c.Lq - i0);
+  const int64_t bmr = (bm + kMR - 1) / kMR * kMR;
+  const Tensor& qcos = c.own_q_table ? a.rope_q_cos : a.rope_cos;
+  const Tensor& qsin = c.own_q_table ? a.rope_q_sin : a.rope_sin;
+  float* qs = sc.q.get();
+  float* m = sc.m.get();
+  bool row_has_keys[kBlockM];
+  for (int64_t r = 0; r < bmr; ++r) {
+    float* qrow = qs + r * Dp;
+    if (r >= bm) {
+      std::fill(qrow, qrow + Dp, 0.0f);
+      continue;
+    }
+    const int64_t i = i0 + r;
+    load_row(a.q, off4(a.q, b, i, h), qrow, D);
+    if (a.rope != RopeLayout::None) {
+      const int64_t pos = i + c.q_pos_offset;
+      rope_rotate_row(qrow, D, a.rope, rope_table_row(qcos, b, pos), rope_table_row(qsin, b, pos));
+    }
+    double norm2 = 0;
+    for (int64_t k = 0; k < D; ++k) {
+      qrow[k] *= c.c;
+      norm2 += static_cast<double>(qrow[k]) * qrow[k];
+    }
+    std::fill(qrow + D, qrow + Dp, 0.0f);
+    // The bound in log2 units: |c q_i| * max_j |k_j| >= c q_i·k_j for every j.
+    m[r] = static_cast<float>(std::sqrt(norm2) * static_cast<double>(c.kmax));
+    row_has_keys[r] = c.batch_has_keys && !(a.causal && i + c.causal_offset < 0);
+  }
+
+  ++st->blocks;
+  bool done = false;
+  if (!c.online_only) {
+    BlockPass(c, b, h, i0, bm, sc, /*online=*/false);
+    done = true;
+    const float* l = sc.l.get();
+    for (int64_t r = 0; r < bm; ++r) {
+      const bool ok = std::isfinite(m[r]) && ((l[r] >= kMinRowSum && l[r] <= kMaxRowSum) || (!row_has_keys[r] && l[r] == 0));
+      if (!ok) {
+        done = false;
+        break;
+      }
+    }
+    if (done)
+      ++st->fixed;
+    else
+      ++st->fallback;
+  } else {
+    ++st->online;
+  }
+  if (!done) BlockPass(c, b, h, i0, bm, sc, /*online=*/true);
+
+  const float* o = sc.o.get();
+  const float* l = sc.l.get();
+  float* row = sc.row.get();
+  for (int64_t r = 0; r < bm; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t k = 0; k < D; ++k) row[k] = o[r * Dp + k] * inv;
+    store_row(a.out, off4(a.out, b, i0 + r, h), row, D);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace fluxrt::backend::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fluxrt::backend::cpu {
+HWY_EXPORT(TargetLanes);
+HWY_EXPORT(ProcessBlock);
+HWY_EXPORT(TargetName);
+
+using namespace detail;
+
+const char* attention_target_name() {
+  return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
+
+void attention(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats) {
+  Ctx c;
+  c.a = &a;
+  c.B = a.q.size(0);
+  c.Lq = a.q.size(1);
+  c.H = a.q.size(2);
+  c.D = a.q.size(3);
+  c.Lk = a.k.size(1);
+  c.Hkv = a.k.size(2);
+  c.group = c.H / c.Hkv;
+  if (c.B == 0 || c.Lq == 0 || c.H == 0 || c.D == 0) return;
+  // Chooses the target before any worker thread calls through the dispatch table.
+  const int64_t lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(TargetLanes)());
+  c.Dp = (c.D + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
+  c.ntiles = (c.Lk + kBlockN - 1) / kBlockN;
+  c.nqblocks = (c.Lq + kBlockM - 1) / kBlockM;
+  c.c = static_cast<float>(static_cast<double>(a.scale) * kLog2e);
+  c.online_only = options.force_online || a.bias.defined();
+  c.own_q_table = a.rope_q_cos.defined();
+  c.q_pos_offset = c.own_q_table ? 0 : c.Lk - c.Lq;
+  c.causal_offset = c.Lk - c.Lq;
+
+  const int64_t lkp = std::max<int64_t>(c.ntiles, 1) * kBlockN;
+  auto kt = hwy::AllocateAligned<float>(lkp * c.Dp);
+  auto v = hwy::AllocateAligned<float>(lkp * c.Dp);
+  auto maskadd = hwy::AllocateAligned<float>(lkp);
+  std::vector<uint8_t> tile_masked(std::max<int64_t>(c.ntiles, 1));
+  std::vector<float> tile_kmax(std::max<int64_t>(c.ntiles, 1));
+  c.kt = kt.get();
+  c.v = v.get();
+  c.maskadd = maskadd.get();
+  c.tile_masked = tile_masked.data();
+
+  BlockStats total;
+  const int64_t items = c.group * c.nqblocks;
+#pragma omp parallel num_threads(num_threads())
+  {
+    Scratch sc(c.Dp);
+    BlockStats local;
+    auto row = hwy::AllocateAligned<float>(c.Dp);
+    for (int64_t b = 0; b < c.B; ++b) {
+#pragma omp single
+      {
+        const float inf = std::numeric_limits<float>::infinity();
+        bool any = false;
+        for (int64_t j = 0; j < lkp; ++j) {
+          bool keep = j < c.Lk;
+          if (keep && a.key_padding_mask.defined()) {
+            const Tensor& km = a.key_padding_mask;
+            keep = static_cast<const uint8_t*>(km.raw_data())[b * km.stride(0) + j * km.stride(1)] != 0;
+          }
+          maskadd[j] = keep ? 0.0f : -inf;
+          any = any || keep;
+        }
+        for (int64_t t = 0; t < c.ntiles; ++t) {
+          tile_masked[t] = 0;
+          for (int64_t jj = 0; jj < kBlockN; ++jj) tile_masked[t] |= maskadd[t * kBlockN + jj] != 0.0f;
+        }
+        c.batch_has_keys = any;
+      }  // implicit barrier
+      for (int64_t kvh = 0; kvh < c.Hkv; ++kvh) {
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < c.ntiles; ++t) tile_kmax[t] = prepare_kv_tile(c, kt.get(), v.get(), b, kvh, t, row.get());
+        // implicit barrier: every thread sees the finished keys
+        Ctx cl = c;
+        cl.kmax = 0;
+        for (int64_t t = 0; t < c.ntiles; ++t) cl.kmax = std::max(cl.kmax, tile_kmax[t]);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; ++item) {
+          const int64_t h = kvh * c.group + item / c.nqblocks;
+          HWY_DYNAMIC_DISPATCH(ProcessBlock)(cl, b, h, item % c.nqblocks, &sc, &local);
+        }
+        // implicit barrier before the next head overwrites the key scratch
+      }
+    }
+#pragma omp critical
+    {
+      total.blocks += local.blocks;
+      total.fixed += local.fixed;
+      total.fallback += local.fallback;
+      total.online += local.online;
+    }
+  }
+  if (stats) {
+    stats->blocks += total.blocks;
+    stats->fixed_blocks += total.fixed;
+    stats->fallback_blocks += total.fallback;
+    stats->online_blocks += total.online;
+  }
+}
+
+void attention(const AttentionArgs& a) { attention(a, AttentionCpuOptions{}, nullptr); }
+
+}  // namespace fluxrt::backend::cpu
+#endif  // HWY_ONCE
