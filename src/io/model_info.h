@@ -1,0 +1,42 @@
+#pragma once
+// What `fluxrt info` reports about a model: where it resolved to, which variant it is, and per
+// component the tensor count, parameter count, dtypes and bytes. Reads headers only.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/model_discovery.h"
+
+namespace fluxrt::io {
+
+struct ComponentReport {
+  std::string name;        // "transformer", "text_encoder", ...
+  std::string library;     // "diffusers", "transformers" or empty
+  std::string class_name;  // from model_index.json / config.json, may be empty
+  std::string folder;      // empty for a single file
+  std::string weights;     // the file, index or folder the tensors came from; empty if none
+  bool present = false;
+  size_t files = 0;        // .safetensors files behind `weights`
+  size_t tensors = 0;
+  uint64_t parameters = 0;  // sum of element counts
+  uint64_t bytes = 0;       // sum of tensor data bytes
+  std::map<std::string, size_t> dtypes;  // "bf16" -> tensor count
+};
+
+struct ModelReport {
+  ResolvedModel model;
+  VariantInfo variant;
+  std::vector<ComponentReport> components;
+};
+
+// Resolves `spec`, detects the variant and opens (validates) every component's weights.
+// Throws fluxrt::Error for a bad path, a corrupt file or a folder that is not a model.
+ModelReport inspect_model(const std::string& spec);
+ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_dir);
+
+std::string_view model_source_name(ModelSource source);  // "diffusers-folder", ...
+// The report as a JSON document (for `fluxrt info --json`).
+std::string model_report_json(const ModelReport& report);
+
+}  // namespace fluxrt::io
