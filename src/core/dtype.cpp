@@ -1,24 +1,143 @@
+// Dtype table, fp8 scalars and the bulk convert(). The hot pairs (bf16/f16 <-> f32) run as
+// Highway SIMD with dynamic dispatch; their lanes compute exactly what the inline scalars in
+// dtype.h compute, so the SIMD body and the scalar tail agree bit for bit on every target.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/dtype.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
 #include "core/dtype.h"
 
+HWY_BEFORE_NAMESPACE();
+namespace fluxrt {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void Bf16ToF32(const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const hn::RebindToFloat<decltype(du)> df;
+  const size_t lanes = hn::Lanes(du);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto w = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + i)));
+    hn::StoreU(hn::BitCast(df, w), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+void F32ToBf16(const float* HWY_RESTRICT src, uint16_t* HWY_RESTRICT dst, size_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::RebindToSigned<decltype(du)> di;
+  const hn::RebindToFloat<decltype(du)> df;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const size_t lanes = hn::Lanes(du);
+  const auto k_abs = hn::Set(du, 0x7FFFFFFFu);
+  const auto k_inf = hn::Set(di, 0x7F800000);
+  const auto k_bias = hn::Set(du, 0x7FFFu);
+  const auto k_one = hn::Set(du, 1u);
+  const auto k_nan = hn::Set(du, kBF16NaNFromF32);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, src + i));
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), k_one);
+    auto r = hn::ShiftRight<16>(hn::Add(hn::Add(u, k_bias), lsb));
+    const auto is_nan = hn::RebindMask(du, hn::Gt(hn::BitCast(di, hn::And(u, k_abs)), k_inf));
+    r = hn::IfThenElse(is_nan, k_nan, r);
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+void F16ToF32(const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst, size_t n) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::Rebind<uint16_t, decltype(di)> d16;
+  const hn::RebindToUnsigned<decltype(di)> du;
+  const hn::RebindToFloat<decltype(di)> df;
+  const size_t lanes = hn::Lanes(di);
+  const auto k_sign = hn::Set(di, 0x8000);
+  const auto k_abs = hn::Set(di, 0x7FFF);
+  const auto k_inf = hn::Set(di, 0x7C00);
+  const auto k_min_normal = hn::Set(di, 0x0400);
+  const auto k_rebias = hn::Set(di, 0x38000000);
+  const auto k_exp_all = hn::Set(di, 0x70000000);
+  const auto k_quiet = hn::Set(di, 0x00400000);
+  const auto k_sub_scale = hn::Set(df, 0x1p-24f);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto h = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, src + i)));
+    const auto sign = hn::ShiftLeft<16>(hn::And(h, k_sign));
+    const auto a = hn::And(h, k_abs);
+    const auto shifted = hn::ShiftLeft<13>(a);
+    const auto normal = hn::Add(shifted, k_rebias);
+    auto special = hn::Or(shifted, k_exp_all);  // 0x7F800000 | payload << 13
+    special = hn::IfThenElse(hn::Gt(a, k_inf), hn::Or(special, k_quiet), special);
+    const auto sub = hn::BitCast(di, hn::Mul(hn::ConvertTo(df, a), k_sub_scale));
+    auto r = hn::IfThenElse(hn::Lt(a, k_inf), normal, special);
+    r = hn::IfThenElse(hn::Lt(a, k_min_normal), sub, r);
+    hn::StoreU(hn::BitCast(df, hn::Or(r, sign)), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+void F32ToF16(const float* HWY_RESTRICT src, uint16_t* HWY_RESTRICT dst, size_t n) {
+  const hn::ScalableTag<int32_t> di;
+  const hn::RebindToFloat<decltype(di)> df;
+  const hn::Rebind<uint16_t, decltype(di)> d16;
+  const size_t lanes = hn::Lanes(di);
+  const auto k_abs = hn::Set(di, 0x7FFFFFFF);
+  const auto k_inf32 = hn::Set(di, 0x7F800000);
+  const auto k_overflow = hn::Set(di, 0x47800000);
+  const auto k_min_normal = hn::Set(di, 0x38800000);
+  const auto k_rebias = hn::Set(di, 0x38000000 - 0x0FFF);
+  const auto k_one = hn::Set(di, 1);
+  const auto k_sign = hn::Set(di, 0x8000);
+  const auto k_nan = hn::Set(di, 0x7E00);
+  const auto k_payload = hn::Set(di, 0x3FF);
+  const auto k_inf16 = hn::Set(di, 0x7C00);
+  const auto k_half = hn::Set(df, 0.5f);
+  const auto k_half_bits = hn::Set(di, 0x3F000000);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto u = hn::BitCast(di, hn::LoadU(df, src + i));
+    const auto sign = hn::And(hn::ShiftRight<16>(u), k_sign);  // arithmetic shift, then mask
+    const auto a = hn::And(u, k_abs);
+    const auto a13 = hn::ShiftRight<13>(a);
+    const auto nan = hn::Or(k_nan, hn::And(a13, k_payload));
+    const auto normal = hn::ShiftRight<13>(hn::Add(hn::Sub(a, k_rebias), hn::And(a13, k_one)));
+    const auto sub = hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(df, a), k_half)), k_half_bits);
+    auto r = hn::IfThenElse(hn::Lt(a, k_min_normal), sub, normal);
+    r = hn::IfThenElse(hn::Lt(a, k_overflow), r, k_inf16);
+    r = hn::IfThenElse(hn::Gt(a, k_inf32), nan, r);
+    hn::StoreU(hn::DemoteTo(d16, hn::Or(r, sign)), d16, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace fluxrt
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 
 namespace fluxrt {
+
+HWY_EXPORT(Bf16ToF32);
+HWY_EXPORT(F32ToBf16);
+HWY_EXPORT(F16ToF32);
+HWY_EXPORT(F32ToF16);
+
 namespace {
 
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using dtype_detail::bits_float;
+using dtype_detail::float_bits;
 
 struct DTypeInfo {
   DType dtype;
@@ -40,7 +159,7 @@ constexpr DTypeInfo kInfo[] = {
 const DTypeInfo& info(DType dtype) {
   for (const auto& i : kInfo)
     if (i.dtype == dtype) return i;
-  fail(ErrorCode::Internal, "unknown dtype {}", static_cast<int>(dtype));
+  fail(ErrorCode::Internal, "dtype.cpp: unknown dtype {}", static_cast<int>(dtype));
 }
 
 }  // namespace
@@ -60,199 +179,209 @@ bool dtype_from_safetensors(std::string_view text, DType* out) {
   return false;
 }
 
-// ---- f16 (IEEE binary16), the algorithm PyTorch's c10::Half uses.
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t w = static_cast<uint32_t>(h) << 16;
-  const uint32_t sign = w & 0x80000000u;
-  const uint32_t two_w = w + w;
-  const uint32_t exp_offset = 0xE0u << 23;
-  const float exp_scale = 0x1.0p-112f;
-  const float normalized = bits_float((two_w >> 4) + exp_offset) * exp_scale;
-  const uint32_t magic_mask = 126u << 23;
-  const float magic_bias = 0.5f;
-  const float denormalized = bits_float((two_w >> 17) | magic_mask) - magic_bias;
-  const uint32_t denormalized_cutoff = 1u << 27;
-  const uint32_t result =
-      sign | (two_w < denormalized_cutoff ? float_bits(denormalized) : float_bits(normalized));
-  return bits_float(result);
-}
-
-uint16_t f32_to_f16(float f) {
-  const float scale_to_inf = 0x1.0p+112f;
-  const float scale_to_zero = 0x1.0p-110f;
-  float base = (std::fabs(f) * scale_to_inf) * scale_to_zero;
-  const uint32_t w = float_bits(f);
-  const uint32_t shl1_w = w + w;
-  const uint32_t sign = w & 0x80000000u;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
-  base = bits_float((bias >> 1) + 0x07800000u) + base;
-  const uint32_t bits = float_bits(base);
-  const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-  const uint32_t mantissa_bits = bits & 0x00000FFFu;
-  const uint32_t nonsign = exp_bits + mantissa_bits;
-  return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-
-// ---- bf16
-
-float bf16_to_f32(uint16_t bits) { return bits_float(static_cast<uint32_t>(bits) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  if (std::isnan(f)) return 0x7FC0;
-  uint32_t u = float_bits(f);
-  uint32_t rounding_bias = 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
-}
-
 // ---- float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN, max 448.
 
 float f8e4m3_to_f32(uint8_t v) {
-  const uint32_t sign = (v & 0x80u) ? 0x80000000u : 0u;
-  const uint32_t exp = (v >> 3) & 0xFu;
-  const uint32_t mant = v & 0x7u;
-  if (exp == 0xF && mant == 0x7) return bits_float(sign | 0x7FC00000u);
-  float mag;
-  if (exp == 0)
-    mag = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant * 2^-6 / 8
-  else
-    mag = bits_float(((exp + 127 - 7) << 23) | (mant << 20));
-  return sign ? -mag : mag;
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t a = v & 0x7Fu;
+  if (a == 0x7F) return bits_float(sign | 0x7FF00000u);  // NaN keeps its mantissa bits, quiet
+  const uint32_t exp = a >> 3, mant = a & 0x7u;
+  if (exp == 0) return bits_float(sign | float_bits(static_cast<float>(mant) * 0x1p-9f));
+  return bits_float(sign | (exp + 127 - 7) << 23 | mant << 20);
 }
 
 uint8_t f32_to_f8e4m3(float f) {
-  const uint32_t fp8_max = 1087u << 20;  // 480: everything at or above rounds past 448 -> NaN
-  const uint32_t denorm_mask = 141u << 23;
-  uint32_t f_bits = float_bits(f);
-  const uint32_t sign = f_bits & 0x80000000u;
-  f_bits ^= sign;
-  uint8_t result;
-  if (f_bits >= fp8_max) {
-    result = 0x7F;
-  } else if (f_bits < (121u << 23)) {
-    float g = bits_float(f_bits) + bits_float(denorm_mask);
-    result = static_cast<uint8_t>(float_bits(g) - denorm_mask);
-  } else {
-    uint32_t mant_odd = (f_bits >> 20) & 1u;
-    f_bits += ((uint32_t)(7 - 127) << 23) + 0x7FFFFu;
-    f_bits += mant_odd;
-    result = static_cast<uint8_t>(f_bits >> 20);
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7F;
+  if (a > 0x43E00000u) return sign | 0x7E;  // beyond 448 (and Inf): saturate
+  if (a < (121u << 23)) {
+    // Below the smallest normal (2^-6): adding 2^14 puts the subnormal step 2^-9 at the last
+    // mantissa bit, so the FPU rounds to nearest even.
+    const uint32_t magic = 141u << 23;
+    return sign | static_cast<uint8_t>(float_bits(bits_float(a) + bits_float(magic)) - magic);
   }
-  return static_cast<uint8_t>(result | (sign >> 24));
+  const uint32_t mant_odd = (a >> 20) & 1u;
+  return sign | static_cast<uint8_t>((a + (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + mant_odd) >> 20);
 }
 
-// ---- float8_e5m2: bias 15, IEEE-like with Inf and NaN.
-
-float f8e5m2_to_f32(uint8_t v) { return f16_to_f32(static_cast<uint16_t>(v) << 8); }
+// ---- float8_e5m2: bias 15, IEEE-like with Inf and NaN (the top byte of an f16).
 
 uint8_t f32_to_f8e5m2(float f) {
-  const uint32_t fp32_inf = 255u << 23;
-  const uint32_t fp8_max = 143u << 23;
-  const uint32_t denorm_mask = 134u << 23;
-  uint32_t f_bits = float_bits(f);
-  const uint32_t sign = f_bits & 0x80000000u;
-  f_bits ^= sign;
-  uint8_t result;
-  if (f_bits >= fp8_max) {
-    result = f_bits > fp32_inf ? 0x7F : 0x7C;
-  } else if (f_bits < (113u << 23)) {
-    float g = bits_float(f_bits) + bits_float(denorm_mask);
-    result = static_cast<uint8_t>(float_bits(g) - denorm_mask);
-  } else {
-    uint32_t mant_odd = (f_bits >> 21) & 1u;
-    f_bits += ((uint32_t)(15 - 127) << 23) + 0xFFFFFu;
-    f_bits += mant_odd;
-    result = static_cast<uint8_t>(f_bits >> 21);
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7F;
+  if (a >= (143u << 23)) return sign | 0x7C;  // >= 65536 rounds past 57344 (61440.. -> Inf too)
+  if (a < (113u << 23)) {                     // below 2^-14: subnormal step 2^-16
+    const uint32_t magic = 134u << 23;
+    return sign | static_cast<uint8_t>(float_bits(bits_float(a) + bits_float(magic)) - magic);
   }
-  return static_cast<uint8_t>(result | (sign >> 24));
+  const uint32_t mant_odd = (a >> 21) & 1u;
+  return sign | static_cast<uint8_t>((a + (static_cast<uint32_t>(15 - 127) << 23) + 0xFFFFFu + mant_odd) >> 21);
 }
 
 // ---- bulk conversion
+//
+// Every pair gets its own loop, instantiated from a load (element -> "value": double for f64,
+// float for the other float types, int64 for integers and bool) and a store (value -> element)
+// that follow c10::convert: narrow floats are built from a float, so f64 and i64 sources round
+// twice (first to f32) exactly as torch does.
 
 namespace {
 
-// Reads element i of src as double (exact for every supported type except i64 beyond 2^53).
-inline double load(const void* src, DType t, size_t i) {
-  switch (t) {
-    case DType::F64: return static_cast<const double*>(src)[i];
-    case DType::F32: return static_cast<const float*>(src)[i];
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::F8E4M3: return f8e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
-    case DType::F8E5M2: return f8e5m2_to_f32(static_cast<const uint8_t*>(src)[i]);
-    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(src)[i]);
-    case DType::I32: return static_cast<const int32_t*>(src)[i];
-    case DType::I16: return static_cast<const int16_t*>(src)[i];
-    case DType::I8: return static_cast<const int8_t*>(src)[i];
-    case DType::U8: return static_cast<const uint8_t*>(src)[i];
-    case DType::Bool: return static_cast<const uint8_t*>(src)[i] ? 1.0 : 0.0;
-  }
-  return 0;
+template <DType T> struct Elem;
+template <> struct Elem<DType::F64> {
+  using Storage = double;
+  static double load(double v) { return v; }
+};
+template <> struct Elem<DType::F32> {
+  using Storage = float;
+  static float load(float v) { return v; }
+};
+template <> struct Elem<DType::F16> {
+  using Storage = uint16_t;
+  static float load(uint16_t v) { return f16_to_f32(v); }
+};
+template <> struct Elem<DType::BF16> {
+  using Storage = uint16_t;
+  static float load(uint16_t v) { return bf16_to_f32(v); }
+};
+template <> struct Elem<DType::F8E4M3> {
+  using Storage = uint8_t;
+  static float load(uint8_t v) { return f8e4m3_to_f32(v); }
+};
+template <> struct Elem<DType::F8E5M2> {
+  using Storage = uint8_t;
+  static float load(uint8_t v) { return f8e5m2_to_f32(v); }
+};
+template <DType T, typename S> struct IntElem {
+  using Storage = S;
+  static int64_t load(S v) { return static_cast<int64_t>(v); }
+};
+template <> struct Elem<DType::I64> : IntElem<DType::I64, int64_t> {};
+template <> struct Elem<DType::I32> : IntElem<DType::I32, int32_t> {};
+template <> struct Elem<DType::I16> : IntElem<DType::I16, int16_t> {};
+template <> struct Elem<DType::I8> : IntElem<DType::I8, int8_t> {};
+template <> struct Elem<DType::U8> : IntElem<DType::U8, uint8_t> {};
+template <> struct Elem<DType::Bool> {
+  using Storage = uint8_t;
+  static int64_t load(uint8_t v) { return v != 0; }
+};
+
+// x86's cvttss2si/cvttsd2si: truncation, and INT_MIN ("integer indefinite") for NaN and
+// anything outside the range. Written out so the result is the same on every CPU.
+template <typename V>
+int32_t truncate_i32(V v) {
+  const double d = static_cast<double>(v);
+  if (!(d > -2147483649.0 && d < 2147483648.0)) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(d);
+}
+template <typename V>
+int64_t truncate_i64(V v) {
+  const double d = static_cast<double>(v);
+  if (!(d >= -0x1p63 && d < 0x1p63)) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(d);
 }
 
-template <typename I>
-inline I to_int(double v) {
-  if (std::isnan(v)) return 0;
-  double t = std::trunc(v);
-  if (t <= static_cast<double>(std::numeric_limits<I>::lowest())) return std::numeric_limits<I>::lowest();
-  if (t >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-  return static_cast<I>(t);
+constexpr bool is_narrow_float(DType t) {
+  return t == DType::F16 || t == DType::F8E4M3 || t == DType::F8E5M2;
 }
 
-// Float targets from a double go through f32 first only when the double is itself an f32 value;
-// narrowing f64 -> f16 directly would double-round otherwise, so f64 sources use a correctly
-// rounded path via f32 only when exact.
-inline void store(void* dst, DType t, size_t i, double v) {
-  switch (t) {
-    case DType::F64: static_cast<double*>(dst)[i] = v; return;
-    case DType::F32: static_cast<float*>(dst)[i] = static_cast<float>(v); return;
-    case DType::F16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(static_cast<float>(v)); return;
-    case DType::BF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(static_cast<float>(v)); return;
-    case DType::F8E4M3: static_cast<uint8_t*>(dst)[i] = f32_to_f8e4m3(static_cast<float>(v)); return;
-    case DType::F8E5M2: static_cast<uint8_t*>(dst)[i] = f32_to_f8e5m2(static_cast<float>(v)); return;
-    case DType::I64: static_cast<int64_t*>(dst)[i] = to_int<int64_t>(v); return;
-    case DType::I32: static_cast<int32_t*>(dst)[i] = to_int<int32_t>(v); return;
-    case DType::I16: static_cast<int16_t*>(dst)[i] = to_int<int16_t>(v); return;
-    case DType::I8: static_cast<int8_t*>(dst)[i] = to_int<int8_t>(v); return;
-    case DType::U8: static_cast<uint8_t*>(dst)[i] = to_int<uint8_t>(v); return;
-    case DType::Bool: static_cast<uint8_t*>(dst)[i] = v != 0.0; return;
+template <DType Src, DType Dst, typename V>
+typename Elem<Dst>::Storage store(V v) {
+  constexpr bool kInt = std::is_integral_v<V>;
+  if constexpr (Dst == DType::F64) {
+    return static_cast<double>(v);
+  } else if constexpr (Dst == DType::F32) {
+    return static_cast<float>(v);
+  } else if constexpr (Dst == DType::F16) {
+    return f32_to_f16(static_cast<float>(v));
+  } else if constexpr (Dst == DType::BF16) {
+    // torch narrows f16/fp8 through the scalar c10 constructor (NaN -> 0x7FC0) but f32/f64
+    // through its SIMD kernel (NaN -> 0xFFFF).
+    if constexpr (is_narrow_float(Src)) {
+      if (std::isnan(v)) return kBF16NaNFromNarrow;
+    }
+    return f32_to_bf16(static_cast<float>(v));
+  } else if constexpr (Dst == DType::F8E4M3) {
+    return f32_to_f8e4m3(static_cast<float>(v));
+  } else if constexpr (Dst == DType::F8E5M2) {
+    return f32_to_f8e5m2(static_cast<float>(v));
+  } else if constexpr (Dst == DType::Bool) {
+    return v != 0;
+  } else if constexpr (kInt) {
+    return static_cast<typename Elem<Dst>::Storage>(v);  // wraps (two's complement)
+  } else if constexpr (Dst == DType::I64) {
+    return truncate_i64(v);
+  } else if constexpr (Dst == DType::U8) {
+    return static_cast<uint8_t>(truncate_i64(v));  // c10 casts to unsigned through int64
+  } else {
+    return static_cast<typename Elem<Dst>::Storage>(truncate_i32(v));
   }
+}
+
+template <DType Src, DType Dst>
+void convert_loop(const void* src, void* dst, size_t n) {
+  const auto* s = static_cast<const typename Elem<Src>::Storage*>(src);
+  auto* d = static_cast<typename Elem<Dst>::Storage*>(dst);
+  for (size_t i = 0; i < n; ++i) d[i] = store<Src, Dst>(Elem<Src>::load(s[i]));
+}
+
+template <DType Src>
+void convert_from(const void* src, void* dst, DType dst_dtype, size_t n) {
+  switch (dst_dtype) {
+    case DType::F64: return convert_loop<Src, DType::F64>(src, dst, n);
+    case DType::F32: return convert_loop<Src, DType::F32>(src, dst, n);
+    case DType::F16: return convert_loop<Src, DType::F16>(src, dst, n);
+    case DType::BF16: return convert_loop<Src, DType::BF16>(src, dst, n);
+    case DType::F8E4M3: return convert_loop<Src, DType::F8E4M3>(src, dst, n);
+    case DType::F8E5M2: return convert_loop<Src, DType::F8E5M2>(src, dst, n);
+    case DType::I64: return convert_loop<Src, DType::I64>(src, dst, n);
+    case DType::I32: return convert_loop<Src, DType::I32>(src, dst, n);
+    case DType::I16: return convert_loop<Src, DType::I16>(src, dst, n);
+    case DType::I8: return convert_loop<Src, DType::I8>(src, dst, n);
+    case DType::U8: return convert_loop<Src, DType::U8>(src, dst, n);
+    case DType::Bool: return convert_loop<Src, DType::Bool>(src, dst, n);
+  }
+  fail(ErrorCode::Internal, "dtype.cpp: unknown destination dtype {}", static_cast<int>(dst_dtype));
 }
 
 }  // namespace
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (n == 0) return;
   if (src_dtype == dst_dtype) {
     std::memmove(dst, src, n * dtype_size(src_dtype));
     return;
   }
-  // The hot pairs get straight loops; everything else goes through double.
-  if (src_dtype == DType::BF16 && dst_dtype == DType::F32) {
-    auto* s = static_cast<const uint16_t*>(src);
-    auto* d = static_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-    return;
+  // The hot pairs: SIMD with dynamic dispatch.
+  if (src_dtype == DType::BF16 && dst_dtype == DType::F32)
+    return HWY_DYNAMIC_DISPATCH(Bf16ToF32)(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (src_dtype == DType::F32 && dst_dtype == DType::BF16)
+    return HWY_DYNAMIC_DISPATCH(F32ToBf16)(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  if (src_dtype == DType::F16 && dst_dtype == DType::F32)
+    return HWY_DYNAMIC_DISPATCH(F16ToF32)(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (src_dtype == DType::F32 && dst_dtype == DType::F16)
+    return HWY_DYNAMIC_DISPATCH(F32ToF16)(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  switch (src_dtype) {
+    case DType::F64: return convert_from<DType::F64>(src, dst, dst_dtype, n);
+    case DType::F32: return convert_from<DType::F32>(src, dst, dst_dtype, n);
+    case DType::F16: return convert_from<DType::F16>(src, dst, dst_dtype, n);
+    case DType::BF16: return convert_from<DType::BF16>(src, dst, dst_dtype, n);
+    case DType::F8E4M3: return convert_from<DType::F8E4M3>(src, dst, dst_dtype, n);
+    case DType::F8E5M2: return convert_from<DType::F8E5M2>(src, dst, dst_dtype, n);
+    case DType::I64: return convert_from<DType::I64>(src, dst, dst_dtype, n);
+    case DType::I32: return convert_from<DType::I32>(src, dst, dst_dtype, n);
+    case DType::I16: return convert_from<DType::I16>(src, dst, dst_dtype, n);
+    case DType::I8: return convert_from<DType::I8>(src, dst, dst_dtype, n);
+    case DType::U8: return convert_from<DType::U8>(src, dst, dst_dtype, n);
+    case DType::Bool: return convert_from<DType::Bool>(src, dst, dst_dtype, n);
   }
-  if (src_dtype == DType::F32 && dst_dtype == DType::BF16) {
-    auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
-    return;
-  }
-  if (src_dtype == DType::F16 && dst_dtype == DType::F32) {
-    auto* s = static_cast<const uint16_t*>(src);
-    auto* d = static_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
-    return;
-  }
-  if (src_dtype == DType::F32 && dst_dtype == DType::F16) {
-    auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) store(dst, dst_dtype, i, load(src, src_dtype, i));
+  fail(ErrorCode::Internal, "dtype.cpp: unknown source dtype {}", static_cast<int>(src_dtype));
 }
 
 }  // namespace fluxrt
+
+#endif  // HWY_ONCE
