@@ -156,22 +156,26 @@ TensorInfo parse_entry(const std::string& name, const json& entry, uint64_t data
     fail(ErrorCode::Unsupported, "{}: tensor {}: rank {} exceeds the supported {}", path, q,
          shape_it->size(), kMaxDims);
   // Element count with overflow checks: a hostile shape must not wrap around to a small size
-  // that then matches the offsets.
-  uint64_t numel = 1;
-  bool overflow = false;
+  // that then matches the offsets. The product of the non-zero extents must fit in int64 even
+  // when another extent is zero, because Tensor computes element counts and strides in int64.
+  uint64_t nonzero_product = 1;
+  bool overflow = false, has_zero = false;
   for (const json& extent : *shape_it) {
     uint64_t e = 0;
     if (!as_index(extent, &e))
       fail(ErrorCode::Format, "{}: tensor {}: shape {} has an extent that is not a non-negative integer",
            path, q, short_dump(*shape_it));
     info.shape.push_back(static_cast<int64_t>(e));
-    if (__builtin_mul_overflow(numel, e, &numel)) overflow = true;
+    if (e == 0)
+      has_zero = true;
+    else if (__builtin_mul_overflow(nonzero_product, e, &nonzero_product))
+      overflow = true;
   }
-  // An extent of zero makes the tensor empty even if the other extents overflowed.
-  if (numel == 0) overflow = false;
+  const uint64_t numel = has_zero ? 0 : nonzero_product;
   uint64_t nbytes = 0;
-  if (overflow || numel > static_cast<uint64_t>(INT64_MAX) ||
-      __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info.dtype)), &nbytes))
+  if (overflow || nonzero_product > static_cast<uint64_t>(INT64_MAX) ||
+      __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(info.dtype)), &nbytes) ||
+      nbytes > static_cast<uint64_t>(INT64_MAX))
     fail(ErrorCode::Format, "{}: tensor {}: shape {} has too many elements", path, q,
          short_dump(*shape_it));
 

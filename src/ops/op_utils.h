@@ -1,0 +1,46 @@
+#pragma once
+// Validation and layout helpers shared by the op front ends (not part of the public ops API).
+#include <string_view>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace fluxrt::ops::detail {
+
+inline bool is_kernel_float(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+
+inline void check_defined(const Tensor& t, std::string_view op, std::string_view name) {
+  FLUXRT_CHECK(t.defined(), ErrorCode::InvalidArgument, "[{}] {} is undefined", op, name);
+}
+
+// Storage dtypes the kernels take for activations: f32, bf16, f16.
+inline void check_float(const Tensor& t, std::string_view op, std::string_view name) {
+  check_defined(t, op, name);
+  FLUXRT_CHECK(is_kernel_float(t.dtype()), ErrorCode::Unsupported, "[{}] {} has dtype {}; expected f32, bf16 or f16",
+               op, name, dtype_name(t.dtype()));
+}
+
+inline void check_same_device(const Tensor& a, const Tensor& b, std::string_view op) {
+  FLUXRT_CHECK(a.device() == b.device(), ErrorCode::InvalidArgument, "[{}] tensors on {} and {}", op,
+               a.device().str(), b.device().str());
+}
+
+// The kernels' stride contract: last dim stride 1 (leading dims free). Copies otherwise.
+inline Tensor rows_ready(const Tensor& t) {
+  if (t.dim() == 0) return t.reshape({1});
+  if (t.stride(-1) == 1 || t.size(-1) == 1) return t;
+  return t.contiguous();
+}
+
+inline Tensor contiguous_ready(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// A 1-D parameter vector of length n (any float dtype, any stride).
+inline void check_vector(const Tensor& t, int64_t n, std::string_view op, std::string_view name) {
+  check_defined(t, op, name);
+  FLUXRT_CHECK(t.dim() == 1 && t.size(0) == n && dtype_is_float(t.dtype()), ErrorCode::InvalidArgument,
+               "[{}] {} must be a float [{}] vector, got {}", op, name, n, t.str());
+}
+
+inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+
+}  // namespace fluxrt::ops::detail
