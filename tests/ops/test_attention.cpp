@@ -1,0 +1,209 @@
+// Attention: the CPU kernel against the f64 oracle (f32: NMSE <= 1e-7; bf16/f16: at most 2x the
+// error of a naive same-dtype implementation), on random, large-norm and adversarial inputs that
+// make the Cauchy-Schwarz bound loose (and must hit the exact fallback), every mask/bias/GQA/RoPE
+// variant, strided views of a fused qkv tensor, plus the ops front end and its validation.
+// The L = 4608 cases live in test_attention_slow.cpp.
+#include "test_attention_common.h"
+
+#include "backend/kernel_table.h"
+#include "core/error.h"
+#include "ops/attention.h"
+#include "ops/dispatch.h"
+
+namespace fluxrt::test_attention {
+namespace {
+
+class AttentionCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionCase, MatchesReference) { check_case(GetParam()); }
+
+Case mk(DType dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t D, Inputs in = Inputs::Random,
+        Rope rope = Rope::None, Expect ex = Expect::Any) {
+  Case c;
+  c.dtype = dt;
+  c.B = B;
+  c.Lq = Lq;
+  c.Lk = Lk;
+  c.H = H;
+  c.Hkv = Hkv;
+  c.D = D;
+  c.inputs = in;
+  c.rope = rope;
+  c.expect = ex;
+  return c;
+}
+Case causal(Case c) { c.causal = true; return c; }
+Case padded(Case c) { c.padding = true; return c; }
+Case biased(Case c) { c.bias = true; c.expect = Expect::OnlineOnly; return c; }
+Case fused(Case c) { c.fused = true; return c; }
+
+constexpr DType F32 = DType::F32;
+constexpr DType BF16 = DType::BF16;
+constexpr DType F16 = DType::F16;
+
+std::vector<Case> cases() {
+  return {
+      // Plain shapes: blocks and tiles with tails, head dims that need padding, B = 2, Lq != Lk.
+      mk(F32, 1, 64, 64, 2, 2, 64, Inputs::Random, Rope::None, Expect::FixedOnly),
+      mk(F32, 2, 100, 100, 3, 3, 80),
+      mk(F32, 1, 37, 150, 4, 4, 64),
+      mk(F32, 2, 130, 29, 2, 2, 32),
+      mk(F32, 1, 1, 1, 1, 1, 8),
+      // Grouped-query heads (Qwen3: 4 query heads per kv head).
+      mk(F32, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit),
+      mk(F32, 1, 50, 90, 6, 1, 64),
+      // RoPE layouts: FLUX.1 3-axis, FLUX.2 4-axis (adjacent pairs), Qwen rotate-half.
+      mk(F32, 1, 200, 200, 2, 2, 128, Inputs::Random, Rope::Flux1, Expect::FixedOnly),
+      mk(F32, 2, 200, 200, 2, 2, 128, Inputs::Random, Rope::Flux2),
+      mk(F32, 1, 40, 130, 4, 4, 128, Inputs::Random, Rope::HalfSplit),
+      fused(mk(F32, 2, 150, 150, 3, 3, 128, Inputs::Random, Rope::Flux2)),
+      fused(mk(F32, 1, 97, 97, 2, 2, 64)),
+      // Masks: causal (Lq == Lk, Lq < Lk, Lq > Lk where early rows see nothing), key padding
+      // (B = 5: the last batch element is fully masked), both (Qwen3 text encoder).
+      causal(mk(F32, 1, 100, 100, 2, 2, 64)),
+      causal(mk(F32, 1, 40, 100, 2, 2, 64)),
+      causal(mk(F32, 1, 100, 40, 2, 2, 64)),
+      padded(mk(F32, 5, 70, 70, 2, 2, 64)),
+      causal(padded(mk(F32, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit))),
+      // Additive bias (T5: scale 1, relative-position bias).
+      biased(mk(F32, 2, 90, 90, 3, 3, 64)),
+      biased(causal(padded(mk(F32, 5, 60, 80, 2, 1, 64)))),
+      // Norms: large scores, near one-hot rows, and keys that make the bound useless.
+      mk(F32, 1, 192, 192, 2, 2, 64, Inputs::LargeNorm),
+      mk(F32, 1, 192, 192, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux2),
+      mk(F32, 1, 96, 160, 2, 2, 64, Inputs::FarKey, Rope::None, Expect::AllFallback),
+      mk(F32, 1, 96, 96, 2, 2, 128, Inputs::FarKey, Rope::HalfSplit, Expect::AllFallback),
+      mk(F32, 1, 288, 200, 2, 2, 128, Inputs::MixedNorm, Rope::Flux1, Expect::SomeFallback),
+      mk(F32, 1, 192, 192, 2, 2, 128, Inputs::NearThreshold),
+      causal(mk(F32, 1, 192, 192, 2, 2, 64, Inputs::FarKey, Rope::None, Expect::AllFallback)),
+      padded(mk(F32, 5, 96, 96, 2, 2, 64, Inputs::MixedNorm)),
+      // bf16 / f16 against the naive same-dtype yardstick.
+      mk(BF16, 1, 256, 256, 2, 2, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),
+      mk(BF16, 2, 100, 61, 4, 2, 64),
+      mk(BF16, 1, 192, 192, 2, 2, 64, Inputs::LargeNorm),
+      mk(BF16, 1, 192, 192, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux1),
+      mk(BF16, 1, 96, 96, 2, 2, 128, Inputs::FarKey, Rope::Flux2, Expect::AllFallback),
+      mk(BF16, 1, 288, 288, 2, 2, 128, Inputs::MixedNorm, Rope::Flux2, Expect::SomeFallback),
+      mk(BF16, 1, 192, 192, 2, 2, 128, Inputs::NearThreshold, Rope::Flux2),
+      causal(padded(mk(BF16, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit))),
+      biased(mk(BF16, 1, 90, 90, 4, 4, 64)),
+      causal(mk(BF16, 1, 77, 77, 2, 2, 64)),
+      fused(mk(BF16, 1, 160, 160, 2, 2, 128, Inputs::Random, Rope::Flux2)),
+      mk(F16, 1, 130, 130, 2, 2, 64, Inputs::Random, Rope::HalfSplit),
+      // One modest long sequence (L = 4608 is in the slow suite).
+      mk(BF16, 1, 1536, 1536, 2, 2, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, AttentionCase, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+TEST(Attention, OnlinePathAgreesWithFixedPath) {
+  Problem p = make_problem(mk(F32, 2, 150, 150, 4, 2, 128, Inputs::Random, Rope::Flux2));
+  backend::cpu::AttentionCpuStats fixed_stats, online_stats;
+  backend::cpu::attention(p.args, {}, &fixed_stats);
+  const Tensor fixed = p.args.out.clone();
+  backend::cpu::AttentionCpuOptions opt;
+  opt.force_online = true;
+  backend::cpu::attention(p.args, opt, &online_stats);
+  EXPECT_EQ(fixed_stats.fixed_blocks, fixed_stats.blocks);
+  EXPECT_EQ(online_stats.online_blocks, online_stats.blocks);
+  const Tensor ref = oracle(p.args, 0, 150);
+  const Err ef = error_vs(fixed, ref, 0, 150), eo = error_vs(p.args.out, ref, 0, 150);
+  EXPECT_LE(ef.nmse, 1e-7);
+  EXPECT_LE(eo.nmse, 1e-7);
+}
+
+TEST(Attention, EmptyKeysGiveZeros) {
+  Case c = mk(F32, 1, 10, 0, 2, 2, 16);
+  Problem p = make_problem(c);
+  p.args.out.fill(7.0);
+  backend::cpu::attention(p.args);
+  for (float x : p.args.out.to_vector()) ASSERT_EQ(x, 0.0f);
+}
+
+TEST(Attention, OpsFrontEndUsesKernelTables) {
+  Problem p = make_problem(mk(BF16, 1, 64, 64, 2, 2, 128, Inputs::Random, Rope::Flux2));
+  ops::AttentionOptions o;
+  o.rope = p.args.rope;
+  o.rope_table = {p.args.rope_cos, p.args.rope_sin};
+  const Tensor got = ops::attention(p.args.q, p.args.k, p.args.v, o);
+  backend::cpu::attention(p.args);
+  const std::vector<float> a = got.to_vector(), b = p.args.out.to_vector();
+  ASSERT_EQ(a, b);  // default scale 1/sqrt(D), same kernel: bit-identical
+  ASSERT_NE(backend::cpu_kernels().attention, nullptr);
+  ASSERT_NE(backend::ref_kernels().attention, nullptr);
+  ops::ScopedKernelTable force_ref(backend::ref_kernels());
+  const Tensor viaref = ops::attention(p.args.q, p.args.k, p.args.v, o);
+  const Err e = error_vs(viaref, oracle(p.args, 0, 64), 0, 64);
+  EXPECT_LE(e.maxabs, 0.01);  // the oracle rounded once to bf16
+}
+
+TEST(Attention, OpsFrontEndConvertsMaskAndBias) {
+  Case c = causal(padded(biased(mk(F32, 5, 33, 33, 2, 2, 32))));
+  Problem p = make_problem(c);
+  ops::AttentionOptions o;
+  o.scale = p.args.scale;
+  o.causal = true;
+  o.key_padding_mask = p.args.key_padding_mask.to(DType::I64);
+  o.bias = p.args.bias.select(0, 0).to(DType::BF16);  // [H, Lq, Lk], broadcast from the left
+  const Tensor got = ops::attention(p.args.q, p.args.k, p.args.v, o);
+  AttentionArgs r = p.args;
+  r.bias = p.args.bias.to(DType::BF16).to(DType::F32);
+  const Err e = error_vs(got, oracle(r, 0, 33), 0, 33);
+  EXPECT_LE(e.nmse, 1e-7);
+}
+
+void expect_invalid(const AttentionArgs& a, const char* what) {
+  try {
+    ops::attention_into(a);
+    ADD_FAILURE() << "accepted: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << what << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("[attention]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Attention, ValidationRejectsBadArguments) {
+  Problem p = make_problem(mk(F32, 2, 16, 16, 4, 2, 64, Inputs::Random, Rope::HalfSplit));
+  {
+    AttentionArgs a = p.args;
+    a.q = Tensor::zeros({2, 16, 4, 128}, DType::F32).slice(3, 0, 128, 2);  // stride 2 in the last dim
+    expect_invalid(a, "strided head dim");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.k = Tensor::zeros({2, 16, 3, 64}, DType::F32);
+    a.v = a.k;
+    expect_invalid(a, "4 heads over 3 kv heads");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.v = Tensor::zeros({2, 16, 2, 64}, DType::BF16);
+    expect_invalid(a, "mixed dtypes");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.rope_cos = a.rope_cos.slice(0, 0, 8);
+    a.rope_sin = a.rope_sin.slice(0, 0, 8);
+    expect_invalid(a, "short RoPE table");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.bias = Tensor::zeros({1, 3, 16, 16}, DType::F32);
+    expect_invalid(a, "bias with 3 heads");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.key_padding_mask = Tensor::zeros({2, 15}, DType::U8);
+    expect_invalid(a, "short padding mask");
+  }
+  {
+    AttentionArgs a = p.args;
+    a.out = Tensor::zeros({2, 16, 4, 32}, DType::F32);
+    expect_invalid(a, "wrong output shape");
+  }
+}
+
+}  // namespace
+}  // namespace fluxrt::test_attention

@@ -1,0 +1,32 @@
+// Long sequences (FLUX.2-klein at 1024^2: L = 4096 image + 512 text = 4608), all heads of a
+// klein-4B layer; rows at the start, middle and end are checked against the f64 oracle.
+#include "test_attention_common.h"
+
+namespace fluxrt::test_attention {
+namespace {
+
+Case long_case(DType dt, int64_t L, int64_t H, Inputs in, Rope rope) {
+  Case c;
+  c.dtype = dt;
+  c.Lq = c.Lk = L;
+  c.H = c.Hkv = H;
+  c.D = 128;
+  c.inputs = in;
+  c.rope = rope;
+  return c;
+}
+
+void check_rows(const Case& c) {
+  for (int64_t r0 : {int64_t{0}, c.Lq / 2 - 20, c.Lq - 40}) {
+    SCOPED_TRACE("rows from " + std::to_string(r0));
+    check_case(c, r0, r0 + 40);
+  }
+}
+
+TEST(AttentionSlow, Bf16Flux2L4608AllHeads) { check_rows(long_case(DType::BF16, 4608, 24, Inputs::Random, Rope::Flux2)); }
+TEST(AttentionSlow, F32Flux1L4608) { check_rows(long_case(DType::F32, 4608, 2, Inputs::Random, Rope::Flux1)); }
+TEST(AttentionSlow, Bf16MixedNormL4608) { check_rows(long_case(DType::BF16, 4608, 4, Inputs::MixedNorm, Rope::Flux2)); }
+TEST(AttentionSlow, F32SelfSimilarL4608) { check_rows(long_case(DType::F32, 4608, 2, Inputs::SelfSimilar, Rope::Flux2)); }
+
+}  // namespace
+}  // namespace fluxrt::test_attention
