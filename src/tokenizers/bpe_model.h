@@ -1,0 +1,100 @@
+#pragma once
+// The BPE model proper: the vocabulary (token string <-> id), the merge table ranked by position
+// in merges.txt / tokenizer.json, and the merge loop that turns the bytes of one pre-token into ids.
+// Symbols are ids throughout: a pre-token starts as one id per byte (the byte-level alphabet makes
+// every byte a vocabulary entry) and each merge replaces a pair of ids by the id of their
+// concatenation, so no strings are built while encoding.
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace fluxrt::tokenizers {
+
+// Open-addressing map from token string to id. The strings live in one arena, which keeps loading a
+// 150k-entry vocabulary to a few milliseconds (std::unordered_map allocates a node per entry).
+class StringIdMap {
+ public:
+  void reserve(size_t count, size_t total_bytes);
+  // Returns false when the string is already present (the first id is kept).
+  bool insert(std::string_view key, int32_t id);
+  std::optional<int32_t> find(std::string_view key) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t hash;
+    uint32_t offset;
+    uint32_t length;
+    int32_t id;
+  };
+  void grow();
+  std::string arena_;
+  std::vector<Entry> entries_;
+  std::vector<int32_t> slots_;  // index into entries_, -1 = empty; size is a power of two
+};
+
+uint64_t hash_bytes(std::string_view bytes);
+
+class BpeModel {
+ public:
+  BpeModel() = default;
+  BpeModel(BpeModel&&) = delete;  // the cache mutex pins it; BpeTokenizer owns it through a pointer
+
+  // Vocabulary entry in model form (byte-level string for byte-level models). Fails with
+  // ErrorCode::Format on a negative id or one above 2^24 (no real vocabulary is that large).
+  void add_token(std::string_view token, int32_t id, std::string_view label);
+  // Merges must be added in rank order. Both sides and their concatenation must be in the
+  // vocabulary, as the Hugging Face loader also requires.
+  void add_merge(std::string_view left, std::string_view right, std::string_view label);
+  // After all tokens: resolves the per-byte start symbols. `unk_token` may be empty.
+  void finalize(std::string_view unk_token, bool ignore_merges, std::string_view label);
+
+  // Appends the ids of one pre-token given as raw bytes.
+  void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const { return vocab_.find(token); }
+  // Empty view for ids that have no entry.
+  std::string_view id_to_token(int32_t id) const;
+  int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  size_t vocab_size() const { return vocab_.size(); }
+  size_t merge_count() const { return merge_count_; }
+  void reserve(size_t tokens, size_t token_bytes, size_t merges);
+
+ private:
+  struct MergeSlot {
+    uint64_t key;  // (left << 32) | right; kEmptyKey when free
+    int32_t rank;
+    int32_t id;
+  };
+  static constexpr uint64_t kEmptyKey = ~uint64_t{0};
+  const MergeSlot* find_merge(int32_t left, int32_t right) const;
+  void insert_merge(uint64_t key, int32_t rank, int32_t id);
+  void grow_merges();
+  void merge_small(std::vector<int32_t>& symbols) const;
+  void merge_large(std::vector<int32_t>& symbols) const;
+
+  StringIdMap vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<MergeSlot> merges_;  // power-of-two open-addressing table
+  size_t merge_count_ = 0;
+  std::string concat_;  // scratch for add_merge
+  int32_t byte_ids_[256] = {};
+  int32_t unk_id_ = -1;
+  bool ignore_merges_ = false;
+
+  // Pre-token cache, as in the reference implementation: prompts repeat words.
+  static constexpr size_t kCacheCapacity = 10000;
+  static constexpr size_t kCacheMaxWordBytes = 64;
+  struct ViewHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return hash_bytes(s); }
+  };
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, ViewHash, std::equal_to<>> cache_;
+};
+
+}  // namespace fluxrt::tokenizers

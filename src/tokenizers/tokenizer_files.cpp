@@ -1,0 +1,361 @@
+// Loading BpeTokenizer from tokenizer.json or from vocab.json + merges.txt + tokenizer_config.json.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizers/bpe_tokenizer.h"
+#include "tokenizers/bpe_tokenizer_impl.h"
+#include "tokenizers/json_reader.h"
+
+namespace fluxrt::tokenizers {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
+  std::string data;
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  if (size < 0) {
+    std::fclose(f);
+    fail(ErrorCode::Io, "{}: cannot determine file size", path.string());
+  }
+  data.resize(static_cast<size_t>(size));
+  size_t got = size > 0 ? std::fread(data.data(), 1, data.size(), f) : 0;
+  std::fclose(f);
+  if (got != data.size()) fail(ErrorCode::Io, "{}: short read ({} of {} bytes)", path.string(), got, data.size());
+  return data;
+}
+
+json parse_small_json(std::string_view text, const std::string& label) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(ErrorCode::Format, "{}: malformed JSON: {}", label, e.what());
+  }
+}
+
+// Values in these files are loosely typed across versions; read them defensively.
+bool get_bool(const json& obj, const char* key, bool fallback) {
+  auto it = obj.find(key);
+  return (it != obj.end() && it->is_boolean()) ? it->get<bool>() : fallback;
+}
+
+std::optional<std::string> get_token_string(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    auto content = it->find("content");
+    if (content != it->end() && content->is_string()) return content->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+AddedToken parse_added_token(const json& obj, int64_t id, const std::string& label) {
+  if (!obj.is_object()) fail(ErrorCode::Format, "{}: added token {} is not an object", label, id);
+  auto content = obj.find("content");
+  if (content == obj.end() || !content->is_string()) {
+    fail(ErrorCode::Format, "{}: added token {} has no string 'content'", label, id);
+  }
+  if (id < 0 || id >= (int64_t{1} << 24)) fail(ErrorCode::Format, "{}: added token id {} out of range", label, id);
+  AddedToken token;
+  token.content = content->get<std::string>();
+  token.id = static_cast<int32_t>(id);
+  token.special = get_bool(obj, "special", false);
+  token.lstrip = get_bool(obj, "lstrip", false);
+  token.rstrip = get_bool(obj, "rstrip", false);
+  token.single_word = get_bool(obj, "single_word", false);
+  // The reference's default: special tokens are matched in raw text, others after normalisation.
+  token.normalized = get_bool(obj, "normalized", !token.special);
+  return token;
+}
+
+void parse_vocab_object(JsonReader& reader, BpeModel& model, const std::string& label) {
+  reader.begin_object();
+  std::string_view key;
+  while (reader.next_key(key)) {
+    // `key` may live in the reader's string buffer, which read_int() leaves alone.
+    int64_t id = reader.read_int();
+    if (id < 0 || id >= (int64_t{1} << 24)) fail(ErrorCode::Format, "{}: token id {} out of range", label, id);
+    model.add_token(key, static_cast<int32_t>(id), label);
+  }
+}
+
+void parse_merges_array(JsonReader& reader, BpeModel& model, const std::string& label) {
+  reader.begin_array();
+  while (reader.next_element()) {
+    if (reader.peek() == '[') {  // current format: ["left", "right"]
+      reader.begin_array();
+      if (!reader.next_element()) reader.error("empty merge pair");
+      std::string_view left = reader.read_string();
+      if (!reader.next_element()) reader.error("merge pair with one entry");
+      std::string_view right = reader.read_string_alt();
+      if (reader.next_element()) reader.error("merge pair with more than two entries");
+      model.add_merge(left, right, label);
+    } else {  // older format: "left right"
+      std::string_view merge = reader.read_string();
+      size_t space = merge.find(' ');
+      if (space == std::string_view::npos || merge.find(' ', space + 1) != std::string_view::npos) {
+        reader.error("a merge string must have exactly one space");
+      }
+      model.add_merge(merge.substr(0, space), merge.substr(space + 1), label);
+    }
+  }
+}
+
+Normalization parse_normalizer(const json& spec, const std::string& label) {
+  if (spec.is_null()) return Normalization::None;
+  std::string type = spec.value("type", "");
+  if (type == "NFC") return Normalization::Nfc;
+  if (type == "NFD") return Normalization::Nfd;
+  if (type == "NFKC") return Normalization::Nfkc;
+  if (type == "NFKD") return Normalization::Nfkd;
+  if (type == "Sequence") {
+    const json& list = spec.value("normalizers", json::array());
+    if (list.empty()) return Normalization::None;
+    if (list.size() == 1) return parse_normalizer(list[0], label);
+  }
+  fail(ErrorCode::Unsupported, "{}: normalizer '{}' is not supported (NFC/NFD/NFKC/NFKD or none)", label,
+       spec.dump().substr(0, 120));
+}
+
+// Fills the splitter; fails unless the chain is [Split(regex, Isolated)] ByteLevel.
+void parse_pre_tokenizer(const json& spec, BpeTokenizer::Impl& impl, const std::string& label) {
+  std::vector<json> chain;
+  if (spec.is_object() && spec.value("type", "") == "Sequence") {
+    for (const json& item : spec.value("pretokenizers", json::array())) chain.push_back(item);
+  } else if (!spec.is_null()) {
+    chain.push_back(spec);
+  }
+  std::optional<std::string> pattern;
+  bool byte_level = false;
+  for (const json& item : chain) {
+    std::string type = item.is_object() ? item.value("type", "") : "";
+    if (type == "Split" && !byte_level && !pattern) {
+      if (item.value("behavior", "") != "Isolated" || get_bool(item, "invert", false)) {
+        fail(ErrorCode::Unsupported, "{}: only Split pre-tokenizers with behavior Isolated are supported", label);
+      }
+      const json& p = item.value("pattern", json::object());
+      if (p.contains("Regex") && p["Regex"].is_string()) {
+        pattern = p["Regex"].get<std::string>();
+      } else if (p.contains("String") && p["String"].is_string()) {
+        pattern = "\\Q" + p["String"].get<std::string>() + "\\E";
+      } else {
+        fail(ErrorCode::Format, "{}: Split pre-tokenizer without a pattern", label);
+      }
+    } else if (type == "ByteLevel" && !byte_level) {
+      if (get_bool(item, "add_prefix_space", false)) {
+        fail(ErrorCode::Unsupported, "{}: ByteLevel add_prefix_space=true is not supported", label);
+      }
+      if (get_bool(item, "use_regex", true)) {
+        if (pattern) fail(ErrorCode::Unsupported, "{}: two regex splits in one pre-tokenizer", label);
+        pattern = std::string(kGpt2SplitPattern);
+      }
+      byte_level = true;
+    } else {
+      fail(ErrorCode::Unsupported, "{}: pre-tokenizer '{}' is not supported (expected Split + ByteLevel)", label,
+           item.dump().substr(0, 120));
+    }
+  }
+  if (!byte_level) fail(ErrorCode::Unsupported, "{}: only byte-level BPE tokenizers are supported", label);
+  if (pattern) impl.splitter = std::make_unique<RegexSplitter>(*pattern, label);
+}
+
+void check_post_processor(const json& spec, const std::string& label) {
+  if (spec.is_null()) return;
+  std::string type = spec.value("type", "");
+  if (type == "ByteLevel") return;  // only adjusts offsets
+  if (type == "TemplateProcessing") {
+    const json& single = spec.value("single", json::array());
+    if (single.size() == 1 && single[0].contains("Sequence")) return;  // "$A": adds nothing
+  }
+  fail(ErrorCode::Unsupported, "{}: post-processor that adds tokens is not supported: {}", label,
+       spec.dump().substr(0, 120));
+}
+
+void merge_config_added_tokens(BpeTokenizer::Impl& impl) {
+  for (const AddedToken& token : impl.config.added_tokens) {
+    bool known = false;
+    for (const AddedToken& existing : impl.added) known |= existing.id == token.id;
+    if (!known) impl.added.push_back(token);
+  }
+}
+
+}  // namespace
+
+TokenizerConfig read_tokenizer_config(const fs::path& path) {
+  const std::string label = path.string();
+  json doc = parse_small_json(read_file(path), label);
+  if (!doc.is_object()) fail(ErrorCode::Format, "{}: expected a JSON object", label);
+  TokenizerConfig config;
+  if (auto it = doc.find("tokenizer_class"); it != doc.end() && it->is_string()) config.tokenizer_class = *it;
+  config.pad_token = get_token_string(doc, "pad_token");
+  config.eos_token = get_token_string(doc, "eos_token");
+  config.bos_token = get_token_string(doc, "bos_token");
+  if (auto it = doc.find("padding_side"); it != doc.end() && it->is_string()) config.padding_side = *it;
+  if (auto it = doc.find("added_tokens_decoder"); it != doc.end() && it->is_object()) {
+    for (const auto& [key, value] : it->items()) {
+      char* end = nullptr;
+      long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0') fail(ErrorCode::Format, "{}: added token key '{}' is not an id", label, key);
+      config.added_tokens.push_back(parse_added_token(value, id, label));
+    }
+    std::sort(config.added_tokens.begin(), config.added_tokens.end(),
+              [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  }
+  return config;
+}
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, const fs::path& config) {
+  auto impl = std::make_unique<Impl>();
+  const std::string label = tokenizer_json.string();
+  impl->source = label;
+  if (!config.empty()) impl->config = read_tokenizer_config(config);
+  const std::string text = read_file(tokenizer_json);
+  // About 75 bytes of tokenizer.json per vocabulary entry plus its merge: enough to avoid rehashing.
+  impl->model.reserve(text.size() / 60, text.size() / 8, text.size() / 60);
+
+  JsonReader reader(text, label);
+  std::string_view added_raw = "[]", normalizer_raw = "null", pre_raw = "null", post_raw = "null";
+  bool have_model = false, have_vocab = false;
+  std::string_view deferred_merges;
+  std::string unk_token;
+  bool ignore_merges = false;
+  reader.begin_object();
+  std::string_view key;
+  while (reader.next_key(key)) {
+    if (key == "added_tokens") {
+      added_raw = reader.raw_value();
+    } else if (key == "normalizer") {
+      normalizer_raw = reader.raw_value();
+    } else if (key == "pre_tokenizer") {
+      pre_raw = reader.raw_value();
+    } else if (key == "post_processor") {
+      post_raw = reader.raw_value();
+    } else if (key == "model") {
+      have_model = true;
+      reader.begin_object();
+      std::string_view model_key;
+      while (reader.next_key(model_key)) {
+        if (model_key == "type") {
+          std::string_view type = reader.read_string();
+          if (type != "BPE") fail(ErrorCode::Unsupported, "{}: model type '{}' is not BPE", label, type);
+        } else if (model_key == "vocab") {
+          parse_vocab_object(reader, impl->model, label);
+          have_vocab = true;
+        } else if (model_key == "merges") {
+          if (have_vocab) {
+            parse_merges_array(reader, impl->model, label);
+          } else {
+            deferred_merges = reader.raw_value();  // merges need the vocabulary to resolve ids
+          }
+        } else if (model_key == "unk_token") {
+          if (!reader.consume_null()) unk_token = std::string(reader.read_string());
+        } else if (model_key == "continuing_subword_prefix" || model_key == "end_of_word_suffix") {
+          std::string name(model_key);
+          if (!reader.consume_null() && !reader.read_string().empty()) {
+            fail(ErrorCode::Unsupported, "{}: BPE {} is not supported", label, name);
+          }
+        } else if (model_key == "ignore_merges") {
+          ignore_merges = reader.read_bool();
+        } else if (model_key == "dropout") {
+          std::string_view value = reader.raw_value();
+          if (value != "null" && value != "0" && value != "0.0") {
+            fail(ErrorCode::Unsupported, "{}: BPE dropout is not supported", label);
+          }
+        } else {
+          reader.raw_value();  // fuse_unk, byte_fallback: no effect with a complete byte alphabet
+        }
+      }
+    } else {
+      reader.raw_value();
+    }
+  }
+  if (!have_model || !have_vocab) fail(ErrorCode::Format, "{}: no model.vocab", label);
+  if (!deferred_merges.empty()) {
+    JsonReader merges_reader(deferred_merges, label);
+    parse_merges_array(merges_reader, impl->model, label);
+  }
+  impl->model.finalize(unk_token, ignore_merges, label);
+
+  impl->normalization = parse_normalizer(parse_small_json(normalizer_raw, label), label);
+  parse_pre_tokenizer(parse_small_json(pre_raw, label), *impl, label);
+  check_post_processor(parse_small_json(post_raw, label), label);
+  json added = parse_small_json(added_raw, label);
+  if (!added.is_array()) fail(ErrorCode::Format, "{}: added_tokens is not an array", label);
+  for (const json& token : added) {
+    auto id = token.is_object() ? token.find("id") : token.end();
+    if (id == token.end() || !id->is_number_integer()) fail(ErrorCode::Format, "{}: added token without an id", label);
+    impl->added.push_back(parse_added_token(token, id->get<int64_t>(), label));
+  }
+  merge_config_added_tokens(*impl);
+  impl->finish_added_tokens();
+  return BpeTokenizer(std::move(impl));
+}
+
+BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const fs::path& merges_txt,
+                                             const fs::path& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = vocab_json.parent_path().string();
+  if (!config.empty()) {
+    impl->config = read_tokenizer_config(config);
+    const std::string& cls = impl->config.tokenizer_class;
+    // vocab.json + merges.txt do not say how text is split; that is implied by the class.
+    if (!cls.empty() && cls.rfind("Qwen2Tokenizer", 0) != 0) {
+      fail(ErrorCode::Unsupported, "{}: tokenizer_class '{}' is not a Qwen2 tokenizer; only Qwen2 is read from "
+           "vocab.json + merges.txt", config.string(), cls);
+    }
+  }
+  const std::string vocab_label = vocab_json.string();
+  const std::string vocab_text = read_file(vocab_json);
+  const std::string merges_label = merges_txt.string();
+  const std::string merges_text = read_file(merges_txt);
+  impl->model.reserve(vocab_text.size() / 16, vocab_text.size(), merges_text.size() / 10);
+  {
+    JsonReader reader(vocab_text, vocab_label);
+    parse_vocab_object(reader, impl->model, vocab_label);
+    if (reader.peek() != '\0') reader.error("trailing data after the vocabulary object");
+  }
+  // merges.txt: an optional "#version" first line, then "left right" per line.
+  size_t pos = 0, line_number = 0;
+  while (pos < merges_text.size()) {
+    size_t end = merges_text.find('\n', pos);
+    if (end == std::string::npos) end = merges_text.size();
+    std::string_view line(merges_text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
+    size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
+      fail(ErrorCode::Format, "{}: line {} is not 'left right'", merges_label, line_number);
+    }
+    impl->model.add_merge(line.substr(0, space), line.substr(space + 1), merges_label);
+  }
+  impl->model.finalize({}, false, vocab_label);
+  impl->normalization = Normalization::Nfc;
+  impl->splitter = std::make_unique<RegexSplitter>(kQwen2SplitPattern, vocab_label);
+  merge_config_added_tokens(*impl);
+  impl->finish_added_tokens();
+  return BpeTokenizer(std::move(impl));
+}
+
+BpeTokenizer BpeTokenizer::from_directory(const fs::path& dir) {
+  const fs::path config = dir / "tokenizer_config.json";
+  const fs::path config_arg = fs::exists(config) ? config : fs::path();
+  if (fs::exists(dir / "tokenizer.json")) return from_tokenizer_json(dir / "tokenizer.json", config_arg);
+  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+    return from_vocab_merges(dir / "vocab.json", dir / "merges.txt", config_arg);
+  }
+  fail(ErrorCode::NotFound, "{}: no tokenizer.json and no vocab.json + merges.txt", dir.string());
+}
+
+}  // namespace fluxrt::tokenizers
