@@ -1,0 +1,103 @@
+// GEMM benchmark: the machine's oneDNN peak (4096^3, bf16 and f32), then every linear shape of one
+// FLUX.2-klein-4B step (M = 1536 tokens: 1024 image + 512 text at 512x512) through the CPU
+// linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
+//
+//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|all]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/linear_cpu.h"
+#include "common/bench_common.h"
+#include "core/threads.h"
+
+using namespace fluxrt;
+
+namespace {
+
+struct LayerShape {
+  const char* name;
+  int64_t k, n;
+};
+
+// klein-4B (D = 3072, SwiGLU hidden 9216), flux-reference.md sections 2.3, 3.4 and 6.
+constexpr LayerShape kKleinShapes[] = {
+    {"double qkv", 3072, 9216},   {"double proj", 3072, 3072},  {"double mlp in", 3072, 18432},
+    {"double mlp out", 9216, 3072}, {"single linear1", 3072, 27648}, {"single linear2", 12288, 3072},
+};
+
+Tensor random_tensor(const LayerShape& s, DType dtype, uint32_t seed, bool weight) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, weight ? 0.02f : 1.0f);
+  const int64_t rows = weight ? s.n : 1;
+  std::vector<float> v(static_cast<size_t>(rows * s.k));
+  for (auto& e : v) e = dist(rng);
+  return Tensor::from_vector(v, {rows, s.k}, dtype);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, runs = 5;
+  int64_t m = 1536;
+  std::string impl = "all";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--m")) m = std::atoll(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--impl")) impl = argv[i + 1];
+  }
+  set_num_threads(threads);
+  std::printf("%s\n", bench::machine_line().c_str());
+  const bench::GemmPeak peak = bench::measure_gemm_peak(4096);
+  std::printf("peak: bf16 matmul %s | f32 matmul %.1f GFLOP/s | reference peak %.1f GFLOP/s = %s\n",
+              peak.bf16_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.bf16_gflops).c_str() : "unavailable",
+              peak.f32_gflops, peak.gflops, peak.source.c_str());
+
+  std::vector<std::pair<std::string, backend::CpuLinearImpl>> impls;
+  if (impl == "all" || impl == "auto") impls.push_back({"auto", backend::CpuLinearImpl::Auto});
+  if (impl == "all" || impl == "packed") impls.push_back({"packed", backend::CpuLinearImpl::Packed});
+  if (impl == "all" || impl == "onednn") impls.push_back({"onednn", backend::CpuLinearImpl::OneDnn});
+
+  bench::Table table({"layer", "M x K x N", "impl", "weights", "min ms", "median ms", "GFLOP/s", "% peak"});
+  double total_flops = 0, total_s_auto = 0;
+  for (const LayerShape& s : kKleinShapes) {
+    const Tensor w = random_tensor(s, DType::BF16, 1, true);
+    Tensor x = Tensor::empty({m, s.k}, DType::BF16);
+    {
+      std::mt19937 rng(2);
+      std::normal_distribution<float> dist(0.0f, 1.0f);
+      std::vector<float> v(static_cast<size_t>(m * s.k));
+      for (auto& e : v) e = dist(rng);
+      x = Tensor::from_vector(v, {m, s.k}, DType::BF16);
+    }
+    Tensor y = Tensor::empty({m, s.n}, DType::BF16);
+    const double flops = 2.0 * m * s.k * s.n;
+    for (const auto& [iname, ikind] : impls) {
+      auto p = backend::prepare_linear_cpu_with(w, Tensor(), ikind);
+      backend::LinearArgs args;
+      args.x = x;
+      args.w = p.get();
+      args.y = y;
+      const bench::Timing t = bench::time_runs([&] { backend::linear_cpu(args); }, 1, runs, 15.0);
+      const double gf = flops / t.min_s / 1e9;
+      if (iname == "auto") {
+        total_flops += flops;
+        total_s_auto += t.min_s;
+      }
+      table.add({s.name, fmt::format("{}x{}x{}", m, s.k, s.n), iname, backend::describe_linear_cpu(*p),
+                 fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
+                 fmt::format("{:.1f}", gf), fmt::format("{:.0f}%", 100.0 * gf / peak.gflops)});
+    }
+  }
+  table.print();
+  if (total_s_auto > 0)
+    std::printf("one of each layer (auto): %.1f GFLOP/s = %.0f%% of the reference peak\n",
+                total_flops / total_s_auto / 1e9, 100.0 * total_flops / total_s_auto / 1e9 / peak.gflops);
+  return 0;
+}

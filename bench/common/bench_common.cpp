@@ -1,0 +1,117 @@
+#include "common/bench_common.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backend/cpu/onednn_util.h"
+#include "core/threads.h"
+
+namespace fluxrt::bench {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// Square matmul with weights in oneDNN's preferred layout (what a prepared linear layer gets).
+double matmul_gflops(int size, dt type, dt dst_type) {
+  auto& eng = backend::onednn::engine();
+  auto& strm = backend::onednn::stream();
+  backend::onednn::sync_threads();
+  const dnnl::memory::dim n = size;
+  dnnl::memory::desc src({n, n}, type, tag::ab), wts({n, n}, type, tag::any), dst({n, n}, dst_type, tag::ab);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wts, dst), eng);
+  } catch (const dnnl::error&) {
+    return 0.0;  // no implementation for this type on this CPU
+  }
+  dnnl::memory a(src, eng), b(pd.weights_desc(), eng), c(dst, eng);
+  std::memset(a.get_data_handle(), 0, src.get_size());
+  std::memset(b.get_data_handle(), 0, pd.weights_desc().get_size());
+  dnnl::matmul prim(pd);
+  auto run = [&] {
+    prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    strm.wait();
+  };
+  const Timing t = time_runs(run, 1, 5, 10.0);
+  return 2.0 * size * double(size) * size / t.min_s / 1e9;
+}
+
+}  // namespace
+
+double measure_bf16_gemm_peak_gflops(int size) { return matmul_gflops(size, dt::bf16, dt::f32); }
+double measure_f32_gemm_peak_gflops(int size) { return matmul_gflops(size, dt::f32, dt::f32); }
+
+GemmPeak measure_gemm_peak(int size) {
+  GemmPeak p;
+  p.bf16_gflops = measure_bf16_gemm_peak_gflops(size);
+  p.f32_gflops = measure_f32_gemm_peak_gflops(size);
+  if (p.bf16_gflops > 0) {
+    p.gflops = p.bf16_gflops;
+    p.source = fmt::format("oneDNN bf16 matmul {}^3", size);
+  } else {
+    p.gflops = p.f32_gflops;
+    p.source = fmt::format("oneDNN f32 matmul {}^3 (no bf16 matmul on {})", size, backend::onednn::isa_name());
+  }
+  return p;
+}
+
+Timing time_runs(const std::function<void()>& fn, int warmup, int runs, double max_seconds) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> times;
+  double total = 0;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times.push_back(s);
+    total += s;
+    if (total > max_seconds && times.size() >= 2) break;
+  }
+  std::sort(times.begin(), times.end());
+  Timing t;
+  t.runs = static_cast<int>(times.size());
+  t.min_s = times.front();
+  t.median_s = times[times.size() / 2];
+  return t;
+}
+
+void Table::print() const {
+  std::vector<size_t> width(header_.size(), 0);
+  auto widen = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  };
+  widen(header_);
+  for (const auto& r : rows_) widen(r);
+  auto line = [&](const std::vector<std::string>& row) {
+    std::string s;
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
+      if (i) s += "  ";
+      s += i == 0 ? fmt::format("{:<{}}", row[i], width[i]) : fmt::format("{:>{}}", row[i], width[i]);
+    }
+    std::puts(s.c_str());
+  };
+  line(header_);
+  for (const auto& r : rows_) line(r);
+  std::fflush(stdout);
+}
+
+std::string machine_line() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string l; std::getline(cpuinfo, l);) {
+    if (l.rfind("model name", 0) == 0) {
+      model = l.substr(l.find(':') + 2);
+      break;
+    }
+  }
+  return fmt::format("{} | {} threads | oneDNN ISA {}", model, num_threads(), backend::onednn::isa_name());
+}
+
+}  // namespace fluxrt::bench

@@ -1,0 +1,383 @@
+#include "backend/cpu/gemm_packed.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FLUXRT_GEMM_X86 1
+#define FLUXRT_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define FLUXRT_AVX2
+#endif
+
+namespace fluxrt::backend::gemm {
+namespace {
+
+// Block sizes (elements). Mc x Kc f32 activations (96 KiB) plus the Mc x Nc f32 output block
+// (192 KiB) sit in a 512 KiB L2; a Kc x 16 bf16 weight panel (8 KiB) sits in L1.
+constexpr int64_t kMc = 96;
+constexpr int64_t kKc = 256;
+constexpr int64_t kNc = 512;
+static_assert(kMc % kMr == 0 && kNc % kNr == 0);
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+void* aligned_alloc_bytes(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) fail(ErrorCode::OutOfMemory, "[linear] cannot allocate {} bytes for packed weights", bytes);
+  return p;
+}
+
+#ifdef FLUXRT_GEMM_X86
+
+// ---- row conversions (the hot pairs inline, the rest through core's convert) ----
+
+FLUXRT_AVX2 void load_row_f32(const void* src, DType dt, int64_t n, float* dst) {
+  if (dt == DType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  if (dt == DType::BF16) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+      _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+    }
+    for (; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    return;
+  }
+  if (dt == DType::F16) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    return;
+  }
+  convert(src, dt, dst, DType::F32, static_cast<size_t>(n));
+}
+
+// f32 -> bf16 with round-to-nearest-even; NaN becomes the canonical quiet NaN as in PyTorch.
+FLUXRT_AVX2 inline __m128i f32x8_to_bf16(__m256 v) {
+  __m256i u = _mm256_castps_si256(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+  __m256i packed = _mm256_packus_epi32(r, r);  // per 128-bit lane: [a0..a3 a0..a3 | a4..a7 ...]
+  packed = _mm256_permute4x64_epi64(packed, 0x08);
+  return _mm256_castsi256_si128(packed);
+}
+
+FLUXRT_AVX2 void store_row_f32(const float* src, DType dt, int64_t n, void* dst) {
+  if (dt == DType::F32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    return;
+  }
+  if (dt == DType::BF16) {
+    auto* d = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), f32x8_to_bf16(_mm256_loadu_ps(src + i)));
+    for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+    return;
+  }
+  convert(src, DType::F32, dst, dt, static_cast<size_t>(n));
+}
+
+// ---- activations ----
+
+// exp(x) for x in [-87, 88] (clamped), Cephes-style polynomial, ~1 ulp.
+FLUXRT_AVX2 inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// Both activations are x * sigmoid(z): SiLU with z = x; GELU-tanh with z = 2u, since
+// 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+FLUXRT_AVX2 inline __m256 activate(__m256 x, Activation act) {
+  __m256 z = x;
+  if (act == Activation::GeluTanh) {
+    const __m256 c2 = _mm256_set1_ps(2.0f * 0.7978845608028654f);
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    z = _mm256_mul_ps(c2, _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+  }
+  __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), z));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// ---- micro-kernels: c[6][16] (+)= a[kc][6] * b[kc][16] ----
+
+FLUXRT_AVX2 void kernel_6x16_bf16(int64_t kc, const float* a, const uint16_t* b, float* c, int64_t ldc,
+                                  bool accumulate) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (accumulate) {
+    c00 = _mm256_load_ps(c + 0 * ldc), c01 = _mm256_load_ps(c + 0 * ldc + 8);
+    c10 = _mm256_load_ps(c + 1 * ldc), c11 = _mm256_load_ps(c + 1 * ldc + 8);
+    c20 = _mm256_load_ps(c + 2 * ldc), c21 = _mm256_load_ps(c + 2 * ldc + 8);
+    c30 = _mm256_load_ps(c + 3 * ldc), c31 = _mm256_load_ps(c + 3 * ldc + 8);
+    c40 = _mm256_load_ps(c + 4 * ldc), c41 = _mm256_load_ps(c + 4 * ldc + 8);
+    c50 = _mm256_load_ps(c + 5 * ldc), c51 = _mm256_load_ps(c + 5 * ldc + 8);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + k * kNr));
+    __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));     // columns 0..7
+    __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));  // columns 8..15
+    const float* ak = a + k * kMr;
+    __m256 t;
+    t = _mm256_broadcast_ss(ak + 0), c00 = _mm256_fmadd_ps(t, b0, c00), c01 = _mm256_fmadd_ps(t, b1, c01);
+    t = _mm256_broadcast_ss(ak + 1), c10 = _mm256_fmadd_ps(t, b0, c10), c11 = _mm256_fmadd_ps(t, b1, c11);
+    t = _mm256_broadcast_ss(ak + 2), c20 = _mm256_fmadd_ps(t, b0, c20), c21 = _mm256_fmadd_ps(t, b1, c21);
+    t = _mm256_broadcast_ss(ak + 3), c30 = _mm256_fmadd_ps(t, b0, c30), c31 = _mm256_fmadd_ps(t, b1, c31);
+    t = _mm256_broadcast_ss(ak + 4), c40 = _mm256_fmadd_ps(t, b0, c40), c41 = _mm256_fmadd_ps(t, b1, c41);
+    t = _mm256_broadcast_ss(ak + 5), c50 = _mm256_fmadd_ps(t, b0, c50), c51 = _mm256_fmadd_ps(t, b1, c51);
+  }
+  _mm256_store_ps(c + 0 * ldc, c00), _mm256_store_ps(c + 0 * ldc + 8, c01);
+  _mm256_store_ps(c + 1 * ldc, c10), _mm256_store_ps(c + 1 * ldc + 8, c11);
+  _mm256_store_ps(c + 2 * ldc, c20), _mm256_store_ps(c + 2 * ldc + 8, c21);
+  _mm256_store_ps(c + 3 * ldc, c30), _mm256_store_ps(c + 3 * ldc + 8, c31);
+  _mm256_store_ps(c + 4 * ldc, c40), _mm256_store_ps(c + 4 * ldc + 8, c41);
+  _mm256_store_ps(c + 5 * ldc, c50), _mm256_store_ps(c + 5 * ldc + 8, c51);
+}
+
+FLUXRT_AVX2 void kernel_6x16_f32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                                 bool accumulate) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (accumulate) {
+    c00 = _mm256_load_ps(c + 0 * ldc), c01 = _mm256_load_ps(c + 0 * ldc + 8);
+    c10 = _mm256_load_ps(c + 1 * ldc), c11 = _mm256_load_ps(c + 1 * ldc + 8);
+    c20 = _mm256_load_ps(c + 2 * ldc), c21 = _mm256_load_ps(c + 2 * ldc + 8);
+    c30 = _mm256_load_ps(c + 3 * ldc), c31 = _mm256_load_ps(c + 3 * ldc + 8);
+    c40 = _mm256_load_ps(c + 4 * ldc), c41 = _mm256_load_ps(c + 4 * ldc + 8);
+    c50 = _mm256_load_ps(c + 5 * ldc), c51 = _mm256_load_ps(c + 5 * ldc + 8);
+  } else {
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0 = _mm256_load_ps(b + k * kNr);
+    __m256 b1 = _mm256_load_ps(b + k * kNr + 8);
+    const float* ak = a + k * kMr;
+    __m256 t;
+    t = _mm256_broadcast_ss(ak + 0), c00 = _mm256_fmadd_ps(t, b0, c00), c01 = _mm256_fmadd_ps(t, b1, c01);
+    t = _mm256_broadcast_ss(ak + 1), c10 = _mm256_fmadd_ps(t, b0, c10), c11 = _mm256_fmadd_ps(t, b1, c11);
+    t = _mm256_broadcast_ss(ak + 2), c20 = _mm256_fmadd_ps(t, b0, c20), c21 = _mm256_fmadd_ps(t, b1, c21);
+    t = _mm256_broadcast_ss(ak + 3), c30 = _mm256_fmadd_ps(t, b0, c30), c31 = _mm256_fmadd_ps(t, b1, c31);
+    t = _mm256_broadcast_ss(ak + 4), c40 = _mm256_fmadd_ps(t, b0, c40), c41 = _mm256_fmadd_ps(t, b1, c41);
+    t = _mm256_broadcast_ss(ak + 5), c50 = _mm256_fmadd_ps(t, b0, c50), c51 = _mm256_fmadd_ps(t, b1, c51);
+  }
+  _mm256_store_ps(c + 0 * ldc, c00), _mm256_store_ps(c + 0 * ldc + 8, c01);
+  _mm256_store_ps(c + 1 * ldc, c10), _mm256_store_ps(c + 1 * ldc + 8, c11);
+  _mm256_store_ps(c + 2 * ldc, c20), _mm256_store_ps(c + 2 * ldc + 8, c21);
+  _mm256_store_ps(c + 3 * ldc, c30), _mm256_store_ps(c + 3 * ldc + 8, c31);
+  _mm256_store_ps(c + 4 * ldc, c40), _mm256_store_ps(c + 4 * ldc + 8, c41);
+  _mm256_store_ps(c + 5 * ldc, c50), _mm256_store_ps(c + 5 * ldc + 8, c51);
+}
+
+// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of x into kMr-row panels: out[r/6][k][r%6] (f32);
+// rows past mc are zero so the micro-kernel never needs an edge case.
+FLUXRT_AVX2 void pack_activations(const Tensor& x, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out,
+                                  float* row) {
+  const size_t es = x.element_size();
+  const auto* base = static_cast<const char*>(x.raw_data());
+  const int64_t mc_pad = (mc + kMr - 1) / kMr * kMr;
+  for (int64_t r = 0; r < mc_pad; ++r) {
+    float* dst = out + (r / kMr) * kc * kMr + r % kMr;
+    if (r >= mc) {
+      for (int64_t k = 0; k < kc; ++k) dst[k * kMr] = 0.0f;
+      continue;
+    }
+    load_row_f32(base + ((i0 + r) * x.stride(0) + p0) * es, x.dtype(), kc, row);
+    for (int64_t k = 0; k < kc; ++k) dst[k * kMr] = row[k];
+  }
+}
+
+struct EpilogueCtx {
+  const float* bias;  // padded to panels*16, or null
+  const float* gate;  // padded, or null
+  Activation act;
+  const Tensor* residual;
+  const Tensor* y;
+};
+
+// Finishes rows [i0, i0+mc) x columns [j0, j0+nc) of the f32 block c (row stride ldc).
+FLUXRT_AVX2 void epilogue_block(const EpilogueCtx& e, float* c, int64_t ldc, int64_t i0, int64_t mc, int64_t j0,
+                                int64_t nc, float* row) {
+  const int64_t nc_pad = (nc + 7) / 8 * 8;
+  const Tensor& y = *e.y;
+  char* ybase = static_cast<char*>(y.raw_data());
+  const size_t ye = y.element_size();
+  for (int64_t r = 0; r < mc; ++r) {
+    float* cr = c + r * ldc;
+    if (e.bias || e.act != Activation::None || e.gate) {
+      if (e.gate) {
+        const Tensor& res = *e.residual;
+        load_row_f32(static_cast<const char*>(res.raw_data()) + ((i0 + r) * res.stride(0) + j0) * res.element_size(),
+                     res.dtype(), nc, row);
+      }
+      for (int64_t j = 0; j < nc_pad; j += 8) {
+        __m256 v = _mm256_load_ps(cr + j);
+        if (e.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e.bias + j0 + j));
+        if (e.act != Activation::None) v = activate(v, e.act);
+        if (e.gate) v = _mm256_fmadd_ps(_mm256_loadu_ps(e.gate + j0 + j), v, _mm256_loadu_ps(row + j));
+        _mm256_store_ps(cr + j, v);
+      }
+    }
+    store_row_f32(cr, y.dtype(), nc, ybase + ((i0 + r) * y.stride(0) + j0) * ye);
+  }
+}
+
+#endif  // FLUXRT_GEMM_X86
+
+}  // namespace
+
+bool packed_gemm_supported() {
+#ifdef FLUXRT_GEMM_X86
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+PackedWeights pack_weights(const Tensor& weight, const Tensor& bias) {
+  PackedWeights p;
+  p.n = weight.size(0);
+  p.k = weight.size(1);
+  p.panels = (p.n + kNr - 1) / kNr;
+  p.dtype = weight.dtype() == DType::BF16 ? DType::BF16 : DType::F32;
+  const size_t bytes = p.bytes();
+  p.buffer = std::shared_ptr<void>(aligned_alloc_bytes(bytes), AlignedFree{});
+  p.data = p.buffer.get();
+
+  const auto* src = static_cast<const char*>(weight.raw_data());
+  const int64_t s0 = weight.stride(0), s1 = weight.stride(1);
+  const size_t es = weight.element_size();
+  const int64_t n = p.n, k = p.k;
+  if (p.dtype == DType::BF16) {
+    auto* dst = static_cast<uint16_t*>(p.buffer.get());
+    const auto* w = reinterpret_cast<const uint16_t*>(src);
+#pragma omp parallel for schedule(static)
+    for (int64_t panel = 0; panel < p.panels; ++panel) {
+      uint16_t* out = dst + panel * k * kNr;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        for (int64_t j = 0; j < 8; ++j) {
+          const int64_t lo = panel * kNr + j, hi = lo + 8;
+          out[kk * kNr + 2 * j] = lo < n ? w[lo * s0 + kk * s1] : 0;
+          out[kk * kNr + 2 * j + 1] = hi < n ? w[hi * s0 + kk * s1] : 0;
+        }
+      }
+    }
+  } else {
+    auto* dst = static_cast<float*>(p.buffer.get());
+#pragma omp parallel for schedule(static)
+    for (int64_t panel = 0; panel < p.panels; ++panel) {
+      float* out = dst + panel * k * kNr;
+      for (int64_t kk = 0; kk < k; ++kk)
+        for (int64_t j = 0; j < kNr; ++j) {
+          const int64_t col = panel * kNr + j;
+          float v = 0.0f;
+          if (col < n) convert(src + (col * s0 + kk * s1) * es, weight.dtype(), &v, DType::F32, 1);
+          out[kk * kNr + j] = v;
+        }
+    }
+  }
+  if (bias.defined()) {
+    const int64_t n_pad = p.panels * kNr;
+    p.bias = std::shared_ptr<float>(static_cast<float*>(aligned_alloc_bytes(static_cast<size_t>(n_pad) * 4)),
+                                    AlignedFree{});
+    std::fill(p.bias.get(), p.bias.get() + n_pad, 0.0f);
+    const Tensor b = bias.contiguous();
+    convert(b.raw_data(), b.dtype(), p.bias.get(), DType::F32, static_cast<size_t>(n));
+  }
+  return p;
+}
+
+void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const Tensor& residual,
+                 const Tensor& gate, const Tensor& y) {
+#ifndef FLUXRT_GEMM_X86
+  (void)x, (void)w, (void)act, (void)residual, (void)gate, (void)y;
+  fail(ErrorCode::Unsupported, "[linear] the packed AVX2 GEMM is x86-only");
+#else
+  FLUXRT_CHECK(packed_gemm_supported(), ErrorCode::Unsupported, "[linear] the packed GEMM needs AVX2 and FMA");
+  const int64_t m = x.size(0), k = w.k, n = w.n;
+  const int64_t n_pad = w.panels * kNr;
+  std::vector<float> gate_pad;
+  if (gate.defined()) {
+    gate_pad.assign(static_cast<size_t>(n_pad), 0.0f);
+    const Tensor g = gate.contiguous();
+    convert(g.raw_data(), g.dtype(), gate_pad.data(), DType::F32, static_cast<size_t>(n));
+  }
+  const EpilogueCtx ectx{w.bias.get(), gate.defined() ? gate_pad.data() : nullptr, act, &residual, &y};
+
+  const int64_t m_blocks = (m + kMc - 1) / kMc;
+  const int64_t n_blocks = (n + kNc - 1) / kNc;
+  const int64_t tasks = m_blocks * n_blocks;
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), tasks));
+
+#pragma omp parallel num_threads(threads)
+  {
+    std::unique_ptr<float, AlignedFree> apack(static_cast<float*>(aligned_alloc_bytes(kMc * kKc * 4)));
+    std::unique_ptr<float, AlignedFree> cblock(static_cast<float*>(aligned_alloc_bytes(kMc * kNc * 4)));
+    std::vector<float> row(static_cast<size_t>(std::max(kKc, kNc) + 8));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      // Output blocks in column-major task order: consecutive tasks of a thread reuse one K x Nc
+      // slab of weights while the activations stream.
+      const int64_t jb = t / m_blocks, ib = t % m_blocks;
+      const int64_t i0 = ib * kMc, mc = std::min(kMc, m - i0);
+      const int64_t j0 = jb * kNc, nc = std::min(kNc, n - j0);
+      const int64_t mc_pad = (mc + kMr - 1) / kMr * kMr;
+      const int64_t panels = (nc + kNr - 1) / kNr;
+      for (int64_t p0 = 0; p0 < k; p0 += kKc) {
+        const int64_t kc = std::min(kKc, k - p0);
+        pack_activations(x, i0, mc, p0, kc, apack.get(), row.data());
+        for (int64_t jp = 0; jp < panels; ++jp) {
+          const int64_t panel = j0 / kNr + jp;
+          for (int64_t ir = 0; ir < mc_pad; ir += kMr) {
+            float* c = cblock.get() + ir * kNc + jp * kNr;
+            const float* a = apack.get() + ir * kc;
+            if (w.dtype == DType::BF16) {
+              const auto* b = static_cast<const uint16_t*>(w.data) + (panel * k + p0) * kNr;
+              kernel_6x16_bf16(kc, a, b, c, kNc, p0 > 0);
+            } else {
+              const auto* b = static_cast<const float*>(w.data) + (panel * k + p0) * kNr;
+              kernel_6x16_f32(kc, a, b, c, kNc, p0 > 0);
+            }
+          }
+        }
+      }
+      epilogue_block(ectx, cblock.get(), kNc, i0, mc, j0, nc, row.data());
+    }
+  }
+#endif
+}
+
+}  // namespace fluxrt::backend::gemm

@@ -1,0 +1,89 @@
+#include "backend/cpu/linear_cpu.h"
+
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/gemm_packed.h"
+#include "backend/cpu/onednn_matmul.h"
+#include "backend/cpu/onednn_util.h"
+#include "core/error.h"
+
+namespace fluxrt::backend {
+namespace {
+
+struct CpuLinearState {
+  CpuLinearImpl impl = CpuLinearImpl::Packed;
+  gemm::PackedWeights packed;
+  std::unique_ptr<onednn::MatmulLinear> matmul;
+};
+
+CpuLinearImpl impl_from_env() {
+  const char* v = std::getenv("FLUXRT_LINEAR_IMPL");
+  if (!v) return CpuLinearImpl::Auto;
+  const std::string_view s(v);
+  if (s == "onednn") return CpuLinearImpl::OneDnn;
+  if (s == "packed") return CpuLinearImpl::Packed;
+  return CpuLinearImpl::Auto;
+}
+
+CpuLinearImpl choose(const Tensor& weight, CpuLinearImpl requested) {
+  if (requested == CpuLinearImpl::Packed && !gemm::packed_gemm_supported()) return CpuLinearImpl::OneDnn;
+  if (requested != CpuLinearImpl::Auto) return requested;
+  // f32 weights: oneDNN's f32 matmul reorders them at no extra memory cost.
+  if (weight.dtype() == DType::F32) return CpuLinearImpl::OneDnn;
+  // bf16 (or f16) weights: oneDNN bf16 where the CPU has it, else our kernel keeps them 16-bit.
+  if (weight.dtype() == DType::BF16 && onednn::native_bf16()) return CpuLinearImpl::OneDnn;
+  return gemm::packed_gemm_supported() ? CpuLinearImpl::Packed : CpuLinearImpl::OneDnn;
+}
+
+}  // namespace
+
+bool cpu_native_bf16() { return onednn::native_bf16(); }
+const char* cpu_isa_name() { return onednn::isa_name(); }
+
+std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, const Tensor& bias,
+                                                        CpuLinearImpl impl) {
+  FLUXRT_CHECK(weight.dim() == 2, ErrorCode::InvalidArgument, "[linear] weight must be [N, K], got {}",
+               weight.shape().str());
+  auto p = std::make_shared<PreparedLinear>();
+  p->weight = weight;
+  p->bias = bias;
+  auto state = std::make_shared<CpuLinearState>();
+  state->impl = choose(weight, impl == CpuLinearImpl::Auto ? impl_from_env() : impl);
+  if (state->impl == CpuLinearImpl::Packed) {
+    state->packed = gemm::pack_weights(weight, bias);
+  } else {
+    const DType compute = weight.dtype() == DType::BF16 && onednn::native_bf16() ? DType::BF16 : DType::F32;
+    state->matmul = std::make_unique<onednn::MatmulLinear>(weight, bias, compute);
+  }
+  p->state = state;
+  return p;
+}
+
+std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const Tensor& bias) {
+  return prepare_linear_cpu_with(weight, bias, CpuLinearImpl::Auto);
+}
+
+void linear_cpu(const LinearArgs& a) {
+  auto* state = static_cast<CpuLinearState*>(a.w->state.get());
+  FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
+  if (state->impl == CpuLinearImpl::Packed) {
+    gemm::packed_gemm(a.x, state->packed, a.activation, a.residual, a.gate, a.y);
+  } else {
+    state->matmul->run(a);
+  }
+}
+
+std::string describe_linear_cpu(const PreparedLinear& prepared) {
+  const auto* state = static_cast<const CpuLinearState*>(prepared.state.get());
+  if (!state) return "unprepared";
+  if (state->impl == CpuLinearImpl::Packed)
+    return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
+                       state->packed.bytes() / 1e6);
+  return fmt::format("onednn matmul {} ({}, {:.1f} MB)", dtype_name(state->matmul->compute_dtype()),
+                     state->matmul->impl_name(), state->matmul->weight_bytes() / 1e6);
+}
+
+}  // namespace fluxrt::backend

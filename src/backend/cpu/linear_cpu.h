@@ -1,0 +1,34 @@
+#pragma once
+// CPU linear: y = epilogue(x @ W^T), weights prepared once per model.
+//
+// Two implementations, chosen per weight at prepare time (DESIGN.md section 2, issue 3):
+//  - OneDnn: oneDNN matmul with the weights reordered once into oneDNN's preferred blocked layout
+//    (format_tag::any); bias, GELU-tanh/SiLU and the gated residual fused as post-ops. Used for
+//    bf16 weights where the CPU has native bf16 (avx512_core_bf16, AMX), and for f32 weights.
+//  - Packed: our AVX2/FMA GEMM (gemm_packed.h) on bf16 weights packed once into panels of the same
+//    size, widened to f32 in registers. Used for bf16 (and f16) weights on CPUs without native bf16,
+//    where oneDNN 2.6 has no bf16 matmul and its f32 matmul would double the weight memory.
+// FLUXRT_LINEAR_IMPL=onednn|packed overrides the choice (benchmarks and tests compare both).
+#include <memory>
+#include <string>
+
+#include "backend/args/linear.h"
+
+namespace fluxrt::backend {
+
+enum class CpuLinearImpl { Auto, OneDnn, Packed };
+
+std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const Tensor& bias);
+std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, const Tensor& bias,
+                                                        CpuLinearImpl impl);
+void linear_cpu(const LinearArgs& args);
+
+// What a prepared weight runs on, e.g. "packed-avx2 (bf16 panels, 18.9 MB)" or
+// "onednn matmul bf16 (brg:avx512_core_bf16)". For logs and benchmark tables.
+std::string describe_linear_cpu(const PreparedLinear& prepared);
+
+// Whether oneDNN does bf16 natively on this CPU (decides the default above), and its ISA name.
+bool cpu_native_bf16();
+const char* cpu_isa_name();
+
+}  // namespace fluxrt::backend

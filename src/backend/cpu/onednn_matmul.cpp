@@ -1,0 +1,143 @@
+#include "backend/cpu/onednn_matmul.h"
+
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/onednn_util.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace fluxrt::backend::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// The M used to ask oneDNN for its preferred weight layout at prepare time; the layout depends
+// on K, N and the ISA, not on M, for the brgemm/gemm implementations of 2.x.
+constexpr int64_t kPrepareRows = 1024;
+
+dnnl::memory::desc plain_2d(int64_t rows, int64_t cols, dt type, int64_t ld) {
+  return dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{ld, 1});
+}
+
+}  // namespace
+
+MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute)
+    : n_(weight.size(0)), k_(weight.size(1)), compute_(compute) {
+  auto& eng = engine();
+  sync_threads();
+  const dt cdt = to_dnnl(compute);
+  // W [N, K] seen as the K x N weights matrix of oneDNN: strides (1, K) for a row-major W.
+  const Tensor w = weight.dtype() == compute ? weight : weight.to(compute);
+  dnnl::memory::desc w_plain({k_, n_}, cdt, dnnl::memory::dims{w.stride(1), w.stride(0)});
+  dnnl::memory::desc w_any({k_, n_}, cdt, tag::any);
+  dnnl::memory::desc src({kPrepareRows, k_}, cdt, tag::ab);
+  dnnl::memory::desc dst({kPrepareRows, n_}, dt::f32, tag::ab);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, dst), eng);
+  impl_ = pd.impl_info_str();
+  weights_ = dnnl::memory(pd.weights_desc(), eng);
+  dnnl::memory src_mem(w_plain, eng, const_cast<void*>(w.raw_data()));
+  dnnl::reorder(src_mem, weights_).execute(stream(), src_mem, weights_);
+  stream().wait();
+
+  if (bias.defined()) {
+    bias_ = dnnl::memory(dnnl::memory::desc({1, n_}, dt::f32, tag::ab), eng);
+    const Tensor b = bias.contiguous();
+    convert(b.raw_data(), b.dtype(), bias_.get_data_handle(), DType::F32, static_cast<size_t>(n_));
+  }
+}
+
+MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+
+  const auto [m, lda, ldy, ldr, act, gated, residual_is_y, sdt, ddt] = key;
+  auto& eng = engine();
+  dnnl::memory::desc src = plain_2d(m, k_, static_cast<dt>(sdt), lda);
+  dnnl::memory::desc dst = plain_2d(m, n_, static_cast<dt>(ddt), ldy);
+  dnnl::post_ops po;
+  if (act == static_cast<int>(Activation::GeluTanh)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+  if (act == static_cast<int>(Activation::Silu)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+  if (gated) {
+    po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({1, n_}, dt::f32, tag::ab));
+    if (residual_is_y)
+      po.append_sum(1.0f);
+    else
+      po.append_binary(dnnl::algorithm::binary_add, plain_2d(m, n_, static_cast<dt>(ddt), ldr));
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+
+  Entry e;
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights_.get_desc(), bias_md, dst), attr, eng);
+    e.prim = dnnl::matmul(pd);
+    e.weights = weights_;
+  } catch (const dnnl::error&) {
+    // oneDNN wants another weight layout for this shape: reorder once for it and keep that copy.
+    dnnl::memory::desc w_any({k_, n_}, weights_.get_desc().data_type(), tag::any);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, bias_md, dst), attr, eng);
+    FLUXRT_LOG_WARN("[linear] oneDNN needs a second weight layout for M={} (K={}, N={})", m, k_, n_);
+    e.prim = dnnl::matmul(pd);
+    e.weights = dnnl::memory(pd.weights_desc(), eng);
+    dnnl::reorder(weights_, e.weights).execute(stream(), weights_, e.weights);
+    stream().wait();
+  }
+  return cache_.emplace(key, std::move(e)).first->second;
+}
+
+void MatmulLinear::run(const LinearArgs& a) {
+  sync_threads();
+  auto& eng = engine();
+  // oneDNN wants src in the compute dtype; other inputs are converted (a copy of x, O(M*K)).
+  Tensor x = a.x;
+  if (x.dtype() != compute_) x = x.to(compute_);
+  const int64_t m = x.size(0);
+  // Destinations oneDNN cannot write for this compute type go through an f32 temporary.
+  const bool direct = a.y.dtype() == DType::F32 || a.y.dtype() == compute_;
+  Tensor y = direct ? a.y : Tensor::empty({m, n_}, DType::F32);
+  const bool gated = a.gate.defined();
+  bool residual_is_y = false;
+  Tensor residual = a.residual;
+  if (gated) {
+    residual_is_y = direct && residual.raw_data() == y.raw_data() && residual.stride(0) == y.stride(0) &&
+                    residual.dtype() == y.dtype();
+    if (!residual_is_y && residual.dtype() != y.dtype()) residual = residual.to(y.dtype());
+  }
+  const Key key{m, x.stride(0), y.stride(0), gated && !residual_is_y ? residual.stride(0) : 0,
+                static_cast<int>(a.activation), gated, residual_is_y,
+                static_cast<int>(to_dnnl(x.dtype())), static_cast<int>(to_dnnl(y.dtype()))};
+  Entry& e = entry(key);
+
+  dnnl::memory src_mem(plain_2d(m, k_, to_dnnl(x.dtype()), x.stride(0)), eng, const_cast<void*>(x.raw_data()));
+  dnnl::memory dst_mem(plain_2d(m, n_, to_dnnl(y.dtype()), y.stride(0)), eng, y.raw_data());
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, e.weights},
+                                             {DNNL_ARG_DST, dst_mem}};
+  if (bias_) args.emplace(DNNL_ARG_BIAS, bias_);
+  std::vector<float> gate;
+  dnnl::memory gate_mem, res_mem;
+  if (gated) {
+    int index = a.activation == Activation::None ? 0 : 1;
+    gate.resize(static_cast<size_t>(n_));
+    const Tensor g = a.gate.contiguous();
+    convert(g.raw_data(), g.dtype(), gate.data(), DType::F32, static_cast<size_t>(n_));
+    gate_mem = dnnl::memory(dnnl::memory::desc({1, n_}, dt::f32, tag::ab), eng, gate.data());
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, gate_mem);
+    if (!residual_is_y) {
+      res_mem = dnnl::memory(plain_2d(m, n_, to_dnnl(residual.dtype()), residual.stride(0)), eng,
+                             const_cast<void*>(residual.raw_data()));
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index + 1) | DNNL_ARG_SRC_1, res_mem);
+    }
+  }
+  e.prim.execute(stream(), args);
+  stream().wait();
+  if (!direct) {
+    Tensor out = a.y;  // a view sharing a.y's storage
+    out.copy_from(y);
+  }
+}
+
+}  // namespace fluxrt::backend::onednn
