@@ -18,21 +18,24 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Sum of x over a row, f32 lanes with two accumulators; scalar tail.
+// Mean of a row. Summing x - x[0] instead of x keeps f32 accurate when |mean| >> std (the
+// differences are small and exact for nearby values); two accumulators, scalar tail.
 template <typename T>
-HWY_INLINE float RowSum(const T* x, int64_t n) {
+HWY_INLINE float RowMean(const T* x, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const float c = to_f32(x[0]);
+  const VF vc = hn::Set(df, c);
   VF s0 = hn::Zero(df), s1 = hn::Zero(df);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::Add(s0, LoadF(df, x + i));
-    s1 = hn::Add(s1, LoadF(df, x + i + N));
+    s0 = hn::Add(s0, hn::Sub(LoadF(df, x + i), vc));
+    s1 = hn::Add(s1, hn::Sub(LoadF(df, x + i + N), vc));
   }
-  for (; i + N <= n; i += N) s0 = hn::Add(s0, LoadF(df, x + i));
+  for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::Sub(LoadF(df, x + i), vc));
   float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-  for (; i < n; ++i) s += to_f32(x[i]);
-  return s;
+  for (; i < n; ++i) s += to_f32(x[i]) - c;
+  return c + s / static_cast<float>(n);
 }
 
 // Sum of (x - c)^2 over a row.
@@ -95,7 +98,7 @@ void AdaLnImpl(const AdaLnArgs& args) {
       a.resize(static_cast<size_t>(D));
       const T* x = xp + xi.offset(r);
       const int64_t b = r / L;
-      const float mean = RowSum(x, D) * inv_d;
+      const float mean = RowMean(x, D);
       const float inv_std = 1.0f / std::sqrt(RowSqDev(x, D, mean) * inv_d + args.eps);
       // a = inv_std * (1 + scale): per row, f32, L1-resident.
       const DF df;
@@ -123,7 +126,7 @@ void LayerNormImpl(const LayerNormArgs& args) {
       thread_local std::vector<float> a;
       a.resize(static_cast<size_t>(D));
       const T* x = xp + xi.offset(r);
-      const float mean = RowSum(x, D) * inv_d;
+      const float mean = RowMean(x, D);
       const float inv_std = 1.0f / std::sqrt(RowSqDev(x, D, mean) * inv_d + args.eps);
       for (int64_t i = 0; i < D; ++i) a[i] = w[i] * inv_std;
       RowAffine(x, yp + yi.offset(r), D, mean, a.data(), bias.empty() ? nullptr : bias.data());

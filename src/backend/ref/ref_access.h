@@ -64,12 +64,16 @@ class RowAccess {
     col_stride_ = n ? t.stride(-1) : 1;
   }
   int64_t offset(int64_t r, int64_t c) const {
-    int64_t off = c * col_stride_;
-    for (int i = lead_ - 1; i >= 0; --i) {
-      off += (r % extent_[i]) * stride_[i];
-      r /= extent_[i];
+    if (r != cached_row_) {  // rows are walked in order: decompose each row number once
+      int64_t off = 0, q = r;
+      for (int i = lead_ - 1; i >= 0; --i) {
+        off += (q % extent_[i]) * stride_[i];
+        q /= extent_[i];
+      }
+      cached_row_ = r;
+      cached_off_ = off;
     }
-    return off;
+    return cached_off_ + c * col_stride_;
   }
   double get(int64_t r, int64_t c) const { return load(base_, t_.dtype(), offset(r, c)); }
   void set(int64_t r, int64_t c, double v) const { store(base_, t_.dtype(), offset(r, c), v); }
@@ -80,6 +84,7 @@ class RowAccess {
   int lead_ = 0;
   int64_t extent_[kMaxDims] = {}, stride_[kMaxDims] = {};
   int64_t col_stride_ = 1;
+  mutable int64_t cached_row_ = -1, cached_off_ = 0;
 };
 
 inline int64_t rows_of(const Tensor& t) { return t.dim() == 0 ? 1 : t.numel() / std::max<int64_t>(t.size(-1), 1); }

@@ -1,0 +1,85 @@
+#pragma once
+// Shared machinery of the op conformance tests (tests/ops/test_conformance_*.cpp): the backends to
+// check against ref, parameter structs whose names print every parameter, and helpers to run an op
+// under a chosen kernel table.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda_backend.h"
+#include "backend/kernel_table.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+#include "support/compare.h"
+#include "support/random_tensor.h"
+
+namespace fluxrt::test {
+
+// Backends checked against ref. CUDA joins automatically once it has a device and a kernel table
+// (the hook: inputs then need moving to the device, see on_backend()).
+inline std::vector<std::string> conformance_backends() {
+  std::vector<std::string> names{"cpu"};
+  if (cuda::built_with_cuda() && cuda::device_count() > 0) {
+    try {
+      (void)backend::kernels_for(Device::cuda(0));
+      names.push_back("cuda");
+    } catch (const Error&) {
+    }
+  }
+  return names;
+}
+
+inline const backend::KernelTable& table_named(const std::string& name) {
+  if (name == "ref") return backend::ref_kernels();
+  if (name == "cpu") return backend::cpu_kernels();
+  return backend::kernels_for(Device::cuda(0));
+}
+
+struct OpCase {
+  std::string backend = "cpu";
+  DType dtype = DType::F32;
+  std::vector<int64_t> dims;
+  std::vector<std::string> dim_names;  // printed before each extent: {"B", "L", "D"}
+  std::string variant;                 // "", "strided", "inplace", "silu", ...
+  Shape shape() const { return Shape(dims); }
+};
+
+inline void PrintTo(const OpCase& c, std::ostream* os) {
+  *os << c.backend << " " << dtype_name(c.dtype) << " " << Shape(c.dims).str() << " " << c.variant;
+}
+
+inline std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
+  const OpCase& c = info.param;
+  std::string s = c.backend + "_" + std::string(dtype_name(c.dtype));
+  for (size_t i = 0; i < c.dims.size(); ++i)
+    s += "_" + (i < c.dim_names.size() ? c.dim_names[i] : "d" + std::to_string(i)) + std::to_string(c.dims[i]);
+  if (!c.variant.empty()) s += "_" + c.variant;
+  return s;
+}
+
+// Every backend x dtype for each shape and variant.
+inline std::vector<OpCase> make_cases(const std::vector<std::vector<int64_t>>& shapes,
+                                      const std::vector<std::string>& dim_names,
+                                      const std::vector<DType>& dtypes = {DType::F32, DType::BF16, DType::F16},
+                                      const std::vector<std::string>& variants = {""}) {
+  std::vector<OpCase> out;
+  for (const auto& b : conformance_backends())
+    for (DType d : dtypes)
+      for (const auto& s : shapes)
+        for (const auto& v : variants) out.push_back(OpCase{b, d, s, dim_names, v});
+  return out;
+}
+
+// Runs `fn` with every op dispatched to the named table; for "ref" this is the oracle.
+template <typename Fn>
+auto run_on(const std::string& backend, Fn&& fn) {
+  ops::ScopedKernelTable scope(table_named(backend));
+  return fn();
+}
+
+// Sizes around the SIMD widths (8 f32 lanes on AVX2, 16 on AVX-512) and block boundaries.
+inline const std::vector<int64_t> kEdgeSizes{1, 7, 8, 9, 15, 16, 17, 127, 128, 129};
+
+}  // namespace fluxrt::test
