@@ -53,8 +53,10 @@ inline void PrintTo(const OpCase& c, std::ostream* os) {
 inline std::string case_name(const ::testing::TestParamInfo<OpCase>& info) {
   const OpCase& c = info.param;
   std::string s = c.backend + "_" + std::string(dtype_name(c.dtype));
-  for (size_t i = 0; i < c.dims.size(); ++i)
-    s += "_" + (i < c.dim_names.size() ? c.dim_names[i] : "d" + std::to_string(i)) + std::to_string(c.dims[i]);
+  for (size_t i = 0; i < c.dims.size(); ++i) {
+    if (i < c.dim_names.size()) s += "_" + c.dim_names[i] + std::to_string(c.dims[i]);
+    else s += (i == 0 ? "_" : "x") + std::to_string(c.dims[i]);  // unnamed dims: 2x3x5
+  }
   if (!c.variant.empty()) s += "_" + c.variant;
   return s;
 }

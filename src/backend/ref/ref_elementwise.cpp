@@ -57,15 +57,12 @@ void glu(const GluArgs& a) {
 
 void gated_residual(const GatedResidualArgs& a) {
   const int64_t B = a.x.size(0), L = a.x.size(1), D = a.x.size(2);
+  RowAccess x(a.x), y(a.y), g(a.gate), out(a.out);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t d = 0; d < D; ++d) {
-        const double x = load(a.x.raw_data(), a.x.dtype(), b * a.x.stride(0) + l * a.x.stride(1) + d * a.x.stride(2));
-        const double y = load(a.y.raw_data(), a.y.dtype(), b * a.y.stride(0) + l * a.y.stride(1) + d * a.y.stride(2));
-        const double g = load(a.gate.raw_data(), a.gate.dtype(), b * a.gate.stride(0) + d * a.gate.stride(1));
-        store(a.out.raw_data(), a.out.dtype(), b * a.out.stride(0) + l * a.out.stride(1) + d * a.out.stride(2),
-              x + g * y);
-      }
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t r = b * L + l;
+      for (int64_t d = 0; d < D; ++d) out.set(r, d, x.get(r, d) + g.get(b, d) * y.get(r, d));
+    }
 }
 
 void softmax(const SoftmaxArgs& a) {
