@@ -1,6 +1,8 @@
 // The CPU backend's kernel table: oneDNN for GEMM and convolution, Highway SIMD + OpenMP for the
 // rest. A nullptr slot falls back to the ops layer's composed version.
 #include "backend/cpu/attention_cpu.h"
+#include "backend/cpu/conv_cpu.h"
+#include "backend/cpu/linear_cpu.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/kernel_table.h"
 
@@ -23,6 +25,10 @@ void fill_cpu_kernels(KernelTable& t) {
   t.channel_norm = cpu::channel_norm;
   // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
   // attention).
+  t.prepare_linear = prepare_linear_cpu;
+  t.linear = linear_cpu;
+  t.prepare_conv2d = prepare_conv2d_cpu;
+  t.conv2d = conv2d_cpu;
   t.attention = static_cast<void (*)(const AttentionArgs&)>(cpu::attention);
 }
 

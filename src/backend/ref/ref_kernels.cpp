@@ -2,6 +2,8 @@
 // output dtype. Every test compares the other backends against these.
 #include "backend/kernel_table.h"
 #include "backend/ref/attention_ref.h"
+#include "backend/ref/conv_ref.h"
+#include "backend/ref/linear_ref.h"
 #include "backend/ref/ref_ops.h"
 
 namespace fluxrt::backend {
@@ -23,6 +25,10 @@ void fill_ref_kernels(KernelTable& t) {
   t.channel_norm = ref::channel_norm;
   // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
   // attention).
+  t.prepare_linear = prepare_linear_ref;
+  t.linear = linear_ref;
+  t.prepare_conv2d = prepare_conv2d_ref;
+  t.conv2d = conv2d_ref;
   t.attention = ref::attention;
 }
 

@@ -1,0 +1,229 @@
+#include "backend/cpu/conv_cpu.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/onednn_util.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace fluxrt::backend {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// The spatial size used to ask oneDNN for its weight layout at prepare time (the layout depends
+// on channels, kernel size and ISA, not on H and W).
+constexpr int64_t kPrepareSize = 64;
+
+thread_local Conv2dPhaseTimes t_phases;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+dnnl::memory::desc strided_nchw(const Tensor& t, dt type) {
+  return dnnl::memory::desc({t.size(0), t.size(1), t.size(2), t.size(3)}, type,
+                            dnnl::memory::dims{t.stride(0), t.stride(1), t.stride(2), t.stride(3)});
+}
+
+class OneDnnConv {
+ public:
+  OneDnnConv(const Tensor& weight, const Tensor& bias, DType compute);
+  void run(const Conv2dArgs& a);
+  std::string describe() const;
+
+ private:
+  struct Entry {
+    dnnl::convolution_forward prim;
+    dnnl::memory::desc src, dst;
+    dnnl::memory weights;
+  };
+  // N, H, W (after upsampling), stride, pads (t, b, l, r), residual
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool>;
+  Entry& entry(const Key& key);
+  dnnl::convolution_forward::primitive_desc make_pd(const Key& key, const dnnl::memory::desc& weights) const;
+
+  int64_t cout_, cin_, kh_, kw_;
+  DType compute_;
+  dnnl::memory weights_;
+  dnnl::memory bias_;
+  std::string impl_;
+  mutable std::mutex mutex_;
+  std::map<Key, Entry> cache_;
+};
+
+dnnl::convolution_forward::primitive_desc OneDnnConv::make_pd(const Key& key,
+                                                              const dnnl::memory::desc& weights) const {
+  const auto [n, h, w, stride, pt, pb, pl, pr, residual] = key;
+  const int64_t ho = (h + pt + pb - kh_) / stride + 1, wo = (w + pl + pr - kw_) / stride + 1;
+  const dt cdt = onednn::to_dnnl(compute_);
+  dnnl::memory::desc src({n, cin_, h, w}, cdt, tag::any);
+  dnnl::memory::desc dst({n, cout_, ho, wo}, cdt, tag::any);
+  dnnl::memory::desc bias = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+  dnnl::primitive_attr attr;
+  if (residual) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                    weights, bias, dst, {stride, stride}, {pt, pl}, {pb, pr});
+  return dnnl::convolution_forward::primitive_desc(d, attr, onednn::engine());
+}
+
+OneDnnConv::OneDnnConv(const Tensor& weight, const Tensor& bias, DType compute)
+    : cout_(weight.size(0)), cin_(weight.size(1)), kh_(weight.size(2)), kw_(weight.size(3)), compute_(compute) {
+  onednn::sync_threads();
+  auto& eng = onednn::engine();
+  const dt cdt = onednn::to_dnnl(compute);
+  if (bias.defined()) {
+    bias_ = dnnl::memory(dnnl::memory::desc({cout_}, dt::f32, tag::a), eng);
+    const Tensor b = bias.contiguous();
+    convert(b.raw_data(), b.dtype(), bias_.get_data_handle(), DType::F32, static_cast<size_t>(cout_));
+  }
+  const int pad = static_cast<int>(kh_ / 2);
+  const Key probe{1, kPrepareSize, kPrepareSize, 1, pad, pad, pad, pad, false};
+  auto pd = make_pd(probe, dnnl::memory::desc({cout_, cin_, kh_, kw_}, cdt, tag::any));
+  impl_ = pd.impl_info_str();
+  const Tensor w = weight.dtype() == compute ? weight : weight.to(compute);
+  dnnl::memory plain(strided_nchw(w, cdt), eng, const_cast<void*>(w.raw_data()));
+  weights_ = dnnl::memory(pd.weights_desc(), eng);
+  dnnl::reorder(plain, weights_).execute(onednn::stream(), plain, weights_);
+  onednn::stream().wait();
+}
+
+OneDnnConv::Entry& OneDnnConv::entry(const Key& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Entry e;
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    pd = make_pd(key, weights_.get_desc());
+    e.weights = weights_;
+  } catch (const dnnl::error&) {
+    // This shape wants another weight layout (e.g. stride 2): reorder once for it and keep it.
+    pd = make_pd(key, dnnl::memory::desc({cout_, cin_, kh_, kw_}, onednn::to_dnnl(compute_), tag::any));
+    FLUXRT_LOG_DEBUG("[conv2d] second weight layout for stride {} ({})", std::get<3>(key), pd.impl_info_str());
+    e.weights = dnnl::memory(pd.weights_desc(), onednn::engine());
+    dnnl::reorder(weights_, e.weights).execute(onednn::stream(), weights_, e.weights);
+    onednn::stream().wait();
+  }
+  e.prim = dnnl::convolution_forward(pd);
+  e.src = pd.src_desc();
+  e.dst = pd.dst_desc();
+  return cache_.emplace(key, std::move(e)).first->second;
+}
+
+// Nearest 2x upsample of x (any float dtype, any strides) into a contiguous f32 NCHW tensor: each
+// source row is widened once and written to two output rows.
+Tensor upsample_nearest_2x_f32(const Tensor& x) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor xf = x.dtype() == DType::F32 ? x : x.to(DType::F32);
+  Tensor up = Tensor::empty({n, c, 2 * h, 2 * w}, DType::F32);
+  const float* src = xf.data<float>();
+  float* dst = up.data<float>();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t y = 0; y < h; ++y) {
+        const float* s = src + i * xf.stride(0) + ch * xf.stride(1) + y * xf.stride(2);
+        float* d = dst + ((i * c + ch) * 2 * h + 2 * y) * 2 * w;
+        for (int64_t x0 = 0; x0 < w; ++x0) d[2 * x0] = d[2 * x0 + 1] = s[x0 * xf.stride(3)];
+        std::memcpy(d + 2 * w, d, static_cast<size_t>(2 * w) * sizeof(float));
+      }
+    }
+  }
+  return up;
+}
+
+void OneDnnConv::run(const Conv2dArgs& a) {
+  onednn::sync_threads();
+  auto& eng = onednn::engine();
+  auto& strm = onednn::stream();
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor x = a.x;
+  if (a.upsample_nearest_2x) x = upsample_nearest_2x_f32(x);
+  const Key key{x.size(0), x.size(2), x.size(3), a.stride, a.pad_top, a.pad_bottom, a.pad_left, a.pad_right,
+                a.residual.defined()};
+  Entry& e = entry(key);
+
+  // Input: reorder (and convert) from x's strides into the layout the primitive wants.
+  if (x.dtype() != DType::F32 && x.dtype() != compute_) x = x.to(DType::F32);
+  dnnl::memory x_mem(strided_nchw(x, onednn::to_dnnl(x.dtype())), eng, const_cast<void*>(x.raw_data()));
+  dnnl::memory src = x_mem;
+  if (x_mem.get_desc() != e.src) {
+    src = dnnl::memory(e.src, eng);
+    dnnl::reorder(x_mem, src).execute(strm, x_mem, src);
+  }
+  // Output: y directly when it already has the primitive's layout and type, else a temporary.
+  Tensor y = a.y;
+  const bool y_native = y.dtype() == DType::F32 || y.dtype() == compute_;
+  Tensor y32 = y_native ? y : Tensor::empty(y.shape(), DType::F32);
+  dnnl::memory y_mem(strided_nchw(y32, onednn::to_dnnl(y32.dtype())), eng, y32.raw_data());
+  dnnl::memory dst = y_mem.get_desc() == e.dst ? y_mem : dnnl::memory(e.dst, eng);
+  if (a.residual.defined()) {
+    // The sum post-op adds what dst holds: load the residual into it first.
+    Tensor r = a.residual;
+    if (r.dtype() != DType::F32 && r.dtype() != compute_) r = r.to(DType::F32);
+    dnnl::memory r_mem(strided_nchw(r, onednn::to_dnnl(r.dtype())), eng, const_cast<void*>(r.raw_data()));
+    dnnl::reorder(r_mem, dst).execute(strm, r_mem, dst);
+  }
+  strm.wait();
+  auto t1 = std::chrono::steady_clock::now();
+  t_phases.reorder_in = std::chrono::duration<double>(t1 - t0).count();
+
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, dst}};
+  if (bias_) args.emplace(DNNL_ARG_BIAS, bias_);
+  e.prim.execute(strm, args);
+  strm.wait();
+  auto t2 = std::chrono::steady_clock::now();
+  t_phases.conv = std::chrono::duration<double>(t2 - t1).count();
+
+  if (dst != y_mem) {
+    dnnl::reorder(dst, y_mem).execute(strm, dst, y_mem);
+    strm.wait();
+  }
+  if (!y_native) y.copy_from(y32);
+  t_phases.reorder_out = seconds_since(t2);
+}
+
+std::string OneDnnConv::describe() const {
+  return fmt::format("onednn conv {} ({})", dtype_name(compute_), impl_);
+}
+
+}  // namespace
+
+std::shared_ptr<PreparedConv2d> prepare_conv2d_cpu(const Tensor& weight, const Tensor& bias) {
+  FLUXRT_CHECK(weight.dim() == 4, ErrorCode::InvalidArgument, "[conv2d] weight must be [Cout, Cin, KH, KW], got {}",
+               weight.shape().str());
+  auto p = std::make_shared<PreparedConv2d>();
+  p->weight = weight;
+  p->bias = bias;
+  const DType compute = weight.dtype() == DType::BF16 && onednn::native_bf16() ? DType::BF16 : DType::F32;
+  p->state = std::make_shared<OneDnnConv>(weight, bias, compute);
+  return p;
+}
+
+void conv2d_cpu(const Conv2dArgs& a) {
+  auto* conv = static_cast<OneDnnConv*>(a.w->state.get());
+  FLUXRT_CHECK(conv != nullptr, ErrorCode::InvalidArgument, "[conv2d] weight was not prepared by the CPU backend");
+  conv->run(a);
+}
+
+std::string describe_conv2d_cpu(const PreparedConv2d& prepared) {
+  const auto* conv = static_cast<const OneDnnConv*>(prepared.state.get());
+  return conv ? conv->describe() : "unprepared";
+}
+
+Conv2dPhaseTimes last_conv2d_cpu_phases() { return t_phases; }
+
+}  // namespace fluxrt::backend

@@ -1,0 +1,109 @@
+#include "ops/linear.h"
+
+#include "core/error.h"
+#include "ops/dispatch.h"
+
+namespace fluxrt::ops {
+namespace {
+
+bool is_gemm_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+
+// [..., C] as a 2-D [rows, C] with unit column stride: a 2-D view as is, leading dims collapsed
+// when the layout allows, else a contiguous copy (inputs only).
+Tensor as_rows(const Tensor& t) {
+  if (t.dim() == 2 && t.stride(1) == 1) return t;
+  Tensor c = t.stride(-1) == 1 ? t : t.contiguous();
+  return c.reshape({-1, c.size(-1)});
+}
+
+// Outputs must be written in place: only views are allowed.
+Tensor output_rows(const Tensor& y, const char* what) {
+  if (y.dim() == 2 && y.stride(1) == 1) return y;
+  FLUXRT_CHECK(y.is_contiguous(), ErrorCode::InvalidArgument,
+               "[linear] {} must be contiguous (or 2-D with unit column stride), got strides {}", what,
+               y.strides().str());
+  return y.view({-1, y.size(-1)});
+}
+
+Shape out_shape(const Tensor& x, int64_t n) {
+  Shape s = x.shape();
+  s[s.size() - 1] = n;
+  return s;
+}
+
+void run(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate, const Tensor& residual,
+         const Tensor& y, Activation act) {
+  FLUXRT_CHECK(x.defined() && x.dim() >= 1, ErrorCode::InvalidArgument, "[linear] x is undefined or a scalar");
+  FLUXRT_CHECK(is_gemm_dtype(x.dtype()), ErrorCode::Unsupported, "[linear] x dtype {} is not f32/bf16/f16",
+               dtype_name(x.dtype()));
+  const int64_t k = w.in_features(), n = w.out_features();
+  FLUXRT_CHECK(x.size(-1) == k, ErrorCode::InvalidArgument, "[linear] x {} does not end in K = {} (weight {})",
+               x.shape().str(), k, w.weight.shape().str());
+  FLUXRT_CHECK(y.shape() == out_shape(x, n), ErrorCode::InvalidArgument, "[linear] y {} should be {}",
+               y.shape().str(), out_shape(x, n).str());
+  FLUXRT_CHECK(is_gemm_dtype(y.dtype()), ErrorCode::Unsupported, "[linear] y dtype {} is not f32/bf16/f16",
+               dtype_name(y.dtype()));
+  FLUXRT_CHECK(x.device() == y.device(), ErrorCode::InvalidArgument, "[linear] x on {} but y on {}",
+               x.device().str(), y.device().str());
+  backend::LinearArgs args;
+  args.x = as_rows(x);
+  args.w = &w;
+  args.activation = act;
+  args.y = output_rows(y, "y");
+  if (gate.defined()) {
+    FLUXRT_CHECK(gate.numel() == n, ErrorCode::InvalidArgument, "[linear] gate {} should have N = {} elements",
+                 gate.shape().str(), n);
+    FLUXRT_CHECK(residual.defined() && residual.shape() == y.shape(), ErrorCode::InvalidArgument,
+                 "[linear] residual {} should be {}", residual.defined() ? residual.shape().str() : "undefined",
+                 y.shape().str());
+    args.gate = gate.is_contiguous() ? gate.view({n}) : gate.contiguous().view({n});
+    args.residual = residual.raw_data() == y.raw_data() ? output_rows(residual, "residual") : as_rows(residual);
+  }
+  const auto& k_table = kernels_for(x);
+  require_kernel(k_table.linear, "linear", k_table)(args);
+}
+
+}  // namespace
+
+std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias, Device device) {
+  FLUXRT_CHECK(weight.defined() && weight.dim() == 2, ErrorCode::InvalidArgument,
+               "[linear] weight must be [N, K], got {}", weight.defined() ? weight.shape().str() : "undefined");
+  FLUXRT_CHECK(is_gemm_dtype(weight.dtype()), ErrorCode::Unsupported, "[linear] weight dtype {} is not f32/bf16/f16",
+               dtype_name(weight.dtype()));
+  if (bias.defined())
+    FLUXRT_CHECK(bias.numel() == weight.size(0), ErrorCode::InvalidArgument,
+                 "[linear] bias {} does not match N = {}", bias.shape().str(), weight.size(0));
+  const auto& table = kernels_for(device);
+  const Tensor b = bias.defined() ? bias.reshape({weight.size(0)}) : bias;
+  if (table.prepare_linear) return table.prepare_linear(weight, b);
+  // A backend without a preparation step uses the weight as is.
+  auto p = std::make_shared<backend::PreparedLinear>();
+  p->weight = weight;
+  p->bias = b;
+  return p;
+}
+
+Tensor linear(const Tensor& x, const backend::PreparedLinear& w, Activation act) {
+  Tensor y = Tensor::empty(out_shape(x, w.out_features()), x.dtype(), x.device());
+  run(x, w, Tensor(), Tensor(), y, act);
+  return y;
+}
+
+void linear_into(const Tensor& x, const backend::PreparedLinear& w, const Tensor& y, Activation act) {
+  run(x, w, Tensor(), Tensor(), y, act);
+}
+
+Tensor linear_gated_residual(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate,
+                             const Tensor& residual, Activation act) {
+  Tensor y = Tensor::empty(out_shape(x, w.out_features()), x.dtype(), x.device());
+  run(x, w, gate, residual, y, act);
+  return y;
+}
+
+void linear_gated_residual_into(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate,
+                                const Tensor& residual, const Tensor& y, Activation act) {
+  FLUXRT_CHECK(gate.defined(), ErrorCode::InvalidArgument, "[linear] gated residual needs a gate");
+  run(x, w, gate, residual, y, act);
+}
+
+}  // namespace fluxrt::ops

@@ -1,0 +1,37 @@
+#pragma once
+// Linear layers (PyTorch nn.Linear semantics, y = x @ W^T + b) on any backend: validate, allocate
+// the output, call the device's kernel table. Weights are prepared once per model with
+// prepare_linear (the backend packs or reorders them there) and reused for every call.
+//
+//   auto qkv = ops::prepare_linear(w_qkv, Tensor(), Device::cpu());   // once, at load
+//   Tensor y = ops::linear(x, *qkv);                                   // [..., K] -> [..., N]
+//   ops::linear_gated_residual_into(h, *proj, gate, x, x);            // x += gate * proj(h)
+#include <memory>
+
+#include "backend/args/linear.h"
+#include "core/tensor.h"
+
+namespace fluxrt::ops {
+
+using backend::Activation;
+
+// weight [N, K] (kept in its dtype; bf16 checkpoints stay bf16), bias [N] or undefined.
+// The result belongs to the backend of `device` and must be used with tensors on that device.
+std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias = Tensor(),
+                                                        Device device = Device::cpu());
+
+// y[..., N] = act(x[..., K] @ W^T + b), y in x's dtype. x may have any leading dims and strided
+// rows (a 2-D x with stride(0) >= K is used without a copy).
+Tensor linear(const Tensor& x, const backend::PreparedLinear& w, Activation act = Activation::None);
+// The same into a preallocated y [..., N] (2-D y may have strided rows).
+void linear_into(const Tensor& x, const backend::PreparedLinear& w, const Tensor& y,
+                 Activation act = Activation::None);
+
+// FLUX gated residual, fused into the GEMM epilogue: y = residual + gate[N] * act(x @ W^T + b).
+// residual [..., N] may be y itself (in place: x += gate * layer(h)).
+Tensor linear_gated_residual(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate,
+                             const Tensor& residual, Activation act = Activation::None);
+void linear_gated_residual_into(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate,
+                                const Tensor& residual, const Tensor& y, Activation act = Activation::None);
+
+}  // namespace fluxrt::ops

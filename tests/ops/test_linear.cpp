@@ -1,0 +1,148 @@
+// Linear conformance: both CPU implementations (oneDNN matmul and the packed AVX2 GEMM) against
+// the f64 reference, f32/bf16/f16, odd and tile-boundary shapes, epilogues (bias, GELU-tanh, SiLU,
+// gated residual, in place), strided rows; plus the ops front end (leading dims, errors).
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/gemm_packed.h"
+#include "ops/dispatch.h"
+#include "ops/linear.h"
+#include "test_linear_common.h"
+
+namespace fluxrt::test {
+namespace {
+
+std::vector<std::string> impls() {
+  std::vector<std::string> v{"onednn"};
+  if (backend::gemm::packed_gemm_supported()) v.push_back("packed");
+  return v;
+}
+
+std::vector<LinearCase> cases() {
+  std::vector<LinearCase> v;
+  // Odd sizes from {1, 7, 17, 63, 65, 129}.
+  const int64_t odd[][3] = {{1, 1, 1},    {1, 129, 65}, {7, 17, 63},  {17, 65, 7},
+                            {63, 129, 65}, {65, 7, 129}, {129, 63, 17}, {7, 1, 17}};
+  for (auto* d : odd)
+    for (DType dt : {DType::F32, DType::BF16}) v.push_back({d[0], d[1], d[2], dt, ""});
+  // Tile boundaries of the packed GEMM: Mr = 6, Mc = 96, Nr = 16, Nc = 512, Kc = 256.
+  const int64_t tiles[][3] = {{5, 255, 15}, {6, 256, 16}, {7, 257, 17}, {95, 16, 511}, {96, 32, 512},
+                              {97, 512, 513}, {193, 300, 1025}};
+  for (auto* d : tiles)
+    for (DType dt : {DType::F32, DType::BF16}) v.push_back({d[0], d[1], d[2], dt, ""});
+  // Epilogues and layouts.
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (const char* var : {"bias", "gelu", "silu", "bias_gelu", "gated", "gated_inplace", "strided",
+                            "strided_bias_silu_gated"})
+      v.push_back({37, 96, 70, dt, var});
+  }
+  v.push_back({13, 40, 24, DType::F16, ""});
+  // One real FLUX width kept small in M so the default suite stays fast (the full shapes are in
+  // test_linear_slow.cpp).
+  v.push_back({24, 3072, 3072, DType::BF16, "bias_gelu"});
+  v.push_back({24, 3072, 3072, DType::F32, ""});
+  return v;
+}
+
+class LinearConformance : public ::testing::TestWithParam<std::tuple<std::string, LinearCase>> {};
+
+TEST_P(LinearConformance, MatchesReference) {
+  const auto& [impl, c] = GetParam();
+  check_linear_case(impl, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, LinearConformance, ::testing::Combine(::testing::ValuesIn(impls()), ::testing::ValuesIn(cases())),
+                         [](const auto& info) {
+                           return linear_case_name(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+// GELU-tanh and SiLU over a wide range, including where exp overflows or underflows in f32.
+TEST(LinearActivations, ExtremeInputs) {
+  std::vector<float> xs;
+  for (int i = -400; i <= 400; ++i) xs.push_back(i * 0.25f);
+  const int64_t m = static_cast<int64_t>(xs.size());
+  const Tensor x = Tensor::from_vector(xs, {m, 1}, DType::F32);
+  const Tensor w = Tensor::from_vector({1.0f}, {1, 1}, DType::F32);
+  for (auto impl : impls()) {
+    for (auto act : {backend::Activation::GeluTanh, backend::Activation::Silu}) {
+      auto p = backend::prepare_linear_cpu_with(w, Tensor(), impl_named(impl));
+      backend::LinearArgs a;
+      a.x = x;
+      a.w = p.get();
+      a.activation = act;
+      a.y = Tensor::empty({m, 1}, DType::F32);
+      backend::linear_cpu(a);
+      for (int64_t i = 0; i < m; ++i) {
+        const double want = backend::apply_activation_ref(act, xs[i]);
+        EXPECT_NEAR(a.y.item({i, 0}), want, 2e-6 * std::max(1.0, std::abs(want)))
+            << impl << " act " << static_cast<int>(act) << " x=" << xs[i];
+      }
+    }
+  }
+}
+
+TEST(LinearOps, LeadingDimsAndBothTables) {
+  const Tensor w = random_normal({48, 32}, DType::BF16, 1, 0.0, 0.2);
+  const Tensor b = random_normal({48}, DType::BF16, 2);
+  const Tensor x = random_normal({2, 5, 32}, DType::BF16, 3);
+  auto cpu = ops::prepare_linear(w, b);
+  const Tensor y = ops::linear(x, *cpu, ops::Activation::Silu);
+  ASSERT_EQ(y.shape(), (Shape{2, 5, 48}));
+  EXPECT_EQ(y.dtype(), DType::BF16);
+  Tensor ref;
+  {
+    ops::ScopedKernelTable force(backend::ref_kernels());
+    auto r = ops::prepare_linear(w, b);
+    ref = Tensor::empty({2, 5, 48}, DType::F32);
+    ops::linear_into(x.to(DType::F32), *r, ref, ops::Activation::Silu);
+  }
+  EXPECT_TRUE(all_close(y, ref, TolClass::Gemm));
+}
+
+TEST(LinearOps, GatedResidualInPlace) {
+  const Tensor w = random_normal({64, 40}, DType::F32, 4, 0.0, 0.2);
+  const Tensor h = random_normal({3, 7, 40}, DType::F32, 5);
+  const Tensor gate = random_normal({64}, DType::F32, 6);
+  Tensor x = random_normal({3, 7, 64}, DType::F32, 7);
+  const Tensor x0 = x.clone();
+  auto p = ops::prepare_linear(w);
+  ops::linear_gated_residual_into(h, *p, gate, x, x);  // x += gate * (h @ W^T)
+  Tensor expect;
+  {
+    ops::ScopedKernelTable force(backend::ref_kernels());
+    auto r = ops::prepare_linear(w);
+    expect = ops::linear_gated_residual(h, *r, gate, x0);
+  }
+  EXPECT_TRUE(all_close(x, expect, TolClass::Gemm));
+}
+
+TEST(LinearOps, StridedRowsWithoutCopy) {
+  // q = first third of a fused qkv tensor's columns: a 2-D view with stride(0) = 3K.
+  const Tensor qkv = random_normal({9, 3 * 32}, DType::BF16, 8);
+  const Tensor q = qkv.narrow(1, 0, 32);
+  const Tensor w = random_normal({16, 32}, DType::BF16, 9, 0.0, 0.2);
+  auto p = ops::prepare_linear(w);
+  const Tensor y = ops::linear(q, *p);
+  auto r = ops::prepare_linear(w);
+  const Tensor y2 = ops::linear(q.contiguous(), *r);
+  EXPECT_TRUE(all_close(y, y2, TolClass::Exact));
+}
+
+TEST(LinearOps, Errors) {
+  auto p = ops::prepare_linear(random_normal({8, 4}, DType::F32, 1));
+  EXPECT_THROW(ops::linear(random_normal({2, 5}, DType::F32, 2), *p), Error);
+  EXPECT_THROW(ops::prepare_linear(random_normal({8}, DType::F32, 1)), Error);
+  EXPECT_THROW(ops::prepare_linear(random_normal({8, 4}, DType::F32, 1), random_normal({7}, DType::F32, 1)), Error);
+  EXPECT_THROW(ops::linear_into(random_normal({2, 4}, DType::F32, 2), *p, Tensor::empty({2, 9}, DType::F32)), Error);
+  try {
+    ops::linear(random_normal({2, 5}, DType::F32, 2), *p);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("[linear]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace fluxrt::test
