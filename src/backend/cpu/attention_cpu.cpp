@@ -462,23 +462,29 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   c.causal_offset = c.Lk - c.Lq;
 
   const int64_t lkp = std::max<int64_t>(c.ntiles, 1) * kBlockN;
-  auto kt = hwy::AllocateAligned<float>(lkp * c.Dp);
-  auto v = hwy::AllocateAligned<float>(lkp * c.Dp);
+  const int64_t head_floats = lkp * c.Dp;
+  // kv heads prepared per round: enough work items for every thread (short text-encoder sequences
+  // have few query blocks per head), within a scratch budget for the rotated keys and values.
+  const int nthreads = num_threads();
+  const int64_t items_per_head = c.group * c.nqblocks;
+  const int64_t budget_heads = std::max<int64_t>(1, (int64_t{256} << 20) / (2 * head_floats * int64_t{sizeof(float)}));
+  const int64_t heads_per_round = std::clamp<int64_t>((4 * nthreads + items_per_head - 1) / items_per_head, 1,
+                                                      std::min(c.Hkv, budget_heads));
+  auto kt = hwy::AllocateAligned<float>(heads_per_round * head_floats);
+  auto v = hwy::AllocateAligned<float>(heads_per_round * head_floats);
   auto maskadd = hwy::AllocateAligned<float>(lkp);
   std::vector<uint8_t> tile_masked(std::max<int64_t>(c.ntiles, 1));
-  std::vector<float> tile_kmax(std::max<int64_t>(c.ntiles, 1));
-  c.kt = kt.get();
-  c.v = v.get();
+  std::vector<float> tile_kmax(heads_per_round * std::max<int64_t>(c.ntiles, 1));
   c.maskadd = maskadd.get();
   c.tile_masked = tile_masked.data();
 
   BlockStats total;
-  const int64_t items = c.group * c.nqblocks;
-#pragma omp parallel num_threads(num_threads())
+#pragma omp parallel num_threads(nthreads)
   {
     Scratch sc(c.Dp);
     BlockStats local;
     auto row = hwy::AllocateAligned<float>(c.Dp);
+    std::vector<float> kmax(heads_per_round);
     for (int64_t b = 0; b < c.B; ++b) {
 #pragma omp single
       {
@@ -499,19 +505,30 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
         }
         c.batch_has_keys = any;
       }  // implicit barrier
-      for (int64_t kvh = 0; kvh < c.Hkv; ++kvh) {
+      for (int64_t kv0 = 0; kv0 < c.Hkv; kv0 += heads_per_round) {
+        const int64_t nh = std::min(heads_per_round, c.Hkv - kv0);
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < c.ntiles; ++t) tile_kmax[t] = prepare_kv_tile(c, kt.get(), v.get(), b, kvh, t, row.get());
-        // implicit barrier: every thread sees the finished keys
-        Ctx cl = c;
-        cl.kmax = 0;
-        for (int64_t t = 0; t < c.ntiles; ++t) cl.kmax = std::max(cl.kmax, tile_kmax[t]);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < items; ++item) {
-          const int64_t h = kvh * c.group + item / c.nqblocks;
-          HWY_DYNAMIC_DISPATCH(ProcessBlock)(cl, b, h, item % c.nqblocks, &sc, &local);
+        for (int64_t ht = 0; ht < nh * c.ntiles; ++ht) {
+          const int64_t slot = ht / c.ntiles, t = ht % c.ntiles;
+          tile_kmax[ht] = prepare_kv_tile(c, kt.get() + slot * head_floats, v.get() + slot * head_floats, b,
+                                          kv0 + slot, t, row.get());
         }
-        // implicit barrier before the next head overwrites the key scratch
+        // implicit barrier: every thread sees the finished keys
+        for (int64_t slot = 0; slot < nh; ++slot) {
+          kmax[slot] = 0;
+          for (int64_t t = 0; t < c.ntiles; ++t) kmax[slot] = std::max(kmax[slot], tile_kmax[slot * c.ntiles + t]);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < nh * items_per_head; ++item) {
+          const int64_t slot = item / items_per_head, rem = item % items_per_head;
+          Ctx cl = c;
+          cl.kt = kt.get() + slot * head_floats;
+          cl.v = v.get() + slot * head_floats;
+          cl.kmax = kmax[slot];
+          const int64_t h = (kv0 + slot) * c.group + rem / c.nqblocks;
+          HWY_DYNAMIC_DISPATCH(ProcessBlock)(cl, b, h, rem % c.nqblocks, &sc, &local);
+        }
+        // implicit barrier before the next round overwrites the key scratch
       }
     }
 #pragma omp critical

@@ -2,10 +2,12 @@
 // CPU attention: one call for all heads, RoPE on load, fixed Cauchy-Schwarz row maximum with
 // exp2, exact online-maximum fallback (see backend/args/attention.h for the contract).
 //
-// Work split: for each (batch, kv head) the keys are rotated once into an f32 scratch laid out
-// as [key tile][D][64] (transposed, so S = Q·K^T is a broadcast-FMA micro-kernel) together with
-// max_j |k_j|; then all query heads of the group and all 48-row query blocks run in one OpenMP
-// loop. Highway dynamic dispatch picks the SIMD width (SSE4 / AVX2 / AVX-512, scalar fallback).
+// Work split: for each batch element, kv heads are taken in rounds (one head for FLUX-sized
+// sequences, several when a head has too few query blocks to feed every thread). The keys of a
+// round are rotated once into an f32 scratch laid out as [key tile][D][64] (transposed, so
+// S = Q·K^T is a broadcast-FMA micro-kernel) together with max_j |k_j|; then all query heads of
+// those kv heads and all their 48-row query blocks run in one OpenMP loop. Highway dynamic
+// dispatch picks the SIMD width (SSE4 / AVX2 / AVX-512, scalar fallback).
 #include <cstdint>
 
 #include "backend/args/attention.h"

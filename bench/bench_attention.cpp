@@ -1,0 +1,92 @@
+// Attention throughput at the FLUX.2-klein shapes (B = 1, D = 128; 4B: H = 24, 9B: H = 32;
+// L = 1536 = 512 text + 1024 image tokens at 512^2, L = 4608 at 1024^2) in bf16 with FLUX.2 RoPE,
+// as GFLOP/s (FLOPs = 4 B H Lq Lk D) and the ratio to the GEMM peak measured in the same run.
+// Both softmax modes are timed: the fixed Cauchy-Schwarz maximum and the forced online maximum.
+//
+//   bench_attention [--quick]   (--quick: L = 1536 only, H = 24)
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/args/attention.h"
+#include "backend/cpu/attention_cpu.h"
+#include "common/bench_common.h"
+#include "core/tensor.h"
+#include "ops/rope.h"
+
+namespace {
+
+using namespace fluxrt;
+
+struct Shape4 {
+  const char* model;
+  int64_t H, L;
+};
+
+backend::AttentionArgs make_args(int64_t H, int64_t L) {
+  const int64_t D = 128;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(L * 3 * H * D);
+  for (auto& e : x) e = normal(rng);
+  // A fused [1, L, 3, H, D] projection output, as the transformer produces it.
+  const Tensor qkv = Tensor::from_vector(x, {1, L, 3, H, D}, DType::BF16);
+  // FLUX.2 ids: 512 text tokens (0, 0, 0, l) then a square image grid (0, i, j, 0).
+  const int64_t text = 512, side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(L - text))));
+  std::vector<float> ids(L * 4, 0.0f);
+  for (int64_t l = 0; l < L; ++l) {
+    if (l < text) {
+      ids[l * 4 + 3] = static_cast<float>(l);
+    } else {
+      ids[l * 4 + 1] = static_cast<float>((l - text) / side);
+      ids[l * 4 + 2] = static_cast<float>((l - text) % side);
+    }
+  }
+  const ops::RopeTable rope = ops::rope_flux2(Tensor::from_vector(ids, {L, 4}, DType::I64));
+  backend::AttentionArgs a;
+  a.q = qkv.select(2, 0);
+  a.k = qkv.select(2, 1);
+  a.v = qkv.select(2, 2);
+  a.out = Tensor::empty({1, L, H, D}, DType::BF16);
+  a.scale = static_cast<float>(1.0 / std::sqrt(128.0));
+  a.rope = backend::RopeLayout::AdjacentPairs;
+  a.rope_cos = rope.cos;
+  a.rope_sin = rope.sin;
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  fmt::print("{}\nattention SIMD target: {}\n", bench::machine_line(), backend::cpu::attention_target_name());
+  const bench::GemmPeak peak = bench::measure_gemm_peak();
+  fmt::print("GEMM peak: {:.1f} GFLOP/s ({}); bf16 {:.1f}, f32 {:.1f}\n\n", peak.gflops, peak.source,
+             peak.bf16_gflops, peak.f32_gflops);
+
+  std::vector<Shape4> shapes = {{"klein-4B", 24, 1536}, {"klein-4B", 24, 4608}, {"klein-9B", 32, 1536},
+                                {"klein-9B", 32, 4608}};
+  if (quick) shapes = {{"klein-4B", 24, 1536}};
+  bench::Table table({"shape", "softmax", "min ms", "median ms", "GFLOP/s (min)", "of peak", "fallback blocks"});
+  for (const Shape4& s : shapes) {
+    const backend::AttentionArgs a = make_args(s.H, s.L);
+    const double flops = 4.0 * s.H * static_cast<double>(s.L) * s.L * 128;
+    for (bool online : {false, true}) {
+      backend::cpu::AttentionCpuOptions opt;
+      opt.force_online = online;
+      backend::cpu::AttentionCpuStats stats;
+      backend::cpu::attention(a, opt, &stats);
+      const bench::Timing t = bench::time_runs([&] { backend::cpu::attention(a, opt, nullptr); }, 0, 5, 15.0);
+      const double gflops = flops / t.min_s * 1e-9;
+      table.add({fmt::format("{} H={} L={} bf16", s.model, s.H, s.L), online ? "online max" : "fixed max",
+                 fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
+                 fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops),
+                 fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)});
+    }
+  }
+  table.print();
+  return 0;
+}
