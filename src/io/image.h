@@ -1,0 +1,63 @@
+#pragma once
+// PNG images: reading any PNG into 8-bit pixels, writing with text metadata (prompt, seed, ...).
+//
+// Reading accepts every PNG colour type and bit depth (gray, gray+alpha, RGB, RGBA, palette; 1-16
+// bits; interlaced or not) and converts to 8 bits per channel: 1 channel for gray, 3 for RGB or an
+// opaque palette, 4 when there is alpha (gray+alpha becomes RGBA; a tRNS chunk becomes alpha).
+// 16-bit samples are scaled with rounding; alpha is not premultiplied; no gamma or colour-profile
+// conversion is applied (pixels are the stored values, as PIL and diffusers read them).
+//
+// Errors are fluxrt::Error with a one-line message naming the file: NotFound (no such file),
+// Io (cannot read/write), Format (not a PNG, truncated, corrupt, larger than kMaxImageSide),
+// InvalidArgument (an Image or text chunk that cannot be written). libpng's longjmp error
+// handling stays inside image.cpp; nothing here aborts on bad input.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fluxrt::io {
+
+// Larger images are rejected on read and write (a 16384^2 RGBA image is already 1 GiB).
+inline constexpr int kMaxImageSide = 16384;
+
+struct Image {
+  int width = 0;
+  int height = 0;
+  int channels = 0;             // 1 (gray), 3 (RGB) or 4 (RGBA)
+  std::vector<uint8_t> pixels;  // row-major, channels interleaved: (y * width + x) * channels + c
+
+  size_t row_bytes() const { return static_cast<size_t>(width) * static_cast<size_t>(channels); }
+};
+
+using TextChunks = std::vector<std::pair<std::string, std::string>>;
+
+Image read_png(const std::string& path);
+// Decodes PNG bytes held in memory (an upload); `name` is used in error messages.
+Image decode_png(std::span<const uint8_t> data, std::string_view name = "<memory>");
+
+// All tEXt, zTXt and iTXt chunks (before and after the image data), keyword -> value, both as
+// UTF-8 (tEXt/zTXt are Latin-1 in the file and converted). The first chunk wins for a repeated
+// keyword.
+std::map<std::string, std::string> read_png_text(const std::string& path);
+std::map<std::string, std::string> decode_png_text(std::span<const uint8_t> data,
+                                                   std::string_view name = "<memory>");
+
+// Encodes with fast compression (SUB/UP filters, zlib level 1, run-length strategy). Text values are UTF-8: a value whose characters
+// all fit in Latin-1 is written as tEXt (zTXt beyond 1 KiB), anything else as iTXt (compressed
+// beyond 1 KiB). Keywords must be 1-79 printable Latin-1 characters without leading, trailing or
+// double spaces; values must be valid UTF-8 without NUL. All chunks go before the image data.
+std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text = {});
+
+// Atomic: encodes first, writes a hidden temporary file in the same directory and renames it
+// over `path`; on any failure the temporary is removed and Error is thrown, so `path` either
+// keeps its old content or holds the complete new image, never a partial file.
+void write_png(const std::string& path, const Image& image, const TextChunks& text = {});
+
+// Drops alpha (no compositing) and expands gray: always 3 channels.
+Image to_rgb(const Image& image);
+
+}  // namespace fluxrt::io
