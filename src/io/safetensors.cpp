@@ -143,8 +143,8 @@ void Checkpoint::add_file(std::shared_ptr<SafetensorsFile> file) {
   for (const TensorInfo& t : file->tensors()) {
     auto [it, inserted] = where_.emplace(t.name, index);
     if (!inserted)
-      fail(ErrorCode::Format, "{}: tensor {} is in both {} and {}", path_, quote_name(t.name),
-           files_[it->second]->path(), file->path());
+      fail(ErrorCode::Format, "{}: tensor {} is in both {} and {} (dtype variants of one model? open one file)",
+           path_, quote_name(t.name), files_[it->second]->path(), file->path());
   }
   files_.push_back(std::move(file));
 }

@@ -9,7 +9,9 @@
 // rank this engine does not handle; NotFound / Io: the file system.
 //
 // Views are read-only: the mapping is PROT_READ, so writing through Tensor::data() of a view
-// faults. Call clone() for a writable copy.
+// faults. Call clone() for a writable copy. As with any mapping, a file truncated by another
+// process while mapped raises SIGBUS when the missing pages are read; replace files by rename
+// (as write_safetensors does), never by rewriting them in place.
 //
 // Alignment: the format does not promise that a tensor's data is aligned to its element size
 // (files written by PyTorch usually are, files with odd-sized bool/u8 tensors may not be). A view
