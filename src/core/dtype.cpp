@@ -121,11 +121,15 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/threads.h"
 
 namespace fluxrt {
 
@@ -348,14 +352,7 @@ void convert_from(const void* src, void* dst, DType dst_dtype, size_t n) {
   fail(ErrorCode::Internal, "dtype.cpp: unknown destination dtype {}", static_cast<int>(dst_dtype));
 }
 
-}  // namespace
-
-void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
-  if (n == 0) return;
-  if (src_dtype == dst_dtype) {
-    std::memmove(dst, src, n * dtype_size(src_dtype));
-    return;
-  }
+void convert_serial(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
   // The hot pairs: SIMD with dynamic dispatch.
   if (src_dtype == DType::BF16 && dst_dtype == DType::F32)
     return HWY_DYNAMIC_DISPATCH(Bf16ToF32)(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
@@ -380,6 +377,33 @@ void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_
     case DType::Bool: return convert_from<DType::Bool>(src, dst, dst_dtype, n);
   }
   fail(ErrorCode::Internal, "dtype.cpp: unknown source dtype {}", static_cast<int>(src_dtype));
+}
+
+// Conversions of whole checkpoints (fp8 -> bf16, f32 -> bf16 at load) are memory bound; one core
+// cannot saturate a server's memory bandwidth, so big buffers are split across threads.
+constexpr size_t kParallelChunk = size_t(1) << 18;  // elements
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n) {
+  if (n == 0) return;
+  // Both sizes first: they reject an invalid enum value before any thread starts.
+  const size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
+  if (src_dtype == dst_dtype) {
+    std::memmove(dst, src, n * src_size);
+    return;
+  }
+  if (n < 2 * kParallelChunk || omp_in_parallel() || num_threads() < 2)
+    return convert_serial(src, src_dtype, dst, dst_dtype, n);
+  const auto chunks = static_cast<int64_t>((n + kParallelChunk - 1) / kParallelChunk);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t begin = static_cast<size_t>(c) * kParallelChunk;
+    convert_serial(s + begin * src_size, src_dtype, d + begin * dst_size, dst_dtype,
+                   std::min(kParallelChunk, n - begin));
+  }
 }
 
 }  // namespace fluxrt

@@ -118,7 +118,9 @@ uint8_t f32_to_f8e5m2(float value);
 // first, as torch does). Float -> integer truncates toward zero; out-of-range values and NaN
 // give what torch gives on x86 (the 32- or 64-bit "integer indefinite" INT_MIN, wrapped to the
 // narrower type; u8 goes through i64), on every CPU. Integer -> integer wraps. Any pair of dtypes
-// is accepted; src and dst must not overlap unless they are the same dtype.
+// is accepted; src and dst must not overlap unless they are the same dtype. Buffers of 512K
+// elements or more are split across OpenMP threads (num_threads()) unless already inside a
+// parallel region; the result does not depend on the split.
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n);
 
 // Small value types used where the element type is known at compile time.

@@ -400,6 +400,37 @@ TEST(DType, SmallIntegersToFloatAreExact) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(bf16_to_f32(h[i]), static_cast<float>(i));
 }
 
+// Big buffers are converted in parallel chunks; the result must not depend on the split.
+TEST(DType, LargeBuffersMatchTheScalarFunctions) {
+  const size_t n = (size_t(1) << 20) + 12345;
+  std::vector<uint32_t> bits(n);
+  SplitMix64 rng{77};
+  for (auto& b : bits) b = static_cast<uint32_t>(rng.next());
+  std::vector<uint16_t> h(n);
+  std::vector<float> f(n);
+  std::vector<uint8_t> q(n);
+  const auto* x = reinterpret_cast<const float*>(bits.data());
+  size_t bad = 0;
+
+  convert(x, DType::F32, h.data(), DType::BF16, n);
+  for (size_t i = 0; i < n; ++i) bad += h[i] != f32_to_bf16(x[i]);
+  convert(h.data(), DType::BF16, f.data(), DType::F32, n);
+  for (size_t i = 0; i < n; ++i) {
+    const float g = bf16_to_f32(h[i]);
+    bad += std::memcmp(&f[i], &g, 4) != 0;
+  }
+  convert(x, DType::F32, h.data(), DType::F16, n);
+  for (size_t i = 0; i < n; ++i) bad += h[i] != f32_to_f16(x[i]);
+  convert(h.data(), DType::F16, f.data(), DType::F32, n);
+  for (size_t i = 0; i < n; ++i) {
+    const float g = f16_to_f32(h[i]);
+    bad += std::memcmp(&f[i], &g, 4) != 0;
+  }
+  convert(x, DType::F32, q.data(), DType::F8E4M3, n);
+  for (size_t i = 0; i < n; ++i) bad += q[i] != f32_to_f8e4m3(x[i]);
+  EXPECT_EQ(bad, 0u);
+}
+
 TEST(DType, SameDTypeIsACopy) {
   std::vector<uint16_t> a = {1, 2, 0x7FFF, 0xFFFF}, b(4);
   convert(a.data(), DType::BF16, b.data(), DType::BF16, 4);
