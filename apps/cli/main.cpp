@@ -2,23 +2,50 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
+#include <string>
 
+#include "commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/threads.h"
 #include "fluxrt/version.h"
+
+namespace {
+
+// DESIGN.md section 4: the CLI turns any error into exactly one line on stderr.
+int report_error(const char* message) {
+  std::string line = message;
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::fprintf(stderr, "fluxrt: error: %s\n", line.c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fluxrt: FLUX image generation on CPUs and NVIDIA GPUs"};
   app.set_version_flag("--version", std::string("fluxrt ") + FLUXRT_VERSION_STRING);
   app.require_subcommand(1);
   int threads = 0;
+  std::string log_level;
   app.add_option("--threads", threads, "worker threads (0 = all cores)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off (default info; FLUXRT_LOG_LEVEL)")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  fluxrt::cli::InfoOptions info_options;
+  CLI::App* info = fluxrt::cli::add_info_command(app, info_options);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!log_level.empty()) fluxrt::set_log_level(fluxrt::parse_log_level(log_level));
     fluxrt::set_num_threads(threads);
+    if (info->parsed()) return fluxrt::cli::run_info(info_options);
   } catch (const fluxrt::Error& e) {
-    std::fprintf(stderr, "fluxrt: %s\n", e.what());
-    return 1;
+    return report_error(e.what());
+  } catch (const std::exception& e) {
+    return report_error(e.what());
   }
   return 0;
 }

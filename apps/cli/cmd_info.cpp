@@ -1,0 +1,91 @@
+// `fluxrt info <model>`: where a model resolved to, which variant it is, what its components hold.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "io/model_info.h"
+
+namespace fluxrt::cli {
+namespace {
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+std::string dtype_list(const io::ComponentReport& c) {
+  std::string out;
+  for (const auto& [name, count] : c.dtypes) out += fmt::format("{}{} x{}", out.empty() ? "" : ", ", name, count);
+  return out;
+}
+
+void print_text(const io::ModelReport& r) {
+  const io::ResolvedModel& m = r.model;
+  const io::VariantInfo& v = r.variant;
+  fmt::print("model:   {}\n", m.spec);
+  fmt::print("path:    {}\n", m.path);
+  if (!m.repo_id.empty()) fmt::print("hub:     {} @ {}\n", m.repo_id, m.revision);
+  fmt::print("source:  {}{}\n", io::model_source_name(m.source),
+             m.pipeline_class.empty() ? "" : fmt::format(" ({})", m.pipeline_class));
+  fmt::print("variant: {}\n", v.description);
+  if (v.family != io::ModelFamily::Unknown) {
+    const io::TransformerShape& s = v.shape;
+    fmt::print("layout:  {}{}\n", io::weight_layout_name(v.layout),
+               v.key_prefix.empty() ? "" : fmt::format(" (keys prefixed \"{}\")", v.key_prefix));
+    fmt::print("shape:   hidden {} ({} head{} x {}), {} double + {} single blocks, in {}, context {}, guidance {}\n",
+               s.hidden_size, s.num_heads, s.num_heads == 1 ? "" : "s", s.head_dim, s.double_blocks, s.single_blocks, s.in_channels,
+               s.context_dim, s.guidance_embed ? "yes" : "no");
+    if (v.distilled.has_value())
+      fmt::print("kind:    {} (from {})\n", *v.distilled ? "distilled" : "base", v.distilled_from);
+  }
+  fmt::print("\n{:<14} {:<32} {:>8} {:>14} {:>12}  {}\n", "component", "class", "tensors", "parameters", "bytes",
+             "dtypes");
+  size_t tensors = 0;
+  uint64_t parameters = 0, bytes = 0;
+  for (const io::ComponentReport& c : r.components) {
+    const std::string cls = c.class_name.empty() ? "-" : c.class_name;
+    if (!c.present) {
+      fmt::print("{:<14} {:<32} {:>8}\n", c.name, cls, "(missing)");
+    } else if (c.weights.empty()) {
+      fmt::print("{:<14} {:<32} {:>8}\n", c.name, cls, "-");
+    } else {
+      fmt::print("{:<14} {:<32} {:>8} {:>14} {:>12}  {}\n", c.name, cls, c.tensors, c.parameters,
+                 human_bytes(c.bytes), dtype_list(c));
+      tensors += c.tensors;
+      parameters += c.parameters;
+      bytes += c.bytes;
+    }
+  }
+  if (r.components.size() > 1)
+    fmt::print("{:<14} {:<32} {:>8} {:>14} {:>12}\n", "total", "", tensors, parameters, human_bytes(bytes));
+}
+
+}  // namespace
+
+CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
+  CLI::App* cmd = app.add_subcommand("info", "show what a model folder, file or hub repo id contains");
+  cmd->add_option("model", options.model,
+                  "diffusers folder, .safetensors file, or Hugging Face repo id (org/name[@rev]) in the local cache")
+      ->required();
+  cmd->add_flag("--json", options.json, "print a JSON document instead of text");
+  return cmd;
+}
+
+int run_info(const InfoOptions& options) {
+  const io::ModelReport report = io::inspect_model(options.model);
+  if (options.json)
+    fmt::print("{}\n", io::model_report_json(report));
+  else
+    print_text(report);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace fluxrt::cli
