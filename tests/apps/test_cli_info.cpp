@@ -1,0 +1,167 @@
+// `fluxrt info` smoke tests: runs the built binary on the tiny models and on bad inputs, and
+// checks exit codes, that errors are exactly one "fluxrt: error: ..." line, and the JSON output.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kBinary = fs::path(FLUXRT_BINARY_DIR) / "fluxrt";
+const fs::path kModels = fs::path(FLUXRT_TEST_DATA_DIR) / "models";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class CliInfo : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kBinary)) GTEST_SKIP() << kBinary << " not built (build the fluxrt target)";
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    tmp_ = fs::temp_directory_path() / (std::string("fluxrt_cli_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+
+  // Runs `fluxrt <args>` with an empty hub cache, capturing stdout and stderr separately.
+  RunResult run(const std::string& args) {
+    const fs::path out = tmp_ / "stdout", err = tmp_ / "stderr";
+    const std::string cmd = "HF_HUB_CACHE=" + shell_quote((tmp_ / "hub").string()) + " " +
+                            shell_quote(kBinary.string()) + " " + args + " >" + shell_quote(out.string()) + " 2>" +
+                            shell_quote(err.string());
+    const int status = std::system(cmd.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(out);
+    r.err = read_file(err);
+    return r;
+  }
+
+  // A failure is exactly one line on stderr, nothing on stdout, and a non-zero exit code.
+  static void expect_one_line_error(const RunResult& r, const std::string& must_contain) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(r.err.rfind("fluxrt: error: ", 0), 0u) << r.err;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n');
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_NE(r.err.find(must_contain), std::string::npos) << r.err;
+  }
+
+  fs::path tmp_;
+};
+
+}  // namespace
+
+TEST_F(CliInfo, TinyKleinFolder) {
+  const RunResult r = run("info " + shell_quote((kModels / "flux2-klein-tiny").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  EXPECT_NE(r.out.find("variant: flux.2-klein (custom: hidden 128, 1+1 blocks, distilled)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layout:  diffusers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Flux2KleinPipeline"), std::string::npos) << r.out;
+  for (const char* component : {"transformer", "text_encoder", "vae", "tokenizer", "scheduler"})
+    EXPECT_NE(r.out.find(component), std::string::npos) << component;
+  EXPECT_NE(r.out.find("bf16 x29"), std::string::npos) << r.out;   // transformer
+  EXPECT_NE(r.out.find("bf16 x398"), std::string::npos) << r.out;  // text encoder
+}
+
+TEST_F(CliInfo, TinyKleinBflFileAsJson) {
+  const RunResult r = run("--log-level warn info --json " + shell_quote((kModels / "flux2-klein-tiny-bfl.safetensors").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["source"], "single-file");
+  EXPECT_EQ(j["variant"]["family"], "flux.2");
+  EXPECT_EQ(j["variant"]["layout"], "bfl");
+  EXPECT_EQ(j["variant"]["hidden_size"], 128);
+  EXPECT_EQ(j["variant"]["double_blocks"], 1);
+  ASSERT_EQ(j["components"].size(), 1u);
+  EXPECT_EQ(j["components"][0]["tensors"], 25);
+  EXPECT_EQ(j["components"][0]["dtypes"]["bf16"], 25);
+}
+
+TEST_F(CliInfo, Flux1Models) {
+  RunResult r = run("info " + shell_quote((kModels / "flux1-dev-tiny-transformer").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("flux.1 (custom: hidden 32, 1+1 blocks, guidance)"), std::string::npos) << r.out;
+  r = run("info " + shell_quote((kModels / "flux1-schnell-tiny-bfl.safetensors").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("flux.1 (custom: hidden 32, 1+1 blocks, no guidance)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layout:  bfl"), std::string::npos) << r.out;
+}
+
+TEST_F(CliInfo, NonexistentPath) {
+  const std::string missing = (tmp_ / "no-such-model").string();
+  expect_one_line_error(run("info " + shell_quote(missing)), missing);
+}
+
+TEST_F(CliInfo, MissingHubRepo) {
+  expect_one_line_error(run("info black-forest-labs/FLUX.2-klein-4B"), "models--black-forest-labs--FLUX.2-klein-4B");
+}
+
+TEST_F(CliInfo, FolderThatIsNotAModel) {
+  std::ofstream(tmp_ / "readme.txt") << "not a model\n";
+  expect_one_line_error(run("info " + shell_quote(tmp_.string())), "not a model folder");
+}
+
+TEST_F(CliInfo, CorruptFile) {
+  const fs::path file = tmp_ / "corrupt.safetensors";
+  std::ofstream(file, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{\"a\":\n", 13);
+  expect_one_line_error(run("info " + shell_quote(file.string())), "corrupt.safetensors");
+}
+
+// Every file of the malformed-safetensors corpus (tests/data/safetensors/bad, kept by the io
+// tests) must give one error line, including names with newlines in them.
+TEST_F(CliInfo, BadSafetensorsCorpus) {
+  const fs::path bad = fs::path(FLUXRT_TEST_DATA_DIR) / "safetensors" / "bad";
+  if (!fs::is_directory(bad)) GTEST_SKIP() << bad << " not present";
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(bad)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    expect_one_line_error(run("info " + shell_quote(entry.path().string())), entry.path().filename().string());
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_F(CliInfo, UsageAndVersion) {
+  RunResult r = run("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("fluxrt ", 0), 0u) << r.out;
+  r = run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("info"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--threads"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--log-level"), std::string::npos) << r.out;
+  r = run("info");  // the model argument is required
+  EXPECT_NE(r.exit_code, 0);
+}
