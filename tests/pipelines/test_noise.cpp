@@ -2,6 +2,7 @@
 // and diffusers' batch handling, against tensors dumped by tools/reference/dump_noise.py.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
