@@ -37,49 +37,68 @@ uint64_t hash_bytes(std::string_view bytes) {
 
 // ---- StringIdMap ----------------------------------------------------------------------------
 
+void StringIdMap::rehash(size_t slot_count) {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(slot_count, Slot{0, 0, 0, -1});
+  const size_t mask = slot_count - 1;
+  for (const Slot& slot : old) {
+    if (slot.id < 0) continue;
+    size_t s = hash_bytes(view(slot.offset, slot.length)) & mask;
+    while (slots_[s].id >= 0) s = (s + 1) & mask;
+    slots_[s] = slot;
+  }
+}
+
 void StringIdMap::reserve(size_t count, size_t total_bytes) {
   arena_.reserve(total_bytes);
-  entries_.reserve(count);
   size_t want = 16;
-  while (want < count * 2) want <<= 1;
-  if (want > slots_.size()) {
-    slots_.assign(want, -1);
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      size_t mask = slots_.size() - 1;
-      size_t s = entries_[i].hash & mask;
-      while (slots_[s] >= 0) s = (s + 1) & mask;
-      slots_[s] = static_cast<int32_t>(i);
+  while (want * 3 < count * 4) want <<= 1;  // load factor <= 3/4: the table is 16 bytes a slot
+  if (want > slots_.size()) rehash(want);
+}
+
+void StringIdMap::prefetch_slot(uint64_t hash) const {
+  if (!slots_.empty()) __builtin_prefetch(&slots_[hash & (slots_.size() - 1)]);
+}
+
+void StringIdMap::prefetch_key(uint64_t hash) const {
+  if (slots_.empty()) return;
+  const uint32_t tag = static_cast<uint32_t>(hash >> 32);
+  const size_t mask = slots_.size() - 1;
+  for (size_t s = hash & mask;; s = (s + 1) & mask) {
+    const Slot& slot = slots_[s];
+    if (slot.id < 0) return;
+    if (slot.tag == tag) {
+      __builtin_prefetch(arena_.data() + slot.offset);
+      return;
     }
   }
 }
 
-void StringIdMap::grow() { reserve(std::max<size_t>(16, entries_.size() * 2), arena_.size()); }
-
-bool StringIdMap::insert(std::string_view key, int32_t id) {
-  if ((entries_.size() + 1) * 2 > slots_.size()) grow();
-  const uint64_t h = hash_bytes(key);
+std::optional<uint32_t> StringIdMap::insert(std::string_view key, uint64_t h, int32_t id) {
+  if ((size_ + 1) * 4 > slots_.size() * 3) rehash(std::max<size_t>(16, slots_.size() * 2));
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
   const size_t mask = slots_.size() - 1;
   size_t s = h & mask;
-  while (slots_[s] >= 0) {
-    const Entry& e = entries_[slots_[s]];
-    if (e.hash == h && std::string_view(arena_.data() + e.offset, e.length) == key) return false;
+  while (slots_[s].id >= 0) {
+    const Slot& slot = slots_[s];
+    if (slot.tag == tag && view(slot.offset, slot.length) == key) return std::nullopt;
     s = (s + 1) & mask;
   }
-  slots_[s] = static_cast<int32_t>(entries_.size());
-  entries_.push_back({h, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), id});
+  const uint32_t offset = static_cast<uint32_t>(arena_.size());
   arena_.append(key);
-  return true;
+  slots_[s] = Slot{tag, offset, static_cast<uint32_t>(key.size()), id};
+  ++size_;
+  return offset;
 }
 
-std::optional<int32_t> StringIdMap::find(std::string_view key) const {
+std::optional<int32_t> StringIdMap::find(std::string_view key, uint64_t h) const {
   if (slots_.empty()) return std::nullopt;
-  const uint64_t h = hash_bytes(key);
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
   const size_t mask = slots_.size() - 1;
   for (size_t s = h & mask;; s = (s + 1) & mask) {
-    int32_t index = slots_[s];
-    if (index < 0) return std::nullopt;
-    const Entry& e = entries_[index];
-    if (e.hash == h && std::string_view(arena_.data() + e.offset, e.length) == key) return e.id;
+    const Slot& slot = slots_[s];
+    if (slot.id < 0) return std::nullopt;
+    if (slot.tag == tag && view(slot.offset, slot.length) == key) return slot.id;
   }
 }
 
@@ -87,9 +106,9 @@ std::optional<int32_t> StringIdMap::find(std::string_view key) const {
 
 void BpeModel::reserve(size_t tokens, size_t token_bytes, size_t merges) {
   vocab_.reserve(tokens, token_bytes);
-  id_to_token_.reserve(tokens);
+  if (tokens > id_to_token_.size()) id_to_token_.resize(tokens);
   size_t want = 16;
-  while (want < merges * 2) want <<= 1;
+  while (want * 3 < merges * 4) want <<= 1;  // load factor <= 3/4
   if (want > merges_.size()) {
     std::vector<MergeSlot> old = std::move(merges_);
     merges_.assign(want, MergeSlot{kEmptyKey, 0, 0});
@@ -100,15 +119,34 @@ void BpeModel::reserve(size_t tokens, size_t token_bytes, size_t merges) {
 }
 
 void BpeModel::add_token(std::string_view token, int32_t id, std::string_view label) {
+  add_token_hashed(token, hash_bytes(token), id, label);
+}
+
+void BpeModel::add_tokens(const TokenEntry* batch, size_t count, std::string_view label) {
+  uint64_t hashes[kBatch];
+  for (size_t start = 0; start < count; start += kBatch) {
+    const size_t n = std::min(kBatch, count - start);
+    for (size_t i = 0; i < n; ++i) {
+      hashes[i] = hash_bytes(batch[start + i].token);
+      vocab_.prefetch_slot(hashes[i]);
+    }
+    for (size_t i = 0; i < n; ++i) add_token_hashed(batch[start + i].token, hashes[i], batch[start + i].id, label);
+  }
+}
+
+void BpeModel::add_token_hashed(std::string_view token, uint64_t hash, int32_t id, std::string_view label) {
   if (id < 0 || id >= kMaxTokenId) fail(ErrorCode::Format, "{}: token id {} out of range", label, id);
-  if (!vocab_.insert(token, id)) return;  // duplicate strings keep their first id, like the reference
-  if (static_cast<size_t>(id) >= id_to_token_.size()) id_to_token_.resize(id + 1);
-  if (id_to_token_[id].empty()) id_to_token_[id] = std::string(token);
+  auto offset = vocab_.insert(token, hash, id);
+  if (!offset) return;  // duplicate strings keep their first id, like the reference
+  if (static_cast<size_t>(id) >= id_to_token_.size()) id_to_token_.resize(std::max<size_t>(id + 1, id_to_token_.size() * 2));
+  Span& span = id_to_token_[id];
+  if (!span.present) span = Span{*offset, static_cast<uint32_t>(token.size()), true};
+  max_id_ = std::max(max_id_, id);
 }
 
 std::string_view BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) return {};
-  return id_to_token_[id];
+  if (id < 0 || id > max_id_ || !id_to_token_[id].present) return {};
+  return vocab_.view(id_to_token_[id].offset, id_to_token_[id].length);
 }
 
 static inline uint64_t merge_key(int32_t left, int32_t right) {
@@ -116,8 +154,12 @@ static inline uint64_t merge_key(int32_t left, int32_t right) {
 }
 
 static inline size_t merge_hash(uint64_t key) {
-  key *= 0x9E3779B97F4A7C15ULL;
-  return static_cast<size_t>(key ^ (key >> 31));
+  // The murmur3 finaliser: every key bit reaches the low bits used as the slot index.
+  key ^= key >> 33;
+  key *= 0xFF51AFD7ED558CCDULL;
+  key ^= key >> 33;
+  key *= 0xC4CEB9FE1A85EC53ULL;
+  return static_cast<size_t>(key ^ (key >> 33));
 }
 
 void BpeModel::grow_merges() { reserve(0, 0, std::max<size_t>(16, merge_count_ * 2)); }
@@ -144,21 +186,66 @@ const BpeModel::MergeSlot* BpeModel::find_merge(int32_t left, int32_t right) con
 }
 
 void BpeModel::add_merge(std::string_view left, std::string_view right, std::string_view label) {
-  auto l = vocab_.find(left);
-  auto r = vocab_.find(right);
-  if (!l || !r) {
-    fail(ErrorCode::Format, "{}: merge {} '{} {}' uses a token missing from the vocabulary", label,
-         merge_count_, left, right);
+  MergeEntry entry{left, right};
+  add_merges(&entry, 1, label);
+}
+
+void BpeModel::add_merges(const MergeEntry* batch, size_t count, std::string_view label) {
+  uint64_t left_hash[kBatch], right_hash[kBatch];
+  int32_t left_id[kBatch], right_id[kBatch];
+  for (size_t start = 0; start < count; start += kBatch) {
+    const size_t n = std::min(kBatch, count - start);
+    const MergeEntry* merges = batch + start;
+    if ((merge_count_ + n) * 4 > merges_.size() * 3) reserve(0, 0, std::max<size_t>(16, (merge_count_ + n) * 2));
+    // Three passes over the batch: slots, then the strings they point to, then the lookups.
+    for (size_t i = 0; i < n; ++i) {
+      left_hash[i] = hash_bytes(merges[i].left);
+      right_hash[i] = hash_bytes(merges[i].right);
+      vocab_.prefetch_slot(left_hash[i]);
+      vocab_.prefetch_slot(right_hash[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      vocab_.prefetch_key(left_hash[i]);
+      vocab_.prefetch_key(right_hash[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      auto l = vocab_.find(merges[i].left, left_hash[i]);
+      auto r = vocab_.find(merges[i].right, right_hash[i]);
+      if (!l || !r) {
+        fail(ErrorCode::Format, "{}: merge {} '{} {}' uses a token missing from the vocabulary", label,
+             merge_count_ + i, merges[i].left, merges[i].right);
+      }
+      left_id[i] = *l;
+      right_id[i] = *r;
+      __builtin_prefetch(&merges_[merge_hash(merge_key(*l, *r)) & (merges_.size() - 1)]);
+    }
+    for (size_t i = 0; i < n; ++i) record_merge(merges[i].left, merges[i].right, left_id[i], right_id[i], label);
   }
-  concat_.assign(left);
-  concat_.append(right);
-  auto merged = vocab_.find(concat_);
+}
+
+void BpeModel::record_merge(std::string_view left, std::string_view right, int32_t left_id, int32_t right_id,
+                            std::string_view label) {
+  // Vocabularies are usually numbered in merge order (Qwen: merge i makes id 256 + i), so try the id
+  // after the previous merge's result first; the compare makes the guess exact.
+  std::optional<int32_t> merged;
+  const int32_t guess = last_merged_id_ + 1;
+  if (guess > 0 && guess <= max_id_ && id_to_token_[guess].present &&
+      id_to_token_[guess].length == left.size() + right.size()) {
+    std::string_view candidate = vocab_.view(id_to_token_[guess].offset, id_to_token_[guess].length);
+    if (candidate.substr(0, left.size()) == left && candidate.substr(left.size()) == right) merged = guess;
+  }
+  if (!merged) {
+    concat_.assign(left);
+    concat_.append(right);
+    merged = vocab_.find(concat_);
+  }
   if (!merged) {
     fail(ErrorCode::Format, "{}: merge {} '{} {}' produces a token missing from the vocabulary", label,
          merge_count_, left, right);
   }
-  if ((merge_count_ + 1) * 2 > merges_.size()) grow_merges();
-  insert_merge(merge_key(*l, *r), static_cast<int32_t>(merge_count_), *merged);
+  last_merged_id_ = *merged;
+  if ((merge_count_ + 1) * 4 > merges_.size() * 3) grow_merges();
+  insert_merge(merge_key(left_id, right_id), static_cast<int32_t>(merge_count_), *merged);
   ++merge_count_;
 }
 

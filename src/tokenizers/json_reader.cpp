@@ -12,11 +12,11 @@ void JsonReader::error(std::string_view what) const {
 }
 
 void JsonReader::skip_ws() {
-  while (pos_ < text_.size()) {
-    char c = text_[pos_];
-    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
-    ++pos_;
-  }
+  // Pretty-printed files (tokenizer.json from save_pretrained) are mostly indentation.
+  const char* p = text_.data() + pos_;
+  const char* end = text_.data() + text_.size();
+  while (p < end && static_cast<unsigned char>(*p) <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  pos_ = static_cast<size_t>(p - text_.data());
 }
 
 char JsonReader::peek() {

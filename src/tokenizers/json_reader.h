@@ -40,6 +40,10 @@ class JsonReader {
   // Skips one value of any type and returns its raw text.
   std::string_view raw_value();
 
+  // True when `view` points into the input (rather than a string buffer that the next read reuses).
+  bool in_input(std::string_view view) const {
+    return view.data() >= text_.data() && view.data() + view.size() <= text_.data() + text_.size();
+  }
   size_t position() const { return pos_; }
   [[noreturn]] void error(std::string_view what) const;
 

@@ -77,37 +77,70 @@ AddedToken parse_added_token(const json& obj, int64_t id, const std::string& lab
   return token;
 }
 
+// Streams the entries into the model in batches (BpeModel::add_tokens / add_merges prefetch a batch
+// at a time). Strings with escapes live in the reader's buffer until the next read, so they are
+// copied into `stable` slots that live as long as the batch.
+class BatchStrings {
+ public:
+  // Slots are fixed up front: resizing would move short (inline) strings and break earlier views.
+  BatchStrings() : stable_(2 * BpeModel::kBatch) {}
+  std::string_view keep(const JsonReader& reader, std::string_view view, size_t slot) {
+    if (reader.in_input(view)) return view;
+    stable_.at(slot).assign(view);
+    return stable_[slot];
+  }
+
+ private:
+  std::vector<std::string> stable_;
+};
+
 void parse_vocab_object(JsonReader& reader, BpeModel& model, const std::string& label) {
   reader.begin_object();
   std::string_view key;
+  std::vector<BpeModel::TokenEntry> batch;
+  batch.reserve(BpeModel::kBatch);
+  BatchStrings strings;
   while (reader.next_key(key)) {
-    // `key` may live in the reader's string buffer, which read_int() leaves alone.
     int64_t id = reader.read_int();
     if (id < 0 || id >= (int64_t{1} << 24)) fail(ErrorCode::Format, "{}: token id {} out of range", label, id);
-    model.add_token(key, static_cast<int32_t>(id), label);
+    batch.push_back({strings.keep(reader, key, batch.size()), static_cast<int32_t>(id)});
+    if (batch.size() == BpeModel::kBatch) {
+      model.add_tokens(batch.data(), batch.size(), label);
+      batch.clear();
+    }
   }
+  model.add_tokens(batch.data(), batch.size(), label);
 }
 
 void parse_merges_array(JsonReader& reader, BpeModel& model, const std::string& label) {
   reader.begin_array();
+  std::vector<BpeModel::MergeEntry> batch;
+  batch.reserve(BpeModel::kBatch);
+  BatchStrings strings;
   while (reader.next_element()) {
+    const size_t slot = batch.size() * 2;
     if (reader.peek() == '[') {  // current format: ["left", "right"]
       reader.begin_array();
       if (!reader.next_element()) reader.error("empty merge pair");
-      std::string_view left = reader.read_string();
+      std::string_view left = strings.keep(reader, reader.read_string(), slot);
       if (!reader.next_element()) reader.error("merge pair with one entry");
-      std::string_view right = reader.read_string_alt();
+      std::string_view right = strings.keep(reader, reader.read_string_alt(), slot + 1);
       if (reader.next_element()) reader.error("merge pair with more than two entries");
-      model.add_merge(left, right, label);
+      batch.push_back({left, right});
     } else {  // older format: "left right"
-      std::string_view merge = reader.read_string();
+      std::string_view merge = strings.keep(reader, reader.read_string(), slot);
       size_t space = merge.find(' ');
       if (space == std::string_view::npos || merge.find(' ', space + 1) != std::string_view::npos) {
         reader.error("a merge string must have exactly one space");
       }
-      model.add_merge(merge.substr(0, space), merge.substr(space + 1), label);
+      batch.push_back({merge.substr(0, space), merge.substr(space + 1)});
+    }
+    if (batch.size() == BpeModel::kBatch) {
+      model.add_merges(batch.data(), batch.size(), label);
+      batch.clear();
     }
   }
+  model.add_merges(batch.data(), batch.size(), label);
 }
 
 Normalization parse_normalizer(const json& spec, const std::string& label) {
@@ -219,8 +252,9 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, c
   impl->source = label;
   if (!config.empty()) impl->config = read_tokenizer_config(config);
   const std::string text = read_file(tokenizer_json);
-  // About 75 bytes of tokenizer.json per vocabulary entry plus its merge: enough to avoid rehashing.
-  impl->model.reserve(text.size() / 60, text.size() / 8, text.size() / 60);
+  // Qwen's tokenizer.json has about 75 bytes per vocabulary entry plus its merge; the tables take a
+  // load factor up to 3/4, so this estimate leaves room without doubling their size.
+  impl->model.reserve(text.size() / 72, text.size() / 8, text.size() / 72);
 
   JsonReader reader(text, label);
   std::string_view added_raw = "[]", normalizer_raw = "null", pre_raw = "null", post_raw = "null";
@@ -317,13 +351,16 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
   const std::string vocab_text = read_file(vocab_json);
   const std::string merges_label = merges_txt.string();
   const std::string merges_text = read_file(merges_txt);
-  impl->model.reserve(vocab_text.size() / 16, vocab_text.size(), merges_text.size() / 10);
+  // About 18 bytes of vocab.json per entry and 11 bytes of merges.txt per merge.
+  impl->model.reserve(vocab_text.size() / 17, vocab_text.size(), merges_text.size() / 10);
   {
     JsonReader reader(vocab_text, vocab_label);
     parse_vocab_object(reader, impl->model, vocab_label);
     if (reader.peek() != '\0') reader.error("trailing data after the vocabulary object");
   }
   // merges.txt: an optional "#version" first line, then "left right" per line.
+  std::vector<BpeModel::MergeEntry> batch;
+  batch.reserve(BpeModel::kBatch);
   size_t pos = 0, line_number = 0;
   while (pos < merges_text.size()) {
     size_t end = merges_text.find('\n', pos);
@@ -338,8 +375,13 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
       fail(ErrorCode::Format, "{}: line {} is not 'left right'", merges_label, line_number);
     }
-    impl->model.add_merge(line.substr(0, space), line.substr(space + 1), merges_label);
+    batch.push_back({line.substr(0, space), line.substr(space + 1)});
+    if (batch.size() == BpeModel::kBatch) {
+      impl->model.add_merges(batch.data(), batch.size(), merges_label);
+      batch.clear();
+    }
   }
+  impl->model.add_merges(batch.data(), batch.size(), merges_label);
   impl->model.finalize({}, false, vocab_label);
   impl->normalization = Normalization::Nfc;
   impl->splitter = std::make_unique<RegexSplitter>(kQwen2SplitPattern, vocab_label);
