@@ -326,6 +326,52 @@ TEST(QwenTokenizer, MiniTokenizerJsonBothMergeFormats) {
   }
 }
 
+// A hand-made tokenizer.json covering what the generated files do not: merges before the vocabulary,
+// every string \u-escaped (ASCII-only dump, surrogate pairs included), lstrip on an added token and
+// an added token matched after NFC.
+TEST(QwenTokenizer, HandMadeTokenizerJson) {
+  json vocab = json::object();
+  const auto& alphabet = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    std::string symbol;
+    append_utf8(symbol, alphabet[b]);
+    vocab[symbol] = b;
+  }
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab["\xC4\xA0" "a"] = 258;       // "Ġa"
+  vocab["\xF0\x9F\x9A\x80"] = 259;  // 🚀 (not reachable by merges; only looked up)
+  json doc = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 300}, {"content", "<x>"}, {"lstrip", true}, {"rstrip", false}, {"normalized", false}, {"special", true}},
+        {{"id", 301}, {"content", "\xC3\xA9"}, {"normalized", true}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", std::string(kQwen2SplitPattern)}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+      {"post_processor", nullptr},
+      {"model",
+       {{"type", "BPE"}, {"merges", {"a b", "ab c", "\xC4\xA0" " a"}}, {"vocab", vocab}, {"unk_token", nullptr}, {"dropout", nullptr}}}};
+  const fs::path file = fs::temp_directory_path() / ("fluxrt_tok_hand_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file, std::ios::binary) << doc.dump(-1, ' ', /*ensure_ascii=*/true);
+  BpeTokenizer tok = BpeTokenizer::from_tokenizer_json(file);
+  fs::remove(file);
+  EXPECT_EQ(tok.merge_count(), 3u);
+  EXPECT_EQ(tok.vocab_size(), 262u);
+  EXPECT_EQ(tok.token_to_id("\xF0\x9F\x9A\x80"), 259);
+  EXPECT_EQ(tok.token_to_id("\""), '"');
+  EXPECT_EQ(tok.token_to_id("\\"), '\\');
+  EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{257}));
+  EXPECT_EQ(tok.encode(" abc"), (std::vector<int32_t>{32, 257}));  // a+b (rank 0) beats Ġ+a (rank 2)
+  EXPECT_EQ(tok.encode("x <x>y"), (std::vector<int32_t>{'x', 300, 'y'}));  // lstrip eats the space
+  EXPECT_EQ(tok.encode("e\xCC\x81!"), (std::vector<int32_t>{301, '!'}));  // NFC, then the added token
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{32, 257, 300}), " abc<x>");
+  EXPECT_THROW(tok.encode("\xFF"), Error);
+}
+
 // ---- robustness ------------------------------------------------------------------------------------
 
 TEST(QwenTokenizer, LongRunsDoNotBlowUp) {
