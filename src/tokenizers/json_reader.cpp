@@ -1,5 +1,6 @@
 #include "tokenizers/json_reader.h"
 
+#include <bit>
 #include <cstring>
 
 #include "core/error.h"
@@ -15,7 +16,23 @@ void JsonReader::skip_ws() {
   // Pretty-printed files (tokenizer.json from save_pretrained) are mostly indentation.
   const char* p = text_.data() + pos_;
   const char* end = text_.data() + text_.size();
-  while (p < end && static_cast<unsigned char>(*p) <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  while (p < end) {
+    const char c = *p;
+    if (std::endian::native == std::endian::little && c == ' ' && p + 8 <= end) {
+      // A run of indentation: find its end eight bytes at a time.
+      uint64_t word;
+      std::memcpy(&word, p, 8);
+      const uint64_t other = word ^ 0x2020202020202020ULL;  // zero bytes are spaces
+      if (other == 0) {
+        p += 8;
+      } else {
+        p += __builtin_ctzll(other) / 8;  // little-endian: the lowest set bit is the first non-space
+      }
+      continue;
+    }
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
+    ++p;
+  }
   pos_ = static_cast<size_t>(p - text_.data());
 }
 
