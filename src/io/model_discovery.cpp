@@ -259,6 +259,7 @@ std::string hf_hub_cache_dir() {
     return v && *v ? std::string(v) : std::string();
   };
   if (std::string v = env("HF_HUB_CACHE"); !v.empty()) return v;
+  if (std::string v = env("HUGGINGFACE_HUB_CACHE"); !v.empty()) return v;  // the older name, still honoured
   if (std::string v = env("HF_HOME"); !v.empty()) return (fs::path(v) / "hub").string();
   if (std::string v = env("XDG_CACHE_HOME"); !v.empty()) return (fs::path(v) / "huggingface" / "hub").string();
   if (std::string v = env("HOME"); !v.empty()) return (fs::path(v) / ".cache" / "huggingface" / "hub").string();

@@ -49,8 +49,9 @@ struct ResolvedModel {
   const ModelComponent* transformer() const;
 };
 
-// The Hugging Face hub cache folder: $HF_HUB_CACHE, else $HF_HOME/hub, else
-// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub (huggingface_hub's order).
+// The Hugging Face hub cache folder: $HF_HUB_CACHE (or the older $HUGGINGFACE_HUB_CACHE), else
+// $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub
+// (huggingface_hub's order).
 std::string hf_hub_cache_dir();
 
 // Resolves `spec` (see the top of this file). A spec that exists on disk is always taken as a

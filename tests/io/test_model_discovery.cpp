@@ -512,15 +512,19 @@ TEST(ModelDiscovery, HubCacheDirFromEnvironment) {
     std::optional<std::string> value;
   };
   std::vector<SavedEnv> saved;
-  for (const char* name : {"HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"}) {
+  for (const char* name : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"}) {
     const char* v = std::getenv(name);
     saved.push_back({name, v ? std::optional<std::string>(v) : std::nullopt});
     ::unsetenv(name);
   }
   ::setenv("HOME", "/home/someone", 1);
   EXPECT_EQ(hf_hub_cache_dir(), "/home/someone/.cache/huggingface/hub");
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  EXPECT_EQ(hf_hub_cache_dir(), "/xdg/huggingface/hub");
   ::setenv("HF_HOME", "/data/hf", 1);
   EXPECT_EQ(hf_hub_cache_dir(), "/data/hf/hub");
+  ::setenv("HUGGINGFACE_HUB_CACHE", "/legacy/hub", 1);
+  EXPECT_EQ(hf_hub_cache_dir(), "/legacy/hub");
   ::setenv("HF_HUB_CACHE", "/fast/hub", 1);
   EXPECT_EQ(hf_hub_cache_dir(), "/fast/hub");
   for (const SavedEnv& s : saved) {
