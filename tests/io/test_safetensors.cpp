@@ -286,9 +286,22 @@ TEST(SafetensorsGood, OpenErrorsForPaths) {
                "ckpt");
 }
 
+TEST(SafetensorsGood, MappedFileCoversEmptyAndWholeFiles) {
+  auto empty = MappedFile::open((kData / "bad" / "empty.safetensors").string());
+  EXPECT_EQ(empty->size(), 0u);
+  EXPECT_EQ(empty->data(), nullptr);
+  empty->prefetch(0, 100);  // a hint; harmless on an empty mapping
+  const fs::path path = kData / "good" / "dtypes.safetensors";
+  auto file = MappedFile::open(path.string());
+  const std::string bytes = read_bytes(path);
+  ASSERT_EQ(file->size(), bytes.size());
+  EXPECT_EQ(std::memcmp(file->data(), bytes.data(), bytes.size()), 0);
+  file->prefetch(5, 1 << 30);  // clamped to the file
+}
+
 // ---------------------------------------------------------------- checkpoints
 
-TEST(Checkpoint, ShardedThroughIndexFileAndFolder) {
+TEST(SafetensorsCheckpoint, ShardedThroughIndexFileAndFolder) {
   json expected = read_json(kData / "good" / "sharded.expected.json");
   const fs::path dir = kData / "good" / "sharded";
   for (const std::string& path : {(dir / "model.safetensors.index.json").string(), dir.string()}) {
@@ -306,7 +319,7 @@ TEST(Checkpoint, ShardedThroughIndexFileAndFolder) {
   }
 }
 
-TEST(Checkpoint, SingleFileAndFolderOfFiles) {
+TEST(SafetensorsCheckpoint, SingleFileAndFolderOfFiles) {
   TempDir dir;
   write_safetensors((dir / "a.safetensors").string(), {{"x", Tensor::full({2}, DType::F32, 1.0)}});
   write_safetensors((dir / "b.safetensors").string(), {{"y", Tensor::full({3}, DType::BF16, 2.0)}},
@@ -320,7 +333,7 @@ TEST(Checkpoint, SingleFileAndFolderOfFiles) {
   EXPECT_EQ(both.file_of("x"), (dir / "a.safetensors").string());
 }
 
-TEST(Checkpoint, NameCollisionAcrossFilesNamesBoth) {
+TEST(SafetensorsCheckpoint, NameCollisionAcrossFilesNamesBoth) {
   TempDir dir;
   write_safetensors((dir / "a.safetensors").string(), {{"w", Tensor::zeros({1}, DType::F32)}});
   write_safetensors((dir / "b.safetensors").string(), {{"w", Tensor::zeros({1}, DType::F32)}});
@@ -328,7 +341,7 @@ TEST(Checkpoint, NameCollisionAcrossFilesNamesBoth) {
                {"\"w\"", "a.safetensors", "b.safetensors"}, "collision");
 }
 
-TEST(Checkpoint, IndexErrorsNameIndexShardAndTensor) {
+TEST(SafetensorsCheckpoint, IndexErrorsNameIndexShardAndTensor) {
   TempDir dir;
   write_safetensors((dir / "s1.safetensors").string(), {{"a", Tensor::zeros({1}, DType::F32)}});
   const std::string index = (dir / "m.safetensors.index.json").string();
@@ -359,7 +372,7 @@ TEST(Checkpoint, IndexErrorsNameIndexShardAndTensor) {
   expect_error([&] { Checkpoint::open(dir.path().string()); }, ErrorCode::Format, {"2 index files"}, "two");
 }
 
-TEST(Checkpoint, EmptyFolderIsNotFound) {
+TEST(SafetensorsCheckpoint, EmptyFolderIsNotFound) {
   TempDir dir;
   expect_error([&] { Checkpoint::open(dir.path().string()); }, ErrorCode::NotFound, {dir.path().string()},
                "empty");
@@ -439,7 +452,7 @@ TEST(SafetensorsWriter, RejectsBadInputWithoutLeavingFiles) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
-TEST(Utf8, ValidationAndEscaping) {
+TEST(SafetensorsUtf8, ValidationAndEscaping) {
   EXPECT_TRUE(is_valid_utf8("plain ascii"));
   EXPECT_TRUE(is_valid_utf8("größe ✓ 𝄞"));
   size_t bad = 0;
