@@ -3,12 +3,13 @@
 // as GFLOP/s (FLOPs = 4 B H Lq Lk D) and the ratio to the GEMM peak measured in the same run.
 // Both softmax modes are timed: the fixed Cauchy-Schwarz maximum and the forced online maximum.
 //
-//   bench_attention [--quick]   (--quick: L = 1536 only, H = 24)
+//   bench_attention [--quick] [--skip-peak]   (--quick: L = 1536 only, H = 24)
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/args/attention.h"
@@ -61,11 +62,18 @@ backend::AttentionArgs make_args(int64_t H, int64_t L) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, skip_peak = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    skip_peak = skip_peak || std::strcmp(argv[i], "--skip-peak") == 0;
+  }
   fmt::print("{}\nattention SIMD target: {}\n", bench::machine_line(), backend::cpu::attention_target_name());
-  const bench::GemmPeak peak = bench::measure_gemm_peak();
-  fmt::print("GEMM peak: {:.1f} GFLOP/s ({}); bf16 {:.1f}, f32 {:.1f}\n\n", peak.gflops, peak.source,
-             peak.bf16_gflops, peak.f32_gflops);
+  bench::GemmPeak peak;
+  if (!skip_peak) {
+    peak = bench::measure_gemm_peak();
+    fmt::print("GEMM peak: {:.1f} GFLOP/s ({}); bf16 {:.1f}, f32 {:.1f}\n\n", peak.gflops, peak.source,
+               peak.bf16_gflops, peak.f32_gflops);
+  }
 
   std::vector<Shape4> shapes = {{"klein-4B", 24, 1536}, {"klein-4B", 24, 4608}, {"klein-9B", 32, 1536},
                                 {"klein-9B", 32, 4608}};
@@ -83,7 +91,7 @@ int main(int argc, char** argv) {
       const double gflops = flops / t.min_s * 1e-9;
       table.add({fmt::format("{} H={} L={} bf16", s.model, s.H, s.L), online ? "online max" : "fixed max",
                  fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-                 fmt::format("{:.1f}", gflops), fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops),
+                 fmt::format("{:.1f}", gflops), peak.gflops > 0 ? fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops) : std::string("-"),
                  fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)});
     }
   }

@@ -33,6 +33,10 @@ namespace fluxrt::backend::cpu::detail {
 
 constexpr int64_t kBlockM = 48;  // query rows per work item (multiple of every target's kMR)
 constexpr int64_t kBlockN = 64;  // keys per tile (multiple of 2 x the widest vector)
+// Row strides of the tiles are padded by one cache line: with power-of-two strides (256 B for a
+// key tile row, 512 B for a D = 128 row) the rows a micro-kernel walks map to 1/4 or 1/8 of the L1
+// sets and evict each other.
+constexpr int64_t kLdS = kBlockN + 16;  // score/probability rows and transposed key-tile rows
 constexpr double kLog2e = 1.4426950408889634;
 // Fixed-maximum acceptance window for l_i = sum_j 2^(s_ij - m_i): l_i >= 2^-60 proves the bound
 // is within 60 + log2(Lk) < 100 binades of the true maximum, so every term that matters (relative
@@ -46,14 +50,15 @@ constexpr float kMaxRowSum = 0x1p60f;
 struct Ctx {
   const AttentionArgs* a = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, Dp = 0, group = 1;
+  int64_t ld = 0;               // row stride of q, o and v tiles: Dp + 16
   int64_t ntiles = 0, nqblocks = 0;
   float c = 0;                  // scale * log2(e), folded into the rotated q
   bool online_only = false;     // bias or forced: skip the fixed-maximum pass
   bool own_q_table = false;
   int64_t q_pos_offset = 0;     // table row of query i is i + q_pos_offset
   int64_t causal_offset = 0;    // query i sees keys j <= i + causal_offset
-  const float* kt = nullptr;    // [ntiles][Dp][kBlockN] rotated keys, transposed, zero padded
-  const float* v = nullptr;     // [ntiles * kBlockN][Dp] values, zero padded
+  const float* kt = nullptr;    // [ntiles][Dp][kLdS] rotated keys, transposed, zero padded
+  const float* v = nullptr;     // [ntiles * kBlockN][ld] values, zero padded
   const float* maskadd = nullptr;        // [ntiles * kBlockN] 0 or -inf (padding mask, j >= Lk)
   const uint8_t* tile_masked = nullptr;  // [ntiles] tile has any -inf in maskadd
   bool batch_has_keys = true;   // at least one key of this batch element is not masked
@@ -63,13 +68,13 @@ struct Ctx {
 // Per-thread buffers.
 struct Scratch {
   hwy::AlignedFreeUniquePtr<float[]> q, o, s, m, l, row, brow;
-  explicit Scratch(int64_t Dp)
-      : q(hwy::AllocateAligned<float>(kBlockM * Dp)),
-        o(hwy::AllocateAligned<float>(kBlockM * Dp)),
-        s(hwy::AllocateAligned<float>(kBlockM * kBlockN)),
+  explicit Scratch(int64_t ld)
+      : q(hwy::AllocateAligned<float>(kBlockM * ld)),
+        o(hwy::AllocateAligned<float>(kBlockM * ld)),
+        s(hwy::AllocateAligned<float>(kBlockM * kLdS)),
         m(hwy::AllocateAligned<float>(kBlockM)),
         l(hwy::AllocateAligned<float>(kBlockM)),
-        row(hwy::AllocateAligned<float>(Dp)),
+        row(hwy::AllocateAligned<float>(ld)),
         brow(hwy::AllocateAligned<float>(kBlockN)) {}
 };
 
@@ -122,15 +127,15 @@ inline void rope_rotate_row(float* x, int64_t D, RopeLayout layout, const float*
 // returns max |k_j| over the tile's unmasked keys.
 inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64_t kvh, int64_t t, float* row) {
   const AttentionArgs& a = *c.a;
-  const int64_t Dp = c.Dp, D = c.D;
-  float* ktile = kt + t * Dp * kBlockN;
-  float* vtile = v + t * kBlockN * Dp;
+  const int64_t Dp = c.Dp, D = c.D, ld = c.ld;
+  float* ktile = kt + t * Dp * kLdS;
+  float* vtile = v + t * kBlockN * ld;
   float kmax = 0;
   for (int64_t jj = 0; jj < kBlockN; ++jj) {
     const int64_t j = t * kBlockN + jj;
     if (j >= c.Lk) {
-      for (int64_t d = 0; d < Dp; ++d) ktile[d * kBlockN + jj] = 0.0f;
-      std::memset(vtile + jj * Dp, 0, Dp * sizeof(float));
+      for (int64_t d = 0; d < Dp; ++d) ktile[d * kLdS + jj] = 0.0f;
+      std::memset(vtile + jj * ld, 0, Dp * sizeof(float));
       continue;
     }
     load_row(a.k, off4(a.k, b, j, kvh), row, D);
@@ -138,13 +143,13 @@ inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64
       rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
     double norm2 = 0;
     for (int64_t d = 0; d < D; ++d) {
-      ktile[d * kBlockN + jj] = row[d];
+      ktile[d * kLdS + jj] = row[d];
       norm2 += static_cast<double>(row[d]) * row[d];
     }
-    for (int64_t d = D; d < Dp; ++d) ktile[d * kBlockN + jj] = 0.0f;
+    for (int64_t d = D; d < Dp; ++d) ktile[d * kLdS + jj] = 0.0f;
     if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
-    load_row(a.v, off4(a.v, b, j, kvh), vtile + jj * Dp, D);
-    for (int64_t d = D; d < Dp; ++d) vtile[jj * Dp + d] = 0.0f;
+    load_row(a.v, off4(a.v, b, j, kvh), vtile + jj * ld, D);
+    for (int64_t d = D; d < Dp; ++d) vtile[jj * ld + d] = 0.0f;
   }
   return kmax;
 }
@@ -197,8 +202,8 @@ HWY_INLINE VF Exp2(DF d, VF x) {
   return hn::Mul(p, hn::BitCast(d, bits));
 }
 
-// S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Kt is [Dp][kBlockN]).
-HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t Dp, const float* HWY_RESTRICT kt,
+// S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Q rows of stride ldq, Kt [Dp][kLdS]).
+HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t ldq, int64_t Dp, const float* HWY_RESTRICT kt,
                         float* HWY_RESTRICT s, int64_t col) {
   const size_t N = hn::Lanes(d);
   VF acc0[kMR], acc1[kMR];
@@ -207,43 +212,43 @@ HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t Dp, const flo
     acc1[r] = hn::Zero(d);
   }
   const float* kp = kt + col;
-  for (int64_t k = 0; k < Dp; ++k, kp += kBlockN) {
+  for (int64_t k = 0; k < Dp; ++k, kp += kLdS) {
     const VF k0 = hn::LoadU(d, kp);
     const VF k1 = hn::LoadU(d, kp + N);
     for (int64_t r = 0; r < kMR; ++r) {
-      const VF qv = hn::Set(d, q[r * Dp + k]);
+      const VF qv = hn::Set(d, q[r * ldq + k]);
       acc0[r] = hn::MulAdd(qv, k0, acc0[r]);
       acc1[r] = hn::MulAdd(qv, k1, acc1[r]);
     }
   }
   for (int64_t r = 0; r < kMR; ++r) {
-    hn::StoreU(acc0[r], d, s + r * kBlockN + col);
-    hn::StoreU(acc1[r], d, s + r * kBlockN + col + N);
+    hn::StoreU(acc0[r], d, s + r * kLdS + col);
+    hn::StoreU(acc1[r], d, s + r * kLdS + col + N);
   }
 }
 
 // O[kMR, 2N] block at column `col` += P[kMR, nkeys] · V[nkeys, col : col + 2N].
-HWY_INLINE void PvMicro(DF d, const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t Dp,
+HWY_INLINE void PvMicro(DF d, const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld,
                         float* HWY_RESTRICT o, int64_t col, int64_t nkeys) {
   const size_t N = hn::Lanes(d);
   VF acc0[kMR], acc1[kMR];
   for (int64_t r = 0; r < kMR; ++r) {
-    acc0[r] = hn::LoadU(d, o + r * Dp + col);
-    acc1[r] = hn::LoadU(d, o + r * Dp + col + N);
+    acc0[r] = hn::LoadU(d, o + r * ld + col);
+    acc1[r] = hn::LoadU(d, o + r * ld + col + N);
   }
   const float* vp = v + col;
-  for (int64_t j = 0; j < nkeys; ++j, vp += Dp) {
+  for (int64_t j = 0; j < nkeys; ++j, vp += ld) {
     const VF v0 = hn::LoadU(d, vp);
     const VF v1 = hn::LoadU(d, vp + N);
     for (int64_t r = 0; r < kMR; ++r) {
-      const VF pv = hn::Set(d, p[r * kBlockN + j]);
+      const VF pv = hn::Set(d, p[r * kLdS + j]);
       acc0[r] = hn::MulAdd(pv, v0, acc0[r]);
       acc1[r] = hn::MulAdd(pv, v1, acc1[r]);
     }
   }
   for (int64_t r = 0; r < kMR; ++r) {
-    hn::StoreU(acc0[r], d, o + r * Dp + col);
-    hn::StoreU(acc1[r], d, o + r * Dp + col + N);
+    hn::StoreU(acc0[r], d, o + r * ld + col);
+    hn::StoreU(acc1[r], d, o + r * ld + col + N);
   }
 }
 
@@ -253,14 +258,14 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const AttentionArgs& a = *c.a;
-  const int64_t Dp = c.Dp;
+  const int64_t Dp = c.Dp, ld = c.ld;
   const int64_t bmr = (bm + kMR - 1) / kMR * kMR;
   float* HWY_RESTRICT qs = sc.q.get();
   float* HWY_RESTRICT o = sc.o.get();
   float* HWY_RESTRICT s = sc.s.get();
   float* HWY_RESTRICT m = sc.m.get();
   float* HWY_RESTRICT l = sc.l.get();
-  std::fill(o, o + bmr * Dp, 0.0f);
+  std::fill(o, o + bmr * ld, 0.0f);
   std::fill(l, l + kBlockM, 0.0f);
   if (online) std::fill(m, m + kBlockM, -std::numeric_limits<float>::infinity());
 
@@ -274,14 +279,15 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
 
   for (int64_t t = 0; t < tile_end; ++t) {
     const int64_t j0 = t * kBlockN;
-    const float* ktile = c.kt + t * Dp * kBlockN;
-    for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
-      for (int64_t col = 0; col < kBlockN; col += 2 * N) QkMicro(d, qs + r0 * Dp, Dp, ktile, s + r0 * kBlockN, col);
+    const float* ktile = c.kt + t * Dp * kLdS;
+    // Column chunk outer: its slice of the key tile (Dp x 2N floats) stays in L1 for every row group.
+    for (int64_t col = 0; col < kBlockN; col += 2 * N)
+      for (int64_t r0 = 0; r0 < bmr; r0 += kMR) QkMicro(d, qs + r0 * ld, ld, Dp, ktile, s + r0 * kLdS, col);
 
     const bool use_maskadd = c.tile_masked[t] != 0;
     const float* madd = c.maskadd + j0;
     for (int64_t r = 0; r < bmr; ++r) {
-      float* HWY_RESTRICT srow = s + r * kBlockN;
+      float* HWY_RESTRICT srow = s + r * kLdS;
       int64_t lim = kBlockN;  // columns [lim, kBlockN) are hidden by the causal mask
       if (a.causal) lim = std::clamp<int64_t>(i0 + r + c.causal_offset - j0 + 1, 0, kBlockN);
       if (r >= bm || lim == 0) {
@@ -343,15 +349,15 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
       l[r] = l[r] * alpha + hn::GetLane(hn::SumOfLanes(d, sum));
       if (alpha != 1.0f) {
         const VF av = hn::Set(d, alpha);
-        float* orow = o + r * Dp;
+        float* orow = o + r * ld;
         for (int64_t k = 0; k < Dp; k += N) hn::StoreU(hn::Mul(hn::LoadU(d, orow + k), av), d, orow + k);
       }
     }
 
-    const float* vtile = c.v + j0 * Dp;
+    const float* vtile = c.v + j0 * ld;
     const int64_t nkeys = std::min<int64_t>(kBlockN, c.Lk - j0);
-    for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
-      for (int64_t col = 0; col < Dp; col += 2 * N) PvMicro(d, s + r0 * kBlockN, vtile, Dp, o + r0 * Dp, col, nkeys);
+    for (int64_t col = 0; col < Dp; col += 2 * N)
+      for (int64_t r0 = 0; r0 < bmr; r0 += kMR) PvMicro(d, s + r0 * kLdS, vtile, ld, o + r0 * ld, col, nkeys);
   }
 }
 
@@ -359,7 +365,7 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
 void ProcessBlock(const Ctx& c, int64_t b, int64_t h, int64_t qb, Scratch* scratch, BlockStats* st) {
   Scratch& sc = *scratch;
   const AttentionArgs& a = *c.a;
-  const int64_t D = c.D, Dp = c.Dp;
+  const int64_t D = c.D, Dp = c.Dp, ld = c.ld;
   const int64_t i0 = qb * kBlockM;
   const int64_t bm = std::min(kBlockM, c.Lq - i0);
   const int64_t bmr = (bm + kMR - 1) / kMR * kMR;
@@ -369,7 +375,7 @@ void ProcessBlock(const Ctx& c, int64_t b, int64_t h, int64_t qb, Scratch* scrat
   float* m = sc.m.get();
   bool row_has_keys[kBlockM];
   for (int64_t r = 0; r < bmr; ++r) {
-    float* qrow = qs + r * Dp;
+    float* qrow = qs + r * ld;
     if (r >= bm) {
       std::fill(qrow, qrow + Dp, 0.0f);
       continue;
@@ -418,7 +424,7 @@ void ProcessBlock(const Ctx& c, int64_t b, int64_t h, int64_t qb, Scratch* scrat
   float* row = sc.row.get();
   for (int64_t r = 0; r < bm; ++r) {
     const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t k = 0; k < D; ++k) row[k] = o[r * Dp + k] * inv;
+    for (int64_t k = 0; k < D; ++k) row[k] = o[r * ld + k] * inv;
     store_row(a.out, off4(a.out, b, i0 + r, h), row, D);
   }
 }
@@ -453,6 +459,7 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   // Chooses the target before any worker thread calls through the dispatch table.
   const int64_t lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(TargetLanes)());
   c.Dp = (c.D + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
+  c.ld = c.Dp + 16;
   c.ntiles = (c.Lk + kBlockN - 1) / kBlockN;
   c.nqblocks = (c.Lq + kBlockM - 1) / kBlockM;
   c.c = static_cast<float>(static_cast<double>(a.scale) * kLog2e);
@@ -462,16 +469,18 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   c.causal_offset = c.Lk - c.Lq;
 
   const int64_t lkp = std::max<int64_t>(c.ntiles, 1) * kBlockN;
-  const int64_t head_floats = lkp * c.Dp;
-  // kv heads prepared per round: enough work items for every thread (short text-encoder sequences
-  // have few query blocks per head), within a scratch budget for the rotated keys and values.
+  const int64_t kt_floats = std::max<int64_t>(c.ntiles, 1) * c.Dp * kLdS;  // per kv head
+  const int64_t v_floats = lkp * c.ld;
+  // kv heads prepared per round: as many as a 64 MiB scratch for the rotated keys and values
+  // holds (every head of a klein layer at L = 1536, 13 at L = 4608), so threads meet at a barrier
+  // a few times per call rather than twice per head, and short sequences (text encoders, few
+  // query blocks per head) still give every thread work.
   const int nthreads = num_threads();
   const int64_t items_per_head = c.group * c.nqblocks;
-  const int64_t budget_heads = std::max<int64_t>(1, (int64_t{256} << 20) / (2 * head_floats * int64_t{sizeof(float)}));
-  const int64_t heads_per_round = std::clamp<int64_t>((4 * nthreads + items_per_head - 1) / items_per_head, 1,
-                                                      std::min(c.Hkv, budget_heads));
-  auto kt = hwy::AllocateAligned<float>(heads_per_round * head_floats);
-  auto v = hwy::AllocateAligned<float>(heads_per_round * head_floats);
+  const int64_t budget_heads = (int64_t{64} << 20) / ((kt_floats + v_floats) * int64_t{sizeof(float)});
+  const int64_t heads_per_round = std::clamp<int64_t>(budget_heads, 1, c.Hkv);
+  auto kt = hwy::AllocateAligned<float>(heads_per_round * kt_floats);
+  auto v = hwy::AllocateAligned<float>(heads_per_round * v_floats);
   auto maskadd = hwy::AllocateAligned<float>(lkp);
   std::vector<uint8_t> tile_masked(std::max<int64_t>(c.ntiles, 1));
   std::vector<float> tile_kmax(heads_per_round * std::max<int64_t>(c.ntiles, 1));
@@ -481,9 +490,9 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   BlockStats total;
 #pragma omp parallel num_threads(nthreads)
   {
-    Scratch sc(c.Dp);
+    Scratch sc(c.ld);
     BlockStats local;
-    auto row = hwy::AllocateAligned<float>(c.Dp);
+    auto row = hwy::AllocateAligned<float>(c.ld);
     std::vector<float> kmax(heads_per_round);
     for (int64_t b = 0; b < c.B; ++b) {
 #pragma omp single
@@ -510,7 +519,7 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
 #pragma omp for schedule(static)
         for (int64_t ht = 0; ht < nh * c.ntiles; ++ht) {
           const int64_t slot = ht / c.ntiles, t = ht % c.ntiles;
-          tile_kmax[ht] = prepare_kv_tile(c, kt.get() + slot * head_floats, v.get() + slot * head_floats, b,
+          tile_kmax[ht] = prepare_kv_tile(c, kt.get() + slot * kt_floats, v.get() + slot * v_floats, b,
                                           kv0 + slot, t, row.get());
         }
         // implicit barrier: every thread sees the finished keys
@@ -522,8 +531,8 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
         for (int64_t item = 0; item < nh * items_per_head; ++item) {
           const int64_t slot = item / items_per_head, rem = item % items_per_head;
           Ctx cl = c;
-          cl.kt = kt.get() + slot * head_floats;
-          cl.v = v.get() + slot * head_floats;
+          cl.kt = kt.get() + slot * kt_floats;
+          cl.v = v.get() + slot * v_floats;
           cl.kmax = kmax[slot];
           const int64_t h = (kv0 + slot) * c.group + rem / c.nqblocks;
           HWY_DYNAMIC_DISPATCH(ProcessBlock)(cl, b, h, rem % c.nqblocks, &sc, &local);
