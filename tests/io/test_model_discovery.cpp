@@ -251,6 +251,36 @@ TEST(ModelDiscovery, TinyFlux1SchnellBflFile) {
   EXPECT_FALSE(v.distilled.has_value());
 }
 
+TEST(ModelDiscovery, WeightFilePicking) {
+  TempDir tmp;
+  // fp16/bf16 "variant" copies next to the main file are left out.
+  const fs::path folder = tmp.path() / "transformer";
+  fs::create_directories(folder);
+  const fs::path src = kModels / "flux1-dev-tiny-transformer";
+  fs::copy_file(src / "config.json", folder / "config.json");
+  fs::copy_file(src / "diffusion_pytorch_model.safetensors", folder / "diffusion_pytorch_model.safetensors");
+  fs::copy_file(src / "diffusion_pytorch_model.safetensors", folder / "diffusion_pytorch_model.fp16.safetensors");
+  ResolvedModel m = resolve_model(folder.string(), "/nonexistent-hub");
+  EXPECT_EQ(fs::path(m.transformer()->weights).filename(), "diffusion_pytorch_model.safetensors");
+  EXPECT_EQ(inspect_model(folder.string(), "/nonexistent-hub").components[0].files, 1u);
+
+  // Only a variant file: that one.
+  fs::remove(folder / "diffusion_pytorch_model.safetensors");
+  m = resolve_model(folder.string(), "/nonexistent-hub");
+  EXPECT_EQ(fs::path(m.transformer()->weights).filename(), "diffusion_pytorch_model.fp16.safetensors");
+
+  // Shards: the index.
+  const fs::path sharded = fs::path(FLUXRT_TEST_DATA_DIR) / "safetensors" / "good" / "sharded";
+  if (fs::is_directory(sharded)) {
+    m = resolve_model(sharded.string(), "/nonexistent-hub");
+    EXPECT_EQ(m.source, ModelSource::ComponentFolder);
+    EXPECT_EQ(fs::path(m.components[0].weights).filename(), "model.safetensors.index.json");
+    const ModelReport r = inspect_model(sharded.string(), "/nonexistent-hub");
+    EXPECT_EQ(r.components[0].files, 2u);
+    EXPECT_EQ(r.variant.family, ModelFamily::Unknown);  // not a transformer: listed, not classified
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Real sizes: config-only folders and sparse header-only files
 
