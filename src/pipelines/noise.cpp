@@ -19,9 +19,11 @@
 //    drawn 16 at a time into a scratch block that is transformed in f32 and rounded into the
 //    output; the tail block is again 16 fresh uniforms. So a bf16 draw consumes
 //    16 * (numel / 16) (+ 16) uniforms while an f32 draw consumes numel (+ 16): after a draw
-//    with a tail, the generator states differ between the two dtypes. (Older torch, before the
-//    opmath change, computed bf16/f16 noise in the narrow type itself from 8/11-bit uniforms;
-//    those results are different and are not reproduced here.)
+//    with a tail, the generator states differ between the two dtypes.
+//    bf16/f16 history (not reproduced, no older torch in the reference environment): releases
+//    up to about 2.9 ran this Box-Muller in the narrow type itself from 8/11-bit uniforms,
+//    one uniform per element (pytorch#166853); an interim version computed it in f32 with libm;
+//    pytorch#179834 (April 2026) moved it onto the AVX2 f32 kernel, which is what 2.15 does.
 //  * otherwise (numel < 16 here) -> at::normal_distribution<double> per element: u1, u2 double
 //    uniforms, r = sqrt(-2 log1p(-u2)), theta = 2 pi u1, returns r cos theta and caches
 //    r sin theta in the generator for the next scalar draw (of any dtype); the double is cast
@@ -33,10 +35,14 @@
 // registers no AVX-512 normal kernel, so AVX-512 machines run the same AVX2 code. The exact
 // instruction sequence (from the wheel's disassembly) is emulated below lane by lane with
 // std::fma at exactly the fused places, so fluxrt produces the AVX2 bits on any CPU. A torch
-// running the DEFAULT kernel (x86-64 without AVX2, ATEN_CPU_CAPABILITY=default, and aarch64
-// builds such as Apple-silicon macOS) uses libm logf/cosf/sinf instead: measured here, 38% of
-// 2^20 f32 values differ, by up to 2.3e-6 absolute. Those users get different noise from
+// running the generic kernel (DEFAULT capability: x86-64 without AVX2 or with
+// ATEN_CPU_CAPABILITY=default; aarch64 builds such as Apple-silicon macOS have no AVX2
+// specialisation either) uses libm logf/cosf/sinf instead: measured here, 38% of
+// 2^20 f32 values differ, by up to 2.3e-6 absolute, and 69 of the 524288 bf16 values of a
+// [1, 128, 64, 64] klein draw differ by one bf16 ulp. Those users get different noise from
 // diffusers itself on their machine; fluxrt matches the x86-64 AVX2/AVX-512 result.
+// Unverified: the FMA placement is a compiler decision, so torch wheels built by another
+// compiler (MSVC for Windows, older GCC for older releases) may differ in the last f32 bit.
 //
 // f64 uses glibc's log/sin/cos (torch calls the same functions), so it matches torch run on
 // the same C library.
