@@ -33,10 +33,10 @@ namespace fluxrt::backend::cpu::detail {
 
 constexpr int64_t kBlockM = 48;  // query rows per work item (multiple of every target's kMR)
 constexpr int64_t kBlockN = 64;  // keys per tile (multiple of 2 x the widest vector)
-// Row strides of the tiles are padded by one cache line: with power-of-two strides (256 B for a
-// key tile row, 512 B for a D = 128 row) the rows a micro-kernel walks map to 1/4 or 1/8 of the L1
-// sets and evict each other.
-constexpr int64_t kLdS = kBlockN + 16;  // score/probability rows and transposed key-tile rows
+// Row strides of the per-block buffers are padded by one cache line: with power-of-two strides
+// (256 B for a score row, 512 B for a D = 128 row) the rows a micro-kernel walks map to 1/4 or 1/8
+// of the L1 sets and evict each other.
+constexpr int64_t kLdS = kBlockN + 16;  // score/probability rows
 constexpr double kLog2e = 1.4426950408889634;
 // Fixed-maximum acceptance window for l_i = sum_j 2^(s_ij - m_i): l_i >= 2^-60 proves the bound
 // is within 60 + log2(Lk) < 100 binades of the true maximum, so every term that matters (relative
@@ -50,15 +50,17 @@ constexpr float kMaxRowSum = 0x1p60f;
 struct Ctx {
   const AttentionArgs* a = nullptr;
   int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, Dp = 0, group = 1;
-  int64_t ld = 0;               // row stride of q, o and v tiles: Dp + 16
+  int64_t ld = 0;               // row stride of the q and o blocks: Dp + 16
+  int64_t kw = 0;               // panel width of the packed key/value tiles: 2 vectors
   int64_t ntiles = 0, nqblocks = 0;
   float c = 0;                  // scale * log2(e), folded into the rotated q
   bool online_only = false;     // bias or forced: skip the fixed-maximum pass
   bool own_q_table = false;
   int64_t q_pos_offset = 0;     // table row of query i is i + q_pos_offset
   int64_t causal_offset = 0;    // query i sees keys j <= i + causal_offset
-  const float* kt = nullptr;    // [ntiles][Dp][kLdS] rotated keys, transposed, zero padded
-  const float* v = nullptr;     // [ntiles * kBlockN][ld] values, zero padded
+  // Packed like GEMM panels so each micro-kernel call streams one contiguous block:
+  const float* kt = nullptr;    // [ntiles][kBlockN / kw][Dp][kw] rotated keys (transposed), zero padded
+  const float* v = nullptr;     // [ntiles][Dp / kw][kBlockN][kw] values, zero padded
   const float* maskadd = nullptr;        // [ntiles * kBlockN] 0 or -inf (padding mask, j >= Lk)
   const uint8_t* tile_masked = nullptr;  // [ntiles] tile has any -inf in maskadd
   bool batch_has_keys = true;   // at least one key of this batch element is not masked
@@ -127,15 +129,16 @@ inline void rope_rotate_row(float* x, int64_t D, RopeLayout layout, const float*
 // returns max |k_j| over the tile's unmasked keys.
 inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64_t kvh, int64_t t, float* row) {
   const AttentionArgs& a = *c.a;
-  const int64_t Dp = c.Dp, D = c.D, ld = c.ld;
-  float* ktile = kt + t * Dp * kLdS;
-  float* vtile = v + t * kBlockN * ld;
+  const int64_t Dp = c.Dp, D = c.D, kw = c.kw;
+  float* ktile = kt + t * Dp * kBlockN;
+  float* vtile = v + t * kBlockN * Dp;
+  auto kat = [&](int64_t d, int64_t jj) -> float& { return ktile[((jj / kw) * Dp + d) * kw + jj % kw]; };
+  auto vat = [&](int64_t d, int64_t jj) -> float& { return vtile[((d / kw) * kBlockN + jj) * kw + d % kw]; };
   float kmax = 0;
   for (int64_t jj = 0; jj < kBlockN; ++jj) {
     const int64_t j = t * kBlockN + jj;
     if (j >= c.Lk) {
-      for (int64_t d = 0; d < Dp; ++d) ktile[d * kLdS + jj] = 0.0f;
-      std::memset(vtile + jj * ld, 0, Dp * sizeof(float));
+      for (int64_t d = 0; d < Dp; ++d) kat(d, jj) = vat(d, jj) = 0.0f;
       continue;
     }
     load_row(a.k, off4(a.k, b, j, kvh), row, D);
@@ -143,13 +146,13 @@ inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64
       rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
     double norm2 = 0;
     for (int64_t d = 0; d < D; ++d) {
-      ktile[d * kLdS + jj] = row[d];
+      kat(d, jj) = row[d];
       norm2 += static_cast<double>(row[d]) * row[d];
     }
-    for (int64_t d = D; d < Dp; ++d) ktile[d * kLdS + jj] = 0.0f;
+    for (int64_t d = D; d < Dp; ++d) kat(d, jj) = 0.0f;
     if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
-    load_row(a.v, off4(a.v, b, j, kvh), vtile + jj * ld, D);
-    for (int64_t d = D; d < Dp; ++d) vtile[jj * ld + d] = 0.0f;
+    load_row(a.v, off4(a.v, b, j, kvh), row, D);
+    for (int64_t d = 0; d < Dp; ++d) vat(d, jj) = d < D ? row[d] : 0.0f;
   }
   return kmax;
 }
@@ -202,7 +205,8 @@ HWY_INLINE VF Exp2(DF d, VF x) {
   return hn::Mul(p, hn::BitCast(d, bits));
 }
 
-// S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Q rows of stride ldq, Kt [Dp][kLdS]).
+// S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Q rows of stride ldq; kt is the
+// [Dp][2N] panel of those columns).
 HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t ldq, int64_t Dp, const float* HWY_RESTRICT kt,
                         float* HWY_RESTRICT s, int64_t col) {
   const size_t N = hn::Lanes(d);
@@ -211,8 +215,8 @@ HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t ldq, int64_t 
     acc0[r] = hn::Zero(d);
     acc1[r] = hn::Zero(d);
   }
-  const float* kp = kt + col;
-  for (int64_t k = 0; k < Dp; ++k, kp += kLdS) {
+  const float* kp = kt;
+  for (int64_t k = 0; k < Dp; ++k, kp += 2 * N) {
     const VF k0 = hn::LoadU(d, kp);
     const VF k1 = hn::LoadU(d, kp + N);
     for (int64_t r = 0; r < kMR; ++r) {
@@ -227,7 +231,8 @@ HWY_INLINE void QkMicro(DF d, const float* HWY_RESTRICT q, int64_t ldq, int64_t 
   }
 }
 
-// O[kMR, 2N] block at column `col` += P[kMR, nkeys] · V[nkeys, col : col + 2N].
+// O[kMR, 2N] block at column `col` += P[kMR, nkeys] · V[nkeys, col : col + 2N] (v is the
+// [kBlockN][2N] panel of those columns; o rows of stride ld).
 HWY_INLINE void PvMicro(DF d, const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld,
                         float* HWY_RESTRICT o, int64_t col, int64_t nkeys) {
   const size_t N = hn::Lanes(d);
@@ -236,8 +241,8 @@ HWY_INLINE void PvMicro(DF d, const float* HWY_RESTRICT p, const float* HWY_REST
     acc0[r] = hn::LoadU(d, o + r * ld + col);
     acc1[r] = hn::LoadU(d, o + r * ld + col + N);
   }
-  const float* vp = v + col;
-  for (int64_t j = 0; j < nkeys; ++j, vp += ld) {
+  const float* vp = v;
+  for (int64_t j = 0; j < nkeys; ++j, vp += 2 * N) {
     const VF v0 = hn::LoadU(d, vp);
     const VF v1 = hn::LoadU(d, vp + N);
     for (int64_t r = 0; r < kMR; ++r) {
@@ -279,10 +284,11 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
 
   for (int64_t t = 0; t < tile_end; ++t) {
     const int64_t j0 = t * kBlockN;
-    const float* ktile = c.kt + t * Dp * kLdS;
+    const float* ktile = c.kt + t * Dp * kBlockN;
     // Column chunk outer: its slice of the key tile (Dp x 2N floats) stays in L1 for every row group.
     for (int64_t col = 0; col < kBlockN; col += 2 * N)
-      for (int64_t r0 = 0; r0 < bmr; r0 += kMR) QkMicro(d, qs + r0 * ld, ld, Dp, ktile, s + r0 * kLdS, col);
+      for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
+        QkMicro(d, qs + r0 * ld, ld, Dp, ktile + col * Dp, s + r0 * kLdS, col);
 
     const bool use_maskadd = c.tile_masked[t] != 0;
     const float* madd = c.maskadd + j0;
@@ -354,10 +360,11 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
       }
     }
 
-    const float* vtile = c.v + j0 * ld;
+    const float* vtile = c.v + j0 * Dp;
     const int64_t nkeys = std::min<int64_t>(kBlockN, c.Lk - j0);
     for (int64_t col = 0; col < Dp; col += 2 * N)
-      for (int64_t r0 = 0; r0 < bmr; r0 += kMR) PvMicro(d, s + r0 * kLdS, vtile, ld, o + r0 * ld, col, nkeys);
+      for (int64_t r0 = 0; r0 < bmr; r0 += kMR)
+        PvMicro(d, s + r0 * kLdS, vtile + col * kBlockN, ld, o + r0 * ld, col, nkeys);
   }
 }
 
@@ -460,6 +467,7 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   const int64_t lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(TargetLanes)());
   c.Dp = (c.D + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);
   c.ld = c.Dp + 16;
+  c.kw = 2 * lanes;
   c.ntiles = (c.Lk + kBlockN - 1) / kBlockN;
   c.nqblocks = (c.Lq + kBlockM - 1) / kBlockM;
   c.c = static_cast<float>(static_cast<double>(a.scale) * kLog2e);
@@ -469,8 +477,8 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   c.causal_offset = c.Lk - c.Lq;
 
   const int64_t lkp = std::max<int64_t>(c.ntiles, 1) * kBlockN;
-  const int64_t kt_floats = std::max<int64_t>(c.ntiles, 1) * c.Dp * kLdS;  // per kv head
-  const int64_t v_floats = lkp * c.ld;
+  const int64_t kt_floats = lkp * c.Dp;  // per kv head
+  const int64_t v_floats = lkp * c.Dp;
   // kv heads prepared per round: as many as a 64 MiB scratch for the rotated keys and values
   // holds (every head of a klein layer at L = 1536, 13 at L = 4608), so threads meet at a barrier
   // a few times per call rather than twice per head, and short sequences (text encoders, few
