@@ -50,8 +50,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstring>
-#include <vector>
 
 #include "core/error.h"
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ TEST(TorchGenerator, MersenneTwisterKnownAnswer) {
   uint32_t v = 0;
   for (int i = 0; i < 10000; ++i) v = gen.random();
   EXPECT_EQ(v, 4123659995u);
+}
+
+TEST(TorchGenerator, DefaultSeedIsTorchs) {
+  EXPECT_EQ(TorchGenerator().initial_seed(), 67280421310721ull);  // torch.Generator().initial_seed()
 }
 
 TEST(TorchGenerator, OnlyLow32SeedBitsReachTheEngine) {
