@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <random>
 #include <thread>
 #include <unistd.h>
 
@@ -384,6 +385,39 @@ TEST(QwenTokenizer, LongRunsDoNotBlowUp) {
   std::string cjk;
   for (int i = 0; i < 20000; ++i) cjk += "\xE7\x8C\xAB";  // 猫
   EXPECT_EQ(qwen().decode(qwen().encode(cjk)), cjk);
+}
+
+TEST(QwenTokenizer, RandomBytesNeverCrash) {
+  // Random byte strings, biased towards UTF-8 lead/continuation bytes and pieces of special tokens:
+  // each one either encodes (and then decodes back to its NFC form) or is rejected as invalid UTF-8.
+  std::mt19937 rng(1234);
+  const std::vector<std::string> fragments = {"<|im_end|>", "<|im_", "<think>", "\xCC\x81", "\xE2\x80\x8D",
+                                              "\xF0\x9F", "\x80", " ", "\n", "'s", "1", "a"};
+  size_t accepted = 0, rejected = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int parts = static_cast<int>(rng() % 12);
+    for (int i = 0; i < parts; ++i) {
+      if (rng() % 3 == 0) {
+        text += fragments[rng() % fragments.size()];
+      } else {
+        text.push_back(static_cast<char>(rng() % 256));
+      }
+    }
+    try {
+      const auto ids = qwen().encode(text);
+      std::string normalized;
+      const bool changed = normalize_unicode(text, Normalization::Nfc, normalized);
+      EXPECT_EQ(qwen().decode(ids), changed ? normalized : text);
+      ++accepted;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(find_invalid_utf8(text), std::string_view::npos);
+      ++rejected;
+    }
+  }
+  EXPECT_GT(accepted, 100u);
+  EXPECT_GT(rejected, 100u);
 }
 
 TEST(QwenTokenizer, ConcurrentEncodeIsConsistent) {
