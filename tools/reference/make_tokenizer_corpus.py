@@ -194,6 +194,15 @@ SPECIALS = [
     "<|endoftext|>\n\n", "\t<think>", "<|im_end|>​", "<s>", "</s>", "<pad>", "<unk>", "[INST]", "<|begin_of_text|>",
 ]
 
+# Characters added in Unicode 14-16 (and one Unicode 13 emoji): whether they count as \p{L}/\p{N}
+# depends on the Unicode tables of the regex library (Oniguruma in `tokenizers`, the system PCRE2
+# here), so these rows catch a divergence when either side is upgraded.
+NEW_UNICODE = [
+    "a\U0001E030b", "x \U00011F04\U00011F05 y", "\U00031350\U00031351", " \U00010570\U00010571", "\U0001E290 z",
+    "\U0001F979 \U0001FAE8", "a\u0897b", "\U0001D2C0", "\U000116D0", "\u2C2F", "\U0001E4D0x", "\U0001343F",
+    "q\U00011F41", "\u1715", "\u0890", "a\u08c9b", "\U0001E4F0\U0001E4F1", "\U00011F50\U00011F51",
+]
+
 
 def long_prompts():
     sentences = [
@@ -263,7 +272,7 @@ def all_cases():
     cases = []
     for category, prompts in (("plain", PLAIN), ("whitespace", WHITESPACE), ("digits", DIGITS),
                               ("punctuation", PUNCT), ("cjk", CJK), ("scripts", SCRIPTS), ("emoji", EMOJI),
-                              ("combining", COMBINING), ("special_like", SPECIALS), ("long", long_prompts()),
+                              ("combining", COMBINING), ("new_unicode", NEW_UNICODE), ("special_like", SPECIALS), ("long", long_prompts()),
                               ("random", random_prompts(90))):
         for prompt in prompts:
             cases.append((category, prompt))
