@@ -5,6 +5,12 @@
 // The L = 4608 cases live in test_attention_slow.cpp.
 #include "test_attention_common.h"
 
+#include <hwy/targets.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
 #include "backend/kernel_table.h"
 #include "core/error.h"
 #include "ops/attention.h"
@@ -97,6 +103,37 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, AttentionCase, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// The dispatcher runs only the best target of this CPU; force each supported one in turn (the
+// micro-kernel row count and the vector width differ between SSE4, AVX2, AVX-512 and scalar).
+TEST(Attention, EverySupportedSimdTarget) {
+  const std::vector<Case> subset = {
+      mk(F32, 2, 100, 100, 3, 3, 80),
+      causal(padded(mk(F32, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit))),
+      biased(mk(F32, 1, 50, 70, 2, 2, 64)),
+      mk(F32, 1, 96, 160, 2, 2, 64, Inputs::FarKey, Rope::None, Expect::AllFallback),
+      mk(F32, 1, 200, 288, 2, 2, 128, Inputs::MixedNorm, Rope::Flux1, Expect::SomeFallback),
+      mk(BF16, 1, 130, 130, 2, 2, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),
+  };
+  // Targets the kernel was not compiled for (SSSE3) dispatch to the next one down: run each once.
+  std::set<std::string> seen;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string name = backend::cpu::attention_target_name();
+    if (!seen.insert(name).second) continue;
+    SCOPED_TRACE("SIMD target " + name);
+    for (const Case& c : subset) {
+      SCOPED_TRACE(case_name(c));
+      check_case(c);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  std::string names;
+  for (const std::string& n : seen) names += n + " ";
+  RecordProperty("simd_targets", names);
+  std::printf("attention ran on SIMD targets: %s\n", names.c_str());
+  EXPECT_GE(seen.size(), 2u);  // at least the best target and the scalar fallback
+}
 
 TEST(Attention, OnlinePathAgreesWithFixedPath) {
   Problem p = make_problem(mk(F32, 2, 150, 150, 4, 2, 128, Inputs::Random, Rope::Flux2));
