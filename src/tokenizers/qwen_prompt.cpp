@@ -1,5 +1,7 @@
 #include "tokenizers/qwen_prompt.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace fluxrt::tokenizers {
@@ -25,10 +27,13 @@ QwenPromptEncoder::QwenPromptEncoder(const BpeTokenizer& tokenizer) : tokenizer_
     }
   }
   const TokenizerConfig& config = tokenizer.config();
-  if (config.padding_side && *config.padding_side != "right") {
-    fail(ErrorCode::Unsupported, "{}: padding_side '{}' is not supported (FLUX.2-klein pads on the right)",
-         tokenizer.source(), *config.padding_side);
-  }
+  auto is_left = [&](const std::optional<std::string>& side, const char* key) {
+    if (!side || *side == "right") return false;
+    if (*side == "left") return true;
+    fail(ErrorCode::Format, "{}: {} '{}' is neither 'left' nor 'right'", tokenizer.source(), key, *side);
+  };
+  pad_left_ = is_left(config.padding_side, "padding_side");
+  truncate_left_ = is_left(config.truncation_side, "truncation_side");
   const std::string pad_token = config.pad_token.value_or("<|endoftext|>");
   auto pad = tokenizer.token_to_id(pad_token);
   if (!pad) fail(ErrorCode::Format, "{}: pad token '{}' is not in the vocabulary", tokenizer.source(), pad_token);
@@ -47,14 +52,18 @@ PromptEncoding QwenPromptEncoder::encode(std::string_view prompt, int max_sequen
          kMaxSequenceLengthLimit);
   }
   PromptEncoding result;
-  result.input_ids = encode_unpadded(prompt);
+  std::vector<int32_t> ids = encode_unpadded(prompt);
   const size_t length = static_cast<size_t>(max_sequence_length);
-  result.truncated = result.input_ids.size() > length;
-  if (result.truncated) result.input_ids.resize(length);  // the reference cuts the suffix off too
-  result.num_tokens = static_cast<int32_t>(result.input_ids.size());
+  result.truncated = ids.size() > length;
+  // Right truncation (the default) loses the end of the template too, as in the reference.
+  const size_t keep = std::min(ids.size(), length);
+  const auto first = truncate_left_ ? ids.end() - static_cast<std::ptrdiff_t>(keep) : ids.begin();
+  result.num_tokens = static_cast<int32_t>(keep);
+  result.input_ids.assign(length, pad_id_);
   result.attention_mask.assign(length, 0);
-  std::fill(result.attention_mask.begin(), result.attention_mask.begin() + result.num_tokens, 1);
-  result.input_ids.resize(length, pad_id_);
+  const size_t offset = pad_left_ ? length - keep : 0;
+  std::copy(first, first + static_cast<std::ptrdiff_t>(keep), result.input_ids.begin() + static_cast<std::ptrdiff_t>(offset));
+  std::fill_n(result.attention_mask.begin() + static_cast<std::ptrdiff_t>(offset), keep, 1);
   return result;
 }
 

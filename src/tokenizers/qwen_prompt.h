@@ -4,7 +4,9 @@
 // add_generation_prompt=True and enable_thinking=False, i.e.
 //   "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 // which is tokenised as one string (added tokens cut out first), cut to max_sequence_length and
-// padded on the right with the pad token; the attention mask is 1 for real tokens, 0 for pads.
+// padded with the pad token; the attention mask is 1 for real tokens, 0 for pads. Padding and
+// truncation are on the right unless tokenizer_config.json says otherwise (padding_side /
+// truncation_side), as in transformers; the Qwen3 files set neither.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,7 +21,7 @@ inline constexpr int kQwenDefaultMaxSequenceLength = 512;
 
 struct PromptEncoding {
   std::vector<int32_t> input_ids;       // max_sequence_length ids
-  std::vector<int32_t> attention_mask;  // 1 for real tokens, then 0 for pads
+  std::vector<int32_t> attention_mask;  // 1 for real tokens, 0 for pads
   int32_t num_tokens = 0;               // real (unpadded) tokens after truncation
   bool truncated = false;               // the templated prompt had more than max_sequence_length tokens
 };
@@ -31,7 +33,7 @@ class QwenPromptEncoder {
  public:
   // Keeps a reference: `tokenizer` must outlive the encoder. Fails with ErrorCode::Format when the
   // tokenizer lacks the chat tokens or a pad token (tokenizer_config's pad_token, else
-  // "<|endoftext|>"), and with ErrorCode::Unsupported when its config asks for left padding.
+  // "<|endoftext|>"), or when padding_side / truncation_side is neither "left" nor "right".
   explicit QwenPromptEncoder(const BpeTokenizer& tokenizer);
 
   // Fails with ErrorCode::InvalidArgument on invalid UTF-8 or max_sequence_length < 1.
@@ -44,6 +46,8 @@ class QwenPromptEncoder {
  private:
   const BpeTokenizer& tokenizer_;
   int32_t pad_id_ = -1;
+  bool pad_left_ = false;
+  bool truncate_left_ = false;
 };
 
 }  // namespace fluxrt::tokenizers

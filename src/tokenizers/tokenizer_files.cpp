@@ -233,6 +233,7 @@ TokenizerConfig read_tokenizer_config(const fs::path& path) {
   config.eos_token = get_token_string(doc, "eos_token");
   config.bos_token = get_token_string(doc, "bos_token");
   if (auto it = doc.find("padding_side"); it != doc.end() && it->is_string()) config.padding_side = *it;
+  if (auto it = doc.find("truncation_side"); it != doc.end() && it->is_string()) config.truncation_side = *it;
   if (auto it = doc.find("added_tokens_decoder"); it != doc.end() && it->is_object()) {
     for (const auto& [key, value] : it->items()) {
       char* end = nullptr;

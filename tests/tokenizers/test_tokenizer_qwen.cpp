@@ -309,6 +309,39 @@ TEST(QwenPrompt, TemplateAndDefaults) {
   }
 }
 
+TEST(QwenPrompt, PaddingAndTruncationSidesFromConfig) {
+  const json doc = read_json(kDataDir / "qwen3_padding_sides.json");
+  const fs::path dir = fs::temp_directory_path() / ("fluxrt_tok_sides_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  size_t count = 0;
+  for (const char* padding : {"left", "right"}) {
+    for (const char* truncation : {"left", "right"}) {
+      json config = read_json(kQwenDir / "tokenizer_config.json");
+      config["padding_side"] = padding;
+      config["truncation_side"] = truncation;
+      std::ofstream(dir / "tokenizer_config.json") << config.dump();
+      BpeTokenizer tok = BpeTokenizer::from_vocab_merges(kQwenDir / "vocab.json", kQwenDir / "merges.txt",
+                                                         dir / "tokenizer_config.json");
+      QwenPromptEncoder encoder(tok);
+      for (const json& row : doc.at("cases")) {
+        if (row.at("padding_side") != padding || row.at("truncation_side") != truncation) continue;
+        PromptEncoding enc = encoder.encode(row.at("prompt").get<std::string>(), row.at("max_sequence_length"));
+        EXPECT_EQ(enc.input_ids, ids_of(row.at("input_ids"))) << padding << "/" << truncation << ": " << row.at("prompt");
+        EXPECT_EQ(enc.attention_mask, ids_of(row.at("attention_mask")));
+        ++count;
+      }
+    }
+  }
+  json config = read_json(kQwenDir / "tokenizer_config.json");
+  config["padding_side"] = "middle";
+  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  BpeTokenizer odd = BpeTokenizer::from_vocab_merges(kQwenDir / "vocab.json", kQwenDir / "merges.txt",
+                                                     dir / "tokenizer_config.json");
+  EXPECT_THROW(QwenPromptEncoder{odd}, Error);
+  fs::remove_all(dir);
+  EXPECT_EQ(count, 18u);
+}
+
 // ---- tokenizer.json parser on small files written by the `tokenizers` package ---------------------
 
 TEST(QwenTokenizer, MiniTokenizerJsonBothMergeFormats) {

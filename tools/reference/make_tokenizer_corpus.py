@@ -16,6 +16,7 @@ Outputs (relative to --out, default tests/data/tokenizers):
                               by `tokenizers`, merges as pairs
   qwen3_mini_tokenizer_legacy.json  the same with merges as "left right" strings (older format)
   qwen3_mini_expected.json    ids the `tokenizers` package gives with the mini tokenizer
+  qwen3_padding_sides.json    padded encodings with padding_side / truncation_side "left"
 
 --tokenizer-json DIR also writes the full (~11 MB) tokenizer.json + tokenizer_config.json there, for
 the C++ load-time figure and the optional full-file test (FLUXRT_QWEN_TOKENIZER_JSON).
@@ -426,6 +427,24 @@ def main():
                               "passes to the text encoder (recorded by a stand-in encoder).",
                     "generator": "tools/reference/make_tokenizer_corpus.py", "versions": versions},
                    pipeline_rows)
+
+        # padding_side / truncation_side "left" (not set by the Qwen3 files; a klein tokenizer_config could).
+        side_rows = []
+        for padding_side, truncation_side in (("left", "right"), ("right", "left"), ("left", "left")):
+            tok.padding_side, tok.truncation_side = padding_side, truncation_side
+            for prompt in ("hello there", "", "A cat holding a sign that says hello world"):
+                rendered = template(prompt)
+                for length in (32, 10):
+                    enc = tok(rendered, padding="max_length", truncation=True, max_length=length)
+                    side_rows.append({"padding_side": padding_side, "truncation_side": truncation_side,
+                                      "prompt": prompt, "max_sequence_length": length,
+                                      "input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+        tok.padding_side, tok.truncation_side = "right", "right"
+        write_rows(args.out / "qwen3_padding_sides.json",
+                   {"_about": "tokenizer(template(prompt), padding='max_length', truncation=True, max_length=N) with "
+                              "the tokenizer's padding_side / truncation_side set as given.",
+                    "generator": "tools/reference/make_tokenizer_corpus.py", "versions": versions},
+                   side_rows)
 
         # Small tokenizer.json files in both merge formats, with ids from the `tokenizers` package.
         mini_rows = []
