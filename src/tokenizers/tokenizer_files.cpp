@@ -1,7 +1,13 @@
 // Loading BpeTokenizer from tokenizer.json or from vocab.json + merges.txt + tokenizer_config.json.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -15,23 +21,53 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
-  std::string data;
-  std::fseek(f, 0, SEEK_END);
-  long size = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  if (size < 0) {
-    std::fclose(f);
-    fail(ErrorCode::Io, "{}: cannot determine file size", path.string());
+// A read-only view of a whole file: mapped when possible, which saves zero-filling and copying an
+// 11 MB buffer; read into memory otherwise (empty files, pipes, file systems without mmap).
+class FileText {
+ public:
+  explicit FileText(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+      void* map = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (map != MAP_FAILED) {
+        map_ = map;
+        view_ = std::string_view(static_cast<const char*>(map), static_cast<size_t>(info.st_size));
+        ::close(fd);
+        return;
+      }
+    }
+    if (S_ISDIR(info.st_mode)) {
+      ::close(fd);
+      fail(ErrorCode::Io, "{}: is a directory, not a tokenizer file", path.string());
+    }
+    char chunk[1 << 16];
+    while (true) {
+      const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        ::close(fd);
+        fail(ErrorCode::Io, "{}: read failed: {}", path.string(), std::strerror(errno));
+      }
+      if (got == 0) break;
+      copy_.append(chunk, static_cast<size_t>(got));
+    }
+    ::close(fd);
+    view_ = copy_;
   }
-  data.resize(static_cast<size_t>(size));
-  size_t got = size > 0 ? std::fread(data.data(), 1, data.size(), f) : 0;
-  std::fclose(f);
-  if (got != data.size()) fail(ErrorCode::Io, "{}: short read ({} of {} bytes)", path.string(), got, data.size());
-  return data;
-}
+  ~FileText() {
+    if (map_) ::munmap(map_, view_.size());
+  }
+  FileText(const FileText&) = delete;
+  FileText& operator=(const FileText&) = delete;
+  std::string_view text() const { return view_; }
+
+ private:
+  void* map_ = nullptr;
+  std::string copy_;
+  std::string_view view_;
+};
 
 json parse_small_json(std::string_view text, const std::string& label) {
   try {
@@ -225,7 +261,8 @@ void merge_config_added_tokens(BpeTokenizer::Impl& impl) {
 
 TokenizerConfig read_tokenizer_config(const fs::path& path) {
   const std::string label = path.string();
-  json doc = parse_small_json(read_file(path), label);
+  const FileText file(path);
+  json doc = parse_small_json(file.text(), label);
   if (!doc.is_object()) fail(ErrorCode::Format, "{}: expected a JSON object", label);
   TokenizerConfig config;
   if (auto it = doc.find("tokenizer_class"); it != doc.end() && it->is_string()) config.tokenizer_class = *it;
@@ -252,7 +289,8 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, c
   const std::string label = tokenizer_json.string();
   impl->source = label;
   if (!config.empty()) impl->config = read_tokenizer_config(config);
-  const std::string text = read_file(tokenizer_json);
+  const FileText file(tokenizer_json);
+  const std::string_view text = file.text();
   // Qwen's tokenizer.json has about 75 bytes per vocabulary entry plus its merge; the tables take a
   // load factor up to 3/4, so this estimate leaves room without doubling their size.
   impl->model.reserve(text.size() / 72, text.size() / 8, text.size() / 72);
@@ -349,9 +387,11 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
     }
   }
   const std::string vocab_label = vocab_json.string();
-  const std::string vocab_text = read_file(vocab_json);
+  const FileText vocab_file(vocab_json);
+  const std::string_view vocab_text = vocab_file.text();
   const std::string merges_label = merges_txt.string();
-  const std::string merges_text = read_file(merges_txt);
+  const FileText merges_file(merges_txt);
+  const std::string_view merges_text = merges_file.text();
   // About 18 bytes of vocab.json per entry and 11 bytes of merges.txt per merge.
   impl->model.reserve(vocab_text.size() / 17, vocab_text.size(), merges_text.size() / 10);
   {
@@ -365,7 +405,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
   size_t pos = 0, line_number = 0;
   while (pos < merges_text.size()) {
     size_t end = merges_text.find('\n', pos);
-    if (end == std::string::npos) end = merges_text.size();
+    if (end == std::string_view::npos) end = merges_text.size();
     std::string_view line(merges_text.data() + pos, end - pos);
     pos = end + 1;
     ++line_number;
