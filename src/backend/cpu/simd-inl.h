@@ -95,9 +95,32 @@ HWY_INLINE void StoreFN(DF df, VF v, T* p, size_t n) {
   std::memcpy(p, tmp, n * sizeof(T));
 }
 
-// x * sigmoid(k x) = x / (1 + exp(-k x)); exp overflow to inf gives the correct limit 0 (as -0).
+// exp(x) for the activations, about 3x cheaper than hn::Exp on AVX2 (which dominated SiLU/GELU):
+// x = n ln2 + r with n = round(x / ln2) and ln2 split in two (Cody-Waite) so r is exact enough,
+// exp(r) by a degree-7 Taylor-like minimax polynomial on |r| <= ln2/2 (~1 ulp), then 2^n through
+// the exponent bits. Inputs are clamped to [-87, 88] so 2^n stays a normal float: exp(-87)
+// ~ 1.6e-38 stands in for smaller values, which every caller here divides into or adds to 1.
+HWY_INLINE VF ExpClamped(DF df, VF x) {
+  const hn::RebindToSigned<DF> di;
+  x = hn::Min(hn::Max(x, hn::Set(df, -87.0f)), hn::Set(df, 88.0f));
+  const VF n = hn::Round(hn::Mul(x, hn::Set(df, 1.44269504088896341f)));
+  VF r = hn::NegMulAdd(n, hn::Set(df, 0.693359375f), x);  // ln2 high part (exact in 9 bits)
+  r = hn::NegMulAdd(n, hn::Set(df, -2.12194440e-4f), r);  // ln2 low part
+  VF p = hn::Set(df, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(df, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(df, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(df, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(df, 5.0000001201e-1f));
+  p = hn::MulAdd(p, hn::Mul(r, r), hn::Add(r, hn::Set(df, 1.0f)));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(p, hn::BitCast(df, bits));
+}
+
+// x * sigmoid(k x) = x / (1 + exp(-k x)); for very negative x the clamped exp makes the result a
+// tiny multiple of x (|y| < 1e-36 |x|) instead of the exact underflow to 0.
 HWY_INLINE VF SiluK(DF df, VF x, float k) {
-  const VF e = hn::Exp(df, hn::Mul(x, hn::Set(df, -k)));
+  const VF e = ExpClamped(df, hn::Mul(x, hn::Set(df, -k)));
   return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
 }
 HWY_INLINE VF Silu(DF df, VF x) { return SiluK(df, x, 1.0f); }
@@ -107,7 +130,7 @@ HWY_INLINE VF Silu(DF df, VF x) { return SiluK(df, x, 1.0f); }
 HWY_INLINE VF GeluTanh(DF df, VF x) {
   const VF x2 = hn::Mul(x, x);
   const VF inner = hn::MulAdd(hn::Mul(x2, hn::Set(df, 0.044715f)), x, x);  // x + 0.044715 x^3
-  const VF e = hn::Exp(df, hn::Mul(inner, hn::Set(df, -2.0f * 0.7978845608028654f)));
+  const VF e = ExpClamped(df, hn::Mul(inner, hn::Set(df, -2.0f * 0.7978845608028654f)));
   return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
 }
 
