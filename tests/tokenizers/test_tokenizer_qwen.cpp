@@ -155,6 +155,11 @@ TEST(QwenTokenizer, MalformedFilesAreFormatErrors) {
   expect_code(ErrorCode::Unsupported);
   write("tokenizer.json", "[1, 2");
   expect_code(ErrorCode::Format);
+  write("tokenizer.json", "");
+  expect_code(ErrorCode::Format);
+  fs::remove(dir / "tokenizer.json");
+  fs::create_directories(dir / "tokenizer.json");  // a folder where the file should be
+  expect_code(ErrorCode::Io);
   fs::remove_all(dir);
 }
 
