@@ -4,7 +4,7 @@
 // (NCHW <-> oneDNN blocked) and the convolution itself. The last line estimates the decoder's
 // total convolution time (sum of count x min time).
 //
-//   bench_conv [--threads N] [--size 512|1024|all] [--dtype f32|bf16] [--runs R]
+//   bench_conv [--threads N] [--size 512|1024|all] [--dtype f32|bf16] [--runs R] [--only NAME]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,12 +61,13 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, float scale
 
 int main(int argc, char** argv) {
   int threads = 2, runs = 2;
-  std::string size = "all", dtype_arg = "f32";
+  std::string size = "all", dtype_arg = "f32", only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--size")) size = argv[i + 1];
     if (!std::strcmp(argv[i], "--dtype")) dtype_arg = argv[i + 1];
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];  // convs whose name contains this
   }
   set_num_threads(threads);
   const DType dtype = dtype_arg == "bf16" ? DType::BF16 : DType::F32;
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
                         "% peak", "impl"});
     double total_s = 0, total_flops = 0;
     for (const ConvShape& s : kDecoder) {
+      if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
       const int64_t hin = out / s.scale_div;
       const int64_t hout = s.upsample ? 2 * hin : hin;
       const Tensor w = random_tensor({s.cout, s.cin, s.k, s.k}, dtype, 1, 0.02f);

@@ -2,7 +2,7 @@
 // FLUX.2-klein-4B step (M = 1536 tokens: 1024 image + 512 text at 512x512) through the CPU
 // linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
 //
-//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|all]
+//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|all] [--only NAME]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,28 +45,33 @@ Tensor random_tensor(const LayerShape& s, DType dtype, uint32_t seed, bool weigh
 int main(int argc, char** argv) {
   int threads = 2, runs = 5;
   int64_t m = 1536;
-  std::string impl = "all";
+  std::string impl = "all", only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--m")) m = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--impl")) impl = argv[i + 1];
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];  // layers whose name contains this
   }
   set_num_threads(threads);
   std::printf("%s\n", bench::machine_line().c_str());
   const bench::GemmPeak peak = bench::measure_gemm_peak(4096);
-  std::printf("peak: bf16 matmul %s | f32 matmul %.1f GFLOP/s | reference peak %.1f GFLOP/s = %s\n",
+  std::printf("peak: bf16 matmul %s | f32 matmul %.1f GFLOP/s | reference peak %.1f GFLOP/s "
+              "(%.1f GFLOP per CPU-second) = %s\n",
               peak.bf16_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.bf16_gflops).c_str() : "unavailable",
-              peak.f32_gflops, peak.gflops, peak.source.c_str());
+              peak.f32_gflops, peak.gflops, peak.gflops_per_core, peak.source.c_str());
 
   std::vector<std::pair<std::string, backend::CpuLinearImpl>> impls;
   if (impl == "all" || impl == "auto") impls.push_back({"auto", backend::CpuLinearImpl::Auto});
   if (impl == "all" || impl == "packed") impls.push_back({"packed", backend::CpuLinearImpl::Packed});
   if (impl == "all" || impl == "onednn") impls.push_back({"onednn", backend::CpuLinearImpl::OneDnn});
 
-  bench::Table table({"layer", "M x K x N", "impl", "weights", "min ms", "median ms", "GFLOP/s", "% peak"});
+  // "/cpu-s" columns: flops per CPU-second of the process, robust to other jobs on the machine.
+  bench::Table table({"layer", "M x K x N", "impl", "weights", "min ms", "median ms", "GFLOP/s", "% peak",
+                      "GFLOP/cpu-s", "% peak/cpu-s"});
   double total_flops = 0, total_s_auto = 0;
   for (const LayerShape& s : kKleinShapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     const Tensor w = random_tensor(s, DType::BF16, 1, true);
     Tensor x = Tensor::empty({m, s.k}, DType::BF16);
     {
@@ -92,7 +97,9 @@ int main(int argc, char** argv) {
       }
       table.add({s.name, fmt::format("{}x{}x{}", m, s.k, s.n), iname, backend::describe_linear_cpu(*p),
                  fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-                 fmt::format("{:.1f}", gf), fmt::format("{:.0f}%", 100.0 * gf / peak.gflops)});
+                 fmt::format("{:.1f}", gf), fmt::format("{:.0f}%", 100.0 * gf / peak.gflops),
+                 fmt::format("{:.1f}", flops / t.min_cpu_s / 1e9),
+                 fmt::format("{:.0f}%", 100.0 * flops / t.min_cpu_s / 1e9 / peak.gflops_per_core)});
     }
   }
   table.print();

@@ -11,13 +11,14 @@ namespace fluxrt::bench {
 // Achieved GFLOP/s of oneDNN bf16 x bf16 -> f32 matmul on size^3 (best of a few runs, current
 // thread count). Returns 0 when oneDNN has no bf16 matmul on this CPU (oneDNN 2.6 below
 // avx512_core, e.g. AVX2-only machines).
-double measure_bf16_gemm_peak_gflops(int size = 4096);
+double measure_bf16_gemm_peak_gflops(int size = 4096, double* per_core = nullptr);
 // The same with f32 x f32 -> f32.
-double measure_f32_gemm_peak_gflops(int size = 4096);
+double measure_f32_gemm_peak_gflops(int size = 4096, double* per_core = nullptr);
 
 // The reference peak for ratios: the bf16 figure where oneDNN has bf16 matmul, else the f32 one.
 struct GemmPeak {
   double gflops = 0;
+  double gflops_per_core = 0;  // the same run's flops per CPU-second (see Timing::min_cpu_s)
   double bf16_gflops = 0;  // 0 when unavailable
   double f32_gflops = 0;
   std::string source;      // e.g. "oneDNN f32 matmul 4096^3 (no bf16 matmul on avx2)"
@@ -27,6 +28,10 @@ GemmPeak measure_gemm_peak(int size = 4096);
 struct Timing {
   double min_s = 0;
   double median_s = 0;
+  // Least process CPU time (all threads) of a run. On a machine shared with other jobs the wall
+  // time mostly measures the neighbours; flops / min_cpu_s is the rate per busy core, which stays
+  // comparable between runs (OpenMP spin-waits count as busy, so it is a lower bound).
+  double min_cpu_s = 0;
   int runs = 0;
 };
 // Runs fn `warmup` times untimed, then `runs` times; stops early once `max_seconds` of timed

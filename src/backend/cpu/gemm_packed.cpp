@@ -27,6 +27,9 @@ constexpr int64_t kMc = 96;
 constexpr int64_t kKc = 256;
 constexpr int64_t kNc = 512;
 static_assert(kMc % kMr == 0 && kNc % kNr == 0);
+// Row stride of the output block: 16 floats past Nc so the six C rows of a micro-tile do not all
+// fall into the same few L1 sets (a 2 KiB stride would).
+constexpr int64_t kLdc = kNc + 16;
 
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
@@ -200,6 +203,18 @@ FLUXRT_AVX2 void kernel_6x16_f32(int64_t kc, const float* a, const float* b, flo
   _mm256_store_ps(c + 5 * ldc, c50), _mm256_store_ps(c + 5 * ldc + 8, c51);
 }
 
+// Widens one Kc x 16 bf16 weight panel (interleaved halves) into plain f32 rows of 16. Done once
+// per panel and reused by all Mc/6 micro-tiles of the block, so it costs ~1% of the arithmetic,
+// while it keeps the widening shift off the FMA ports inside the micro-kernel.
+FLUXRT_AVX2 void widen_panel(int64_t kc, const uint16_t* b, float* out) {
+  const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + k * kNr));
+    _mm256_store_ps(out + k * kNr, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+    _mm256_store_ps(out + k * kNr + 8, _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask)));
+  }
+}
+
 // Packs rows [i0, i0+mc) x columns [p0, p0+kc) of x into kMr-row panels: out[r/6][k][r%6] (f32);
 // rows past mc are zero so the micro-kernel never needs an edge case.
 FLUXRT_AVX2 void pack_activations(const Tensor& x, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out,
@@ -345,12 +360,14 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
 #pragma omp parallel num_threads(threads)
   {
     std::unique_ptr<float, AlignedFree> apack(static_cast<float*>(aligned_alloc_bytes(kMc * kKc * 4)));
-    std::unique_ptr<float, AlignedFree> cblock(static_cast<float*>(aligned_alloc_bytes(kMc * kNc * 4)));
+    std::unique_ptr<float, AlignedFree> cblock(static_cast<float*>(aligned_alloc_bytes(kMc * kLdc * 4)));
     std::vector<float> row(static_cast<size_t>(std::max(kKc, kNc) + 8));
-#pragma omp for schedule(static)
+    std::unique_ptr<float, AlignedFree> bwide(static_cast<float*>(aligned_alloc_bytes(kKc * kNr * 4)));
+    // Dynamic: on a shared machine a descheduled thread must not hold back half the work. Tasks
+    // are in column-major order, so the threads work on neighbouring row blocks of one K x Nc
+    // weight slab at a time (the slab stays in the shared L3 while the activations stream).
+#pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
-      // Output blocks in column-major task order: consecutive tasks of a thread reuse one K x Nc
-      // slab of weights while the activations stream.
       const int64_t jb = t / m_blocks, ib = t % m_blocks;
       const int64_t i0 = ib * kMc, mc = std::min(kMc, m - i0);
       const int64_t j0 = jb * kNc, nc = std::min(kNc, n - j0);
@@ -361,20 +378,24 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
         pack_activations(x, i0, mc, p0, kc, apack.get(), row.data());
         for (int64_t jp = 0; jp < panels; ++jp) {
           const int64_t panel = j0 / kNr + jp;
-          for (int64_t ir = 0; ir < mc_pad; ir += kMr) {
-            float* c = cblock.get() + ir * kNc + jp * kNr;
-            const float* a = apack.get() + ir * kc;
-            if (w.dtype == DType::BF16) {
-              const auto* b = static_cast<const uint16_t*>(w.data) + (panel * k + p0) * kNr;
-              kernel_6x16_bf16(kc, a, b, c, kNc, p0 > 0);
-            } else {
-              const auto* b = static_cast<const float*>(w.data) + (panel * k + p0) * kNr;
-              kernel_6x16_f32(kc, a, b, c, kNc, p0 > 0);
+          const float* b = static_cast<const float*>(w.data) + (panel * k + p0) * kNr;
+          if (w.dtype == DType::BF16) {
+            const auto* b16 = static_cast<const uint16_t*>(w.data) + (panel * k + p0) * kNr;
+            if (mc_pad <= kMr) {
+              // One micro-tile row (small M): widen in registers, the panel is used once.
+              kernel_6x16_bf16(kc, apack.get(), b16, cblock.get() + jp * kNr, kLdc, p0 > 0);
+              continue;
             }
+            widen_panel(kc, b16, bwide.get());
+            b = bwide.get();
+          }
+          for (int64_t ir = 0; ir < mc_pad; ir += kMr) {
+            float* c = cblock.get() + ir * kLdc + jp * kNr;
+            kernel_6x16_f32(kc, apack.get() + ir * kc, b, c, kLdc, p0 > 0);
           }
         }
       }
-      epilogue_block(ectx, cblock.get(), kNc, i0, mc, j0, nc, row.data());
+      epilogue_block(ectx, cblock.get(), kLdc, i0, mc, j0, nc, row.data());
     }
   }
 #endif
