@@ -14,11 +14,12 @@
 
 namespace fluxrt::tokenizers {
 
+// Hash of a byte string (vocabulary keys, the word cache).
+uint64_t hash_bytes(std::string_view bytes);
+
 // Open-addressing map from token string to id. The strings live in one arena and each slot holds
 // the offset, length and id itself, so a lookup touches one slot and the arena only: loading
 // resolves ~450k strings for the merges, and that is bound by cache misses.
-uint64_t hash_bytes(std::string_view bytes);
-
 class StringIdMap {
  public:
   void reserve(size_t count, size_t total_bytes);
@@ -109,7 +110,7 @@ class BpeModel {
   };
   std::vector<Span> id_to_token_;  // into vocab_'s arena
   int32_t max_id_ = -1;
-  int32_t last_merged_id_ = -1;     // for the sequential-id fast path in add_merge
+  int32_t last_merged_id_ = -1;    // for the sequential-id fast path in record_merge
   std::vector<MergeSlot> merges_;  // power-of-two open-addressing table
   size_t merge_count_ = 0;
   std::string concat_;  // scratch for add_merge
