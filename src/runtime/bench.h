@@ -1,0 +1,29 @@
+#pragma once
+// `fluxrt bench <component>`: synthetic weights of the real shapes (random, never zeros; no files
+// needed), per-component timings, achieved GFLOP/s and the ratio to the bf16 GEMM peak measured in
+// the same run, peak RSS. Each function prints its table to stdout and returns the exit code.
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace fluxrt::runtime {
+
+struct BenchRequest {
+  std::string variant = "flux.2-klein-4b";  // flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell
+  int width = 512;
+  int height = 512;
+  int steps = 2;
+  int batch = 1;
+  int max_sequence_length = 512;
+  Device device = Device::cpu();
+  DType dtype = DType::BF16;
+  bool skip_peak = false;  // don't measure the GEMM peak (ratios are then omitted)
+  std::string json_path;   // also write the figures as JSON when set
+};
+
+int bench_transformer(const BenchRequest& request);
+int bench_text_encoder(const BenchRequest& request);
+int bench_vae(const BenchRequest& request);
+
+}  // namespace fluxrt::runtime
