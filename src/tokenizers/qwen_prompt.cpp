@@ -46,11 +46,15 @@ std::vector<int32_t> QwenPromptEncoder::encode_unpadded(std::string_view prompt)
   return tokenizer_.encode(render_qwen3_user_prompt(prompt));
 }
 
-PromptEncoding QwenPromptEncoder::encode(std::string_view prompt, int max_sequence_length) const {
+static void check_length(int max_sequence_length) {
   if (max_sequence_length < 1 || max_sequence_length > kMaxSequenceLengthLimit) {
     fail(ErrorCode::InvalidArgument, "qwen prompt: max_sequence_length {} outside 1..{}", max_sequence_length,
          kMaxSequenceLengthLimit);
   }
+}
+
+PromptEncoding QwenPromptEncoder::encode(std::string_view prompt, int max_sequence_length) const {
+  check_length(max_sequence_length);
   PromptEncoding result;
   std::vector<int32_t> ids = encode_unpadded(prompt);
   const size_t length = static_cast<size_t>(max_sequence_length);
@@ -65,6 +69,22 @@ PromptEncoding QwenPromptEncoder::encode(std::string_view prompt, int max_sequen
   std::copy(first, first + static_cast<std::ptrdiff_t>(keep), result.input_ids.begin() + static_cast<std::ptrdiff_t>(offset));
   std::fill_n(result.attention_mask.begin() + static_cast<std::ptrdiff_t>(offset), keep, 1);
   return result;
+}
+
+PromptBatch QwenPromptEncoder::encode_batch(const std::vector<std::string>& prompts, int max_sequence_length) const {
+  check_length(max_sequence_length);
+  PromptBatch batch;
+  batch.batch = static_cast<int32_t>(prompts.size());
+  batch.length = max_sequence_length;
+  batch.input_ids.reserve(prompts.size() * static_cast<size_t>(max_sequence_length));
+  batch.attention_mask.reserve(batch.input_ids.capacity());
+  for (const std::string& prompt : prompts) {
+    PromptEncoding row = encode(prompt, max_sequence_length);
+    batch.input_ids.insert(batch.input_ids.end(), row.input_ids.begin(), row.input_ids.end());
+    batch.attention_mask.insert(batch.attention_mask.end(), row.attention_mask.begin(), row.attention_mask.end());
+    batch.num_tokens.push_back(row.num_tokens);
+  }
+  return batch;
 }
 
 }  // namespace fluxrt::tokenizers

@@ -26,6 +26,15 @@ struct PromptEncoding {
   bool truncated = false;               // the templated prompt had more than max_sequence_length tokens
 };
 
+// Several prompts, row-major [batch, length] like the tensors diffusers builds with torch.cat.
+struct PromptBatch {
+  int32_t batch = 0;
+  int32_t length = 0;
+  std::vector<int32_t> input_ids;       // batch * length
+  std::vector<int32_t> attention_mask;  // batch * length
+  std::vector<int32_t> num_tokens;      // per row
+};
+
 // The chat-template text for one user message, thinking disabled.
 std::string render_qwen3_user_prompt(std::string_view prompt);
 
@@ -38,6 +47,9 @@ class QwenPromptEncoder {
 
   // Fails with ErrorCode::InvalidArgument on invalid UTF-8 or max_sequence_length < 1.
   PromptEncoding encode(std::string_view prompt, int max_sequence_length = kQwenDefaultMaxSequenceLength) const;
+  // Each prompt encoded on its own (as the pipeline loops over them), then stacked.
+  PromptBatch encode_batch(const std::vector<std::string>& prompts,
+                           int max_sequence_length = kQwenDefaultMaxSequenceLength) const;
   // The templated ids before truncation and padding.
   std::vector<int32_t> encode_unpadded(std::string_view prompt) const;
 

@@ -314,6 +314,22 @@ TEST(QwenPrompt, TemplateAndDefaults) {
   }
 }
 
+TEST(QwenPrompt, BatchStacksRows) {
+  QwenPromptEncoder encoder(qwen());
+  const std::vector<std::string> prompts = {"a photo of a cat", "", "A cat holding a sign that says hello world"};
+  PromptBatch batch = encoder.encode_batch(prompts, 256);
+  ASSERT_EQ(batch.batch, 3);
+  ASSERT_EQ(batch.length, 256);
+  ASSERT_EQ(batch.input_ids.size(), 3u * 256u);
+  for (size_t row = 0; row < prompts.size(); ++row) {
+    PromptEncoding one = encoder.encode(prompts[row], 256);
+    EXPECT_TRUE(std::equal(one.input_ids.begin(), one.input_ids.end(), batch.input_ids.begin() + row * 256));
+    EXPECT_TRUE(std::equal(one.attention_mask.begin(), one.attention_mask.end(), batch.attention_mask.begin() + row * 256));
+    EXPECT_EQ(batch.num_tokens[row], one.num_tokens);
+  }
+  EXPECT_EQ(batch.num_tokens, (std::vector<int32_t>{17, 12, 21}));
+}
+
 TEST(QwenPrompt, PaddingAndTruncationSidesFromConfig) {
   const json doc = read_json(kDataDir / "qwen3_padding_sides.json");
   const fs::path dir = fs::temp_directory_path() / ("fluxrt_tok_sides_" + std::to_string(::getpid()));
