@@ -204,6 +204,14 @@ NEW_UNICODE = [
     "q\U00011F41", "\u1715", "\u0890", "a\u08c9b", "\U0001E4F0\U0001E4F1", "\U00011F50\U00011F51",
 ]
 
+# Unassigned, private-use and non-characters, NUL and other controls, tags, soft hyphen: all plain
+# bytes to a byte-level tokenizer, but they pass through NFC and the regex classes.
+EDGE_CODEPOINTS = [
+    "a\u0378b", "\ue000\ue001", "x\uffffy", "\U0010ffff", "\U000f0000a", "\ufffe", "\ufdd0", "e\u0301\u0378",
+    "\u0000", "a\u0000b", "\x7f\x01\x1b[0m", "\U000e0001\U000e0020", "\u00ad", "\u2060\u2061", "\ud7ff",
+    "\U0001f1e6",
+]
+
 
 def long_prompts():
     sentences = [
@@ -273,7 +281,8 @@ def all_cases():
     cases = []
     for category, prompts in (("plain", PLAIN), ("whitespace", WHITESPACE), ("digits", DIGITS),
                               ("punctuation", PUNCT), ("cjk", CJK), ("scripts", SCRIPTS), ("emoji", EMOJI),
-                              ("combining", COMBINING), ("new_unicode", NEW_UNICODE), ("special_like", SPECIALS), ("long", long_prompts()),
+                              ("combining", COMBINING), ("new_unicode", NEW_UNICODE), ("edge_codepoints", EDGE_CODEPOINTS),
+                              ("special_like", SPECIALS), ("long", long_prompts()),
                               ("random", random_prompts(90))):
         for prompt in prompts:
             cases.append((category, prompt))
