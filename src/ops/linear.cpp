@@ -60,7 +60,9 @@ void run(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate, 
     args.residual = residual.raw_data() == y.raw_data() ? output_rows(residual, "residual") : as_rows(residual);
   }
   const auto& k_table = kernels_for(x);
-  require_kernel(k_table.linear, "linear", k_table)(args);
+  auto kernel = require_kernel(k_table.linear, "linear", k_table);
+  if (args.x.size(0) == 0) return;  // no rows: nothing to compute (kernels assume M >= 1)
+  kernel(args);
 }
 
 }  // namespace
@@ -70,6 +72,8 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
                "[linear] weight must be [N, K], got {}", weight.defined() ? weight.shape().str() : "undefined");
   FLUXRT_CHECK(is_gemm_dtype(weight.dtype()), ErrorCode::Unsupported, "[linear] weight dtype {} is not f32/bf16/f16",
                dtype_name(weight.dtype()));
+  FLUXRT_CHECK(weight.size(0) > 0 && weight.size(1) > 0, ErrorCode::InvalidArgument,
+               "[linear] weight {} has an empty dimension", weight.shape().str());
   if (bias.defined())
     FLUXRT_CHECK(bias.numel() == weight.size(0), ErrorCode::InvalidArgument,
                  "[linear] bias {} does not match N = {}", bias.shape().str(), weight.size(0));

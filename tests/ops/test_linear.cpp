@@ -130,6 +130,12 @@ TEST(LinearOps, StridedRowsWithoutCopy) {
   EXPECT_TRUE(all_close(y, y2, TolClass::Exact));
 }
 
+TEST(LinearOps, ZeroRows) {
+  auto p = ops::prepare_linear(random_normal({8, 4}, DType::BF16, 1));
+  const Tensor y = ops::linear(Tensor::empty({0, 4}, DType::BF16), *p);
+  EXPECT_EQ(y.shape(), (Shape{0, 8}));
+}
+
 TEST(LinearOps, Errors) {
   auto p = ops::prepare_linear(random_normal({8, 4}, DType::F32, 1));
   EXPECT_THROW(ops::linear(random_normal({2, 5}, DType::F32, 2), *p), Error);

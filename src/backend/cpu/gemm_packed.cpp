@@ -343,6 +343,7 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
 #else
   FLUXRT_CHECK(packed_gemm_supported(), ErrorCode::Unsupported, "[linear] the packed GEMM needs AVX2 and FMA");
   const int64_t m = x.size(0), k = w.k, n = w.n;
+  if (m == 0 || n == 0) return;
   const int64_t n_pad = w.panels * kNr;
   std::vector<float> gate_pad;
   if (gate.defined()) {
