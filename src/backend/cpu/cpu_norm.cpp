@@ -18,26 +18,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Mean of a row. Summing x - x[0] instead of x keeps f32 accurate when |mean| >> std (the
-// differences are small and exact for nearby values); two accumulators, scalar tail.
-template <typename T>
-HWY_INLINE float RowMean(const T* x, int64_t n) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const float c = to_f32(x[0]);
-  const VF vc = hn::Set(df, c);
-  VF s0 = hn::Zero(df), s1 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::Add(s0, hn::Sub(LoadF(df, x + i), vc));
-    s1 = hn::Add(s1, hn::Sub(LoadF(df, x + i + N), vc));
-  }
-  for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::Sub(LoadF(df, x + i), vc));
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-  for (; i < n; ++i) s += to_f32(x[i]) - c;
-  return c + s / static_cast<float>(n);
-}
-
 // Sum of (x - c)^2 over a row.
 template <typename T>
 HWY_INLINE float RowSqDev(const T* x, int64_t n, float c) {
@@ -61,6 +41,57 @@ HWY_INLINE float RowSqDev(const T* x, int64_t n, float c) {
     s += d * d;
   }
   return s;
+}
+
+// Shifted sums of a row: s1 = sum(x - c), s2 = sum((x - c)^2), f32 lanes, two accumulators.
+template <typename T>
+HWY_INLINE void RowShiftedSums(const T* x, int64_t n, float c, float* s1_out, float* s2_out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vc = hn::Set(df, c);
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), q0 = hn::Zero(df), q1 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const VF d0 = hn::Sub(LoadF(df, x + i), vc), d1 = hn::Sub(LoadF(df, x + i + N), vc);
+    a0 = hn::Add(a0, d0);
+    a1 = hn::Add(a1, d1);
+    q0 = hn::MulAdd(d0, d0, q0);
+    q1 = hn::MulAdd(d1, d1, q1);
+  }
+  for (; i + N <= n; i += N) {
+    const VF d = hn::Sub(LoadF(df, x + i), vc);
+    a0 = hn::Add(a0, d);
+    q0 = hn::MulAdd(d, d, q0);
+  }
+  float s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  float s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(q0, q1)));
+  for (; i < n; ++i) {
+    const float d = to_f32(x[i]) - c;
+    s1 += d;
+    s2 += d * d;
+  }
+  *s1_out = s1;
+  *s2_out = s2;
+}
+
+// Mean and biased variance of a row, usually in one pass: shifted sums around c = x[0] give
+// mean = c + s1/n and var = s2/n - (s1/n)^2, whose rounding error grows with (mean - c)^2 / var.
+// When x[0] sits far from the mean (a massive activation in channel 0) the sums are redone
+// around that first mean estimate, which is then within a rounding error of the true mean.
+template <typename T>
+HWY_INLINE void RowMoments(const T* x, int64_t n, float* mean, float* var) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  float c = to_f32(x[0]), s1, s2;
+  RowShiftedSums(x, n, c, &s1, &s2);
+  float dm = s1 * inv_n, v = s2 * inv_n - dm * dm;
+  if (dm * dm > 16.0f * v) {
+    c += dm;
+    RowShiftedSums(x, n, c, &s1, &s2);
+    dm = s1 * inv_n;
+    v = s2 * inv_n - dm * dm;
+  }
+  *mean = c + dm;
+  *var = std::max(v, 0.0f);
 }
 
 // y = (x - mean) * a[d] + b[d], a/b f32 per column (b may be null = 0). Centring before the
@@ -92,14 +123,14 @@ void AdaLnImpl(const AdaLnArgs& args) {
     const RowIndex xi(args.x), yi(args.y);
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
-    const float inv_d = 1.0f / static_cast<float>(D);
     parallel_for(B * L, B * L * D, [&](int64_t r) {
       thread_local std::vector<float> a;
       a.resize(static_cast<size_t>(D));
       const T* x = xp + xi.offset(r);
       const int64_t b = r / L;
-      const float mean = RowMean(x, D);
-      const float inv_std = 1.0f / std::sqrt(RowSqDev(x, D, mean) * inv_d + args.eps);
+      float mean, var;
+      RowMoments(x, D, &mean, &var);
+      const float inv_std = 1.0f / std::sqrt(var + args.eps);
       // a = inv_std * (1 + scale): per row, f32, L1-resident.
       const DF df;
       const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -121,13 +152,13 @@ void LayerNormImpl(const LayerNormArgs& args) {
     const std::vector<float> bias = f32_copy(args.bias);
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
-    const float inv_d = 1.0f / static_cast<float>(D);
     parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
       thread_local std::vector<float> a;
       a.resize(static_cast<size_t>(D));
       const T* x = xp + xi.offset(r);
-      const float mean = RowMean(x, D);
-      const float inv_std = 1.0f / std::sqrt(RowSqDev(x, D, mean) * inv_d + args.eps);
+      float mean, var;
+      RowMoments(x, D, &mean, &var);
+      const float inv_std = 1.0f / std::sqrt(var + args.eps);
       for (int64_t i = 0; i < D; ++i) a[i] = w[i] * inv_std;
       RowAffine(x, yp + yi.offset(r), D, mean, a.data(), bias.empty() ? nullptr : bias.data());
     });
