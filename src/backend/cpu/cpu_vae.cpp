@@ -76,11 +76,18 @@ void GroupNormImpl(const GroupNormArgs& args) {
       const int64_t base = u * n_per;  // (n * C + g * cg) * hw
       const int64_t g = u % G;
       if (n_per == 0) return;
-      const float c = to_f32(xp[base]);
+      float c = to_f32(xp[base]);
       double s1, s2;
       ShiftedSums(xp + base, n_per, c, &s1, &s2);
-      const double dm = s1 / static_cast<double>(n_per);
-      const double var = std::max(0.0, s2 / static_cast<double>(n_per) - dm * dm);
+      double dm = s1 / static_cast<double>(n_per);
+      double var = s2 / static_cast<double>(n_per) - dm * dm;
+      if (dm * dm > 16.0 * var) {  // x[0] far from the mean: redo the sums around the estimate
+        c = static_cast<float>(c + dm);
+        ShiftedSums(xp + base, n_per, c, &s1, &s2);
+        dm = s1 / static_cast<double>(n_per);
+        var = s2 / static_cast<double>(n_per) - dm * dm;
+      }
+      var = std::max(0.0, var);
       const float mean = static_cast<float>(c + dm);
       const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(args.eps)));
       for (int64_t k = 0; k < cg; ++k) {
