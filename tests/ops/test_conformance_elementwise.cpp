@@ -155,6 +155,20 @@ INSTANTIATE_TEST_SUITE_P(Conformance, Softmax,
                                                         {"", "strided"})),
                          case_name);
 
+// Masked scores (-inf) get exactly zero probability; the rest renormalise.
+TEST(SoftmaxContract, MinusInfinityIsMasked) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::vector<float> v(2 * 19, 0.5f);
+    for (int i = 0; i < 19; i += 3) v[i] = -INFINITY;
+    v[19 + 4] = 3.0f;
+    const Tensor x = Tensor::from_vector(v, {2, 19}, dt);
+    const Tensor r = run_on("ref", [&] { return ops::softmax(x); });
+    const Tensor y = run_on("cpu", [&] { return ops::softmax(x); });
+    EXPECT_TRUE(all_close(y, r, TolClass::Norm)) << dtype_name(dt);
+    EXPECT_EQ(y.item({0, 3}), 0.0);
+  }
+}
+
 // ---- embedding lookup ----
 
 class Embedding : public ::testing::TestWithParam<OpCase> {};
