@@ -132,27 +132,26 @@ inline float prepare_kv_tile(const Ctx& c, float* kt, float* v, int64_t b, int64
   const int64_t Dp = c.Dp, D = c.D, kw = c.kw;
   float* ktile = kt + t * Dp * kBlockN;
   float* vtile = v + t * kBlockN * Dp;
-  auto kat = [&](int64_t d, int64_t jj) -> float& { return ktile[((jj / kw) * Dp + d) * kw + jj % kw]; };
-  auto vat = [&](int64_t d, int64_t jj) -> float& { return vtile[((d / kw) * kBlockN + jj) * kw + d % kw]; };
   float kmax = 0;
+  std::fill(row + D, row + Dp, 0.0f);  // load_row writes [0, D) only, so the padding stays zero
   for (int64_t jj = 0; jj < kBlockN; ++jj) {
     const int64_t j = t * kBlockN + jj;
+    float* kcol = ktile + (jj / kw) * Dp * kw + jj % kw;  // element d at kcol[d * kw]
+    float* vrow = vtile + jj * kw;                         // dims [dc, dc + kw) at vrow + dc * kBlockN
     if (j >= c.Lk) {
-      for (int64_t d = 0; d < Dp; ++d) kat(d, jj) = vat(d, jj) = 0.0f;
+      for (int64_t d = 0; d < Dp; ++d) kcol[d * kw] = 0.0f;
+      for (int64_t dc = 0; dc < Dp; dc += kw) std::memset(vrow + dc * kBlockN, 0, kw * sizeof(float));
       continue;
     }
     load_row(a.k, off4(a.k, b, j, kvh), row, D);
     if (a.rope != RopeLayout::None)
       rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
     double norm2 = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      kat(d, jj) = row[d];
-      norm2 += static_cast<double>(row[d]) * row[d];
-    }
-    for (int64_t d = D; d < Dp; ++d) kat(d, jj) = 0.0f;
+    for (int64_t d = 0; d < D; ++d) norm2 += static_cast<double>(row[d]) * row[d];
+    for (int64_t d = 0; d < Dp; ++d) kcol[d * kw] = row[d];
     if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
     load_row(a.v, off4(a.v, b, j, kvh), row, D);
-    for (int64_t d = 0; d < Dp; ++d) vat(d, jj) = d < D ? row[d] : 0.0f;
+    for (int64_t dc = 0; dc < Dp; dc += kw) std::memcpy(vrow + dc * kBlockN, row + dc, kw * sizeof(float));
   }
   return kmax;
 }
