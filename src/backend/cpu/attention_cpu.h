@@ -4,10 +4,18 @@
 //
 // Work split: for each batch element, kv heads are taken in rounds (one head for FLUX-sized
 // sequences, several when a head has too few query blocks to feed every thread). The keys of a
-// round are rotated once into an f32 scratch laid out as [key tile][D][64] (transposed, so
-// S = Q·K^T is a broadcast-FMA micro-kernel) together with max_j |k_j|; then all query heads of
-// those kv heads and all their 48-row query blocks run in one OpenMP loop. Highway dynamic
-// dispatch picks the SIMD width (SSE4 / AVX2 / AVX-512, scalar fallback).
+// round are rotated once into an f32 scratch packed as GEMM panels (keys transposed, so
+// S = Q·K^T is a broadcast-FMA micro-kernel; values as [D / 2 vectors][64 keys][2 vectors])
+// together with max_j |k_j|; then all query heads of those kv heads and all their 48-row query
+// blocks run in one OpenMP loop. Per block: S = Q·K^T (6x2 or 12x2 register tile), p = exp2(s - m)
+// with a degree-7 polynomial, O += P·V, a final O / l. Highway dynamic dispatch picks the SIMD
+// width (SSE4 / AVX2 / AVX-512, scalar fallback); arithmetic is f32 FMA on every target.
+//
+// Fixed maximum: q is pre-scaled by scale·log2(e), m_i = |q_i|·max_j |k_j| bounds every score, so
+// no running maximum and no rescaling of O. After the pass a row is accepted when
+// 2^-60 <= l_i <= 2^60; otherwise (bound more than ~60 binades above the true maximum: terms
+// flushed below 2^-127, or f32 rounding pushed scores far above a huge bound) the whole 48-row
+// block is recomputed with the exact online maximum. The bias variant always runs online.
 #include <cstdint>
 
 #include "backend/args/attention.h"
