@@ -12,8 +12,8 @@ using backend::UnaryOp;
 
 Tensor unary_op(const Tensor& x, UnaryOp op, float alpha, const char* name, Tensor* out = nullptr) {
   detail::check_float(x, name, "x");
-  const Tensor xs = detail::rows_ready(x);
-  Tensor y = out ? *out : detail::empty_like(xs);
+  const Tensor xs = detail::rows_ready(x);  // a 0-d x becomes [1]; y keeps x's shape
+  Tensor y = out ? *out : Tensor::empty(x.shape(), x.dtype(), x.device());
   if (x.numel() == 0) return y;
   const auto& k = kernels_for(x);
   backend::UnaryArgs a{op, alpha, xs, y.dim() == 0 ? y.reshape({1}) : y};

@@ -44,6 +44,15 @@ TEST(UnaryInPlace, ScaleMatches) {
   const Tensor r = run_on("ref", [&] { return ops::scale(x, 3.0f); });
   ops::scale_(x, 3.0f);
   EXPECT_TRUE(all_close(x, r, TolClass::Elementwise));
+  // In place on a view with strided rows, and a 0-d tensor keeps its shape.
+  Tensor s = random_strided({4, 9}, DType::F32, 6);
+  const Tensor rs = run_on("ref", [&] { return ops::scale(s, -2.0f); });
+  ops::scale_(s, -2.0f);
+  EXPECT_TRUE(all_close(s, rs, TolClass::Elementwise));
+  const Tensor scalar = Tensor::full({}, DType::F32, 2.0);
+  const Tensor y = ops::silu(scalar);
+  EXPECT_EQ(y.dim(), 0);
+  EXPECT_NEAR(y.item({}), 2.0 / (1.0 + std::exp(-2.0)), 1e-6);
 }
 
 // ---- add / mul with broadcasting of a trailing-dims operand ----
