@@ -14,7 +14,7 @@
 
 #include "backend/args/attention.h"
 #include "backend/cpu/attention_cpu.h"
-#include "common/bench_common.h"
+#include "runtime/bench_common.h"
 #include "core/tensor.h"
 #include "ops/rope.h"
 

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/conv_cpu.h"
-#include "common/bench_common.h"
+#include "runtime/bench_common.h"
 #include "core/threads.h"
 #include "ops/conv.h"
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/linear_cpu.h"
-#include "common/bench_common.h"
+#include "runtime/bench_common.h"
 #include "core/threads.h"
 
 using namespace fluxrt;

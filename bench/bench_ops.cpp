@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/bench_common.h"
+#include "runtime/bench_common.h"
 #include "core/tensor.h"
 #include "core/threads.h"
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Shared benchmark helpers: the machine's GEMM peak measured in the same run (every benchmark
+// Shared benchmark helpers (bench/ and `fluxrt bench`): the machine's GEMM peak measured in the same run (every benchmark
 // prints its ratio to it, DESIGN.md section 5), robust timing (min and median of N runs), and a
 // small fixed-width table printer.
 #include <functional>

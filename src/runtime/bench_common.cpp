@@ -1,4 +1,4 @@
-#include "common/bench_common.h"
+#include "runtime/bench_common.h"
 
 #include <algorithm>
 #include <chrono>
