@@ -1,0 +1,337 @@
+#include "models/flux/flux2_transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/flux/flux2_names.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace fluxrt::models {
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+std::unique_ptr<Flux2Transformer> Flux2Transformer::load(const std::string& path, const Flux2LoadOptions& options) {
+  fs::path p(path);
+  if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_directory(p / "transformer"))
+    p /= "transformer";  // a pipeline folder
+  const io::Checkpoint checkpoint = io::Checkpoint::open(p.string());
+  TensorStore raw = TensorStore::from_checkpoint(checkpoint);
+  raw.set_description(p.string());
+  Flux2Config config;
+  if (fs::is_directory(p) && fs::exists(p / "config.json")) {
+    config = flux2_config_from_json((p / "config.json").string());
+  } else {
+    config = flux2_config_detect(flux2_to_canonical(raw));
+  }
+  return from_store(raw, config, options);
+}
+
+std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore& raw, const Flux2Config& config,
+                                                               const Flux2LoadOptions& options) {
+  config.validate(raw.description());
+  const TensorStore canonical = flux2_to_canonical(raw);
+  WeightBinder binder(canonical, "transformer");
+  std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
+  const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
+  bool complete = true;
+  model->bind([&](const std::string& name, const Shape& shape) {
+    Tensor t = binder.require(name, shape, wdtype);
+    if (!t.defined()) complete = false;
+    return t;
+  });
+  binder.finish();  // throws the one error listing every problem
+  FLUXRT_CHECK(complete, ErrorCode::Format, "{}: FLUX.2 weights incomplete", raw.description());
+  return model;
+}
+
+std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config& config, uint64_t seed,
+                                                              const Flux2LoadOptions& options) {
+  config.validate("synthetic FLUX.2 weights");
+  std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
+  uint64_t counter = 0;
+  model->bind([&](const std::string& name, const Shape& shape) {
+    ++counter;
+    const bool is_norm = name.find("_norm.scale") != std::string::npos;
+    // Like PyTorch's default Linear init scale (1/sqrt(fan_in)); norm scales around 1.
+    const float bound = is_norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(shape[shape.size() - 1]));
+    Tensor t = flux2_random_tensor(shape, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
+    return options.dtype == DType::F32 ? t.to(DType::F32) : t;
+  });
+  return model;
+}
+
+Flux2Transformer::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name, const Shape& shape) {
+  Tensor w = fetch(name, shape);
+  if (!w.defined()) return nullptr;
+  weight_bytes_ += w.nbytes();
+  if (w.device() != options_.device) {
+    Tensor moved = Tensor::empty(w.shape(), w.dtype(), options_.device);
+    moved.copy_from(w);
+    w = moved;
+  }
+  auto prepared = ops::prepare_linear(w, Tensor(), options_.device);
+  if (options_.release_prepared_sources) {
+    // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
+    prepared->weight = Tensor::zeros({1, 1}, w.dtype(), options_.device).expand(w.shape());
+  }
+  return prepared;
+}
+
+void Flux2Transformer::bind(const Fetch& fetch) {
+  const Flux2Config& c = config_;
+  const int64_t d = c.hidden, m = c.mlp_hidden, hd = c.head_dim;
+  auto norm = [&](const std::string& name) {
+    Tensor t = fetch(name, {hd});
+    if (t.defined()) weight_bytes_ += t.nbytes();
+    if (t.defined() && t.device() != options_.device) {
+      Tensor moved = Tensor::empty(t.shape(), t.dtype(), options_.device);
+      moved.copy_from(t);
+      t = moved;
+    }
+    return t;
+  };
+  img_in_ = prepare(fetch, "img_in.weight", {d, c.in_channels});
+  txt_in_ = prepare(fetch, "txt_in.weight", {d, c.context_dim});
+  time_in_1_ = prepare(fetch, "time_in.in_layer.weight", {d, c.timestep_channels});
+  time_in_2_ = prepare(fetch, "time_in.out_layer.weight", {d, d});
+  mod_img_ = prepare(fetch, "double_stream_modulation_img.lin.weight", {6 * d, d});
+  mod_txt_ = prepare(fetch, "double_stream_modulation_txt.lin.weight", {6 * d, d});
+  mod_single_ = prepare(fetch, "single_stream_modulation.lin.weight", {3 * d, d});
+  double_.resize(static_cast<size_t>(c.double_blocks));
+  for (int64_t i = 0; i < c.double_blocks; ++i) {
+    for (const char* stream : {"img", "txt"}) {
+      AttnStream& s = std::string(stream) == "img" ? double_[i].img : double_[i].txt;
+      const std::string p = "double_blocks." + std::to_string(i) + "." + stream;
+      s.q = prepare(fetch, p + "_attn.q.weight", {d, d});
+      s.k = prepare(fetch, p + "_attn.k.weight", {d, d});
+      s.v = prepare(fetch, p + "_attn.v.weight", {d, d});
+      s.q_norm = norm(p + "_attn.norm.query_norm.scale");
+      s.k_norm = norm(p + "_attn.norm.key_norm.scale");
+      s.proj = prepare(fetch, p + "_attn.proj.weight", {d, d});
+      s.mlp_in = prepare(fetch, p + "_mlp.0.weight", {2 * m, d});
+      s.mlp_out = prepare(fetch, p + "_mlp.2.weight", {d, m});
+    }
+  }
+  single_.resize(static_cast<size_t>(c.single_blocks));
+  for (int64_t i = 0; i < c.single_blocks; ++i) {
+    const std::string p = "single_blocks." + std::to_string(i) + ".";
+    single_[i].linear1 = prepare(fetch, p + "linear1.weight", {3 * d + 2 * m, d});
+    single_[i].linear2 = prepare(fetch, p + "linear2.weight", {d, d + m});
+    single_[i].q_norm = norm(p + "norm.query_norm.scale");
+    single_[i].k_norm = norm(p + "norm.key_norm.scale");
+  }
+  final_shift_ = prepare(fetch, "final_layer.shift.weight", {d, d});
+  final_scale_ = prepare(fetch, "final_layer.scale.weight", {d, d});
+  final_linear_ = prepare(fetch, "final_layer.linear.weight", {c.out_channels, d});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+namespace {
+
+Tensor to_device(const Tensor& host, Device device) {
+  if (device == Device::cpu()) return host;
+  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
+  t.copy_from(host);
+  return t;
+}
+
+// [B, L, H*d] (any row strides, contiguous last dim) seen as [B, L, H, d] without a copy.
+Tensor heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {
+  if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
+  // Strided rows (a column slice of a fused projection): split the last dim through unsqueeze +
+  // expand-free slicing is not available, so fall back to one copy.
+  return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
+}
+
+// x += gate * layer(h) with gate [B, N] (one row per batch element): the GEMM epilogue takes one
+// gate row, so run one fused GEMM per batch element (each still M = L rows).
+void gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x) {
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    Tensor xb = x.select(0, b);   // [L, N]
+    ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);
+  }
+}
+
+}  // namespace
+
+// diffusers Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) + TimestepEmbedding, after
+// Flux2Transformer2DModel.forward's `timestep.to(dtype) * 1000` (flux-reference.md 2.4).
+Tensor Flux2Transformer::timestep_embedding(const Tensor& timesteps) const {
+  const DType dt = options_.dtype;
+  const Tensor t = timesteps.to(DType::F32).contiguous();
+  const int64_t b = t.numel(), half = config_.timestep_channels / 2;
+  std::vector<float> emb(static_cast<size_t>(b * 2 * half));
+  const float neg_log = static_cast<float>(-std::log(10000.0));
+  for (int64_t i = 0; i < b; ++i) {
+    // timestep.to(dtype) * 1000 in the model dtype.
+    float u = t.data<float>()[i];
+    if (dt == DType::BF16) u = bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(u)) * 1000.0f));
+    else u = u * 1000.0f;
+    for (int64_t k = 0; k < half; ++k) {
+      // exponent = -log(10000) * arange(half) / half (f32), freq = exp(exponent), arg = t * freq.
+      const float exponent = neg_log * static_cast<float>(k) / static_cast<float>(half);
+      const float arg = u * std::exp(exponent);
+      emb[static_cast<size_t>(i * 2 * half + k)] = std::cos(arg);          // flip_sin_to_cos: cos first
+      emb[static_cast<size_t>(i * 2 * half + half + k)] = std::sin(arg);
+    }
+  }
+  // [B, 256] rounded to the model dtype, as `timesteps_proj.to(timestep.dtype)`.
+  const Tensor proj = to_device(Tensor::from_vector(emb, {b, 2 * half}, dt), options_.device);
+  const Tensor h = ops::linear(proj, *time_in_1_, backend::Activation::Silu);  // [B, D]
+  return ops::linear(h, *time_in_2_);                                           // [B, D] temb
+}
+
+// diffusers Flux2TransformerBlock.forward (+ Flux2AttnProcessor).
+void Flux2Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& mod_img,
+                                    const Tensor& mod_txt, const Tensor& rope_cos, const Tensor& rope_sin) const {
+  const Flux2Config& c = config_;
+  const int64_t d = c.hidden, lt = txt.size(1), l = lt + img.size(1);
+  const float eps = c.eps;
+  auto chunk = [&](const Tensor& mod, int i) { return mod.narrow(1, i * d, d); };  // [B, D] view
+
+  auto project = [&](const AttnStream& s, const Tensor& x, const Tensor& mod, Tensor& q, Tensor& k, Tensor& v) {
+    const Tensor n = ops::adaln_modulate(x, chunk(mod, 0), chunk(mod, 1), eps);          // [B, Lx, D]
+    q = ops::rms_norm(heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
+    k = ops::rms_norm(heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
+    v = heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                              // [B, Lx, H, d]
+  };
+  Tensor qi, ki, vi, qt, kt, vt;
+  project(blk.img, img, mod_img, qi, ki, vi);
+  project(blk.txt, txt, mod_txt, qt, kt, vt);
+
+  // Joint attention over [txt ; img] (text first).
+  ops::AttentionOptions opt;
+  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope_table = {rope_cos, rope_sin};
+  const Tensor q = ops::concat({qt, qi}, 1);                                            // [B, L, H, d]
+  const Tensor k = ops::concat({kt, ki}, 1);                                            // [B, L, H, d]
+  const Tensor v = ops::concat({vt, vi}, 1);                                            // [B, L, H, d]
+  const Tensor attn = ops::attention(q, k, v, opt).view({img.size(0), l, d});          // [B, L, D]
+
+  auto finish = [&](const AttnStream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
+    gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                          // x += g1 * proj(attn)
+    const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);        // [B, Lx, D]
+    const Tensor h = ops::swiglu(ops::linear(n, *s.mlp_in));                           // [B, Lx, M]
+    gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                            // x += g2 * mlp(n)
+  };
+  finish(blk.img, img, mod_img, attn.slice(1, lt, l));
+  finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
+}
+
+// diffusers Flux2SingleTransformerBlock.forward (+ Flux2ParallelSelfAttnProcessor).
+void Flux2Transformer::single_block(const SingleBlock& blk, Tensor& x, const Tensor& mod, const Tensor& rope_cos,
+                                    const Tensor& rope_sin) const {
+  const Flux2Config& c = config_;
+  const int64_t d = c.hidden, m = c.mlp_hidden, b = x.size(0), l = x.size(1);
+  const float eps = c.eps;
+  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);  // [B, L, D]
+  const Tensor h = ops::linear(n, *blk.linear1);                                           // [B, L, 3D + 2M]
+  const Tensor q = ops::rms_norm(heads_view(h.narrow(2, 0, d), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
+  const Tensor k = ops::rms_norm(heads_view(h.narrow(2, d, d), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
+  const Tensor v = heads_view(h.narrow(2, 2 * d, d), c.heads, c.head_dim);                 // [B, L, H, d]
+  ops::AttentionOptions opt;
+  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope_table = {rope_cos, rope_sin};
+  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                       // [B, L, D]
+  const Tensor mlp = ops::swiglu(h.narrow(2, 3 * d, 2 * m));                              // [B, L, M]
+  const Tensor cat = ops::concat({attn, mlp}, 2);                                          // [B, L, D + M]
+  gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                    // x += gate * out
+}
+
+// diffusers Flux2Transformer2DModel.forward (kv_cache_mode None).
+Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                                 const Tensor& timesteps) const {
+  const Flux2Config& c = config_;
+  const DType dt = options_.dtype;
+  FLUXRT_CHECK(x.dim() == 3 && x.size(2) == c.in_channels, ErrorCode::InvalidArgument,
+               "[flux2] latents must be [B, Li, {}], got {}", c.in_channels, x.shape().str());
+  const int64_t b = x.size(0), li = x.size(1);
+  FLUXRT_CHECK(ctx.dim() == 3 && ctx.size(0) == b && ctx.size(2) == c.context_dim, ErrorCode::InvalidArgument,
+               "[flux2] text embeddings must be [{}, Lt, {}], got {}", b, c.context_dim, ctx.shape().str());
+  const int64_t lt = ctx.size(1);
+  const int64_t axes = static_cast<int64_t>(c.axes_dim.size());
+  auto check_ids = [&](const Tensor& ids, int64_t len, const char* what) {
+    const bool ok = (ids.dim() == 2 && ids.size(0) == len && ids.size(1) == axes) ||
+                    (ids.dim() == 3 && ids.size(0) == b && ids.size(1) == len && ids.size(2) == axes);
+    FLUXRT_CHECK(ok, ErrorCode::InvalidArgument, "[flux2] {} must be [{}, {}] or [{}, {}, {}], got {}", what, len,
+                 axes, b, len, axes, ids.shape().str());
+  };
+  check_ids(x_ids, li, "image ids");
+  check_ids(ctx_ids, lt, "text ids");
+  FLUXRT_CHECK(x_ids.dim() == ctx_ids.dim(), ErrorCode::InvalidArgument,
+               "[flux2] image ids {} and text ids {} must both be 2-D or both 3-D", x_ids.shape().str(),
+               ctx_ids.shape().str());
+  FLUXRT_CHECK(timesteps.numel() == b, ErrorCode::InvalidArgument, "[flux2] need {} timesteps, got {}", b,
+               timesteps.shape().str());
+
+  // 1. Timestep embedding and the shared modulations, once per forward.
+  const Tensor temb = timestep_embedding(timesteps);                 // [B, D]
+  const Tensor temb_act = ops::silu(temb);                           // [B, D]
+  const Tensor mod_img = ops::linear(temb_act, *mod_img_);           // [B, 6D] shift, scale, gate x 2
+  const Tensor mod_txt = ops::linear(temb_act, *mod_txt_);           // [B, 6D]
+  const Tensor mod_single = ops::linear(temb_act, *mod_single_);     // [B, 3D]
+
+  // 2. Input projections.
+  Tensor img = ops::linear(x.to(dt), *img_in_);                      // [B, Li, D]
+  Tensor txt = ops::linear(ctx.to(dt), *txt_in_);                    // [B, Lt, D]
+
+  // 3. RoPE over [text ; image] positions (diffusers concatenates the two tables, text first).
+  const Tensor ids = ops::concat({ctx_ids.to(DType::F32), x_ids.to(DType::F32)}, ctx_ids.dim() - 2);  // [(B,) L, 4]
+  const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
+  const Tensor rope_cos = to_device(rope.cos, options_.device), rope_sin = to_device(rope.sin, options_.device);
+
+  // 4. Double-stream blocks.
+  for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope_cos, rope_sin);
+
+  // 5. Single-stream blocks on [txt ; img].
+  Tensor h = ops::concat({txt, img}, 1);                             // [B, L, D]
+  for (const auto& blk : single_) single_block(blk, h, mod_single, rope_cos, rope_sin);
+
+  // 6. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
+  const Tensor shift = ops::linear(temb_act, *final_shift_);         // [B, D]
+  const Tensor scale = ops::linear(temb_act, *final_scale_);         // [B, D]
+  const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();      // [B, Li, D]
+  const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
+  return ops::linear(n, *final_linear_);                             // [B, Li, out]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic weights
+
+Tensor flux2_random_tensor(const Shape& shape, uint64_t seed, float bound, float center) {
+  Tensor t = Tensor::empty(shape, DType::BF16);
+  auto* p = t.data<uint16_t>();
+  const int64_t n = t.numel();
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t ci = 0; ci < chunks; ++ci) {
+    // splitmix64 per chunk: independent streams, deterministic whatever the thread count.
+    uint64_t s = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(ci + 1));
+    const int64_t end = std::min(n, (ci + 1) * kChunk);
+    for (int64_t i = ci * kChunk; i < end; ++i) {
+      s += 0x9E3779B97F4A7C15ull;
+      uint64_t z = s;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      const float v = center + bound * (2.0f * u - 1.0f);
+      p[i] = f32_to_bf16(v == 0.0f ? bound * 0.5f : v);  // never an exact zero
+    }
+  }
+  return t;
+}
+
+}  // namespace fluxrt::models

@@ -1,0 +1,102 @@
+#pragma once
+// FLUX.2 klein diffusion transformer (flux-reference.md sections 2.1, 2.3, 2.4), mirroring diffusers'
+// Flux2Transformer2DModel: bias-free linears, modulation computed once per forward from the
+// timestep embedding and shared by every block, double-stream blocks then single-stream blocks,
+// text tokens first, per-head QK RMSNorm, 4-axis adjacent-pair RoPE (theta 2000), SwiGLU MLPs and
+// the final AdaLN layer. Backend-free: only src/ops/ front ends.
+//
+// Weights: bound by canonical names (flux2_names.h) with their expected shapes. In bf16 mode the
+// checkpoint's bf16 tensors are handed to ops::prepare_linear as zero-copy views of the mapping
+// (what the backend then does with them is its business: the AVX2 packed GEMM keeps one packed
+// bf16 copy); in f32 mode they are converted once at load. q, k and v of the double blocks run
+// as three GEMMs on [D, D] views, so the BFL fused qkv and diffusers' split to_q/to_k/to_v both
+// bind without a copy (a fused [3D, D] GEMM would force a concatenation copy for diffusers
+// folders; the three GEMMs have the same FLOPs and M, only the activation panel is packed 3x).
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/args/linear.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/flux/flux2_config.h"
+#include "models/weight_binder.h"
+
+namespace fluxrt::models {
+
+struct Flux2LoadOptions {
+  DType dtype = DType::BF16;  // activation dtype; weights are used as stored in bf16 mode
+  Device device = Device::cpu();
+  // Benchmarks with synthetic weights: after ops::prepare_linear, drop the model's reference to
+  // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
+  // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
+  bool release_prepared_sources = false;
+};
+
+class Flux2Transformer {
+ public:
+  // `path`: a diffusers transformer folder (config.json + weights, sharded or not), a pipeline
+  // folder holding transformer/, or a single .safetensors file in either layout (the config is
+  // then detected from the weights).
+  static std::unique_ptr<Flux2Transformer> load(const std::string& path, const Flux2LoadOptions& options = {});
+  // From a checkpoint store in any layout (converted with flux2_to_canonical) and a config.
+  // Throws Format listing every missing, mis-shaped and unused tensor.
+  static std::unique_ptr<Flux2Transformer> from_store(const TensorStore& raw, const Flux2Config& config,
+                                                      const Flux2LoadOptions& options = {});
+  // Random bf16 weights of the config's shapes (never zeros), generated one tensor at a time.
+  static std::unique_ptr<Flux2Transformer> synthetic(const Flux2Config& config, uint64_t seed,
+                                                     const Flux2LoadOptions& options = {});
+
+  // x [B, Li, in] packed latents (reference-image tokens are extra rows); x_ids [Li, 4] or
+  // [B, Li, 4]; ctx [B, Lt, C] text embeddings; ctx_ids [Lt, 4] or [B, Lt, 4]; timesteps [B] as
+  // the diffusers transformer receives them (sigma in [0, 1]; scaled by 1000 inside in the model
+  // dtype). Returns the velocity [B, Li, out] in the model dtype.
+  Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                 const Tensor& timesteps) const;
+
+  const Flux2Config& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  // Bytes of the weight tensors the model was bound to (their checkpoint / synthetic size).
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  using Linear = std::shared_ptr<backend::PreparedLinear>;
+  struct AttnStream {  // one stream of a double block (img_* or txt_*)
+    Linear q, k, v, proj, mlp_in, mlp_out;
+    Tensor q_norm, k_norm;
+  };
+  struct DoubleBlock {
+    AttnStream img, txt;
+  };
+  struct SingleBlock {
+    Linear linear1, linear2;
+    Tensor q_norm, k_norm;
+  };
+  using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
+
+  Flux2Transformer(Flux2Config config, Flux2LoadOptions options) : config_(std::move(config)), options_(options) {}
+  void bind(const Fetch& fetch);
+  Linear prepare(const Fetch& fetch, const std::string& name, const Shape& shape);
+
+  Tensor timestep_embedding(const Tensor& timesteps) const;
+  void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& mod_img, const Tensor& mod_txt,
+                    const Tensor& rope_cos, const Tensor& rope_sin) const;
+  void single_block(const SingleBlock& blk, Tensor& x, const Tensor& mod, const Tensor& rope_cos,
+                    const Tensor& rope_sin) const;
+
+  Flux2Config config_;
+  Flux2LoadOptions options_;
+  size_t weight_bytes_ = 0;
+  Linear img_in_, txt_in_, time_in_1_, time_in_2_;
+  Linear mod_img_, mod_txt_, mod_single_;
+  std::vector<DoubleBlock> double_;
+  std::vector<SingleBlock> single_;
+  Linear final_shift_, final_scale_, final_linear_;
+};
+
+// Random bf16 tensor, uniform in [-bound, bound] around `center` (fast multithreaded PRNG,
+// deterministic for a seed, never all zeros).
+Tensor flux2_random_tensor(const Shape& shape, uint64_t seed, float bound, float center = 0.0f);
+
+}  // namespace fluxrt::models
