@@ -1,0 +1,219 @@
+// FLUX.2 VAE against diffusers dumps (tools/reference/dump_flux2_vae.py): tiny random
+// AutoencoderKLFlux2 in both key layouts, decoder/encoder in f32 and bf16, uint8 post-processing,
+// tiled vs untiled.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/vae/flux2_vae.h"
+#include "support/compare.h"
+
+namespace fluxrt::models {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = fs::path(FLUXRT_TEST_DATA_DIR) / "flux2_vae";
+const char* kSizes[] = {"64x64", "48x80"};
+
+const io::Checkpoint& reference() {
+  static const io::Checkpoint ckpt = io::Checkpoint::open((kDir / "reference.safetensors").string());
+  return ckpt;
+}
+Tensor golden(const std::string& name) { return reference().tensor(name); }
+
+Flux2VaeOptions opts(DType dtype, TilingMode mode = TilingMode::Never) {
+  Flux2VaeOptions o;
+  o.dtype = dtype;
+  o.tiling.mode = mode;
+  return o;
+}
+
+double rel_l2(const Tensor& a, const Tensor& b) { return test::compare(a.to(DType::F32), b.to(DType::F32)).rel_l2; }
+
+TEST(Flux2Vae, ConfigFromDiffusersFolder) {
+  const auto c = Flux2VaeConfig::from_json_file((kDir / "model" / "config.json").string());
+  EXPECT_EQ(c.block_out_channels, (std::vector<int>{8, 16, 16, 16}));
+  EXPECT_EQ(c.latent_channels, 32);
+  EXPECT_EQ(c.norm_num_groups, 4);
+  EXPECT_FLOAT_EQ(c.batch_norm_eps, 1e-4f);
+  EXPECT_EQ(c.packed_channels(), 128);
+  EXPECT_EQ(c.spatial_factor(), 8);
+  EXPECT_THROW(Flux2VaeConfig::from_json_text("{\"patch_size\": [1, 1]}"), Error);
+}
+
+TEST(Flux2Vae, DecoderMatchesDiffusersF32) {
+  const Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  for (const char* s : kSizes) {
+    SCOPED_TRACE(s);
+    Tensor img = vae.decode_latents(golden(std::string("dec_in_") + s));
+    EXPECT_EQ(img.dtype(), DType::F32);
+    EXPECT_TRUE(test::all_close(img, golden(std::string("dec_out_") + s), test::TolClass::ModuleGolden));
+  }
+}
+
+TEST(Flux2Vae, EncoderMatchesDiffusersF32) {
+  const Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  for (const char* s : kSizes) {
+    SCOPED_TRACE(s);
+    const Tensor x = golden(std::string("enc_in_") + s);
+    EXPECT_TRUE(test::all_close(vae.encode_mode(x), golden(std::string("enc_mode_") + s), test::TolClass::ModuleGolden));
+    EXPECT_TRUE(test::all_close(vae.encode_latents(x), golden(std::string("enc_out_") + s), test::TolClass::ModuleGolden));
+  }
+}
+
+TEST(Flux2Vae, BflLayoutGivesTheSameModel) {
+  const auto config = Flux2VaeConfig::from_json_file((kDir / "model" / "config.json").string());
+  const Flux2Vae vae = Flux2Vae::load((kDir / "ae_bfl.safetensors").string(), opts(DType::F32), config);
+  const Tensor img = vae.decode_latents(golden("dec_in_48x80"));
+  EXPECT_TRUE(test::all_close(img, golden("dec_out_48x80"), test::TolClass::ModuleGolden));
+  EXPECT_TRUE(test::all_close(vae.encode_latents(golden("enc_in_64x64")), golden("enc_out_64x64"), test::TolClass::ModuleGolden));
+}
+
+// bf16: the module-golden row of docs/numerics.md (rel-L2 <= 2e-2) against the f32 reference,
+// widened where diffusers itself, running this VAE in bf16 (vae.to(torch.bfloat16), the
+// pipeline's dtype), is further off: then we may be at most 1.5x as far as diffusers' bf16 run
+// (the "reference runs in lower precision" clause). The random tiny weights amplify rounding
+// (diffusers bf16 vs f32 is ~2.2e-2 on the decoder here), so the decoder uses that clause.
+TEST(Flux2Vae, DecoderAndEncoderBf16WithinModuleTolerance) {
+  const Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::BF16));
+  const auto tol = test::tolerance_for(test::TolClass::ModuleGolden, DType::BF16);
+  for (const char* s : kSizes) {
+    SCOPED_TRACE(s);
+    const std::string t = s;
+    const Tensor img = vae.decode_latents(golden("dec_in_" + t));
+    const Tensor enc = vae.encode_latents(golden("enc_in_" + t));
+    EXPECT_EQ(img.dtype(), DType::BF16);
+    const double dec_ours = rel_l2(img, golden("dec_out_" + t)), enc_ours = rel_l2(enc, golden("enc_out_" + t));
+    const double dec_diff = rel_l2(golden("dec_out_bf16_" + t), golden("dec_out_" + t));
+    const double enc_diff = rel_l2(golden("enc_out_bf16_" + t), golden("enc_out_" + t));
+    std::printf("[bf16 %s] rel-L2 vs f32 reference: decode %.4g (diffusers bf16 %.4g), encode %.4g (diffusers bf16 %.4g); "
+                "vs diffusers bf16: decode %.4g, encode %.4g\n",
+                s, dec_ours, dec_diff, enc_ours, enc_diff, rel_l2(img, golden("dec_out_bf16_" + t)),
+                rel_l2(enc, golden("enc_out_bf16_" + t)));
+    EXPECT_LE(dec_ours, std::max(tol.bound, 1.5 * dec_diff));
+    EXPECT_LE(enc_ours, std::max(tol.bound, 1.5 * enc_diff));
+  }
+}
+
+TEST(Flux2Vae, PostprocessMatchesVaeImageProcessor) {
+  for (const char* s : kSizes) {
+    SCOPED_TRACE(s);
+    const Tensor expected = golden(std::string("dec_u8_") + s);
+    // On diffusers' own decoder output the rounding is bit exact.
+    const Tensor u8 = postprocess_to_uint8(golden(std::string("dec_out_") + s));
+    ASSERT_EQ(u8.shape(), expected.shape());
+    EXPECT_TRUE(test::all_close(u8, expected, test::TolClass::Exact));
+  }
+  // Half-way and out-of-range values: -1 -> 0, 1 -> 255, 2 -> 255, 0.5 -> (0.75 * 255 = 191.25) 191.
+  const Tensor x = Tensor::from_vector({-1.f, 1.f, 2.f, 0.5f, -3.f, 0.f}, {1, 1, 2, 3}, DType::F32);
+  const auto v = postprocess_to_uint8(x).to_vector();
+  EXPECT_EQ(v, (std::vector<float>{0, 255, 255, 191, 0, 128}));
+}
+
+TEST(Flux2Vae, PostprocessOfOurDecodeWithinOneLevel) {
+  const Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  const auto a = postprocess_to_uint8(vae.decode_latents(golden("dec_in_64x64"))).to_vector();
+  const auto b = golden("dec_u8_64x64").to_vector();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_LE(std::fabs(a[i] - b[i]), 1.0f) << i;
+}
+
+// Tiled vs untiled on 256x256 and 256x208 (208 is not a multiple of the 128-pixel tile) with
+// 32 pixels of overlap, forced. GroupNorm statistics and the mid-block attention only see their
+// tile, so tiled != untiled. The tiny random VAE is far less local than a trained one: diffusers'
+// own tiled decode/encode of this model at 256x256 with 128-pixel tiles is off by rel-L2 0.44 /
+// 0.24 (tools/reference check, see the report); our ramp blend measures 0.33 / 0.18, bounded
+// here at 0.4 / 0.25. With one tile covering the image the result is the untiled pass exactly.
+TEST(Flux2Vae, TiledDecodeAndEncodeMatchUntiled) {
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  TilingOptions forced;
+  forced.mode = TilingMode::Always;
+  forced.tile_pixels = 128;
+  forced.overlap_pixels = 32;
+  uint64_t state = 12345;
+  auto uniform = [&]() {  // LCG, [-1, 1)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((state >> 40) * 0x1.0p-24 * 2.0 - 1.0);
+  };
+  for (int w : {256, 208}) {
+    SCOPED_TRACE(w);
+    const int h = 256;
+    std::vector<float> zv(size_t{128} * (h / 16) * (w / 16)), xv(size_t{3} * h * w);
+    for (auto& v : zv) v = 1.7f * uniform();  // ~unit variance
+    for (auto& v : xv) v = uniform();
+    const Tensor z = Tensor::from_vector(zv, {1, 128, h / 16, w / 16});
+    const Tensor x = Tensor::from_vector(xv, {1, 3, h, w});
+    vae.set_tiling(TilingOptions{TilingMode::Never});
+    const Tensor dec_full = vae.decode_latents(z), enc_full = vae.encode_mode(x);
+    vae.set_tiling(forced);
+    EXPECT_TRUE(vae.decode_would_tile(1, h, w));
+    const Tensor dec_tiled = vae.decode_latents(z), enc_tiled = vae.encode_mode(x);
+    ASSERT_EQ(dec_tiled.shape(), dec_full.shape());
+    ASSERT_EQ(enc_tiled.shape(), enc_full.shape());
+    const double dr = rel_l2(dec_tiled, dec_full), er = rel_l2(enc_tiled, enc_full);
+    std::printf("[tiling 256x%d] decode rel-L2 %.3g, encode rel-L2 %.3g\n", w, dr, er);
+    EXPECT_LT(dr, 0.4);
+    EXPECT_LT(er, 0.25);
+    // A tile that covers the whole image is the untiled pass.
+    TilingOptions one = forced;
+    one.tile_pixels = 256;
+    vae.set_tiling(one);
+    EXPECT_TRUE(test::all_close(vae.decode_latents(z), dec_full, test::TolClass::Exact));
+  }
+}
+
+TEST(Flux2Vae, AutoTilingFollowsTheMemoryBudget) {
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  TilingOptions t;
+  t.mode = TilingMode::Auto;
+  t.tile_pixels = 32;
+  t.overlap_pixels = 16;
+  t.memory_budget_bytes = size_t{1} << 40;
+  vae.set_tiling(t);
+  EXPECT_FALSE(vae.decode_would_tile(1, 64, 64));
+  t.memory_budget_bytes = 1024;
+  vae.set_tiling(t);
+  EXPECT_TRUE(vae.decode_would_tile(1, 64, 64));
+  EXPECT_TRUE(vae.encode_would_tile(1, 64, 64));
+}
+
+TEST(Flux2Vae, MissingTensorIsOneFormatError) {
+  const io::Checkpoint ckpt = io::Checkpoint::open((kDir / "model").string());
+  TensorStore store = TensorStore::from_checkpoint(ckpt);
+  store.remove("decoder.conv_in.bias");
+  const auto config = Flux2VaeConfig::from_json_file((kDir / "model" / "config.json").string());
+  try {
+    (void)Flux2Vae::from_store(store, config, opts(DType::F32));
+    FAIL() << "a VAE without decoder.conv_in.bias loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder.conv_in.bias"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Flux2Vae, DecoderOnlyLoadIgnoresTheEncoder) {
+  Flux2VaeOptions o = opts(DType::F32);
+  o.load_encoder = false;
+  const Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), o);
+  EXPECT_FALSE(vae.has_encoder());
+  EXPECT_THROW((void)vae.encode_mode(golden("enc_in_64x64")), Error);
+  EXPECT_TRUE(test::all_close(vae.decode_latents(golden("dec_in_64x64")), golden("dec_out_64x64"), test::TolClass::ModuleGolden));
+}
+
+// Synthetic weights of the real klein shapes bind (every tensor, no leftovers) and count 84,046,115
+// parameters (flux-reference.md 4.1).
+TEST(Flux2Vae, SyntheticWeightsHaveTheRealShapes) {
+  const Flux2VaeConfig config;
+  const TensorStore store = make_synthetic_flux2_vae(config, DType::BF16, 1);
+  int64_t params = 0;
+  for (const auto& n : store.names())
+    if (n.rfind("bn.", 0) != 0) params += store.get(n).numel();
+  EXPECT_EQ(params, 84046115);  // nn.Module parameters; the BatchNorm statistics are buffers
+  const Flux2Vae vae = Flux2Vae::from_store(store, config, opts(DType::BF16));
+  EXPECT_GT(vae.decode_flops(1, 1024, 1024), 1e13);
+}
+
+}  // namespace
+}  // namespace fluxrt::models
