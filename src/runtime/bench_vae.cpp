@@ -1,0 +1,103 @@
+// `fluxrt bench vae`: the FLUX.2 autoencoder (klein 4B and 9B share it) on synthetic weights of the
+// real shapes (random, never zeros; no files needed). Times the pipeline-level decode
+// (BN de-normalisation, unpatchify, post_quant_conv + decoder) and encode (encoder, mode,
+// patchify, BN normalisation) at the requested size, and prints ms, GFLOP/s (convolutions and
+// mid-block attention), the ratio to the GEMM peak measured in the same run, whether the pass was
+// tiled, and the peak RSS. Two timed runs each (one 1024x1024 decode is ~10 TFLOP).
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "models/vae/flux2_vae.h"
+#include "runtime/bench.h"
+#include "runtime/bench_common.h"
+
+namespace fluxrt::runtime {
+namespace {
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+Tensor uniform_tensor(const Shape& shape, DType dtype, uint64_t seed, float scale) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  float* p = t.data<float>();
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = scale * static_cast<float>((s >> 40) * 0x1.0p-24 * 2.0 - 1.0);
+  }
+  return t.to(dtype);
+}
+
+}  // namespace
+
+int bench_vae(const BenchRequest& request) {
+  if (request.variant != "flux.2-klein-4b" && request.variant != "flux.2-klein-9b") {
+    std::fprintf(stderr, "bench vae: only the FLUX.2 autoencoder is implemented (variant %s)\n",
+                 request.variant.c_str());
+    return 2;
+  }
+  if (request.width % 16 != 0 || request.height % 16 != 0 || request.width <= 0 || request.height <= 0) {
+    std::fprintf(stderr, "bench vae: width and height must be positive multiples of 16\n");
+    return 2;
+  }
+  if (!request.device.is_cpu()) {
+    std::fprintf(stderr, "bench vae: only the CPU device is benchmarked here\n");
+    return 2;
+  }
+  const int64_t B = request.batch, H = request.height, W = request.width;
+  std::printf("%s\n", bench::machine_line().c_str());
+  bench::GemmPeak peak;
+  if (!request.skip_peak) {
+    peak = bench::measure_gemm_peak();
+    std::printf("GEMM peak: %.1f GFLOP/s (%s)\n", peak.gflops, peak.source.c_str());
+  }
+
+  const models::Flux2VaeConfig config;  // the FLUX.2 AE: (128, 256, 512, 512), z 32, GN 32
+  models::Flux2VaeOptions options;
+  options.dtype = request.dtype;
+  options.device = request.device;
+  const size_t rss_before = process_peak_rss_bytes();
+  const models::Flux2Vae vae =
+      models::Flux2Vae::from_store(models::make_synthetic_flux2_vae(config, request.dtype, 1), config, options);
+  const size_t rss_loaded = process_peak_rss_bytes();
+  std::printf("FLUX.2 VAE, synthetic %s weights, %lldx%lld, batch %lld; peak RSS after load %.2f GiB (was %.2f)\n",
+              std::string(dtype_name(request.dtype)).c_str(), static_cast<long long>(W), static_cast<long long>(H),
+              static_cast<long long>(B), gib(rss_loaded), gib(rss_before));
+
+  const Tensor z = uniform_tensor({B, config.packed_channels(), H / 16, W / 16}, request.dtype, 7, 1.7f);
+  const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
+  bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
+                      "vs peak", "peak RSS GiB"});
+  std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant + "\", \"width\": " +
+                     std::to_string(W) + ", \"height\": " + std::to_string(H) + ", \"passes\": [";
+  auto run = [&](const char* name, bool tiled, double flops, const std::function<void()>& fn) {
+    const bench::Timing t = bench::time_runs(fn, 0, 2, 1.0);
+    const double gflops = flops / t.min_s * 1e-9, per_core = flops / t.min_cpu_s * 1e-9;
+    const double rss = gib(process_peak_rss_bytes());
+    table.add({name, tiled ? "yes" : "no", fmt::format("{:.0f}", t.min_s * 1e3), fmt::format("{:.0f}", t.median_s * 1e3),
+               std::to_string(t.runs), fmt::format("{:.0f}", flops * 1e-9), fmt::format("{:.1f}", gflops),
+               fmt::format("{:.1f}", per_core),
+               peak.gflops > 0 ? fmt::format("{:.2f}", gflops / peak.gflops) : std::string("-"),
+               fmt::format("{:.2f}", rss)});
+    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
+                        "\"peak_ratio\": {:.4f}, \"peak_rss_gib\": {:.3f}}}",
+                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", t.min_s, t.median_s, gflops,
+                        peak.gflops > 0 ? gflops / peak.gflops : 0.0, rss);
+  };
+  run("decode", vae.decode_would_tile(B, H, W), vae.decode_flops(B, H, W), [&] { (void)vae.decode_latents(z); });
+  run("encode", vae.encode_would_tile(B, H, W), vae.encode_flops(B, H, W), [&] { (void)vae.encode_latents(x); });
+  table.print();
+  std::printf("(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run)\n");
+  if (!request.json_path.empty()) {
+    std::ofstream f(request.json_path);
+    f << json << fmt::format("], \"gemm_peak_gflops\": {:.2f}}}\n", peak.gflops);
+    if (!f) fail(ErrorCode::Io, "bench vae: cannot write {}", request.json_path);
+  }
+  return 0;
+}
+
+}  // namespace fluxrt::runtime
