@@ -208,34 +208,39 @@ Qwen3Encoder Qwen3Encoder::load(const std::filesystem::path& dir, const Qwen3Enc
 }
 
 Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3EncoderOptions& options, uint64_t seed) {
-  validate(config, options);
+  Qwen3Encoder e(config, options);
   const Qwen3Config& c = config;
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const DType wd = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
-  TensorStore store;
-  store.set_description("synthetic");
   uint64_t s = seed;
+  // Layer by layer, each weight prepared as soon as it exists. The backend keeps its own packed /
+  // reordered copy, so the generated source is replaced by a zero-stride stand-in of the same shape
+  // (only shape and dtype are read from it afterwards): a checkpoint's weights are file-backed
+  // mmap pages, but random ones would otherwise double the resident memory (Qwen3-4B: 5.4 GB twice).
   // Uniform amplitudes ~ 1/sqrt(fan_in) keep the residual stream bounded over 27 layers.
-  auto w = [&](const std::string& name, int64_t n, int64_t k) {
-    store.add(name, random_tensor({n, k}, wd, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f, ++s));
+  auto lin = [&](int64_t n, int64_t k) {
+    auto p = ops::prepare_linear(random_tensor({n, k}, wd, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f, ++s),
+                                 Tensor(), options.device);
+    p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
+    return p;
   };
-  auto norm = [&](const std::string& name, int64_t n) { store.add(name, random_tensor({n}, wd, 0.1f, 1.0f, ++s)); };
-  store.add("embed_tokens.weight", random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s));
-  for (int64_t i = 0; i < options.taps.back(); ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    norm(p + "input_layernorm.weight", H);
-    norm(p + "post_attention_layernorm.weight", H);
-    norm(p + "self_attn.q_norm.weight", D);
-    norm(p + "self_attn.k_norm.weight", D);
-    w(p + "self_attn.q_proj.weight", c.num_heads * D, H);
-    w(p + "self_attn.k_proj.weight", c.num_kv_heads * D, H);
-    w(p + "self_attn.v_proj.weight", c.num_kv_heads * D, H);
-    w(p + "self_attn.o_proj.weight", H, c.num_heads * D);
-    w(p + "mlp.gate_proj.weight", I, H);
-    w(p + "mlp.up_proj.weight", I, H);
-    w(p + "mlp.down_proj.weight", H, I);
+  auto norm = [&](int64_t n) { return random_tensor({n}, wd, 0.1f, 1.0f, ++s); };
+  e.embed_tokens_ = random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s);  // [V, H]
+  e.layers_.resize(static_cast<size_t>(options.taps.back()));
+  for (Layer& L : e.layers_) {
+    L.input_norm = norm(H);
+    L.post_norm = norm(H);
+    L.q_norm = norm(D);
+    L.k_norm = norm(D);
+    L.q = lin(c.num_heads * D, H);
+    L.k = lin(c.num_kv_heads * D, H);
+    L.v = lin(c.num_kv_heads * D, H);
+    L.o = lin(H, c.num_heads * D);
+    L.gate = lin(I, H);
+    L.up = lin(I, H);
+    L.down = lin(H, I);
   }
-  return from_store(config, store, options);
+  return e;
 }
 
 Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_mask) const {
