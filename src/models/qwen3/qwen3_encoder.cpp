@@ -33,29 +33,35 @@ Tensor qwen_rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   return ops::rms_norm(x, weight, eps, ops::RmsRounding::BeforeWeight);
 }
 
-// splitmix64 -> uniform in [-1, 1).
-inline float uniform_pm1(uint64_t& state) {
+// splitmix64: 64 random bits per call.
+inline uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  return z ^ (z >> 31);
 }
 
-// Random weights for the bench: uniform in [-amplitude, amplitude) (+ offset), nonzero, generated
-// with two threads per call (the tensors are GBs in total).
+// Random weights for the bench: uniform in [-amplitude, amplitude) (+ offset) with 16-bit
+// resolution (four values per 64 random bits; the tensors are GBs in total), nonzero, generated
+// by several threads.
 Tensor random_tensor(const Shape& shape, DType dtype, float amplitude, float offset, uint64_t seed) {
   Tensor t = Tensor::empty(shape, dtype);
   const int64_t n = t.numel();
+  uint16_t* out16 = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
+  float* out32 = dtype == DType::BF16 ? nullptr : t.data<float>();
   const int parts = std::max(1, std::min<int>(8, static_cast<int>(std::thread::hardware_concurrency())));
   auto fill = [&](int part) {
     const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
     uint64_t state = seed * 0x100000001B3ull + static_cast<uint64_t>(part) * 0x9E3779B97F4A7C15ull;
+    uint64_t bits = 0;
     for (int64_t i = begin; i < end; ++i) {
-      float v = offset + amplitude * uniform_pm1(state);
+      if ((i - begin) % 4 == 0) bits = splitmix64(state);
+      const float u = static_cast<float>(static_cast<int32_t>(bits & 0xFFFF) - 32768) * (1.0f / 32768.0f);
+      bits >>= 16;
+      float v = offset + amplitude * u;
       if (v == 0.0f) v = amplitude * 0x1.0p-8f;
-      if (dtype == DType::BF16) t.data<uint16_t>()[i] = f32_to_bf16(v);
-      else t.data<float>()[i] = v;
+      if (out16) out16[i] = f32_to_bf16(v);
+      else out32[i] = v;
     }
   };
   std::vector<std::thread> workers;
