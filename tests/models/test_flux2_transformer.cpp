@@ -3,7 +3,11 @@
 // map (split/fused q,k,v, swapped final-layer halves), config detection and binding errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -106,6 +110,37 @@ TEST(Flux2Names, BothLayoutsGiveTheSameCanonicalTensors) {
   ASSERT_EQ(back.names(), b_raw.names());
   for (const auto& name : back.names())
     EXPECT_EQ(test::compare(back.get(name).to(DType::F32), b_raw.get(name).to(DType::F32)).max_abs, 0.0) << name;
+}
+
+TEST(Flux2Transformer, LoadsAShardedDiffusersFolder) {
+  // The folder's tensors split over two shards + diffusion_pytorch_model.safetensors.index.json,
+  // as large diffusers checkpoints are stored; the loader follows weight_map.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("flux2_sharded_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const io::Checkpoint src = io::Checkpoint::open(kFolder);
+  std::vector<std::pair<std::string, Tensor>> shard[2];
+  std::string weight_map;
+  size_t i = 0;
+  for (const auto& name : src.names()) {
+    const int s = static_cast<int>(i++ % 2);
+    shard[s].emplace_back(name, src.tensor(name));
+    const std::string file = "diffusion_pytorch_model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+    weight_map += (weight_map.empty() ? "" : ", ") + ("\"" + name + "\": \"" + file + "\"");
+  }
+  for (int s = 0; s < 2; ++s)
+    io::write_safetensors((dir / ("diffusion_pytorch_model-0000" + std::to_string(s + 1) + "-of-00002.safetensors")).string(),
+                          shard[s]);
+  std::ofstream(dir / "diffusion_pytorch_model.safetensors.index.json")
+      << "{\"metadata\": {}, \"weight_map\": {" << weight_map << "}}";
+  fs::copy_file(kFolder + "/config.json", dir / "config.json");
+  Flux2LoadOptions opt;
+  opt.dtype = DType::F32;
+  const auto model = Flux2Transformer::load(dir.string(), opt);
+  const Case c = load_case("t2i");
+  const Tensor y = model->forward(c.x, c.x_ids, c.ctx, c.ctx_ids, c.t);
+  EXPECT_TRUE(test::all_close(y, c.out, test::TolClass::ModuleGolden));
+  fs::remove_all(dir);
 }
 
 TEST(Flux2Names, ComfyPrefixIsStripped) {
