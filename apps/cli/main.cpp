@@ -36,12 +36,27 @@ int main(int argc, char** argv) {
 
   fluxrt::cli::InfoOptions info_options;
   CLI::App* info = fluxrt::cli::add_info_command(app, info_options);
+  fluxrt::cli::BenchOptions bench_options;
+  CLI::App* bench = fluxrt::cli::add_bench_command(app, bench_options);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors follow the same one-line rule as every other error (exit code 2, as getopt tools do).
+    report_error((std::string(e.what()) + " (see --help)").c_str());
+    return 2;
+  }
   try {
     if (!log_level.empty()) fluxrt::set_log_level(fluxrt::parse_log_level(log_level));
     fluxrt::set_num_threads(threads);
     if (info->parsed()) return fluxrt::cli::run_info(info_options);
+    if (bench->parsed()) return fluxrt::cli::run_bench(bench_options);
   } catch (const fluxrt::Error& e) {
     return report_error(e.what());
   } catch (const std::exception& e) {

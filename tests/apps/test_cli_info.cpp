@@ -165,3 +165,36 @@ TEST_F(CliInfo, UsageAndVersion) {
   r = run("info");  // the model argument is required
   EXPECT_NE(r.exit_code, 0);
 }
+
+TEST_F(CliInfo, UsageErrorsAreOneLineWithExitCode2) {
+  RunResult r = run("");
+  expect_one_line_error(r, "subcommand is required");
+  EXPECT_EQ(r.exit_code, 2);
+  r = run("bench teleporter");
+  expect_one_line_error(r, "teleporter");
+  EXPECT_EQ(r.exit_code, 2);
+  r = run("--threads many info x");
+  expect_one_line_error(r, "--threads");
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST_F(CliInfo, BenchRejectsImpossibleSizesBeforeAnyWork) {
+  RunResult r = run("bench transformer --size 100x100");
+  expect_one_line_error(r, "multiples of 16");
+  EXPECT_EQ(r.exit_code, 1);
+  r = run("bench vae --size 512by512");
+  expect_one_line_error(r, "expected WxH");
+  r = run("bench vae --steps 0");
+  expect_one_line_error(r, "at least 1");
+  r = run("bench text-encoder --device tpu");
+  expect_one_line_error(r, "invalid device");
+}
+
+TEST_F(CliInfo, VersionAndHelp) {
+  RunResult r = run("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("fluxrt ", 0), 0u) << r.out;
+  r = run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* cmd : {"info", "bench"}) EXPECT_NE(r.out.find(cmd), std::string::npos) << r.out;
+}

@@ -1,0 +1,67 @@
+// `fluxrt bench <component>`: synthetic weights of the real shapes, timings and GFLOP/s against
+// the GEMM peak measured in the same run. The work lives in src/runtime/bench_*.cpp.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "core/error.h"
+#include "runtime/bench.h"
+
+namespace fluxrt::cli {
+namespace {
+
+void parse_size(const std::string& text, int* width, int* height) {
+  int w = 0, h = 0;
+  char x = 0, extra = 0;
+  if (std::sscanf(text.c_str(), "%d%c%d%c", &w, &x, &h, &extra) != 3 || (x != 'x' && x != 'X') || w <= 0 ||
+      h <= 0) {
+    fail(ErrorCode::InvalidArgument, "invalid --size '{}' (expected WxH, e.g. 1024x1024)", text);
+  }
+  FLUXRT_CHECK(w % 16 == 0 && h % 16 == 0, ErrorCode::InvalidArgument,
+               "--size {}x{}: width and height must be multiples of 16", w, h);
+  *width = w;
+  *height = h;
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
+  CLI::App* cmd = app.add_subcommand("bench", "time a component on synthetic weights of the real shapes");
+  cmd->add_option("component", options.component, "transformer, text-encoder or vae")
+      ->required()
+      ->check(CLI::IsMember({"transformer", "text-encoder", "vae"}));
+  cmd->add_option("--variant", options.variant, "flux.2-klein-4b, flux.2-klein-9b, ...")
+      ->capture_default_str();
+  cmd->add_option("--size", options.size, "image size WxH")->capture_default_str();
+  cmd->add_option("--steps", options.steps, "denoising steps to time")->capture_default_str();
+  cmd->add_option("--batch", options.batch, "images per call")->capture_default_str();
+  cmd->add_option("--max-sequence-length", options.max_sequence_length, "text tokens (512 or 256)")
+      ->capture_default_str();
+  cmd->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--dtype", options.dtype, "bf16 or f32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_flag("--skip-peak", options.skip_peak, "don't measure the GEMM peak (no ratios)");
+  cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");
+  return cmd;
+}
+
+int run_bench(const BenchOptions& options) {
+  runtime::BenchRequest request;
+  request.variant = options.variant;
+  parse_size(options.size, &request.width, &request.height);
+  FLUXRT_CHECK(options.steps >= 1 && options.batch >= 1, ErrorCode::InvalidArgument,
+               "--steps and --batch must be at least 1");
+  request.steps = options.steps;
+  request.batch = options.batch;
+  request.max_sequence_length = options.max_sequence_length;
+  request.device = Device::parse(options.device);
+  request.dtype = options.dtype == "f32" ? DType::F32 : DType::BF16;
+  request.skip_peak = options.skip_peak;
+  request.json_path = options.json_path;
+  if (options.component == "transformer") return runtime::bench_transformer(request);
+  if (options.component == "text-encoder") return runtime::bench_text_encoder(request);
+  return runtime::bench_vae(request);
+}
+
+}  // namespace fluxrt::cli
