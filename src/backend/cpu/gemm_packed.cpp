@@ -72,13 +72,13 @@ FLUXRT_AVX2 void load_row_f32(const void* src, DType dt, int64_t n, float* dst) 
   convert(src, dt, dst, DType::F32, static_cast<size_t>(n));
 }
 
-// f32 -> bf16 with round-to-nearest-even; NaN becomes the canonical quiet NaN as in PyTorch.
+// f32 -> bf16 with round-to-nearest-even; NaN becomes kBF16NaNFromF32 as in fluxrt::f32_to_bf16.
 FLUXRT_AVX2 inline __m128i f32x8_to_bf16(__m256 v) {
   __m256i u = _mm256_castps_si256(v);
   __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(kBF16NaNFromF32), nan);
   __m256i packed = _mm256_packus_epi32(r, r);  // per 128-bit lane: [a0..a3 a0..a3 | a4..a7 ...]
   packed = _mm256_permute4x64_epi64(packed, 0x08);
   return _mm256_castsi256_si128(packed);

@@ -33,15 +33,16 @@ HWY_INLINE VF LoadF(DF df, const T* p) {
   }
 }
 
-// f32 -> bf16 bits with round-to-nearest-even; NaN becomes the canonical quiet NaN 0x7FC0 as in
-// PyTorch. (Highway 1.0's DemoteTo to bf16 truncates, so it is not used.)
+// f32 -> bf16 bits with round-to-nearest-even; every NaN becomes kBF16NaNFromF32, the pattern
+// torch's tensor .to() writes and fluxrt::f32_to_bf16 returns, so SIMD bodies and scalar tails
+// agree. (Highway 1.0's DemoteTo to bf16 truncates, so it is not used.)
 HWY_INLINE hn::Vec<hn::Rebind<int32_t, DF>> Bf16BitsRne(DF df, VF v) {
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
   const auto u = hn::BitCast(du, v);
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
   auto r = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
-  r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Set(du, 0x7FC0u), r);
+  r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Set(du, uint32_t{kBF16NaNFromF32}), r);
   (void)df;
   return hn::BitCast(di, r);
 }
