@@ -23,8 +23,7 @@ void fill_cpu_kernels(KernelTable& t) {
   t.group_norm = cpu::group_norm;
   t.upsample_nearest_2x = cpu::upsample_nearest_2x;
   t.channel_norm = cpu::channel_norm;
-  // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
-  // attention).
+  // GEMM, convolution and attention live in their own files (linear_*, conv_*, attention_*).
   t.prepare_linear = prepare_linear_cpu;
   t.linear = linear_cpu;
   t.prepare_conv2d = prepare_conv2d_cpu;

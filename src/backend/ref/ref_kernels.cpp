@@ -23,8 +23,7 @@ void fill_ref_kernels(KernelTable& t) {
   t.group_norm = ref::group_norm;
   t.upsample_nearest_2x = ref::upsample_nearest_2x;
   t.channel_norm = ref::channel_norm;
-  // Big ops: one line each, added by their owners (prepare_linear, linear, prepare_conv2d, conv2d,
-  // attention).
+  // GEMM, convolution and attention live in their own files (linear_*, conv_*, attention_*).
   t.prepare_linear = prepare_linear_ref;
   t.linear = linear_ref;
   t.prepare_conv2d = prepare_conv2d_ref;
