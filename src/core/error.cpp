@@ -12,6 +12,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::OutOfMemory: return "out of memory";
     case ErrorCode::Device: return "device error";
     case ErrorCode::Internal: return "internal error";
+    case ErrorCode::Cancelled: return "cancelled";
   }
   return "error";
 }

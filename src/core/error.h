@@ -17,6 +17,7 @@ enum class ErrorCode {
   OutOfMemory,
   Device,
   Internal,
+  Cancelled,  // the caller asked to stop (Ctrl-C, a cancelled server request)
 };
 
 const char* error_code_name(ErrorCode code);
