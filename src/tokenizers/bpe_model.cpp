@@ -270,6 +270,23 @@ void BpeModel::finalize(std::string_view unk_token, bool ignore_merges, std::str
   }
 }
 
+void BpeModel::set_end_of_word_suffix(std::string_view suffix, std::string_view label) {
+  end_of_word_suffix_.assign(suffix);
+  if (suffix.empty()) return;
+  std::string symbol;
+  const auto& alphabet = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    symbol.clear();
+    append_utf8(symbol, alphabet[b]);
+    symbol.append(suffix);
+    auto id = vocab_.find(symbol);
+    if (!id && unk_id_ < 0) {
+      fail(ErrorCode::Format, "{}: end-of-word symbol '{}' is not in the vocabulary", label, symbol);
+    }
+    end_of_word_byte_ids_[b] = id ? *id : unk_id_;
+  }
+}
+
 // ---- BpeModel: the merge loop -------------------------------------------------------------------
 
 // Both variants apply, until none is left, the lowest-ranked merge at its leftmost position, which is
@@ -344,7 +361,7 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
     }
   }
   if (ignore_merges_) {
-    if (auto whole = vocab_.find(bytes_to_byte_level(bytes))) {
+    if (auto whole = vocab_.find(bytes_to_byte_level(bytes) + end_of_word_suffix_)) {
       out.push_back(*whole);
       return;
     }
@@ -355,6 +372,10 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
   for (unsigned char b : bytes) {
     symbols.push_back(byte_ids_[b]);
     has_unknown |= byte_ids_[b] < 0;
+  }
+  if (!end_of_word_suffix_.empty()) {
+    symbols.back() = end_of_word_byte_ids_[static_cast<unsigned char>(bytes.back())];
+    has_unknown |= symbols.back() < 0;
   }
   if (symbols.size() <= 24) {
     merge_small(symbols);

@@ -74,6 +74,9 @@ class BpeModel {
   void add_merges(const MergeEntry* batch, size_t count, std::string_view label);
   // After all tokens: resolves the per-byte start symbols. `unk_token` may be empty.
   void finalize(std::string_view unk_token, bool ignore_merges, std::string_view label);
+  // CLIP-style models mark the end of each pre-token: its last symbol starts as that byte's symbol
+  // followed by `suffix` ("</w>"), which is a separate vocabulary entry. Call after finalize().
+  void set_end_of_word_suffix(std::string_view suffix, std::string_view label);
 
   // Appends the ids of one pre-token given as raw bytes.
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
@@ -115,6 +118,8 @@ class BpeModel {
   size_t merge_count_ = 0;
   std::string concat_;  // scratch for add_merge
   int32_t byte_ids_[256] = {};
+  std::string end_of_word_suffix_;          // empty: no end-of-word marking
+  int32_t end_of_word_byte_ids_[256] = {};  // byte symbol + suffix, when the suffix is set
   int32_t unk_id_ = -1;
   bool ignore_merges_ = false;
 
