@@ -1,7 +1,10 @@
 #pragma once
 // The part of the CUDA backend visible without CUDA headers. With CUDA off, cuda_stub.cpp
-// implements it and every entry point reports "built without CUDA".
+// implements it and every entry point that needs a GPU reports "built without CUDA".
+#include <cstddef>
 #include <string>
+
+#include "backend/kernel_table.h"
 
 namespace fluxrt::cuda {
 
@@ -10,5 +13,28 @@ int device_count();  // 0 when no driver or no device is present
 std::string device_name(int index);
 // Throws Unsupported without CUDA, Device when the index is not present.
 void require_device(int index);
+
+// The CUDA kernel table (src/backend/cuda/cuda_kernels.cpp). Throws like require_device(index).
+const backend::KernelTable& cuda_kernels(int index);
+
+// Attention with options, for tests and benchmarks (the table slot runs force_online = false).
+// With `stats`, counts the query rows that ran the exact online maximum: all of them with a bias
+// or force_online, else those whose fixed Cauchy-Schwarz bound was too loose (this synchronises).
+struct AttentionStats {
+  int64_t calls = 0, rows = 0, fallback_rows = 0, online_rows = 0;
+};
+void attention(const backend::AttentionArgs& args, bool force_online, AttentionStats* stats);
+
+// Waits until every kernel and copy queued on the device's stream has finished; surfaces
+// asynchronous kernel errors as Error(Device). Benchmarks call it before reading a clock.
+void synchronize(int index);
+
+// Caching allocator figures for the timing report: bytes handed out to tensors now, the
+// high-water mark since the last reset, and what the driver reports free / total.
+struct MemoryStats {
+  size_t in_use = 0, peak = 0, device_free = 0, device_total = 0;
+};
+MemoryStats memory_stats(int index);
+void reset_peak_memory(int index);
 
 }  // namespace fluxrt::cuda

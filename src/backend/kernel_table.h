@@ -55,8 +55,8 @@ void fill_cpu_kernels(KernelTable& table);
 const KernelTable& ref_kernels();
 const KernelTable& cpu_kernels();
 
-// The table of the backend that owns `device`: cpu_kernels() for the CPU. For CUDA it throws
-// Unsupported (built without CUDA) or Device (no such device) until the CUDA table exists.
+// The table of the backend that owns `device`: cpu_kernels() for the CPU, cuda::cuda_kernels() for
+// CUDA (which throws Unsupported when built without CUDA, Device when the device is absent).
 // Defined in the ops layer, the lowest layer that links every backend.
 const KernelTable& kernels_for(Device device);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/allocator.h"
+#include "core/device_memory.h"
 
 namespace fluxrt {
 
@@ -78,14 +79,20 @@ void check_shape(const Shape& shape) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   check_shape(shape);
-  FLUXRT_CHECK(device.is_cpu(), ErrorCode::Unsupported,
-               "Tensor::empty on {} (device memory comes from the backend's allocator)", device.str());
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   auto storage = std::make_shared<Storage>();
-  storage->data = aligned_alloc_bytes(bytes);
+  if (device.is_cpu()) {
+    storage->data = aligned_alloc_bytes(bytes);
+    storage->owner = std::shared_ptr<void>(storage->data, aligned_free);
+  } else {
+    // Device memory comes from the backend's allocator (core/device_memory.h).
+    const DeviceMemoryHooks& mem = device_memory(device);
+    storage->data = mem.allocate(device, bytes);
+    auto release = mem.release;
+    storage->owner = std::shared_ptr<void>(storage->data, [device, release](void* p) { release(device, p); });
+  }
   storage->bytes = bytes;
   storage->device = device;
-  storage->owner = std::shared_ptr<void>(storage->data, aligned_free);
   Tensor t;
   t.storage_ = std::move(storage);
   t.shape_ = shape;
@@ -96,7 +103,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (device.is_cpu())
+    std::memset(t.raw_data(), 0, t.nbytes());
+  else
+    t.fill(0.0);
   return t;
 }
 
@@ -321,8 +331,10 @@ void Tensor::copy_from(const Tensor& src) {
   FLUXRT_CHECK(defined() && src.defined(), ErrorCode::InvalidArgument, "copy_from undefined tensor");
   FLUXRT_CHECK(shape_ == src.shape_, ErrorCode::InvalidArgument, "copy_from: shape {} into {}",
                src.shape_.str(), shape_.str());
-  FLUXRT_CHECK(device().is_cpu() && src.device().is_cpu(), ErrorCode::Unsupported,
-               "copy_from between devices goes through the backend");
+  if (!device().is_cpu() || !src.device().is_cpu()) {
+    device_memory(device().is_cpu() ? src.device() : device()).copy(*this, src);
+    return;
+  }
   if (is_contiguous() && src.is_contiguous()) {
     if (dtype_ == src.dtype_)
       std::memmove(raw_data(), src.raw_data(), nbytes());
@@ -365,6 +377,12 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::fill(double value) {
+  if (!device().is_cpu()) {  // rare on devices (zeros, tests): fill on the host, copy over
+    Tensor host = empty(shape_, dtype_);
+    host.fill(value);
+    copy_from(host);
+    return;
+  }
   Tensor one = empty({}, DType::F64);
   *one.data<double>() = value;
   Tensor converted = one.to(dtype_);
@@ -382,6 +400,11 @@ void Tensor::fill(double value) {
 double Tensor::item(std::initializer_list<int64_t> index) const {
   FLUXRT_CHECK(static_cast<int>(index.size()) == dim(), ErrorCode::InvalidArgument,
                "item with {} indices on {}", index.size(), str());
+  if (!device().is_cpu()) {
+    Tensor host = empty(shape_, dtype_);
+    host.copy_from(*this);
+    return host.item(index);
+  }
   int64_t off = 0;
   int i = 0;
   for (int64_t v : index) {

@@ -1,12 +1,65 @@
-// Device discovery for the CUDA backend. Kernels and the kernel table follow in later files.
+// Device discovery, the per-device contexts and the registration of the device-memory hooks.
+// The hooks are registered from this file's static initialiser: ops/dispatch.cpp calls
+// cuda_kernels() from here, so any program that can dispatch to CUDA links this object file.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <memory>
+
+#include "backend/cuda/cuda_common.h"
 #include "backend/cuda_backend.h"
+#include "core/device_memory.h"
 #include "core/error.h"
 
 namespace fluxrt::cuda {
 
-bool built_with_cuda() { return true; }
+void* tensor_allocate(Device device, size_t bytes);  // memory.cpp
+void tensor_release(Device device, void* ptr);
+void tensor_copy(const Tensor& dst, const Tensor& src);
+
+namespace {
+
+constexpr DeviceMemoryHooks kHooks{tensor_allocate, tensor_release, tensor_copy};
+
+const bool g_registered = [] {
+  register_device_memory(DeviceType::CUDA, &kHooks);
+  return true;
+}();
+
+constexpr int kMaxDevices = 16;
+std::array<std::unique_ptr<DeviceContext>, kMaxDevices> g_contexts;
+std::array<std::once_flag, kMaxDevices> g_context_once;
+thread_local int t_current_device = -1;
+
+std::unique_ptr<DeviceContext> create_context(int index) {
+  auto c = std::make_unique<DeviceContext>();
+  c->index = index;
+  FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  FLUXRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+  c->sm_count = prop.multiProcessorCount;
+  c->cc_major = prop.major;
+  c->cc_minor = prop.minor;
+  c->total_bytes = prop.totalGlobalMem;
+  FLUXRT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  FLUXRT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&c->pool, index), "cudaDeviceGetDefaultMemPool");
+  // Keep freed blocks in the pool instead of returning them to the driver at every synchronise:
+  // this is what makes cudaMallocAsync a caching allocator (memory.cpp trims it on OOM).
+  uint64_t keep_all = UINT64_MAX;
+  FLUXRT_CUDA_CHECK(cudaMemPoolSetAttribute(c->pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+                    "cudaMemPoolSetAttribute");
+  return c;
+}
+
+}  // namespace
+
+void fail_cuda(cudaError_t status, std::string_view what) {
+  if (status == cudaErrorMemoryAllocation)
+    fail(ErrorCode::OutOfMemory, "[{}] CUDA out of memory ({})", what, cudaGetErrorString(status));
+  fail(ErrorCode::Device, "[{}] CUDA error {}: {}", what, cudaGetErrorName(status), cudaGetErrorString(status));
+}
+
+bool built_with_cuda() { return g_registered; }
 
 int device_count() {
   int n = 0;
@@ -19,14 +72,35 @@ int device_count() {
 
 std::string device_name(int index) {
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return {};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
   return prop.name;
 }
 
 void require_device(int index) {
   int n = device_count();
-  FLUXRT_CHECK(index >= 0 && index < n, ErrorCode::Device, "CUDA device {} not present ({} found)",
-               index, n);
+  FLUXRT_CHECK(index >= 0 && index < n, ErrorCode::Device, "CUDA device {} not present ({} found)", index, n);
+}
+
+DeviceContext& context(int index) {
+  FLUXRT_CHECK(index >= 0 && index < kMaxDevices, ErrorCode::Device, "CUDA device index {} out of range", index);
+  // A throwing initialiser leaves the flag unset, so a later call retries (and fails the same way).
+  std::call_once(g_context_once[index], [index] {
+    require_device(index);
+    g_contexts[index] = create_context(index);
+  });
+  if (t_current_device != index) {
+    FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
+    t_current_device = index;
+  }
+  return *g_contexts[index];
+}
+
+void synchronize(int index) {
+  DeviceContext& c = context(index);
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "synchronize");
 }
 
 }  // namespace fluxrt::cuda

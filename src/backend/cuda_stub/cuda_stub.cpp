@@ -1,5 +1,5 @@
 // Linked when fluxrt is built without CUDA: the backend reports itself unavailable and any attempt
-// to create it names the reason.
+// to use it names the reason.
 #include "backend/cuda_backend.h"
 
 #include "core/error.h"
@@ -10,5 +10,12 @@ bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string device_name(int) { return {}; }
 void require_device(int) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+const backend::KernelTable& cuda_kernels(int) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+void attention(const backend::AttentionArgs&, bool, AttentionStats*) {
+  fail(ErrorCode::Unsupported, "built without CUDA");
+}
+void synchronize(int) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+MemoryStats memory_stats(int) { return {}; }
+void reset_peak_memory(int) {}
 
 }  // namespace fluxrt::cuda

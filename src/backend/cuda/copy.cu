@@ -1,0 +1,90 @@
+// Device-to-device copies between any two same-shape views on one device, with dtype conversion:
+// what Tensor::contiguous(), clone() and to() run for CUDA tensors (host side: memory.cpp).
+#include "backend/cuda/device_math.cuh"
+
+namespace fluxrt::cuda::kern {
+namespace {
+
+__device__ __forceinline__ void offsets(const CopyLayout& l, int64_t i, int64_t* d, int64_t* s) {
+  int64_t od = 0, os = 0;
+  for (int k = l.rank - 1; k >= 0; --k) {
+    const int64_t idx = i % l.extent[k];
+    i /= l.extent[k];
+    od += idx * l.dst_stride[k];
+    os += idx * l.src_stride[k];
+  }
+  *d = od;
+  *s = os;
+}
+
+// Same dtype: move the bits (exact for every dtype, f8 included).
+template <typename Word>
+__global__ void copy_bits_kernel(Word* dst, const Word* src, CopyLayout l, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t d, s;
+    offsets(l, i, &d, &s);
+    dst[d] = src[s];
+  }
+}
+
+__device__ __forceinline__ double load_d(const void* p, DT dt, int64_t i) {
+  switch (dt) {
+    case DT::F64: return static_cast<const double*>(p)[i];
+    case DT::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    default: return load_f(p, dt, i);
+  }
+}
+
+__device__ __forceinline__ void store_d(void* p, DT dt, int64_t i, double v) {
+  switch (dt) {
+    case DT::F64: static_cast<double*>(p)[i] = v; return;
+    case DT::F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    case DT::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(static_cast<float>(v)); return;
+    case DT::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(static_cast<float>(v)); return;
+    // Integer targets truncate toward zero and wrap, like c10's casts through int64.
+    case DT::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
+    case DT::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); return;
+    case DT::I16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(static_cast<int64_t>(v)); return;
+    case DT::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); return;
+    case DT::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); return;
+    case DT::Bool: static_cast<uint8_t*>(p)[i] = v != 0.0; return;
+    default: return;
+  }
+}
+
+__global__ void convert_kernel(void* dst, DT dst_dt, const void* src, DT src_dt, CopyLayout l, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t d, s;
+    offsets(l, i, &d, &s);
+    store_d(dst, dst_dt, d, load_d(src, src_dt, s));
+  }
+}
+
+}  // namespace
+
+cudaError_t copy_strided(void* dst, DType dst_dtype, const void* src, DType src_dtype, const CopyLayout& l, int64_t n,
+                         cudaStream_t stream, int sm_count) {
+  const int threads = 256;
+  const int blocks = grid_for(n, threads, sm_count);
+  if (dst_dtype == src_dtype) {
+    switch (dtype_size(dst_dtype)) {
+      case 1:
+        copy_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), l, n);
+        break;
+      case 2:
+        copy_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), l, n);
+        break;
+      case 4:
+        copy_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), l, n);
+        break;
+      default:
+        copy_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), l, n);
+        break;
+    }
+  } else {
+    convert_kernel<<<blocks, threads, 0, stream>>>(dst, dst_dtype, src, src_dtype, l, n);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fluxrt::cuda::kern

@@ -1,0 +1,110 @@
+#pragma once
+// Shared by the host side of the CUDA backend (.cpp files, compiled by g++; never by nvcc, see launch.h): error
+// checks that turn CUDA status codes into fluxrt::Error, and the per-device context (one stream,
+// the caching allocator's pool, library handles, pinned staging buffers).
+//
+// Ordering model: every kernel, copy, allocation and free of a device goes to that device's one
+// stream, so stream order alone makes buffers safe to reuse (stream-ordered allocation) and no
+// event juggling is needed. Host-visible results (downloads) synchronise the stream.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+
+#include "backend/cuda/launch.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace fluxrt::cuda {
+
+// Throws Error(Device) "[what] CUDA error <name>: <text>".
+[[noreturn]] void fail_cuda(cudaError_t status, std::string_view what);
+
+#define FLUXRT_CUDA_CHECK(expr, what)                                 \
+  do {                                                                \
+    const cudaError_t fluxrt_cuda_status_ = (expr);                   \
+    if (fluxrt_cuda_status_ != cudaSuccess) ::fluxrt::cuda::fail_cuda(fluxrt_cuda_status_, (what)); \
+  } while (0)
+
+// After a kernel launch: reports bad launch configurations at once (execution errors surface at
+// the next synchronising call).
+#define FLUXRT_CUDA_LAUNCHED(what) FLUXRT_CUDA_CHECK(cudaGetLastError(), (what))
+
+struct DeviceContext {
+  int index = 0;
+  cudaStream_t stream = nullptr;
+  cudaMemPool_t pool = nullptr;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  size_t total_bytes = 0;
+
+  // Caching allocator accounting (memory.cpp).
+  std::mutex sizes_mutex;
+  std::unordered_map<void*, size_t> sizes;
+  std::atomic<size_t> in_use{0}, peak{0};
+
+  // Pinned staging for host -> device uploads (memory.cpp): two buffers used in turn so the host
+  // memcpy into one overlaps the DMA out of the other.
+  std::mutex staging_mutex;
+  void* staging[2] = {nullptr, nullptr};
+  cudaEvent_t staging_free[2] = {nullptr, nullptr};
+  size_t staging_bytes = 0;
+
+  // Library handles, created on first use by their files (linear.cpp, conv.cpp).
+  std::mutex handles_mutex;
+  void* cublaslt = nullptr;        // cublasLtHandle_t
+  void* cublaslt_workspace = nullptr;
+  size_t cublaslt_workspace_bytes = 0;
+  void* cudnn = nullptr;           // cudnnHandle_t
+};
+
+// The context of device `index`, created on first use, made current on the calling thread.
+// Throws Device when the index is not present.
+DeviceContext& context(int index);
+inline DeviceContext& context_of(const Tensor& t) { return context(t.device().index); }
+
+// Every tensor handed to a CUDA kernel must live on a CUDA device (a host tensor would be an
+// illegal address on the GPU, so this is checked even in release builds: it is one compare).
+inline void require_on_device(const Tensor& t, std::string_view op, std::string_view name) {
+  if (t.defined() && t.device().is_cpu())
+    fail(ErrorCode::InvalidArgument, "[{}] {} is a host tensor but the kernel runs on CUDA", op, name);
+}
+
+// Device memory from the caching allocator (memory.cpp), for kernel scratch.
+void* device_allocate(int index, size_t bytes);
+void device_release(int index, void* ptr);
+
+// A scratch buffer that goes back to the pool (stream-ordered) when it leaves scope.
+class Scratch {
+ public:
+  Scratch(int index, size_t bytes) : index_(index), ptr_(device_allocate(index, bytes)) {}
+  ~Scratch() { device_release(index_, ptr_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  int index_;
+  void* ptr_;
+};
+
+// A tensor (any rank, last dim = columns) as a kernel operand; undefined -> absent operand.
+kern::Operand operand(const Tensor& t, int64_t row_div = 1);
+// A 1-D vector (stride any) read per column.
+kern::Operand column_vector(const Tensor& t);
+// True when every row of t starts 16-byte aligned and holds whole 8-element vectors with unit
+// stride (the condition for the kernels' 16-byte vector loads).
+bool vector_friendly(const Tensor& t);
+
+// Device-to-device copy with dtype conversion between any two same-shape views on one device
+// (copy.cu). f8 types are not converted on the device.
+void copy_on_device(const Tensor& dst, const Tensor& src);
+
+}  // namespace fluxrt::cuda

@@ -1,0 +1,244 @@
+// Linear on CUDA through cuBLASLt: y[M, N] = epilogue(x[M, K] @ W[N, K]^T).
+//
+// Row-major y = x W^T is column-major y^T = W^T-as-stored... concretely: cuBLASLt sees A = W as a
+// column-major K x N matrix (ld = W.stride(0)) used transposed, B = x as column-major K x M
+// (ld = x.stride(0)), D = y as column-major N x M (ld = y.stride(0)). No copies, any row strides.
+//
+// Precision: bf16/f16 inputs with f32 accumulation (CUBLAS_COMPUTE_32F); f32 inputs with strict
+// f32 (no TF32: the f32 tolerance is rel-L2 1e-5). Mixed x/W dtypes run in f32 (the weight is
+// widened once and cached). Bias and GELU-tanh go into cuBLASLt's epilogue when x, W and y share
+// a dtype (FLUXRT_CUDA_GELU_EPILOGUE=0 keeps GELU out of it: tests check its formula against the
+// reference); SiLU and the gated residual run in our epilogue kernel on an f32 GEMM result, so
+// the output is rounded once. The algorithm is chosen once per (shape, dtypes, epilogue, strides,
+// alignment) by cuBLASLt's heuristic and cached.
+#include <cublasLt.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_ops.h"
+
+namespace fluxrt::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    fail(ErrorCode::Device, "[linear] cuBLASLt {} failed: {} ({})", what, cublasGetStatusName(s), static_cast<int>(s));
+}
+
+cublasLtHandle_t lt_handle(DeviceContext& c) {
+  std::lock_guard lock(c.handles_mutex);
+  if (!c.cublaslt) {
+    cublasLtHandle_t h = nullptr;
+    check_lt(cublasLtCreate(&h), "create");
+    c.cublaslt = h;
+    c.cublaslt_workspace = device_allocate(c.index, kWorkspaceBytes);
+    c.cublaslt_workspace_bytes = kWorkspaceBytes;
+  }
+  return static_cast<cublasLtHandle_t>(c.cublaslt);
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: fail(ErrorCode::Unsupported, "[linear] dtype {} on CUDA", dtype_name(d));
+  }
+}
+
+bool gelu_epilogue_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("FLUXRT_CUDA_GELU_EPILOGUE");
+    return !(v && std::string(v) == "0");
+  }();
+  return allowed;
+}
+
+int alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (int b : {256, 128, 64, 32, 16, 8, 4}) if (a % b == 0) return b;
+  return 2;
+}
+
+struct LinearState {
+  Tensor weight;  // [N, K] on the device, contiguous, checkpoint dtype
+  Tensor bias;    // [N] on the device or undefined
+  std::mutex mutex;
+  Tensor weight_f32;  // widened copy for mixed-dtype calls, made on first need
+};
+
+struct PlanKey {
+  int device;
+  int64_t m, n, k, ldx, ldw, ldy;
+  int xt, wt, yt, epilogue, bias_type;
+  int align_x, align_w, align_y, align_bias;
+  auto tie() const {
+    return std::tie(device, m, n, k, ldx, ldw, ldy, xt, wt, yt, epilogue, bias_type, align_x, align_w, align_y,
+                    align_bias);
+  }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+};
+
+std::mutex g_plan_mutex;
+std::map<PlanKey, cublasLtMatmulAlgo_t>& plan_cache() {
+  static auto* cache = new std::map<PlanKey, cublasLtMatmulAlgo_t>();  // never destroyed: used until exit
+  return *cache;
+}
+
+struct Layouts {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  ~Layouts() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// D[N x M] = op(W) x, written to `out` (row-major [M, N] with row stride ld_out) in out_type.
+void gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType out_type, int64_t ld_out,
+          cublasLtEpilogue_t epilogue, const Tensor& bias) {
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  cublasLtHandle_t handle = lt_handle(c);
+  Layouts L;
+  check_lt(cublasLtMatmulDescCreate(&L.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+  check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue");
+  const void* bias_ptr = bias.defined() ? bias.raw_data() : nullptr;
+  if (bias_ptr) {
+    check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)),
+             "bias pointer");
+    const cudaDataType_t bt = cuda_type(bias.dtype());
+    check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
+  }
+  check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype()), K, N, w.stride(0)), "layout W");
+  check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype()), K, M, x.stride(0)), "layout x");
+  check_lt(cublasLtMatrixLayoutCreate(&L.d, cuda_type(out_type), N, M, ld_out), "layout y");
+
+  const PlanKey key{c.index, M, N, K, x.stride(0), w.stride(0), ld_out, static_cast<int>(x.dtype()),
+                    static_cast<int>(w.dtype()), static_cast<int>(out_type), static_cast<int>(epilogue),
+                    bias_ptr ? static_cast<int>(bias.dtype()) : -1, alignment_of(x.raw_data()),
+                    alignment_of(w.raw_data()), alignment_of(out), bias_ptr ? alignment_of(bias_ptr) : 0};
+  cublasLtMatmulAlgo_t algo{};
+  bool cached = false;
+  {
+    std::lock_guard lock(g_plan_mutex);
+    auto it = plan_cache().find(key);
+    if (it != plan_cache().end()) {
+      algo = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = c.cublaslt_workspace_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    const uint32_t ax = alignment_of(x.raw_data()), aw = alignment_of(w.raw_data()), ay = alignment_of(out);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof(ay));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof(ay));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(handle, L.op, L.a, L.b, L.d, L.d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    check_lt(s, "heuristic");
+    FLUXRT_CHECK(found > 0, ErrorCode::Unsupported,
+                 "[linear] cuBLASLt has no algorithm for M={} N={} K={} ({} x {} -> {}, epilogue {})", M, N, K,
+                 dtype_name(x.dtype()), dtype_name(w.dtype()), dtype_name(out_type), static_cast<int>(epilogue));
+    algo = result.algo;
+    std::lock_guard lock(g_plan_mutex);
+    plan_cache()[key] = algo;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublasLtMatmul(handle, L.op, &alpha, w.raw_data(), L.a, x.raw_data(), L.b, &beta, out, L.d, out, L.d, &algo,
+                          c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream),
+           "matmul");
+}
+
+std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias) {
+  auto p = std::make_shared<backend::PreparedLinear>();
+  p->weight = weight;
+  p->bias = bias;
+  auto state = std::make_shared<LinearState>();
+  // The ops layer prepares for the tensor's device; weights usually come from the (host) mapping.
+  // They become resident here, once per model, in their checkpoint dtype.
+  const Device dev = weight.device().is_cpu() ? Device::cuda(0) : weight.device();
+  state->weight = Tensor::empty(weight.shape(), weight.dtype(), dev);
+  state->weight.copy_from(weight);
+  if (bias.defined()) {
+    state->bias = Tensor::empty({weight.size(0)}, bias.dtype(), dev);
+    state->bias.copy_from(bias.reshape({weight.size(0)}));
+  }
+  p->state = state;
+  return p;
+}
+
+void linear(const backend::LinearArgs& a) {
+  require_on_device(a.x, "linear", "x");
+  require_on_device(a.y, "linear", "y");
+  require_on_device(a.residual, "linear", "residual");
+  require_on_device(a.gate, "linear", "gate");
+  auto* state = static_cast<LinearState*>(a.w->state.get());
+  FLUXRT_CHECK(state != nullptr && state->weight.defined() && !state->weight.device().is_cpu(),
+               ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CUDA backend");
+  FLUXRT_CHECK(state->weight.device() == a.x.device(), ErrorCode::InvalidArgument,
+               "[linear] weight prepared on {} but x is on {}", state->weight.device().str(), a.x.device().str());
+  DeviceContext& c = context_of(a.x);
+  const int64_t M = a.x.size(0), N = state->weight.size(0);
+
+  Tensor x = a.x, w = state->weight;
+  if (x.dtype() != w.dtype()) {
+    // Mixed dtypes: compute in f32 (exact widening of the 16-bit side).
+    if (w.dtype() != DType::F32) {
+      std::lock_guard lock(state->mutex);
+      if (!state->weight_f32.defined()) state->weight_f32 = w.to(DType::F32);
+      w = state->weight_f32;
+    }
+    if (x.dtype() != DType::F32) x = x.to(DType::F32);
+  }
+  const bool same_type = x.dtype() == a.y.dtype() && w.dtype() == a.y.dtype();
+  const bool bias_fusable = !state->bias.defined() || state->bias.dtype() == a.y.dtype();
+  const bool act_fusable = a.activation == backend::Activation::None ||
+                           (a.activation == backend::Activation::GeluTanh && gelu_epilogue_allowed());
+  if (same_type && bias_fusable && act_fusable && !a.gate.defined()) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+    if (a.activation == backend::Activation::GeluTanh)
+      ep = state->bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (state->bias.defined())
+      ep = CUBLASLT_EPILOGUE_BIAS;
+    gemm(c, x, w, a.y.raw_data(), a.y.dtype(), a.y.stride(0), ep, state->bias);
+    return;
+  }
+  // f32 GEMM result, then bias + activation + gated residual and one rounding in our epilogue.
+  Scratch acc(c.index, static_cast<size_t>(M * N) * sizeof(float));
+  gemm(c, x, w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT, Tensor());
+  kern::Act act = kern::Act::None;
+  if (a.activation == backend::Activation::GeluTanh) act = kern::Act::GeluTanh;
+  if (a.activation == backend::Activation::Silu) act = kern::Act::Silu;
+  FLUXRT_CUDA_CHECK(kern::launch_linear_epilogue(acc.as<float>(), N, operand(a.y), column_vector(state->bias), act,
+                                                 column_vector(a.gate), operand(a.residual), M, N, c.stream,
+                                                 c.sm_count),
+                    "linear epilogue");
+}
+
+}  // namespace
+
+void fill_linear(backend::KernelTable& t) {
+  t.prepare_linear = prepare_linear;
+  t.linear = linear;
+}
+
+}  // namespace fluxrt::cuda

@@ -1,0 +1,263 @@
+// Device memory for tensors: a stream-ordered caching allocator on the device's default
+// cudaMemPool (freed blocks stay cached in the pool, see device.cpp), and the copies between host
+// and device behind Tensor::copy_from. Uploads of large host buffers (weights straight from the
+// safetensors mapping) go through two pinned staging buffers so the host-side memcpy of one chunk
+// overlaps the DMA of the previous one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda_backend.h"
+#include "core/log.h"
+
+namespace fluxrt::cuda {
+namespace {
+
+constexpr size_t kStagingChunk = size_t{32} << 20;  // per buffer; two of them
+constexpr size_t kDirectCopyLimit = size_t{1} << 20;  // below this the driver's own staging is fine
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30); }
+
+void note_alloc(DeviceContext& c, void* p, size_t bytes) {
+  {
+    std::lock_guard lock(c.sizes_mutex);
+    c.sizes[p] = bytes;
+  }
+  const size_t now = c.in_use.fetch_add(bytes) + bytes;
+  size_t peak = c.peak.load();
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+[[noreturn]] void fail_oom(DeviceContext& c, size_t bytes) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  cudaGetLastError();
+  fail(ErrorCode::OutOfMemory,
+       "out of CUDA memory on cuda:{}: asked {} bytes ({:.2f} GiB), {:.2f} GiB free of {:.2f} GiB, {:.2f} GiB held by "
+       "fluxrt tensors",
+       c.index, bytes, gib(bytes), gib(free_bytes), gib(total_bytes), gib(c.in_use.load()));
+}
+
+// Host -> device bytes through the pinned staging buffers.
+void upload_staged(DeviceContext& c, void* dst, const void* src, size_t bytes) {
+  std::lock_guard lock(c.staging_mutex);
+  if (!c.staging[0]) {
+    for (int i = 0; i < 2; ++i) {
+      FLUXRT_CUDA_CHECK(cudaHostAlloc(&c.staging[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
+      FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&c.staging_free[i], cudaEventDisableTiming), "staging event");
+      FLUXRT_CUDA_CHECK(cudaEventRecord(c.staging_free[i], c.stream), "staging event");
+    }
+    c.staging_bytes = kStagingChunk;
+  }
+  const char* from = static_cast<const char*>(src);
+  char* to = static_cast<char*>(dst);
+  int turn = 0;
+  for (size_t done = 0; done < bytes; done += kStagingChunk, turn ^= 1) {
+    const size_t n = std::min(kStagingChunk, bytes - done);
+    // Wait until the DMA that last read this buffer has finished, then refill it.
+    FLUXRT_CUDA_CHECK(cudaEventSynchronize(c.staging_free[turn]), "upload");
+    std::memcpy(c.staging[turn], from + done, n);
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(to + done, c.staging[turn], n, cudaMemcpyHostToDevice, c.stream), "upload");
+    FLUXRT_CUDA_CHECK(cudaEventRecord(c.staging_free[turn], c.stream), "upload");
+  }
+}
+
+void upload_bytes(DeviceContext& c, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (bytes < kDirectCopyLimit) {
+    // Pageable source: the driver copies it to its own staging memory before returning, so the
+    // caller may free `src` at once.
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c.stream), "upload");
+    return;
+  }
+  upload_staged(c, dst, src, bytes);
+}
+
+void download_bytes(DeviceContext& c, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c.stream), "download");
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "download");
+}
+
+// Host tensor -> device tensor (same shape): the host side does layout and dtype conversion
+// (PyTorch-exact, core/dtype.h), the device receives one contiguous block.
+void host_to_device(const Tensor& dst, const Tensor& src) {
+  DeviceContext& c = context_of(dst);
+  Tensor host = src;
+  if (src.dtype() != dst.dtype() || !src.is_contiguous()) {
+    host = Tensor::empty(src.shape(), dst.dtype());
+    host.copy_from(src);
+  }
+  if (dst.is_contiguous()) {
+    upload_bytes(c, dst.raw_data(), host.raw_data(), host.nbytes());
+    return;
+  }
+  Tensor staging = Tensor::empty(dst.shape(), dst.dtype(), dst.device());
+  upload_bytes(c, staging.raw_data(), host.raw_data(), host.nbytes());
+  copy_on_device(dst, staging);
+}
+
+void device_to_host(const Tensor& dst, const Tensor& src) {
+  DeviceContext& c = context_of(src);
+  const Tensor packed = src.is_contiguous() ? src : src.contiguous();  // a device-side copy
+  if (dst.is_contiguous() && dst.dtype() == src.dtype()) {
+    download_bytes(c, dst.raw_data(), packed.raw_data(), packed.nbytes());
+    return;
+  }
+  Tensor host = Tensor::empty(src.shape(), src.dtype());
+  download_bytes(c, host.raw_data(), packed.raw_data(), packed.nbytes());
+  Tensor view = dst;  // Tensor is a handle: copying it shares the storage
+  view.copy_from(host);
+}
+
+}  // namespace
+
+void* device_allocate(int index, size_t bytes) {
+  DeviceContext& c = context(index);
+  const size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+  void* p = nullptr;
+  cudaError_t status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  if (status == cudaErrorMemoryAllocation) {
+    // The pool may hold freed blocks of the wrong sizes: give them back to the driver and retry once.
+    cudaGetLastError();
+    FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
+    cudaMemPoolTrimTo(c.pool, 0);
+    status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    fail_oom(c, bytes);
+  }
+  FLUXRT_CUDA_CHECK(status, "cudaMallocAsync");
+  note_alloc(c, p, rounded);
+  return p;
+}
+
+void device_release(int index, void* ptr) {
+  if (!ptr) return;
+  try {
+    DeviceContext& c = context(index);
+    size_t bytes = 0;
+    {
+      std::lock_guard lock(c.sizes_mutex);
+      auto it = c.sizes.find(ptr);
+      if (it != c.sizes.end()) {
+        bytes = it->second;
+        c.sizes.erase(it);
+      }
+    }
+    c.in_use.fetch_sub(bytes);
+    // Stream-ordered: the block is reused only by work queued after every kernel that used it.
+    if (cudaFreeAsync(ptr, c.stream) != cudaSuccess) cudaGetLastError();  // e.g. driver shutting down
+  } catch (const Error&) {
+    // Destructors must not throw; a failed free at exit leaks nothing the process keeps.
+  }
+}
+
+void* tensor_allocate(Device device, size_t bytes) { return device_allocate(device.index, bytes); }
+void tensor_release(Device device, void* ptr) { device_release(device.index, ptr); }
+
+void tensor_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  const bool dst_dev = !dst.device().is_cpu(), src_dev = !src.device().is_cpu();
+  if (dst_dev && src_dev) {
+    if (dst.device() == src.device()) {
+      copy_on_device(dst, src);
+      return;
+    }
+    // Across devices: through the host (rare: multi-GPU placement moves whole components once).
+    Tensor host = Tensor::empty(src.shape(), src.dtype());
+    device_to_host(host, src);
+    host_to_device(dst, host);
+    return;
+  }
+  if (dst_dev)
+    host_to_device(dst, src);
+  else
+    device_to_host(dst, src);
+}
+
+MemoryStats memory_stats(int index) {
+  DeviceContext& c = context(index);
+  MemoryStats s;
+  s.in_use = c.in_use.load();
+  s.peak = c.peak.load();
+  if (cudaMemGetInfo(&s.device_free, &s.device_total) != cudaSuccess) cudaGetLastError();
+  return s;
+}
+
+void reset_peak_memory(int index) {
+  DeviceContext& c = context(index);
+  c.peak.store(c.in_use.load());
+}
+
+}  // namespace fluxrt::cuda
+
+namespace fluxrt::cuda {
+
+kern::Operand operand(const Tensor& t, int64_t row_div) {
+  kern::Operand o;
+  if (!t.defined()) return o;
+  o.data = t.raw_data();
+  o.dtype = t.dtype();
+  o.row_div = row_div;
+  const int n = t.dim();
+  for (int i = 0; i + 1 < n; ++i) {
+    o.rows.extent[o.rows.lead] = t.size(i);
+    o.rows.stride[o.rows.lead++] = t.stride(i);
+  }
+  o.rows.col_stride = n ? t.stride(-1) : 1;
+  return o;
+}
+
+kern::Operand column_vector(const Tensor& t) {
+  kern::Operand o;
+  if (!t.defined()) return o;
+  o.data = t.raw_data();
+  o.dtype = t.dtype();
+  o.rows.col_stride = t.dim() ? t.stride(-1) : 1;
+  return o;
+}
+
+bool vector_friendly(const Tensor& t) {
+  if (!t.defined()) return true;
+  if (t.dim() == 0 || t.stride(-1) != 1 || t.size(-1) % 8 != 0) return false;
+  const size_t align = t.dtype() == DType::F32 ? 32 : 16;  // 8 elements in one or two 16-byte loads
+  if (t.element_size() * 8 != align && !(t.dtype() == DType::F32)) return false;
+  if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
+  for (int i = 0; i + 1 < t.dim(); ++i)
+    if (t.size(i) > 1 && t.stride(i) % 8 != 0) return false;
+  return true;
+}
+
+void copy_on_device(const Tensor& dst, const Tensor& src) {
+  FLUXRT_CHECK(dst.shape() == src.shape(), ErrorCode::InvalidArgument, "[cuda copy] shape {} into {}",
+               src.shape().str(), dst.shape().str());
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceContext& c = context_of(dst);
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, c.stream),
+                      "cuda copy");
+    return;
+  }
+  auto is_f8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
+  FLUXRT_CHECK(dst.dtype() == src.dtype() || (!is_f8(dst.dtype()) && !is_f8(src.dtype())), ErrorCode::Unsupported,
+               "[cuda copy] {} -> {} is not converted on the device (convert on the host)", dtype_name(src.dtype()),
+               dtype_name(dst.dtype()));
+  kern::CopyLayout l;
+  l.rank = dst.dim();
+  for (int i = 0; i < l.rank; ++i) {
+    l.extent[i] = dst.size(i);
+    l.dst_stride[i] = dst.stride(i);
+    l.src_stride[i] = src.stride(i);
+  }
+  FLUXRT_CUDA_CHECK(kern::copy_strided(dst.raw_data(), dst.dtype(), src.raw_data(), src.dtype(), l, n, c.stream,
+                                       c.sm_count),
+                    "cuda copy");
+}
+
+}  // namespace fluxrt::cuda

@@ -1,0 +1,32 @@
+#pragma once
+// Memory of non-CPU devices for Tensor. core cannot depend on a backend (DESIGN.md section 1), so
+// the backend that owns a device type registers these hooks when its library is linked in (the
+// CUDA backend does it from a static initialiser next to cuda::device_count()). Without them,
+// Tensor::empty on that device throws Unsupported.
+#include <cstddef>
+
+#include "core/device.h"
+
+namespace fluxrt {
+
+class Tensor;
+
+struct DeviceMemoryHooks {
+  // Returns `bytes` of device memory (a valid pointer even for 0 bytes); throws Error(OutOfMemory)
+  // naming the bytes asked and free.
+  void* (*allocate)(Device device, size_t bytes) = nullptr;
+  // Returns memory from allocate(); never throws (called from destructors).
+  void (*release)(Device device, void* ptr) = nullptr;
+  // dst = src (same shape, any strides, dtype converted with PyTorch rounding) where at least one
+  // of them lives on this device type. Returns when dst may be read on its side: host destinations
+  // are complete, device destinations are ordered before later work on the device.
+  void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
+};
+
+// Called once by a backend; `hooks` must outlive the process (a static object).
+void register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks);
+
+// The hooks of `device`'s type; throws Unsupported when no backend registered them.
+const DeviceMemoryHooks& device_memory(Device device);
+
+}  // namespace fluxrt
