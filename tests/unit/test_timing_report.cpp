@@ -1,0 +1,195 @@
+// Timing report (runtime/timing_report.h): figures read from the pipeline's Profiler spans, the
+// text table, the JSON document (every field, null for what did not happen), atomic JSON writes,
+// and the progress texts (runtime/progress.h).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "runtime/progress.h"
+#include "runtime/timing_report.h"
+
+namespace fs = std::filesystem;
+namespace pl = fluxrt::pipelines;
+namespace rt = fluxrt::runtime;
+
+namespace {
+
+rt::RunTimings run_spans(int steps, bool reference) {
+  fluxrt::Profiler p;
+  p.add(pl::kSpanTextEncoding, 0.25);
+  if (reference) p.add(pl::kSpanReferenceEncode, 0.125);
+  for (int s = 0; s < steps; ++s) p.add(pl::kSpanDenoiseStep, 0.5 + 0.25 * s);
+  p.add(pl::kSpanDenoiseTotal, 0.5 * steps + 0.25 * steps * (steps - 1) / 2.0);
+  p.add(pl::kSpanVaeDecode, 0.75);
+  return rt::run_timings_from(p);
+}
+
+rt::TimingReport sample_report() {
+  rt::TimingReport t;
+  t.model = "models/demo";
+  t.variant = "custom";
+  t.dtype = "f32";
+  t.device = "cpu";
+  t.width = 64;
+  t.height = 48;
+  t.images = 2;
+  t.threads = 2;
+  fluxrt::Profiler load;
+  load.add(pl::kSpanLoadTransformer, 1.0);
+  load.add(pl::kSpanLoadTextEncoder, 2.0);
+  load.add(pl::kSpanLoadVae, 0.5);
+  load.add(pl::kSpanLoadTotal, 2.5);
+  t.cold_load = rt::load_timings_from(load);
+  t.run = run_spans(4, false);
+  t.run.image_write_s = 0.01;
+  t.run.total_s = 5.0;
+  t.total_s = 8.0;
+  t.peak_rss_bytes = size_t{3} << 29;  // 1.5 GiB
+  return t;
+}
+
+}  // namespace
+
+TEST(TimingReport, ReadsProfilerSpans) {
+  const rt::RunTimings r = run_spans(4, true);
+  EXPECT_DOUBLE_EQ(r.text_encoding_s, 0.25);
+  EXPECT_TRUE(r.has_reference_images);
+  EXPECT_DOUBLE_EQ(r.reference_encode_s, 0.125);
+  EXPECT_EQ(r.steps, 4);
+  EXPECT_DOUBLE_EQ(r.denoise_total_s, 3.5);
+  EXPECT_DOUBLE_EQ(r.step_min_s, 0.5);
+  EXPECT_DOUBLE_EQ(r.step_max_s, 1.25);
+  EXPECT_DOUBLE_EQ(r.ms_per_step(), 875.0);
+  EXPECT_NEAR(r.steps_per_second(), 4 / 3.5, 1e-12);
+  EXPECT_DOUBLE_EQ(r.vae_decode_s, 0.75);
+  EXPECT_DOUBLE_EQ(r.load_s, 0);
+  const rt::RunTimings none = run_spans(2, false);
+  EXPECT_FALSE(none.has_reference_images);
+
+  // Sequential loads (no load.total span, e.g. --low-memory) add up.
+  fluxrt::Profiler seq;
+  seq.add(pl::kSpanLoadTextEncoder, 1.0);
+  seq.add(pl::kSpanLoadTransformer, 2.0);
+  const rt::LoadTimings l = rt::load_timings_from(seq);
+  EXPECT_DOUBLE_EQ(l.total_s, 3.0);
+  EXPECT_DOUBLE_EQ(l.vae_s, 0);
+}
+
+TEST(TimingReport, TextTable) {
+  rt::TimingReport t = sample_report();
+  std::string text = rt::format_timing_report(t);
+  for (const char* needle : {"timing: models/demo (custom), 64x48, 2 images, 4 steps, f32, cpu, 2 threads",
+                             "cold load", "2500.0 ms", "transformer 1000.0, text encoder 2000.0, VAE 500.0 ms",
+                             "text encoding", "250.0 ms", "denoising loop", "3500.0 ms",
+                             "875.0 ms/step (min 500.0, max 1250.0), 1.14 it/s", "VAE decode", "750.0 ms",
+                             "image write", "10.0 ms", "run total", "5000.0 ms", "total", "8000.0 ms", "peak RSS",
+                             "1.50 GiB"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  EXPECT_EQ(text.find("warm load"), std::string::npos);
+  EXPECT_EQ(text.find("warm-up"), std::string::npos);
+  EXPECT_EQ(text.find("GFLOP/s"), std::string::npos);
+  EXPECT_EQ(text.back(), '\n');
+
+  t.warm_load = t.cold_load;
+  t.warmup = t.run;
+  t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
+  text = rt::format_timing_report(t);
+  for (const char* needle : {"warm load", "warm-up run", "not included below", "loop throughput", "2000.0 GFLOP/s",
+                             "7.000 TFLOP, 50.0% of the GEMM peak 4000.0 GFLOP/s", "per CPU-second", "500.0 GFLOP/s",
+                             "50.0% of the peak's 1000.0 per CPU-second"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+}
+
+TEST(TimingReport, JsonHasEveryField) {
+  rt::TimingReport t = sample_report();
+  nlohmann::json j = nlohmann::json::parse(rt::timing_report_json(t));
+  for (const char* key : {"fluxrt_version", "model", "variant", "dtype", "device", "width", "height", "images",
+                          "threads", "cold_load", "warm_load", "warmup", "run", "total_s", "peak_rss_bytes"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["width"], 64);
+  EXPECT_EQ(j["height"], 48);
+  EXPECT_TRUE(j["warm_load"].is_null());
+  EXPECT_TRUE(j["warmup"].is_null());
+  EXPECT_FALSE(j.contains("throughput"));
+  EXPECT_DOUBLE_EQ(j["cold_load"]["total_s"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(j["cold_load"]["text_encoder_s"].get<double>(), 2.0);
+  const nlohmann::json& run = j["run"];
+  for (const char* key : {"text_encoding_s", "reference_encode_s", "denoise_total_s", "steps", "ms_per_step",
+                          "ms_per_step_min", "ms_per_step_max", "it_per_s", "vae_decode_s", "load_s", "image_write_s",
+                          "total_s"})
+    EXPECT_TRUE(run.contains(key)) << key;
+  EXPECT_TRUE(run["reference_encode_s"].is_null());
+  EXPECT_EQ(run["steps"], 4);
+  EXPECT_DOUBLE_EQ(run["ms_per_step"].get<double>(), 875.0);
+  EXPECT_EQ(j["peak_rss_bytes"].get<size_t>(), size_t{3} << 29);
+
+  t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
+  j = nlohmann::json::parse(rt::timing_report_json(t));
+  EXPECT_DOUBLE_EQ(j["throughput"]["peak_ratio"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["throughput"]["loop_tflop"].get<double>(), 7.0);
+}
+
+TEST(TimingReport, AtomicWrite) {
+  const fs::path dir = fs::temp_directory_path() / ("fluxrt_atomic_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "profile.json";
+  rt::write_file_atomically(file, "first\n");
+  rt::write_file_atomically(file, "second\n");
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "second\n");
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1u);  // no temporaries left behind
+  EXPECT_THROW(rt::write_file_atomically(dir / "missing" / "x.json", "x"), fluxrt::Error);
+  fs::remove_all(dir);
+}
+
+TEST(Progress, Texts) {
+  EXPECT_EQ(rt::progress_line_text(2, 4, 0.531), "step 2/4 0.53 s");
+  EXPECT_EQ(rt::progress_bar_text(0, 4, 0, 8), "denoising [........] 0/4 -- it/s ETA --");
+  EXPECT_EQ(rt::progress_bar_text(1, 4, 0.5, 8), "denoising [##......] 1/4 2.00 it/s ETA 1.5 s");
+  EXPECT_EQ(rt::progress_bar_text(2, 4, 4.0, 8), "denoising [####....] 2/4 2.00 s/it ETA 4.0 s");
+  EXPECT_EQ(rt::progress_bar_text(4, 4, 2.0, 8), "denoising [########] 4/4 2.00 it/s 2.0 s");
+  EXPECT_EQ(rt::detect_progress_style(stderr, true), rt::ProgressStyle::Silent);
+}
+
+TEST(Progress, LinesAndBarOutput) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    rt::ProgressReporter lines(rt::ProgressStyle::Lines, f);
+    lines.message("loading");
+    lines.step(1, 2, 0.25);
+    lines.step(2, 2, 0.5);
+  }
+  {
+    rt::ProgressReporter bar(rt::ProgressStyle::Bar, f);
+    bar.step(1, 2, 1.0);
+    bar.step(2, 2, 1.0);  // the last step ends the line
+  }
+  {
+    rt::ProgressReporter silent(rt::ProgressStyle::Silent, f);
+    silent.message("hidden");
+    silent.step(1, 1, 1.0);
+  }
+  std::rewind(f);
+  std::string text;
+  char buf[256];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  EXPECT_EQ(text,
+            "loading\nstep 1/2 0.25 s\nstep 2/2 0.50 s\n"
+            "\rdenoising [############............] 1/2 1.00 it/s ETA 1.0 s\x1b[K"
+            "\rdenoising [########################] 2/2 1.00 it/s 2.0 s\x1b[K\n");
+}
