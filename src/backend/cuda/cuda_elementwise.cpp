@@ -126,6 +126,16 @@ void embedding(const backend::EmbeddingArgs& a) {
   require_on_device(a.table, "embedding", "table");
   require_on_device(a.out, "embedding", "out");
   DeviceContext& ctx = context_of(a.out);
+  // The ops layer checks ids only on the host; an id outside the table would be an illegal address
+  // here, so read them back (token ids are few) and name the first bad one.
+  Tensor ids = Tensor::empty(a.ids.shape(), a.ids.dtype());
+  ids.copy_from(a.ids);
+  const int64_t V = a.table.size(0);
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int64_t id = ids.dtype() == DType::I64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+    FLUXRT_CHECK(id >= 0 && id < V, ErrorCode::InvalidArgument,
+                 "[embedding] id {} at position {} is outside the table's {} rows", id, i, V);
+  }
   FLUXRT_CUDA_CHECK(kern::launch_embedding(a.ids.raw_data(), a.ids.dtype(), a.ids.stride(0), a.ids.numel(),
                                            operand(a.table), operand(a.out), a.table.size(1), ctx.stream,
                                            ctx.sm_count),

@@ -1,0 +1,195 @@
+// The CUDA attention kernel against the f64 oracle with the rules of docs/numerics.md (f32: NMSE
+// <= 1e-7; bf16/f16: at most 2x the error of a naive same-dtype implementation) on the inputs of
+// the CPU attention tests (random, large norms, adversarial keys that make the Cauchy-Schwarz bound
+// loose and must take the exact fallback), every variant (GQA, causal, padding, bias, RoPE layouts,
+// strided q/k/v slices of a fused qkv), and L = 4608 FLUX.2 shapes. Skips without a GPU.
+#include <chrono>
+#include <cstdio>
+
+#include "cuda_test_util.h"
+#include "test_attention_common.h"
+
+namespace fluxrt::test_attention {
+namespace {
+
+using test::to_cuda;
+using test::to_host;
+
+// The problem's args with every tensor mirrored on device 0 (q/k/v of a fused qkv stay views).
+AttentionArgs on_device(const Problem& p) {
+  AttentionArgs d = p.args;
+  if (p.qkv.defined()) {
+    const Tensor qkv = to_cuda(p.qkv);
+    d.q = qkv.select(2, 0);
+    d.k = qkv.select(2, 1);
+    d.v = qkv.select(2, 2);
+  } else {
+    d.q = to_cuda(p.args.q);
+    d.k = to_cuda(p.args.k);
+    d.v = to_cuda(p.args.v);
+  }
+  d.out = Tensor::empty(p.args.out.shape(), p.args.out.dtype(), Device::cuda(0));
+  d.rope_cos = to_cuda(p.args.rope_cos);
+  d.rope_sin = to_cuda(p.args.rope_sin);
+  d.rope_q_cos = to_cuda(p.args.rope_q_cos);
+  d.rope_q_sin = to_cuda(p.args.rope_q_sin);
+  d.key_padding_mask = to_cuda(p.args.key_padding_mask);
+  d.bias = to_cuda(p.args.bias);
+  return d;
+}
+
+void check_cuda(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges, bool force_online = false) {
+  SCOPED_TRACE(case_name(c));
+  Problem p = make_problem(c);
+  ops::validate_attention(p.args);
+  const AttentionArgs d = on_device(p);
+  cuda::AttentionStats stats;
+  cuda::attention(d, force_online, &stats);
+  const Tensor out = to_host(d.out);
+  for (auto [r0, r1] : ranges) {
+    SCOPED_TRACE("query rows " + std::to_string(r0) + ".." + std::to_string(r1));
+    const Tensor ref = oracle(p.args, r0, r1).slice(1, r0, r1);
+    const Tensor got = out.slice(1, r0, r1);
+    if (c.dtype == DType::F32) {
+      EXPECT_TRUE(test::all_close(got, ref, test::TolClass::Attention));
+    } else {
+      const Tensor naive = naive_same_dtype(p.args, r0, r1).slice(1, r0, r1);
+      EXPECT_TRUE(test::attention_close(got, naive, ref));
+    }
+  }
+  if (!force_online) switch (c.expect) {
+      case Expect::Any: break;
+      case Expect::FixedOnly: EXPECT_EQ(stats.fallback_rows, 0); break;
+      case Expect::AllFallback: EXPECT_EQ(stats.fallback_rows, stats.rows); break;
+      case Expect::SomeFallback:
+        EXPECT_GT(stats.fallback_rows, 0);
+        EXPECT_LT(stats.fallback_rows, stats.rows);
+        break;
+      case Expect::OnlineOnly: EXPECT_EQ(stats.online_rows, stats.rows); break;
+    }
+}
+
+Case mk(DType dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t D, Inputs in = Inputs::Random,
+        Rope rope = Rope::None, Expect ex = Expect::Any) {
+  Case c;
+  c.dtype = dt;
+  c.B = B;
+  c.Lq = Lq;
+  c.Lk = Lk;
+  c.H = H;
+  c.Hkv = Hkv;
+  c.D = D;
+  c.inputs = in;
+  c.rope = rope;
+  c.expect = ex;
+  return c;
+}
+Case causal(Case c) { c.causal = true; return c; }
+Case padded(Case c) { c.padding = true; return c; }
+Case biased(Case c) { c.bias = true; c.expect = Expect::OnlineOnly; return c; }
+Case fused(Case c) { c.fused = true; return c; }
+
+constexpr DType F32 = DType::F32;
+constexpr DType BF16 = DType::BF16;
+constexpr DType F16 = DType::F16;
+
+std::vector<Case> cases() {
+  return {
+      mk(F32, 1, 64, 64, 2, 2, 64, Inputs::Random, Rope::None, Expect::FixedOnly),
+      mk(F32, 2, 100, 100, 3, 3, 80),
+      mk(F32, 1, 37, 150, 4, 4, 64),
+      mk(F32, 2, 130, 29, 2, 2, 32),
+      mk(F32, 1, 1, 1, 1, 1, 8),
+      mk(F32, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit),
+      mk(F32, 1, 50, 90, 6, 1, 64),
+      mk(F32, 1, 20, 40, 2, 2, 256),
+      mk(F32, 1, 200, 200, 2, 2, 128, Inputs::Random, Rope::Flux1, Expect::FixedOnly),
+      mk(F32, 2, 200, 200, 2, 2, 128, Inputs::Random, Rope::Flux2),
+      mk(F32, 1, 40, 130, 4, 4, 128, Inputs::Random, Rope::HalfSplit),
+      fused(mk(F32, 2, 150, 150, 3, 3, 128, Inputs::Random, Rope::Flux2)),
+      causal(mk(F32, 1, 100, 100, 2, 2, 64)),
+      causal(mk(F32, 1, 40, 100, 2, 2, 64)),
+      causal(mk(F32, 1, 100, 40, 2, 2, 64)),
+      padded(mk(F32, 5, 70, 70, 2, 2, 64)),
+      causal(padded(mk(F32, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit))),
+      biased(mk(F32, 2, 90, 90, 3, 3, 64)),
+      biased(causal(padded(mk(F32, 5, 60, 80, 2, 1, 64)))),
+      mk(F32, 1, 192, 192, 2, 2, 64, Inputs::LargeNorm),
+      mk(F32, 1, 192, 192, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux2),
+      mk(F32, 1, 96, 160, 2, 2, 64, Inputs::FarKey, Rope::None, Expect::AllFallback),
+      mk(F32, 1, 200, 288, 2, 2, 128, Inputs::MixedNorm, Rope::Flux1, Expect::SomeFallback),
+      mk(F32, 1, 192, 192, 2, 2, 128, Inputs::NearThreshold),
+      causal(mk(F32, 1, 192, 192, 2, 2, 64, Inputs::FarKey, Rope::None, Expect::AllFallback)),
+      padded(mk(F32, 5, 96, 96, 2, 2, 64, Inputs::MixedNorm)),
+      mk(BF16, 1, 256, 256, 2, 2, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),
+      mk(BF16, 2, 100, 61, 4, 2, 64),
+      mk(BF16, 1, 192, 192, 2, 2, 64, Inputs::LargeNorm),
+      mk(BF16, 1, 192, 192, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux1),
+      mk(BF16, 1, 96, 96, 2, 2, 128, Inputs::FarKey, Rope::Flux2, Expect::AllFallback),
+      mk(BF16, 1, 288, 288, 2, 2, 128, Inputs::MixedNorm, Rope::Flux2, Expect::SomeFallback),
+      causal(padded(mk(BF16, 2, 77, 77, 8, 2, 128, Inputs::Random, Rope::HalfSplit))),
+      biased(mk(BF16, 1, 90, 90, 4, 4, 64)),
+      fused(mk(BF16, 1, 160, 160, 2, 2, 128, Inputs::Random, Rope::Flux2)),
+      mk(F16, 1, 130, 130, 2, 2, 64, Inputs::Random, Rope::HalfSplit),
+  };
+}
+
+class CudaAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttention, MatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  check_cuda(GetParam(), {{0, GetParam().Lq}});
+}
+
+TEST_P(CudaAttention, OnlinePathMatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  check_cuda(GetParam(), {{0, GetParam().Lq}}, /*force_online=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaAttention, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// FLUX.2-klein at 1024^2: L = 4096 image + 512 text tokens, all 24 heads of a klein-4B layer in
+// one launch; rows at the start, middle and end against the oracle.
+Case long_case(DType dt, int64_t H, Inputs in, Rope rope) {
+  Case c = mk(dt, 1, 4608, 4608, H, H, 128, in, rope);
+  return c;
+}
+void check_long(const Case& c) { check_cuda(c, {{0, 40}, {c.Lq / 2 - 20, c.Lq / 2 + 20}, {c.Lq - 40, c.Lq}}); }
+
+TEST(CudaAttentionLong, Bf16Flux2L4608AllHeads) {
+  FLUXRT_REQUIRE_GPU();
+  check_long(long_case(BF16, 24, Inputs::Random, Rope::Flux2));
+}
+TEST(CudaAttentionLong, F32Flux1L4608) {
+  FLUXRT_REQUIRE_GPU();
+  check_long(long_case(F32, 2, Inputs::Random, Rope::Flux1));
+}
+TEST(CudaAttentionLong, Bf16MixedNormL4608) {
+  FLUXRT_REQUIRE_GPU();
+  check_long(long_case(BF16, 4, Inputs::MixedNorm, Rope::Flux2));
+}
+TEST(CudaAttentionLong, F32SelfSimilarL4608) {
+  FLUXRT_REQUIRE_GPU();
+  check_long(long_case(F32, 2, Inputs::SelfSimilar, Rope::Flux2));
+}
+
+// Throughput of one klein-4B attention layer at L = 4608 (prints TFLOP/s; not an assertion).
+TEST(CudaAttentionLong, ThroughputL4608) {
+  FLUXRT_REQUIRE_GPU();
+  Problem p = make_problem(long_case(BF16, 24, Inputs::Random, Rope::Flux2));
+  const AttentionArgs d = on_device(p);
+  cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  const int reps = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  const double flops = 4.0 * 24 * 4608.0 * 4608.0 * 128;  // QK^T and PV
+  std::printf("FIGURE attention_L4608_ms %.3f\nFIGURE attention_L4608_tflops %.2f\n", s * 1e3, flops / s / 1e12);
+  RecordProperty("tflops", std::to_string(flops / s / 1e12));
+}
+
+}  // namespace
+}  // namespace fluxrt::test_attention
