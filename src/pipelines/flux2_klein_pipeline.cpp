@@ -1,0 +1,282 @@
+// Flux2KleinPipeline: diffusers 0.42.1 Flux2KleinPipeline.__call__ step for step (the comments
+// name the upstream step each block mirrors). Component loading lives in klein_components.cpp.
+#include "pipelines/flux2_klein_pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "models/flux/flux2_transformer.h"
+#include "ops/elementwise.h"
+#include "pipelines/klein_components.h"
+#include "pipelines/noise.h"
+#include "pipelines/reference_image.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+// Rows of x [N, ...] each repeated `times` times consecutively, like diffusers'
+// prompt_embeds.repeat(1, n, 1).view(N * n, ...).
+Tensor repeat_rows(const Tensor& x, int64_t times) {
+  if (times == 1) return x;
+  Shape shape = x.shape();
+  shape[0] *= times;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t k = 0; k < times; ++k) out.narrow(0, r * times + k, 1).copy_from(x.narrow(0, r, 1));
+  return out;
+}
+
+// The batch-B version of a batch-1 tensor (reference tokens, the negative prompt).
+Tensor broadcast_batch(const Tensor& x, int64_t batch) {
+  Shape shape = x.shape();
+  shape[0] = batch;
+  return x.expand(shape).contiguous();
+}
+
+// v_neg + s * (v_pos - v_neg) as torch evaluates it on tensors of the model dtype: each op
+// rounds to that dtype, the Python-float scale is applied in f32.
+Tensor classifier_free_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
+  const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
+  return ops::add(v_neg, ops::scale(diff, scale));
+}
+
+size_t physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
+  const Tensor c = u8.contiguous();
+  const int64_t b = c.size(0), h = c.size(1), w = c.size(2);
+  std::vector<io::Image> images;
+  const uint8_t* src = c.data<uint8_t>();
+  const size_t per = static_cast<size_t>(h * w * 3);
+  for (int64_t i = 0; i < b; ++i) {
+    io::Image im{static_cast<int>(w), static_cast<int>(h), 3, {}};
+    im.pixels.assign(src + i * per, src + (i + 1) * per);
+    images.push_back(std::move(im));
+  }
+  return images;
+}
+
+void check_cancel(const GenerateRequest& request, const char* where) {
+  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
+    fail(ErrorCode::Cancelled, "klein pipeline: cancelled {}", where);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Packing and ids (flux-reference.md 5.2)
+
+Tensor pack_latents(const Tensor& latents) {
+  FLUXRT_CHECK(latents.dim() == 4, ErrorCode::InvalidArgument, "pack_latents: expected [B, C, h, w], got {}",
+               latents.shape().str());
+  const int64_t b = latents.size(0), c = latents.size(1), hw = latents.size(2) * latents.size(3);
+  return latents.reshape({b, c, hw}).permute({0, 2, 1}).contiguous();  // [B, h*w, C]
+}
+
+Tensor unpack_latents(const Tensor& tokens, int64_t h, int64_t w) {
+  FLUXRT_CHECK(tokens.dim() == 3 && tokens.size(1) == h * w, ErrorCode::InvalidArgument,
+               "unpack_latents: expected [B, {}, C] for a {}x{} grid, got {}", h * w, h, w, tokens.shape().str());
+  const int64_t b = tokens.size(0), c = tokens.size(2);
+  // diffusers scatters by the ids; with raster-order ids that is the inverse flatten.
+  return tokens.permute({0, 2, 1}).contiguous().view({b, c, h, w});  // [B, C, h, w]
+}
+
+Tensor klein_image_ids(int64_t h, int64_t w, int64_t t_offset) {
+  FLUXRT_CHECK(h > 0 && w > 0, ErrorCode::InvalidArgument, "klein_image_ids: empty grid {}x{}", h, w);
+  Tensor ids = Tensor::empty({h * w, 4}, DType::I64);  // [h*w, 4]
+  int64_t* p = ids.data<int64_t>();
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j, p += 4) {
+      p[0] = t_offset;
+      p[1] = i;
+      p[2] = j;
+      p[3] = 0;
+    }
+  return ids;
+}
+
+Tensor klein_text_ids(int64_t length) {
+  FLUXRT_CHECK(length > 0, ErrorCode::InvalidArgument, "klein_text_ids: length {}", length);
+  Tensor ids = Tensor::zeros({length, 4}, DType::I64);  // [L, 4]
+  int64_t* p = ids.data<int64_t>();
+  for (int64_t l = 0; l < length; ++l) p[l * 4 + 3] = l;
+  return ids;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Size checks
+
+size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config) {
+  const double tokens = static_cast<double>(width / 16) * (height / 16) + tokenizers::kQwenDefaultMaxSequenceLength;
+  // The widest live activations of a block, in f32 (the worst case): the SwiGLU input
+  // (2 * mlp_hidden), its output and q/k/v/attention (4 * hidden), plus the residual streams.
+  const double per_token = (2.0 * config.mlp_hidden + config.mlp_hidden + 6.0 * config.hidden) * 4.0;
+  const double image = static_cast<double>(width) * height * 3 * 4 * 4;  // decoder output + conversions
+  return static_cast<size_t>(batch * (tokens * per_token + image));
+}
+
+void Flux2KleinPipeline::validate_size(int width, int height, int batch) {
+  FLUXRT_CHECK(width > 0 && height > 0 && width % 16 == 0 && height % 16 == 0, ErrorCode::InvalidArgument,
+               "image size {}x{}: width and height must be positive multiples of 16", width, height);
+  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
+               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
+  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
+  const size_t need = estimate_generate_bytes(width, height, batch, models::flux2_preset("flux.2-klein-4b"));
+  const size_t ram = physical_ram_bytes();
+  FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
+               "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
+               height, batch, need / 1073741824.0, ram / 1073741824.0);
+}
+
+// ------------------------------------------------------------------------------------------------
+
+Flux2KleinPipeline::Flux2KleinPipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Flux2KleinPipeline::~Flux2KleinPipeline() = default;
+
+std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::load(const std::filesystem::path& model_root,
+                                                             const PipelineOptions& options) {
+  auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
+  if (!options.low_memory) impl->load_resident();
+  return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
+}
+
+std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::string& variant,
+                                                                  const std::filesystem::path& tokenizer_dir,
+                                                                  const PipelineOptions& options, uint64_t seed) {
+  auto impl = std::make_unique<Impl>(Impl::from_variant(variant, tokenizer_dir, options, seed));
+  if (!options.low_memory) impl->load_resident();
+  return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
+}
+
+const KleinModelDefaults& Flux2KleinPipeline::defaults() const { return impl_->defaults; }
+const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
+const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
+
+GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
+  Impl& m = *impl_;
+  Profiler* prof = m.options.profiler;
+
+  // 1. check inputs
+  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
+  FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "generate: images_per_prompt {} < 1",
+               request.images_per_prompt);
+  const int steps = request.num_steps.value_or(m.defaults.num_steps);
+  FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
+               steps);
+  const float guidance = request.guidance_scale.value_or(m.defaults.guidance_scale);
+  FLUXRT_CHECK(std::isfinite(guidance), ErrorCode::InvalidArgument, "generate: guidance_scale is not finite");
+  const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
+  FLUXRT_CHECK(max_len >= 1 && max_len <= 4096, ErrorCode::InvalidArgument,
+               "generate: max_sequence_length {} not in [1, 4096]", max_len);
+  const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
+  const bool cfg = guidance > 1.0f && !m.defaults.is_distilled;  // do_classifier_free_guidance
+
+  // 4. reference images: preprocessing first, so a bad image fails before any heavy work; the
+  // first one gives the default output size.
+  std::vector<Tensor> ref_pixels;
+  for (size_t r = 0; r < request.reference_images.size(); ++r) ref_pixels.push_back(preprocess_reference_image(request.reference_images[r]));
+  FLUXRT_CHECK(ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument,
+               "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+  int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
+  int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
+  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)));
+  const int64_t lh = height / 16, lw = width / 16, image_tokens = lh * lw;
+  const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels);
+  if (request.initial_latents) {
+    FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
+                 "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),
+                 noise_shape.str());
+  }
+  check_cancel(request, "before text encoding");
+
+  // 3. prompt embeddings (encode_prompt), repeated per image; the negative branch for CFG.
+  Tensor prompt_embeds, negative_embeds;
+  {
+    ComponentLease<models::KleinPromptEmbedder> embedder = m.embedder_lease();
+    ScopedTimer span(prof, kSpanTextEncoding);
+    prompt_embeds = repeat_rows(embedder->embed(request.prompts, max_len).embeds, request.images_per_prompt);
+    if (cfg) negative_embeds = broadcast_batch(embedder->embed({request.negative_prompt}, max_len).embeds, batch);
+  }
+  const Tensor text_ids = klein_text_ids(prompt_embeds.size(1));
+  const DType dtype = prompt_embeds.dtype();
+
+  // 5. noise: one torch CPU generator for the whole batch, in the prompt-embedding dtype.
+  TorchGenerator generator(request.seed);
+  const Tensor noise =
+      request.initial_latents ? request.initial_latents->to(dtype).contiguous() : randn_tensor(noise_shape, dtype, generator);
+  Tensor latents = pack_latents(noise);  // [B, Li, 128]
+  Tensor latent_ids = klein_image_ids(lh, lw);
+
+  // Reference tokens (prepare_image_latents): VAE mode latents, BN-normalised, packed, appended
+  // after the noise tokens with t = 10 + 10 r.
+  Tensor ref_tokens;
+  if (!ref_pixels.empty()) {
+    ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/true);
+    ScopedTimer span(prof, kSpanReferenceEncode);
+    std::vector<Tensor> tokens, ids{latent_ids};
+    for (size_t r = 0; r < ref_pixels.size(); ++r) {
+      const Tensor z = vae->encode_latents(ref_pixels[r].to(m.options.dtype));  // [1, 128, hr, wr]
+      tokens.push_back(pack_latents(z));                                        // [1, hr*wr, 128]
+      ids.push_back(klein_image_ids(z.size(2), z.size(3), 10 + 10 * static_cast<int64_t>(r)));
+    }
+    ref_tokens = broadcast_batch(tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1), batch);  // [B, Lr, 128]
+    latent_ids = ops::concat(ids, 0);  // [Li + Lr, 4]
+  }
+
+  // 6. timesteps with the empirical mu of the noise-token count
+  GenerateResult result;
+  result.schedule = flux2_schedule(m.scheduler, steps, image_tokens);
+  result.width = width;
+  result.height = height;
+  result.num_steps = steps;
+  result.guidance_scale = guidance;
+  result.used_cfg = cfg;
+
+  // 7. denoising loop
+  {
+    ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
+    const DType model_dtype = transformer->dtype();
+    Stopwatch total;
+    for (int i = 0; i < steps; ++i) {
+      check_cancel(request, "between denoising steps");
+      Stopwatch step_watch;
+      // timestep = t.expand(B).to(latents.dtype) / 1000
+      const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
+      const Tensor input = (ref_tokens.defined() ? ops::concat({latents, ref_tokens}, 1) : latents).to(model_dtype);
+      Tensor v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep);
+      if (ref_tokens.defined()) v = v.narrow(1, 0, image_tokens).contiguous();  // noise tokens only
+      if (cfg) {
+        Tensor v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep);
+        if (ref_tokens.defined()) v_neg = v_neg.narrow(1, 0, image_tokens).contiguous();
+        v = classifier_free_guidance(v, v_neg, guidance);
+      }
+      latents = euler_step(latents, v, result.schedule, i);
+      const double seconds = step_watch.seconds();
+      if (prof) prof->add(kSpanDenoiseStep, seconds);
+      if (request.on_step) request.on_step(i + 1, steps, seconds);
+    }
+    if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
+  }
+  check_cancel(request, "before VAE decode");
+
+  // unpack, BN-denormalise, unpatchify, decode, 8-bit conversion
+  result.final_latents = unpack_latents(latents, lh, lw);  // [B, 128, h, w]
+  {
+    ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/false);
+    ScopedTimer span(prof, kSpanVaeDecode);
+    const Tensor image = vae->decode_latents(result.final_latents);  // [B, 3, H, W]
+    result.images = to_images(models::postprocess_to_uint8(image));
+  }
+  return result;
+}
+
+}  // namespace fluxrt::pipelines

@@ -1,0 +1,170 @@
+// Component sources and loading for Flux2KleinPipeline (see klein_components.h).
+#include "pipelines/klein_components.h"
+
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/model_discovery.h"
+#include "tokenizers/bpe_tokenizer.h"
+
+namespace fluxrt::pipelines {
+namespace fs = std::filesystem;
+namespace {
+
+void require_tokenizer(const fs::path& dir, const std::string& what) {
+  FLUXRT_CHECK(fs::is_directory(dir), ErrorCode::NotFound, "{}: no tokenizer folder {}", what, dir.string());
+  const bool has_json = fs::exists(dir / "tokenizer.json");
+  const bool has_vocab = fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt");
+  FLUXRT_CHECK(has_json || has_vocab, ErrorCode::NotFound,
+               "{}: no Qwen3 tokenizer in {} (need tokenizer.json or vocab.json + merges.txt)", what, dir.string());
+}
+
+void set_variant_defaults(KleinModelDefaults& d, bool distilled) {
+  // diffusers' __call__ defaults are the base model's (50 steps, guidance 4); distilled klein is
+  // meant to run at 4 steps, where its guidance is ignored.
+  d.is_distilled = distilled;
+  d.num_steps = distilled ? 4 : 50;
+  d.guidance_scale = distilled ? 1.0f : 4.0f;
+}
+
+void check_vae_geometry(const models::Flux2VaeConfig& vae, const std::string& where) {
+  FLUXRT_CHECK(vae.spatial_factor() * vae.patch_size == 16, ErrorCode::Unsupported,
+               "{}: VAE downsamples by {} x patch {}, the klein pipeline needs 16 pixels per latent token", where,
+               vae.spatial_factor(), vae.patch_size);
+}
+
+}  // namespace
+
+Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& model_root,
+                                                               const PipelineOptions& options) {
+  const std::string where = model_root.string();
+  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "klein pipeline: model folder {} does not exist", where);
+  FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
+               "klein pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
+  const io::ResolvedModel model = io::resolve_model(where);
+  FLUXRT_CHECK(model.pipeline_class.empty() || model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
+               "klein pipeline: {} holds a {}, not a Flux2KleinPipeline", where, model.pipeline_class);
+  for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"})
+    FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound, "klein pipeline: {} has no {}/ folder",
+                 where, component);
+  require_tokenizer(model_root / "tokenizer", "klein pipeline");
+
+  Impl m;
+  m.root = model_root;
+  m.options = options;
+  set_variant_defaults(m.defaults, model.is_distilled.value_or(false));  // diffusers' default: not distilled
+  m.scheduler = load_flow_match_scheduler_config(model_root);
+  m.scheduler.validate();
+  if (fs::exists(model_root / "transformer" / "config.json"))
+    m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
+  if (fs::exists(model_root / "vae" / "config.json"))
+    m.vae_config = models::Flux2VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
+  check_vae_geometry(m.vae_config, where);
+  return m;
+}
+
+Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_variant(const std::string& variant,
+                                                                const fs::path& tokenizer_dir,
+                                                                const PipelineOptions& options, uint64_t seed) {
+  Impl m;
+  m.transformer_config = models::flux2_preset(variant);  // InvalidArgument listing the known names
+  require_tokenizer(tokenizer_dir, "synthetic " + variant);
+  m.synthetic_variant = variant;
+  m.tokenizer_dir = tokenizer_dir;
+  m.synthetic_seed = seed;
+  m.options = options;
+  const bool nine_b = variant.find("9b") != std::string::npos;
+  m.text_config = nine_b ? models::Qwen3Config::qwen3_8b() : models::Qwen3Config::qwen3_4b();
+  set_variant_defaults(m.defaults, variant.find("base") == std::string::npos);
+  m.scheduler = FlowMatchSchedulerConfig::flux2_klein();
+  return m;
+}
+
+std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transformer() const {
+  ScopedTimer span(options.profiler, kSpanLoadTransformer);
+  models::Flux2LoadOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  if (!synthetic_variant.empty()) {
+    o.release_prepared_sources = true;  // nothing else holds the random weights
+    return models::Flux2Transformer::synthetic(transformer_config, synthetic_seed, o);
+  }
+  return models::Flux2Transformer::load(root.string(), o);
+}
+
+std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embedder() const {
+  ScopedTimer span(options.profiler, kSpanLoadTextEncoder);
+  models::Qwen3EncoderOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  if (!synthetic_variant.empty()) {
+    return std::make_unique<models::KleinPromptEmbedder>(models::Qwen3Encoder::synthetic(text_config, o, synthetic_seed + 1),
+                                                         tokenizers::BpeTokenizer::from_directory(tokenizer_dir));
+  }
+  return models::KleinPromptEmbedder::load(root, o);
+}
+
+std::unique_ptr<models::Flux2Vae> Flux2KleinPipeline::Impl::make_vae(bool with_encoder) const {
+  ScopedTimer span(options.profiler, kSpanLoadVae);
+  models::Flux2VaeOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  o.load_encoder = with_encoder;
+  o.tiling = options.vae_tiling;
+  if (!synthetic_variant.empty()) {
+    const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
+    return std::make_unique<models::Flux2Vae>(models::Flux2Vae::from_store(
+        models::make_synthetic_flux2_vae(vae_config, wdtype, synthetic_seed + 2), vae_config, o));
+  }
+  return std::make_unique<models::Flux2Vae>(models::Flux2Vae::load(root.string(), o, vae_config));
+}
+
+void Flux2KleinPipeline::Impl::load_resident() {
+  Stopwatch total;
+  auto load_transformer = [this] { transformer = make_transformer(); };
+  auto load_embedder = [this] { embedder = make_embedder(); };
+  auto load_vae = [this] { vae = make_vae(options.load_vae_encoder); };
+  if (options.parallel_load) {
+    std::exception_ptr errors[3];
+    std::vector<std::thread> threads;
+    const std::function<void()> jobs[3] = {load_embedder, load_transformer, load_vae};
+    for (int i = 0; i < 3; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          jobs[i]();
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else {
+    load_embedder();
+    load_transformer();
+    load_vae();
+  }
+  transformer_config = transformer->config();  // the weights' own config when config.json was absent
+  if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
+}
+
+ComponentLease<models::Flux2Transformer> Flux2KleinPipeline::Impl::transformer_lease() {
+  if (transformer) return ComponentLease<models::Flux2Transformer>(transformer.get());
+  return ComponentLease<models::Flux2Transformer>(make_transformer());
+}
+
+ComponentLease<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::embedder_lease() {
+  if (embedder) return ComponentLease<models::KleinPromptEmbedder>(embedder.get());
+  return ComponentLease<models::KleinPromptEmbedder>(make_embedder());
+}
+
+ComponentLease<models::Flux2Vae> Flux2KleinPipeline::Impl::vae_lease(bool with_encoder) {
+  if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux2Vae>(vae.get());
+  return ComponentLease<models::Flux2Vae>(make_vae(with_encoder));
+}
+
+}  // namespace fluxrt::pipelines

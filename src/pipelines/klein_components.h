@@ -1,0 +1,76 @@
+#pragma once
+// The state behind Flux2KleinPipeline: where its three components come from (a diffusers folder
+// or synthetic weights of a named variant), the defaults read from the folder, and the
+// components themselves — resident after load(), or, with PipelineOptions::low_memory, created
+// for each use and released right after it (ComponentLease).
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "models/flux/flux2_config.h"
+#include "models/flux/flux2_transformer.h"
+#include "models/qwen3/qwen3_encoder.h"
+#include "models/vae/flux2_vae.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/schedule.h"
+
+namespace fluxrt::pipelines {
+
+// A component for the duration of one pipeline stage: either borrowed from the resident set or
+// owned (low-memory mode) and freed when the lease ends.
+template <typename T>
+class ComponentLease {
+ public:
+  explicit ComponentLease(const T* resident) : ptr_(resident) {}
+  explicit ComponentLease(std::unique_ptr<T> owned) : owned_(std::move(owned)), ptr_(owned_.get()) {}
+  const T* operator->() const { return ptr_; }
+  const T& operator*() const { return *ptr_; }
+
+ private:
+  std::unique_ptr<T> owned_;
+  const T* ptr_ = nullptr;
+};
+
+// Rough activation bytes of one generate call (worst case f32), used to refuse sizes that cannot
+// fit in RAM before anything runs.
+size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config);
+
+struct Flux2KleinPipeline::Impl {
+  // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.
+  std::filesystem::path root;
+  std::string synthetic_variant;
+  std::filesystem::path tokenizer_dir;
+  uint64_t synthetic_seed = 42;
+
+  PipelineOptions options;
+  KleinModelDefaults defaults;
+  FlowMatchSchedulerConfig scheduler;
+  models::Flux2Config transformer_config;
+  models::Qwen3Config text_config;  // synthetic only (a folder's encoder reads its own config.json)
+  models::Flux2VaeConfig vae_config;
+
+  // Resident components (all null in low-memory mode).
+  std::unique_ptr<models::Flux2Transformer> transformer;
+  std::unique_ptr<models::KleinPromptEmbedder> embedder;
+  std::unique_ptr<models::Flux2Vae> vae;
+
+  // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
+  // Unsupported naming the folder or file on problems.
+  static Impl from_folder(const std::filesystem::path& model_root, const PipelineOptions& options);
+  static Impl from_variant(const std::string& variant, const std::filesystem::path& tokenizer_dir,
+                           const PipelineOptions& options, uint64_t seed);
+
+  // Loads the three components (concurrently with options.parallel_load).
+  void load_resident();
+
+  // Each records its load span in options.profiler.
+  std::unique_ptr<models::Flux2Transformer> make_transformer() const;
+  std::unique_ptr<models::KleinPromptEmbedder> make_embedder() const;
+  std::unique_ptr<models::Flux2Vae> make_vae(bool with_encoder) const;
+
+  ComponentLease<models::Flux2Transformer> transformer_lease();
+  ComponentLease<models::KleinPromptEmbedder> embedder_lease();
+  ComponentLease<models::Flux2Vae> vae_lease(bool with_encoder);
+};
+
+}  // namespace fluxrt::pipelines

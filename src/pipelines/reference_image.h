@@ -1,0 +1,34 @@
+#pragma once
+// Reference-image preprocessing of Flux2KleinPipeline (diffusers 0.42 __call__ step 4 with
+// Flux2ImageProcessor) and the PIL Lanczos resampling it relies on.
+//
+// diffusers works on PIL images, so the exact semantics are PIL's: Image.resize(LANCZOS) is a
+// separable two-pass filter (horizontal first) in 22-bit fixed point with the intermediate rows
+// rounded and clipped to 8 bits; RGBA images are resized with premultiplied alpha ("RGBa") and
+// un-premultiplied afterwards. resize_lanczos_like_pil reproduces that arithmetic, so results
+// equal PIL's except where a coefficient's double rounding lands on the other side of .5.
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "io/image.h"
+
+namespace fluxrt::pipelines {
+
+// The area reference images are brought down to when larger (diffusers: 1024 * 1024 pixels).
+inline constexpr int64_t kReferenceTargetArea = int64_t{1024} * 1024;
+// Flux2ImageProcessor.check_image_input limits.
+inline constexpr int kReferenceMinSide = 64;
+inline constexpr int kReferenceMaxAspect = 8;
+
+// PIL Image.resize((width, height), Image.LANCZOS) on an 8-bit image of 1, 3 or 4 channels
+// (4 = RGBA: premultiplied while filtering, as PIL does). InvalidArgument on empty sizes.
+io::Image resize_lanczos_like_pil(const io::Image& image, int width, int height);
+
+// Flux2ImageProcessor._resize_to_target_area: scale = sqrt(area / (w * h)), sides truncated.
+void reference_target_size(int width, int height, int64_t target_area, int* out_width, int* out_height);
+
+// Flux2ImageProcessor.check_image_input: InvalidArgument (one line, naming `what`) when a side is
+// below 64 pixels or the aspect ratio exceeds 8:1.
+void check_reference_image(const io::Image& image, const char* what = "reference image");
+
+}  // namespace fluxrt::pipelines
