@@ -1,0 +1,215 @@
+"""Shapes of the demo model's components and the pieces of Flux2KleinPipeline that training has
+to reproduce exactly (prompt encoding, latent patchify + BN normalisation, position ids)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_WORK = REPO / "build" / "demo_model"
+DEFAULT_TOKENIZER = REPO.parent / "shared" / "data" / "tokenizers" / "qwen3"
+FALLBACK_TOKENIZER = REPO / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer"
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
+MAX_SEQUENCE_LENGTH = 512  # the pipelines' default: training sees the same padding as inference
+TEXT_TAPS = (9, 18, 27)
+
+
+def setup_threads(n: int = 2):
+    torch.set_num_threads(n)
+    torch.set_num_interop_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+
+
+def log(fh, msg: str):
+    print(msg, flush=True)
+    if fh is not None:
+        fh.write(msg + "\n")
+        fh.flush()
+
+
+def tokenizer_source() -> Path:
+    return DEFAULT_TOKENIZER if (DEFAULT_TOKENIZER / "vocab.json").exists() else FALLBACK_TOKENIZER
+
+
+def copy_tokenizer(dst: Path):
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(tokenizer_source() / name, dst / name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Components
+
+
+def make_vae():
+    from diffusers import AutoencoderKLFlux2
+
+    torch.manual_seed(3001)
+    return AutoencoderKLFlux2(
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(8, 16, 32, 32),  # four levels: the /8 factor the pipeline assumes
+        layers_per_block=1,
+        latent_channels=32,  # x 2x2 patch = the 128 channels the transformer expects
+        norm_num_groups=4,
+        sample_size=64,
+        use_quant_conv=True,
+        use_post_quant_conv=True,
+        mid_block_add_attention=True,
+        batch_norm_eps=1e-4,
+        batch_norm_momentum=0.1,
+        patch_size=(2, 2),
+    )
+
+
+QWEN_HIDDEN = 16
+
+
+def make_text_encoder():
+    """A frozen, randomly initialised Qwen3. 28 layers so that hidden state 27 (the last tap) is
+    still an un-normalised intermediate one, as in the real 36-layer encoder. The weights are
+    rounded to bf16 (the saved dtype) so training sees exactly what inference will compute."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(3011)
+    config = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=QWEN_HIDDEN,
+        intermediate_size=48,
+        num_hidden_layers=28,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        hidden_act="silu",
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        attention_bias=False,
+        tie_word_embeddings=True,
+        bos_token_id=151643,
+        eos_token_id=151645,
+    )
+    model = Qwen3ForCausalLM(config)
+    with torch.no_grad():
+        # Token identity must survive the random layers: a unit-scale embedding keeps the residual
+        # stream dominated by the token itself.
+        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        for layer in model.model.layers:
+            # q = 0 makes every query attend uniformly to the keys it may see: each layer mixes in
+            # the mean of its causal prefix, so a token carries the words before it (word order),
+            # and every padding position (which sees exactly the valid tokens) gets the same
+            # state. That is what lets training use short padding (see pad_bias).
+            layer.self_attn.q_proj.weight.zero_()
+            layer.self_attn.v_proj.weight.normal_(0.0, 0.15)
+            layer.self_attn.o_proj.weight.normal_(0.0, 0.15)
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model.eval().requires_grad_(False)
+
+
+TRANSFORMER_KW = dict(
+    patch_size=1,
+    in_channels=128,
+    out_channels=None,
+    num_layers=2,
+    num_single_layers=2,
+    attention_head_dim=128,
+    num_attention_heads=1,
+    joint_attention_dim=3 * QWEN_HIDDEN,
+    timestep_guidance_channels=256,
+    mlp_ratio=3.0,
+    axes_dims_rope=(32, 32, 32, 32),
+    rope_theta=2000,
+    eps=1e-6,
+    guidance_embeds=False,
+)
+
+
+def make_transformer(**overrides):
+    from diffusers import Flux2Transformer2DModel
+
+    torch.manual_seed(3021)
+    return Flux2Transformer2DModel(**{**TRANSFORMER_KW, **overrides})
+
+
+# ----------------------------------------------------------------------------------------------
+# Pipeline pieces
+
+
+class PromptEncoder:
+    """Flux2KleinPipeline._get_qwen3_prompt_embeds with a cache (captions repeat a lot)."""
+
+    def __init__(self, tokenizer, text_encoder, max_len: int = MAX_SEQUENCE_LENGTH, cache_limit: int = 6000):
+        self.tokenizer, self.text_encoder, self.max_len = tokenizer, text_encoder, max_len
+        self.cache: dict[str, torch.Tensor] = {}
+        self.cache_limit = cache_limit
+
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> torch.Tensor:
+        texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                    add_generation_prompt=True, enable_thinking=False)
+                 for p in prompts]
+        inputs = self.tokenizer(texts, return_tensors="pt", padding="max_length", truncation=True,
+                                max_length=self.max_len)
+        out = self.text_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                output_hidden_states=True, use_cache=False)
+        taps = torch.stack([out.hidden_states[k] for k in TEXT_TAPS], dim=1)  # [B, 3, L, H]
+        b, c, l, h = taps.shape
+        return taps.permute(0, 2, 1, 3).reshape(b, l, c * h).float()
+
+    def __call__(self, prompts: list[str]) -> torch.Tensor:
+        missing = sorted({p for p in prompts if p not in self.cache})
+        fresh = dict(zip(missing, self._encode(missing))) if missing else {}
+        for p, e in fresh.items():
+            if len(self.cache) >= self.cache_limit:
+                self.cache.pop(next(iter(self.cache)))  # oldest first
+            self.cache[p] = e.to(torch.bfloat16)  # storage only: halves the cache's memory
+        return torch.stack([fresh[p] if p in fresh else self.cache[p].float() for p in prompts])
+
+
+def patchify(latents: torch.Tensor) -> torch.Tensor:
+    b, c, h, w = latents.shape
+    latents = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 1, 3, 5, 2, 4)
+    return latents.reshape(b, c * 4, h // 2, w // 2)
+
+
+def bn_normalise(vae, patched: torch.Tensor) -> torch.Tensor:
+    mean = vae.bn.running_mean.view(1, -1, 1, 1)
+    std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
+    return (patched - mean) / std
+
+
+def pack(latents: torch.Tensor) -> torch.Tensor:
+    b, c, h, w = latents.shape
+    return latents.reshape(b, c, h * w).permute(0, 2, 1)
+
+
+def image_ids(h: int, w: int) -> torch.Tensor:
+    t = torch.arange(1)
+    return torch.cartesian_prod(t, torch.arange(h), torch.arange(w), torch.arange(1))
+
+
+def text_ids(length: int) -> torch.Tensor:
+    z = torch.arange(1)
+    return torch.cartesian_prod(z, z, z, torch.arange(length))
+
+
+def images_to_tensor(images_uint8) -> torch.Tensor:
+    x = torch.from_numpy(images_uint8).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+    return x.contiguous()
+
+
+# The FLUX.1-dev scheduler config that diffusers' klein conversion copies (flux-reference.md 5.3).
+KLEIN_SCHEDULER = dict(
+    num_train_timesteps=1000,
+    shift=3.0,
+    use_dynamic_shifting=True,
+    base_shift=0.5,
+    max_shift=1.15,
+    base_image_seq_len=256,
+    max_image_seq_len=4096,
+)
