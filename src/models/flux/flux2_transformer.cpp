@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
+#include "models/flux/flux_common.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -137,57 +138,12 @@ void Flux2Transformer::bind(const Fetch& fetch) {
 // ---------------------------------------------------------------------------------------------
 // Forward
 
-namespace {
-
-Tensor to_device(const Tensor& host, Device device) {
-  if (device == Device::cpu()) return host;
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
-  t.copy_from(host);
-  return t;
-}
-
-// [B, L, H*d] (any row strides, contiguous last dim) seen as [B, L, H, d] without a copy.
-Tensor heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {
-  if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
-  // Strided rows (a column slice of a fused projection): split the last dim through unsqueeze +
-  // expand-free slicing is not available, so fall back to one copy.
-  return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
-}
-
-// x += gate * layer(h) with gate [B, N] (one row per batch element): the GEMM epilogue takes one
-// gate row, so run one fused GEMM per batch element (each still M = L rows).
-void gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x) {
-  for (int64_t b = 0; b < x.size(0); ++b) {
-    Tensor xb = x.select(0, b);   // [L, N]
-    ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);
-  }
-}
-
-}  // namespace
-
 // diffusers Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) + TimestepEmbedding, after
 // Flux2Transformer2DModel.forward's `timestep.to(dtype) * 1000` (flux-reference.md 2.4).
 Tensor Flux2Transformer::timestep_embedding(const Tensor& timesteps) const {
-  const DType dt = options_.dtype;
-  const Tensor t = timesteps.to(DType::F32).contiguous();
-  const int64_t b = t.numel(), half = config_.timestep_channels / 2;
-  std::vector<float> emb(static_cast<size_t>(b * 2 * half));
-  const float neg_log = static_cast<float>(-std::log(10000.0));
-  for (int64_t i = 0; i < b; ++i) {
-    // timestep.to(dtype) * 1000 in the model dtype.
-    float u = t.data<float>()[i];
-    if (dt == DType::BF16) u = bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(u)) * 1000.0f));
-    else u = u * 1000.0f;
-    for (int64_t k = 0; k < half; ++k) {
-      // exponent = -log(10000) * arange(half) / half (f32), freq = exp(exponent), arg = t * freq.
-      const float exponent = neg_log * static_cast<float>(k) / static_cast<float>(half);
-      const float arg = u * std::exp(exponent);
-      emb[static_cast<size_t>(i * 2 * half + k)] = std::cos(arg);          // flip_sin_to_cos: cos first
-      emb[static_cast<size_t>(i * 2 * half + half + k)] = std::sin(arg);
-    }
-  }
   // [B, 256] rounded to the model dtype, as `timesteps_proj.to(timestep.dtype)`.
-  const Tensor proj = to_device(Tensor::from_vector(emb, {b, 2 * half}, dt), options_.device);
+  const Tensor proj = flux_to_device(flux_sinusoidal_embedding(timesteps, config_.timestep_channels, options_.dtype),
+                                     options_.device);
   const Tensor h = ops::linear(proj, *time_in_1_, backend::Activation::Silu);  // [B, D]
   return ops::linear(h, *time_in_2_);                                           // [B, D] temb
 }
@@ -202,9 +158,9 @@ void Flux2Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor&
 
   auto project = [&](const AttnStream& s, const Tensor& x, const Tensor& mod, Tensor& q, Tensor& k, Tensor& v) {
     const Tensor n = ops::adaln_modulate(x, chunk(mod, 0), chunk(mod, 1), eps);          // [B, Lx, D]
-    q = ops::rms_norm(heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
-    k = ops::rms_norm(heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
-    v = heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                              // [B, Lx, H, d]
+    q = ops::rms_norm(flux_heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
+    k = ops::rms_norm(flux_heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
+    v = flux_heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                              // [B, Lx, H, d]
   };
   Tensor qi, ki, vi, qt, kt, vt;
   project(blk.img, img, mod_img, qi, ki, vi);
@@ -220,10 +176,10 @@ void Flux2Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor&
   const Tensor attn = ops::attention(q, k, v, opt).view({img.size(0), l, d});          // [B, L, D]
 
   auto finish = [&](const AttnStream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
-    gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                          // x += g1 * proj(attn)
+    flux_gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                          // x += g1 * proj(attn)
     const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);        // [B, Lx, D]
     const Tensor h = ops::swiglu(ops::linear(n, *s.mlp_in));                           // [B, Lx, M]
-    gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                            // x += g2 * mlp(n)
+    flux_gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                            // x += g2 * mlp(n)
   };
   finish(blk.img, img, mod_img, attn.slice(1, lt, l));
   finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
@@ -237,16 +193,16 @@ void Flux2Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
   const float eps = c.eps;
   const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);  // [B, L, D]
   const Tensor h = ops::linear(n, *blk.linear1);                                           // [B, L, 3D + 2M]
-  const Tensor q = ops::rms_norm(heads_view(h.narrow(2, 0, d), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
-  const Tensor k = ops::rms_norm(heads_view(h.narrow(2, d, d), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
-  const Tensor v = heads_view(h.narrow(2, 2 * d, d), c.heads, c.head_dim);                 // [B, L, H, d]
+  const Tensor q = ops::rms_norm(flux_heads_view(h.narrow(2, 0, d), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
+  const Tensor k = ops::rms_norm(flux_heads_view(h.narrow(2, d, d), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
+  const Tensor v = flux_heads_view(h.narrow(2, 2 * d, d), c.heads, c.head_dim);                 // [B, L, H, d]
   ops::AttentionOptions opt;
   opt.rope = backend::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
   const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                       // [B, L, D]
   const Tensor mlp = ops::swiglu(h.narrow(2, 3 * d, 2 * m));                              // [B, L, M]
   const Tensor cat = ops::concat({attn, mlp}, 2);                                          // [B, L, D + M]
-  gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                    // x += gate * out
+  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                    // x += gate * out
 }
 
 // diffusers Flux2Transformer2DModel.forward (kv_cache_mode None).
@@ -289,7 +245,7 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   // 3. RoPE over [text ; image] positions (diffusers concatenates the two tables, text first).
   const Tensor ids = ops::concat({ctx_ids.to(DType::F32), x_ids.to(DType::F32)}, ctx_ids.dim() - 2);  // [(B,) L, 4]
   const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
-  const Tensor rope_cos = to_device(rope.cos, options_.device), rope_sin = to_device(rope.sin, options_.device);
+  const Tensor rope_cos = flux_to_device(rope.cos, options_.device), rope_sin = flux_to_device(rope.sin, options_.device);
 
   // 4. Double-stream blocks.
   for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope_cos, rope_sin);

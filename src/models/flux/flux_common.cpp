@@ -1,0 +1,51 @@
+#include "models/flux/flux_common.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/linear.h"
+
+namespace fluxrt::models {
+
+Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType dtype) {
+  const Tensor v = values.to(DType::F32).contiguous();
+  const int64_t b = v.numel(), half = channels / 2;
+  std::vector<float> emb(static_cast<size_t>(b * 2 * half));
+  const float neg_log = static_cast<float>(-std::log(10000.0));
+  for (int64_t i = 0; i < b; ++i) {
+    // value.to(dtype) * 1000 in the model dtype.
+    float u = v.data<float>()[i];
+    if (dtype == DType::BF16) u = bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(u)) * 1000.0f));
+    else u = u * 1000.0f;
+    for (int64_t k = 0; k < half; ++k) {
+      // exponent = -log(10000) * arange(half) / half (f32), freq = exp(exponent), arg = u * freq.
+      const float exponent = neg_log * static_cast<float>(k) / static_cast<float>(half);
+      const float arg = u * std::exp(exponent);
+      emb[static_cast<size_t>(i * 2 * half + k)] = std::cos(arg);  // flip_sin_to_cos: cos first
+      emb[static_cast<size_t>(i * 2 * half + half + k)] = std::sin(arg);
+    }
+  }
+  return Tensor::from_vector(emb, {b, 2 * half}, dtype);
+}
+
+Tensor flux_to_device(const Tensor& host, Device device) {
+  if (device == Device::cpu() || host.device() == device) return host;
+  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
+  t.copy_from(host);
+  return t;
+}
+
+Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {
+  if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
+  return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
+}
+
+void flux_gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x) {
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    Tensor xb = x.select(0, b);  // [L, N]
+    ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);
+  }
+}
+
+}  // namespace fluxrt::models

@@ -1,0 +1,30 @@
+#pragma once
+// Pieces the FLUX.1 and FLUX.2 transformers share (flux-reference.md 2.1, 2.4): the sinusoidal
+// timestep/guidance embedding with the reference's dtype chain, head views of [B, L, H*d]
+// projections, the per-batch gated-residual GEMM and host->device copies.
+#include <cstdint>
+
+#include "backend/args/linear.h"
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace fluxrt::models {
+
+// diffusers Timesteps(channels, flip_sin_to_cos=True, downscale_freq_shift=0) on `values` [B]
+// (sigma or the guidance scale, any float dtype) after the model's `value.to(dtype) * 1000`,
+// which in bf16 rounds twice (3.5 -> 3504). Returns [B, channels] (cos half first) rounded to
+// `dtype`, on the host.
+Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType dtype);
+
+// The tensor itself on the CPU, else a copy on `device`.
+Tensor flux_to_device(const Tensor& host, Device device);
+
+// [B, L, H*d] (contiguous last dim) seen as [B, L, H, d]; strided rows (a column slice of a fused
+// projection) cost one copy.
+Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim);
+
+// x += gate * layer(h) with gate [B, N] (one row per batch element) and x [B, L, N]: the GEMM
+// epilogue takes one gate row, so one fused GEMM per batch element (each still M = L rows).
+void flux_gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x);
+
+}  // namespace fluxrt::models
