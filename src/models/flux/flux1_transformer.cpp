@@ -1,0 +1,292 @@
+#include "models/flux/flux1_transformer.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/flux/flux1_names.h"
+#include "models/flux/flux2_transformer.h"
+#include "models/flux/flux_common.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+
+namespace fluxrt::models {
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path, const Flux1LoadOptions& options) {
+  fs::path p(path);
+  if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_directory(p / "transformer"))
+    p /= "transformer";  // a pipeline folder
+  const io::Checkpoint checkpoint = io::Checkpoint::open(p.string());
+  TensorStore raw = TensorStore::from_checkpoint(checkpoint);
+  raw.set_description(p.string());
+  raw = flux1_dequantize_fp8(raw);
+  Flux1Config config;
+  if (fs::is_directory(p) && fs::exists(p / "config.json")) {
+    config = flux1_config_from_json((p / "config.json").string());
+  } else {
+    config = flux1_config_detect(flux1_to_canonical(raw));
+  }
+  return from_store(raw, config, options);
+}
+
+std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore& raw, const Flux1Config& config,
+                                                               const Flux1LoadOptions& options) {
+  config.validate(raw.description());
+  const TensorStore canonical = flux1_to_canonical(flux1_dequantize_fp8(raw));
+  WeightBinder binder(canonical, "transformer");
+  std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
+  const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
+  bool complete = true;
+  model->bind([&](const std::string& name, const Shape& shape) {
+    Tensor t = binder.require(name, shape, wdtype);
+    if (!t.defined()) complete = false;
+    return t;
+  });
+  binder.finish();  // throws the one error listing every problem
+  FLUXRT_CHECK(complete, ErrorCode::Format, "{}: FLUX.1 weights incomplete", raw.description());
+  return model;
+}
+
+std::unique_ptr<Flux1Transformer> Flux1Transformer::synthetic(const Flux1Config& config, uint64_t seed,
+                                                              const Flux1LoadOptions& options) {
+  config.validate("synthetic FLUX.1 weights");
+  std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
+  uint64_t counter = 0;
+  model->bind([&](const std::string& name, const Shape& shape) {
+    ++counter;
+    const bool is_norm = name.find("_norm.scale") != std::string::npos;
+    const bool is_bias = shape.size() == 1 && !is_norm;
+    // Like PyTorch's default Linear init scale (1/sqrt(fan_in)); small biases; norm scales around 1.
+    const float bound =
+        is_norm ? 0.1f : (is_bias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape[shape.size() - 1])));
+    Tensor t = flux2_random_tensor(shape, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
+    return options.dtype == DType::F32 ? t.to(DType::F32) : t;
+  });
+  return model;
+}
+
+Tensor Flux1Transformer::vector(const Fetch& fetch, const std::string& name, int64_t n) {
+  Tensor t = fetch(name, {n});
+  if (!t.defined()) return t;
+  weight_bytes_ += t.nbytes();
+  return flux_to_device(t, options_.device);
+}
+
+Flux1Transformer::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& prefix, int64_t n,
+                                                   int64_t k) {
+  Tensor w = fetch(prefix + ".weight", {n, k});
+  Tensor b = vector(fetch, prefix + ".bias", n);
+  if (!w.defined() || !b.defined()) return nullptr;
+  weight_bytes_ += w.nbytes();
+  w = flux_to_device(w, options_.device);
+  auto prepared = ops::prepare_linear(w, b, options_.device);
+  if (options_.release_prepared_sources) {
+    // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
+    prepared->weight = Tensor::zeros({1, 1}, w.dtype(), options_.device).expand(w.shape());
+  }
+  return prepared;
+}
+
+void Flux1Transformer::bind(const Fetch& fetch) {
+  const Flux1Config& c = config_;
+  const int64_t d = c.hidden, m = c.mlp_hidden, hd = c.head_dim;
+  img_in_ = prepare(fetch, "img_in", d, c.in_channels);
+  txt_in_ = prepare(fetch, "txt_in", d, c.context_dim);
+  time_in_ = {prepare(fetch, "time_in.in_layer", d, c.timestep_channels), prepare(fetch, "time_in.out_layer", d, d)};
+  if (c.guidance)
+    guidance_in_ = {prepare(fetch, "guidance_in.in_layer", d, c.timestep_channels),
+                    prepare(fetch, "guidance_in.out_layer", d, d)};
+  vector_in_ = {prepare(fetch, "vector_in.in_layer", d, c.pooled_dim), prepare(fetch, "vector_in.out_layer", d, d)};
+  double_.resize(static_cast<size_t>(c.double_blocks));
+  for (int64_t i = 0; i < c.double_blocks; ++i) {
+    for (const std::string stream : {"img", "txt"}) {
+      Stream& s = stream == "img" ? double_[i].img : double_[i].txt;
+      const std::string p = "double_blocks." + std::to_string(i) + "." + stream;
+      s.mod = prepare(fetch, p + "_mod.lin", 6 * d, d);
+      s.q = prepare(fetch, p + "_attn.q", d, d);
+      s.k = prepare(fetch, p + "_attn.k", d, d);
+      s.v = prepare(fetch, p + "_attn.v", d, d);
+      s.q_norm = vector(fetch, p + "_attn.norm.query_norm.scale", hd);
+      s.k_norm = vector(fetch, p + "_attn.norm.key_norm.scale", hd);
+      s.proj = prepare(fetch, p + "_attn.proj", d, d);
+      s.mlp_in = prepare(fetch, p + "_mlp.0", m, d);
+      s.mlp_out = prepare(fetch, p + "_mlp.2", d, m);
+    }
+  }
+  single_.resize(static_cast<size_t>(c.single_blocks));
+  for (int64_t i = 0; i < c.single_blocks; ++i) {
+    SingleBlock& s = single_[i];
+    const std::string p = "single_blocks." + std::to_string(i) + ".";
+    s.mod = prepare(fetch, p + "modulation.lin", 3 * d, d);
+    s.q = prepare(fetch, p + "q", d, d);
+    s.k = prepare(fetch, p + "k", d, d);
+    s.v = prepare(fetch, p + "v", d, d);
+    s.mlp = prepare(fetch, p + "mlp", m, d);
+    s.linear2 = prepare(fetch, p + "linear2", d, d + m);
+    s.q_norm = vector(fetch, p + "norm.query_norm.scale", hd);
+    s.k_norm = vector(fetch, p + "norm.key_norm.scale", hd);
+  }
+  final_shift_ = prepare(fetch, "final_layer.shift", d, d);
+  final_scale_ = prepare(fetch, "final_layer.scale", d, d);
+  final_linear_ = prepare(fetch, "final_layer.linear", c.out_channels, d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+// diffusers TimestepEmbedding / PixArtAlphaTextProjection(act "silu"): linear_1, SiLU, linear_2.
+Tensor Flux1Transformer::embed(const MlpEmbedder& e, const Tensor& input) const {
+  const Tensor h = ops::linear(input, *e.in, backend::Activation::Silu);  // [B, D]
+  return ops::linear(h, *e.out);                                            // [B, D]
+}
+
+// diffusers CombinedTimestepGuidanceTextProjEmbeddings (dev) / CombinedTimestepTextProjEmbeddings
+// (schnell), after FluxTransformer2DModel.forward's `timestep.to(dtype) * 1000` (and guidance).
+Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const {
+  const Flux1Config& c = config_;
+  const DType dt = options_.dtype;
+  const int64_t b = pooled.dim() == 2 ? pooled.size(0) : -1;
+  FLUXRT_CHECK(pooled.dim() == 2 && pooled.size(1) == c.pooled_dim, ErrorCode::InvalidArgument,
+               "[flux1] pooled text embedding must be [B, {}], got {}", c.pooled_dim, pooled.shape().str());
+  FLUXRT_CHECK(timesteps.defined() && timesteps.numel() == b, ErrorCode::InvalidArgument,
+               "[flux1] need {} timesteps, got {}", b, timesteps.defined() ? timesteps.shape().str() : "none");
+  if (c.guidance) {
+    FLUXRT_CHECK(guidance.defined() && guidance.numel() == b, ErrorCode::InvalidArgument,
+                 "[flux1] {} is guidance-distilled: need {} guidance values, got {}", c.variant, b,
+                 guidance.defined() ? guidance.shape().str() : "none");
+  } else {
+    FLUXRT_CHECK(!guidance.defined(), ErrorCode::InvalidArgument,
+                 "[flux1] {} has no guidance embedding (guidance_in): pass no guidance", c.variant);
+  }
+  auto sinusoid = [&](const Tensor& v) {  // [B, 256] in the model dtype
+    return flux_to_device(flux_sinusoidal_embedding(v, c.timestep_channels, dt), options_.device);
+  };
+  Tensor vec = embed(time_in_, sinusoid(timesteps));                            // [B, D]
+  if (c.guidance) vec = ops::add(vec, embed(guidance_in_, sinusoid(guidance)));  // [B, D]
+  const Tensor pooled_dev = flux_to_device(pooled.to(dt).contiguous(), options_.device);
+  return ops::add(vec, embed(vector_in_, pooled_dev));                          // [B, D]
+}
+
+// diffusers FluxTransformerBlock.forward (+ FluxAttnProcessor).
+void Flux1Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& vec_act,
+                                    const Tensor& rope_cos, const Tensor& rope_sin) const {
+  const Flux1Config& c = config_;
+  const int64_t d = c.hidden, lt = txt.size(1), l = lt + img.size(1);
+  const float eps = c.eps;
+  const Tensor mod_img = ops::linear(vec_act, *blk.img.mod);  // [B, 6D] shift, scale, gate x 2
+  const Tensor mod_txt = ops::linear(vec_act, *blk.txt.mod);  // [B, 6D]
+  auto chunk = [&](const Tensor& mod, int i) { return mod.narrow(1, i * d, d); };  // [B, D] view
+
+  auto project = [&](const Stream& s, const Tensor& x, const Tensor& mod, Tensor& q, Tensor& k, Tensor& v) {
+    const Tensor n = ops::adaln_modulate(x, chunk(mod, 0), chunk(mod, 1), eps);                     // [B, Lx, D]
+    q = ops::rms_norm(flux_heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
+    k = ops::rms_norm(flux_heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
+    v = flux_heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                                 // [B, Lx, H, d]
+  };
+  Tensor qi, ki, vi, qt, kt, vt;
+  project(blk.img, img, mod_img, qi, ki, vi);
+  project(blk.txt, txt, mod_txt, qt, kt, vt);
+
+  // Joint attention over [txt ; img] (text first).
+  ops::AttentionOptions opt;
+  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope_table = {rope_cos, rope_sin};
+  const Tensor q = ops::concat({qt, qi}, 1);                                    // [B, L, H, d]
+  const Tensor k = ops::concat({kt, ki}, 1);                                    // [B, L, H, d]
+  const Tensor v = ops::concat({vt, vi}, 1);                                    // [B, L, H, d]
+  const Tensor attn = ops::attention(q, k, v, opt).view({img.size(0), l, d});  // [B, L, D]
+
+  auto finish = [&](const Stream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
+    flux_gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                // x += g1 * proj(attn)
+    const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);   // [B, Lx, D]
+    const Tensor h = ops::linear(n, *s.mlp_in, backend::Activation::GeluTanh);    // [B, Lx, M]
+    flux_gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                  // x += g2 * mlp(n)
+  };
+  finish(blk.img, img, mod_img, attn.slice(1, lt, l));
+  finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
+}
+
+// diffusers FluxSingleTransformerBlock.forward (+ FluxAttnProcessor without the text stream).
+void Flux1Transformer::single_block(const SingleBlock& blk, Tensor& x, const Tensor& vec_act, const Tensor& rope_cos,
+                                    const Tensor& rope_sin) const {
+  const Flux1Config& c = config_;
+  const int64_t d = c.hidden, b = x.size(0), l = x.size(1);
+  const float eps = c.eps;
+  const Tensor mod = ops::linear(vec_act, *blk.mod);                                           // [B, 3D] shift, scale, gate
+  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);      // [B, L, D]
+  const Tensor q = ops::rms_norm(flux_heads_view(ops::linear(n, *blk.q), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
+  const Tensor k = ops::rms_norm(flux_heads_view(ops::linear(n, *blk.k), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
+  const Tensor v = flux_heads_view(ops::linear(n, *blk.v), c.heads, c.head_dim);              // [B, L, H, d]
+  ops::AttentionOptions opt;
+  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope_table = {rope_cos, rope_sin};
+  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                           // [B, L, D]
+  const Tensor mlp = ops::linear(n, *blk.mlp, backend::Activation::GeluTanh);                 // [B, L, M]
+  const Tensor cat = ops::concat({attn, mlp}, 2);                                              // [B, L, D + M]
+  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                  // x += gate * out
+}
+
+// diffusers FluxTransformer2DModel.forward.
+Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                                 const Tensor& pooled, const Tensor& timesteps, const Tensor& guidance) const {
+  const Flux1Config& c = config_;
+  const DType dt = options_.dtype;
+  FLUXRT_CHECK(x.dim() == 3 && x.size(2) == c.in_channels, ErrorCode::InvalidArgument,
+               "[flux1] latents must be [B, Li, {}], got {}", c.in_channels, x.shape().str());
+  const int64_t b = x.size(0), li = x.size(1);
+  FLUXRT_CHECK(ctx.dim() == 3 && ctx.size(0) == b && ctx.size(2) == c.context_dim, ErrorCode::InvalidArgument,
+               "[flux1] text embeddings must be [{}, Lt, {}], got {}", b, c.context_dim, ctx.shape().str());
+  FLUXRT_CHECK(pooled.dim() == 2 && pooled.size(0) == b, ErrorCode::InvalidArgument,
+               "[flux1] pooled text embedding must be [{}, {}], got {}", b, c.pooled_dim, pooled.shape().str());
+  const int64_t lt = ctx.size(1);
+  const int64_t axes = static_cast<int64_t>(c.axes_dim.size());
+  auto check_ids = [&](const Tensor& ids, int64_t len, const char* what) {
+    const bool ok = (ids.dim() == 2 && ids.size(0) == len && ids.size(1) == axes) ||
+                    (ids.dim() == 3 && ids.size(0) == b && ids.size(1) == len && ids.size(2) == axes);
+    FLUXRT_CHECK(ok, ErrorCode::InvalidArgument, "[flux1] {} must be [{}, {}] or [{}, {}, {}], got {}", what, len,
+                 axes, b, len, axes, ids.shape().str());
+  };
+  check_ids(x_ids, li, "image ids");
+  check_ids(ctx_ids, lt, "text ids");
+  FLUXRT_CHECK(x_ids.dim() == ctx_ids.dim(), ErrorCode::InvalidArgument,
+               "[flux1] image ids {} and text ids {} must both be 2-D or both 3-D", x_ids.shape().str(),
+               ctx_ids.shape().str());
+
+  // 1. Conditioning vector; every block's modulation linear reads SiLU(vec).
+  const Tensor vec = conditioning(timesteps, guidance, pooled);  // [B, D]
+  const Tensor vec_act = ops::silu(vec);                         // [B, D]
+
+  // 2. Input projections.
+  Tensor img = ops::linear(flux_to_device(x.to(dt).contiguous(), options_.device), *img_in_);    // [B, Li, D]
+  Tensor txt = ops::linear(flux_to_device(ctx.to(dt).contiguous(), options_.device), *txt_in_);  // [B, Lt, D]
+
+  // 3. RoPE over [text ; image] positions (text first).
+  const Tensor ids = ops::concat({ctx_ids.to(DType::F32), x_ids.to(DType::F32)}, ctx_ids.dim() - 2);  // [(B,) L, 3]
+  const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
+  const Tensor rope_cos = flux_to_device(rope.cos, options_.device);
+  const Tensor rope_sin = flux_to_device(rope.sin, options_.device);
+
+  // 4. Double-stream blocks.
+  for (const auto& blk : double_) double_block(blk, img, txt, vec_act, rope_cos, rope_sin);
+
+  // 5. Single-stream blocks on [txt ; img].
+  Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
+  for (const auto& blk : single_) single_block(blk, h, vec_act, rope_cos, rope_sin);
+
+  // 6. Final layer (AdaLayerNormContinuous: scale/shift from vec) on the image rows.
+  const Tensor shift = ops::linear(vec_act, *final_shift_);             // [B, D]
+  const Tensor scale = ops::linear(vec_act, *final_scale_);             // [B, D]
+  const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();         // [B, Li, D]
+  const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
+  return ops::linear(n, *final_linear_);                                // [B, Li, out]
+}
+
+}  // namespace fluxrt::models

@@ -1,0 +1,107 @@
+#pragma once
+// FLUX.1 dev / schnell diffusion transformer (flux-reference.md sections 2.1, 2.2, 2.4), mirroring
+// diffusers' FluxTransformer2DModel: linears with biases, conditioning vector = timestep embedding
+// (+ guidance embedding for dev) + pooled CLIP projection, per-block modulation linears on
+// SiLU(vector), double-stream blocks then single-stream blocks, text tokens first, per-head QK
+// RMSNorm, 3-axis adjacent-pair RoPE (16, 56, 56, theta 10000), GELU-tanh MLPs, final AdaLN.
+// Backend-free: only src/ops/ front ends.
+//
+// Weights: bound by canonical names (flux1_names.h) with their expected shapes. bf16 checkpoint
+// tensors are used as zero-copy views of the mapping in bf16 mode; fp8 files are dequantised to
+// bf16 once at load (flux1_dequantize_fp8); f32 mode converts once at load. Fused BFL tensors
+// (double-block qkv, single-block linear1) are row views, so q, k, v (and the single-block MLP
+// input) run as separate GEMMs: both layouts bind without a copy and the MLP input GEMM carries
+// the GELU in its epilogue.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/args/linear.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/flux/flux1_config.h"
+#include "models/weight_binder.h"
+
+namespace fluxrt::models {
+
+struct Flux1LoadOptions {
+  DType dtype = DType::BF16;  // activation dtype; bf16 weights are used as stored in bf16 mode
+  Device device = Device::cpu();
+  // Benchmarks with synthetic weights: after ops::prepare_linear, drop the model's reference to
+  // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
+  // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
+  bool release_prepared_sources = false;
+};
+
+class Flux1Transformer {
+ public:
+  // `path`: a diffusers transformer folder (config.json + weights, sharded or not), a pipeline
+  // folder holding transformer/, or a single .safetensors file in the BFL or diffusers layout, bf16
+  // or fp8 (the config is then detected from the weights: guidance_in present -> dev).
+  static std::unique_ptr<Flux1Transformer> load(const std::string& path, const Flux1LoadOptions& options = {});
+  // From a checkpoint store in any layout (fp8 dequantised, then flux1_to_canonical) and a config.
+  // Throws Format listing every missing, mis-shaped and unused tensor.
+  static std::unique_ptr<Flux1Transformer> from_store(const TensorStore& raw, const Flux1Config& config,
+                                                      const Flux1LoadOptions& options = {});
+  // Random bf16 weights of the config's shapes (never zeros), generated one tensor at a time.
+  static std::unique_ptr<Flux1Transformer> synthetic(const Flux1Config& config, uint64_t seed,
+                                                     const Flux1LoadOptions& options = {});
+
+  // x [B, Li, in] packed latents; x_ids [Li, 3] or [B, Li, 3]; ctx [B, Lt, C] T5 embeddings;
+  // ctx_ids [Lt, 3] or [B, Lt, 3]; pooled [B, P] CLIP pooled embeddings; timesteps [B] as the
+  // diffusers transformer receives them (sigma in [0, 1]); guidance [B] the distilled guidance
+  // scale (dev: required; schnell: must be undefined). Timesteps and guidance are scaled by 1000
+  // inside, in the model dtype (bf16: 3.5 -> 3504, as the reference). Returns the velocity
+  // [B, Li, out] in the model dtype.
+  Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids, const Tensor& pooled,
+                 const Tensor& timesteps, const Tensor& guidance = Tensor()) const;
+  // The conditioning vector [B, D] (diffusers time_text_embed output) every modulation reads.
+  Tensor conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const;
+
+  const Flux1Config& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  // Bytes of the weight tensors the model was bound to (as bound: bf16 or f32).
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  using Linear = std::shared_ptr<backend::PreparedLinear>;
+  struct Stream {  // one stream of a double block (img_* or txt_*)
+    Linear mod, q, k, v, proj, mlp_in, mlp_out;
+    Tensor q_norm, k_norm;
+  };
+  struct DoubleBlock {
+    Stream img, txt;
+  };
+  struct SingleBlock {
+    Linear mod, q, k, v, mlp, linear2;
+    Tensor q_norm, k_norm;
+  };
+  struct MlpEmbedder {
+    Linear in, out;
+  };
+  using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
+
+  Flux1Transformer(Flux1Config config, Flux1LoadOptions options) : config_(std::move(config)), options_(options) {}
+  void bind(const Fetch& fetch);
+  // "<prefix>.weight" [n, k] and "<prefix>.bias" [n].
+  Linear prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k);
+  Tensor vector(const Fetch& fetch, const std::string& name, int64_t n);
+  Tensor embed(const MlpEmbedder& e, const Tensor& input) const;
+
+  void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& vec_act, const Tensor& rope_cos,
+                    const Tensor& rope_sin) const;
+  void single_block(const SingleBlock& blk, Tensor& x, const Tensor& vec_act, const Tensor& rope_cos,
+                    const Tensor& rope_sin) const;
+
+  Flux1Config config_;
+  Flux1LoadOptions options_;
+  size_t weight_bytes_ = 0;
+  Linear img_in_, txt_in_;
+  MlpEmbedder time_in_, guidance_in_, vector_in_;
+  std::vector<DoubleBlock> double_;
+  std::vector<SingleBlock> single_;
+  Linear final_shift_, final_scale_, final_linear_;
+};
+
+}  // namespace fluxrt::models
