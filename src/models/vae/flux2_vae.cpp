@@ -1,26 +1,18 @@
-// FLUX.2 autoencoder: config, blocks, decoder, encoder, latent (de)normalisation, tiling.
+// FLUX.2 autoencoder: config, quant convs around the shared AutoencoderKL body, 2x2
+// (un)patchify and the BatchNorm latent (de)normalisation.
 #include "models/vae/flux2_vae.h"
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
-#include "io/safetensors.h"
-#include "ops/attention.h"
-#include "ops/conv.h"
-#include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/vae_ops.h"
 
 namespace fluxrt::models {
 namespace fs = std::filesystem;
-using PConv = std::shared_ptr<backend::PreparedConv2d>;
-using PLinear = std::shared_ptr<backend::PreparedLinear>;
 
 // ---------------------------------------------------------------------------------------------
 // config.json
@@ -34,26 +26,7 @@ Flux2VaeConfig Flux2VaeConfig::from_json_text(const std::string& text, const std
   }
   Flux2VaeConfig c;
   try {
-    auto get_int = [&](const char* key, int& v) {
-      if (j.contains(key) && !j[key].is_null()) v = j[key].get<int>();
-    };
-    auto get_bool = [&](const char* key, bool& v) {
-      if (j.contains(key) && !j[key].is_null()) v = j[key].get<bool>();
-    };
-    get_int("in_channels", c.in_channels);
-    get_int("out_channels", c.out_channels);
-    get_int("layers_per_block", c.layers_per_block);
-    get_int("latent_channels", c.latent_channels);
-    get_int("norm_num_groups", c.norm_num_groups);
-    get_bool("use_quant_conv", c.use_quant_conv);
-    get_bool("use_post_quant_conv", c.use_post_quant_conv);
-    get_bool("mid_block_add_attention", c.mid_block_add_attention);
     if (j.contains("batch_norm_eps")) c.batch_norm_eps = j["batch_norm_eps"].get<float>();
-    if (j.contains("block_out_channels")) c.block_out_channels = j["block_out_channels"].get<std::vector<int>>();
-    if (j.contains("decoder_block_out_channels") && !j["decoder_block_out_channels"].is_null())
-      c.decoder_block_out_channels = j["decoder_block_out_channels"].get<std::vector<int>>();
-    if (j.contains("act_fn") && j["act_fn"].get<std::string>() != "silu")
-      fail(ErrorCode::Unsupported, "{}: act_fn {} (only silu)", origin, j["act_fn"].get<std::string>());
     if (j.contains("patch_size")) {
       auto p = j["patch_size"].get<std::vector<int>>();
       if (p.size() != 2 || p[0] != 2 || p[1] != 2)
@@ -64,11 +37,7 @@ Flux2VaeConfig Flux2VaeConfig::from_json_text(const std::string& text, const std
   } catch (const std::exception& e) {
     fail(ErrorCode::Format, "{}: bad field type ({})", origin, e.what());
   }
-  FLUXRT_CHECK(!c.block_out_channels.empty() && c.decoder_channels().size() == c.block_out_channels.size(),
-               ErrorCode::Format, "{}: block_out_channels / decoder_block_out_channels", origin);
-  for (int ch : c.block_out_channels)
-    FLUXRT_CHECK(ch > 0 && ch % c.norm_num_groups == 0, ErrorCode::Format,
-                 "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, c.norm_num_groups);
+  c.read_json_fields(j, origin);
   return c;
 }
 
@@ -81,390 +50,13 @@ Flux2VaeConfig Flux2VaeConfig::from_json_file(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BFL name map
-
-bool is_bfl_vae_layout(const TensorStore& store) {
-  return store.contains("decoder.conv_in.weight") && !store.contains("decoder.conv_norm_out.weight") &&
-         store.contains("decoder.norm_out.weight");
-}
-
-TensorStore map_bfl_vae_names(const TensorStore& store) {
-  if (!is_bfl_vae_layout(store)) return store;
-  // Number of decoder levels: the highest `decoder.up.<i>.` index + 1.
-  int n_up = 0;
-  for (const auto& n : store.names())
-    if (n.rfind("decoder.up.", 0) == 0) n_up = std::max(n_up, std::stoi(n.substr(11)) + 1);
-  auto replace = [](std::string s, const std::string& from, const std::string& to) {
-    size_t p = s.find(from);
-    if (p != std::string::npos) s.replace(p, from.size(), to);
-    return s;
-  };
-  TensorStore out;
-  out.set_description(store.description());
-  for (const auto& name : store.names()) {
-    std::string n = name;
-    Tensor t = store.get(name);
-    if (n.rfind("encoder.quant_conv.", 0) == 0) n = n.substr(8);             // quant_conv.*
-    else if (n.rfind("decoder.post_quant_conv.", 0) == 0) n = n.substr(8);   // post_quant_conv.*
-    n = replace(n, "encoder.down.", "encoder.down_blocks.");
-    n = replace(n, ".downsample.", ".downsamplers.0.");
-    n = replace(n, ".nin_shortcut.", ".conv_shortcut.");
-    n = replace(n, ".mid.block_1.", ".mid_block.resnets.0.");
-    n = replace(n, ".mid.block_2.", ".mid_block.resnets.1.");
-    n = replace(n, ".mid.attn_1.norm.", ".mid_block.attentions.0.group_norm.");
-    bool attn_proj = false;
-    for (auto [b, d] : {std::pair{".mid.attn_1.q.", ".mid_block.attentions.0.to_q."},
-                        std::pair{".mid.attn_1.k.", ".mid_block.attentions.0.to_k."},
-                        std::pair{".mid.attn_1.v.", ".mid_block.attentions.0.to_v."},
-                        std::pair{".mid.attn_1.proj_out.", ".mid_block.attentions.0.to_out.0."}}) {
-      if (n.find(b) != std::string::npos) {
-        n = replace(n, b, d);
-        attn_proj = true;
-      }
-    }
-    n = replace(n, ".norm_out.", ".conv_norm_out.");
-    if (n.rfind("decoder.up.", 0) == 0) {
-      const size_t dot = n.find('.', 11);
-      const int level = std::stoi(n.substr(11, dot - 11));
-      n = "decoder.up_blocks." + std::to_string(n_up - 1 - level) + n.substr(dot);
-      n = replace(n, ".upsample.", ".upsamplers.0.");
-    }
-    n = replace(n, ".block.", ".resnets.");
-    if (attn_proj && t.dim() == 4) t = t.reshape({t.size(0), t.size(1)});  // 1x1 conv -> Linear
-    out.add(n, t, store.origin(name));
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Blocks
-
-namespace {
-
-struct Norm {
-  Tensor weight, bias;
-};
-
-struct Resnet {  // diffusers ResnetBlock2D (temb None, output_scale_factor 1)
-  Norm norm1, norm2;
-  PConv conv1, conv2, shortcut;  // shortcut only when in != out
-};
-
-struct MidAttention {  // diffusers Attention(heads = 1, dim_head = C, residual, group_norm)
-  Norm norm;
-  PLinear qkv, out;
-  int64_t channels = 0;
-};
-
-struct MidBlock {  // diffusers UNetMidBlock2D: resnet, attention, resnet
-  Resnet res0, res1;
-  std::optional<MidAttention> attn;
-};
-
-struct Level {
-  std::vector<Resnet> resnets;
-  PConv resample;  // encoder downsampler / decoder upsampler, or null
-};
-
-}  // namespace
+// Model
 
 struct Flux2Vae::Impl {
   Flux2VaeConfig config;
-  Flux2VaeOptions options;
-  // decoder
-  PConv post_quant_conv, dec_conv_in, dec_conv_out;
-  MidBlock dec_mid;
-  std::vector<Level> up;  // diffusers up_blocks order (deepest first)
-  Norm dec_norm_out;
-  // encoder
-  bool has_encoder = false;
-  PConv quant_conv, enc_conv_in, enc_conv_out;
-  std::vector<Level> down;
-  MidBlock enc_mid;
-  Norm enc_norm_out;
+  AutoencoderKL core;
   Tensor bn_mean, bn_var;  // f32 [128]
-
-  Tensor group_norm(const Tensor& x, const Norm& n, bool silu) const {
-    return ops::group_norm(x, n.weight, n.bias, config.norm_num_groups, config.norm_eps, silu);
-  }
-
-  // ResnetBlock2D.forward: h = conv1(silu(norm1(x))); h = conv2(silu(norm2(h))); out = shortcut(x) + h.
-  Tensor resnet(const Tensor& x, const Resnet& r) const {
-    Tensor h = group_norm(x, r.norm1, true);                                  // [B, Cin, H, W]
-    h = ops::conv2d(h, *r.conv1, ops::Conv2dOptions::same(3));                // [B, Cout, H, W]
-    h = group_norm(h, r.norm2, true);                                         // [B, Cout, H, W]
-    Tensor skip = r.shortcut ? ops::conv2d(x, *r.shortcut) : x;               // [B, Cout, H, W]
-    return ops::conv2d(h, *r.conv2, ops::Conv2dOptions::same(3), skip);       // [B, Cout, H, W]
-  }
-
-  // Attention (AttnProcessor2_0) on the mid block: one head of width C over all H*W pixels; the
-  // NCHW <-> NLC transposes are real copies, acceptable at the mid block's 1/8 resolution.
-  Tensor attention(const Tensor& x, const MidAttention& a) const {
-    const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), L = H * W;
-    Tensor h = group_norm(x, a.norm, false);                                  // [B, C, H, W]
-    Tensor seq = h.view({B, C, L}).transpose(1, 2).contiguous();              // [B, L, C]
-    Tensor qkv = ops::linear(seq, *a.qkv);                                    // [B, L, 3C]
-    Tensor q = qkv.slice(2, 0, C).unsqueeze(2);                               // [B, L, 1, C]
-    Tensor k = qkv.slice(2, C, 2 * C).unsqueeze(2);                           // [B, L, 1, C]
-    Tensor v = qkv.slice(2, 2 * C, 3 * C).unsqueeze(2);                       // [B, L, 1, C]
-    Tensor o = ops::attention(q, k, v);                                       // [B, L, 1, C]
-    Tensor proj = ops::linear(o.view({B, L, C}), *a.out);                     // [B, L, C]
-    Tensor back = proj.transpose(1, 2).contiguous().view({B, C, H, W});       // [B, C, H, W]
-    return ops::add(back, x);                                                 // [B, C, H, W]
-  }
-
-  Tensor mid(const Tensor& x, const MidBlock& m) const {
-    Tensor h = resnet(x, m.res0);                                             // [B, C, h, w]
-    if (m.attn) h = attention(h, *m.attn);                                    // [B, C, h, w]
-    return resnet(h, m.res1);                                                 // [B, C, h, w]
-  }
-
-  // diffusers Decoder.forward (+ post_quant_conv): z [B, 32, h, w] -> [B, 3, 8h, 8w].
-  Tensor decode_untiled(const Tensor& z_in) const {
-    Tensor z = z_in.to(options.dtype);                                        // [B, 32, h, w]
-    if (post_quant_conv) z = ops::conv2d(z, *post_quant_conv);                // [B, 32, h, w]
-    Tensor h = ops::conv2d(z, *dec_conv_in, ops::Conv2dOptions::same(3));     // [B, C3, h, w]
-    h = mid(h, dec_mid);                                                      // [B, C3, h, w]
-    for (const Level& lvl : up) {  // UpDecoderBlock2D: resnets, then nearest 2x + conv
-      for (const Resnet& r : lvl.resnets) h = resnet(h, r);                   // [B, Ci, h', w']
-      if (lvl.resample) h = ops::conv2d(h, *lvl.resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
-    }
-    h = group_norm(h, dec_norm_out, true);                                    // [B, C0, H, W]
-    return ops::conv2d(h, *dec_conv_out, ops::Conv2dOptions::same(3));        // [B, 3, H, W]
-  }
-
-  // diffusers Encoder.forward (+ quant_conv), then DiagonalGaussianDistribution.mode() = mean:
-  // x [B, 3, H, W] -> [B, 32, H/8, W/8].
-  Tensor encode_untiled(const Tensor& x_in) const {
-    Tensor x = x_in.to(options.dtype);                                        // [B, 3, H, W]
-    Tensor h = ops::conv2d(x, *enc_conv_in, ops::Conv2dOptions::same(3));     // [B, C0, H, W]
-    for (const Level& lvl : down) {  // DownEncoderBlock2D: resnets, then pad (0,1,0,1) + stride-2 conv
-      for (const Resnet& r : lvl.resnets) h = resnet(h, r);                   // [B, Ci, H', W']
-      if (lvl.resample) h = ops::conv2d(h, *lvl.resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
-    }
-    h = mid(h, enc_mid);                                                      // [B, C3, H/8, W/8]
-    h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
-    h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 64, H/8, W/8]
-    if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 64, H/8, W/8]
-    return h.slice(1, 0, config.latent_channels).contiguous();                // [B, 32, H/8, W/8] (mean)
-  }
-
-  // Tile starts along one axis of length n (tile t, overlap o): stride t - o, the last tile flush
-  // with the end so every tile has full size.
-  static std::vector<int64_t> tile_starts(int64_t n, int64_t t, int64_t o) {
-    if (n <= t) return {0};
-    std::vector<int64_t> s;
-    for (int64_t p = 0;; p += t - o) {
-      if (p + t >= n) {
-        s.push_back(n - t);
-        break;
-      }
-      s.push_back(p);
-    }
-    return s;
-  }
-
-  // Linear ramp weights of one tile along an axis: ramps of `ramp` samples on the sides that
-  // have a neighbour; (i + 0.5) / ramp keeps every weight positive.
-  static std::vector<float> ramp_weights(int64_t len, int64_t ramp, bool left, bool right) {
-    std::vector<float> w(static_cast<size_t>(len), 1.0f);
-    for (int64_t i = 0; i < len && ramp > 0; ++i) {
-      float v = 1.0f;
-      if (left && i < ramp) v = std::min(v, (static_cast<float>(i) + 0.5f) / static_cast<float>(ramp));
-      if (right && len - 1 - i < ramp)
-        v = std::min(v, (static_cast<float>(len - 1 - i) + 0.5f) / static_cast<float>(ramp));
-      w[static_cast<size_t>(i)] = v;
-    }
-    return w;
-  }
-
-  // Runs `fn` on overlapping tiles of x [B, C, H, W] (tile / overlap in x's pixels, output scale
-  // `scale` = output pixels per input pixel, as a ratio out_num/out_den) and blends the results.
-  template <typename Fn>
-  Tensor tiled(const Tensor& x, int64_t tile, int64_t overlap, int64_t out_num, int64_t out_den, Fn fn) const {
-    const int64_t B = x.size(0), H = x.size(2), W = x.size(3);
-    const auto ys = tile_starts(H, tile, overlap), xs = tile_starts(W, tile, overlap);
-    const int64_t OH = H * out_num / out_den, OW = W * out_num / out_den;
-    const int64_t ramp = overlap * out_num / out_den;
-    Tensor acc, wsum = Tensor::zeros({OH, OW}, DType::F32);
-    float* ws = wsum.data<float>();
-    int64_t OC = 0;
-    for (size_t iy = 0; iy < ys.size(); ++iy) {
-      for (size_t ix = 0; ix < xs.size(); ++ix) {
-        const int64_t th = std::min(tile, H), tw = std::min(tile, W);
-        Tensor in = x.slice(2, ys[iy], ys[iy] + th).slice(3, xs[ix], xs[ix] + tw).contiguous();  // [B, C, th, tw]
-        Tensor out = fn(in).to(DType::F32).contiguous();                      // [B, OC, oth, otw]
-        if (!acc.defined()) {
-          OC = out.size(1);
-          acc = Tensor::zeros({B, OC, OH, OW}, DType::F32);
-        }
-        const int64_t oth = out.size(2), otw = out.size(3);
-        const int64_t oy = ys[iy] * out_num / out_den, ox = xs[ix] * out_num / out_den;
-        const auto wy = ramp_weights(oth, ramp, iy > 0, iy + 1 < ys.size());
-        const auto wx = ramp_weights(otw, ramp, ix > 0, ix + 1 < xs.size());
-        const float* src = out.data<float>();
-        float* dst = acc.data<float>();
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t c = 0; c < OC; ++c)
-            for (int64_t i = 0; i < oth; ++i) {
-              const float* srow = src + ((b * OC + c) * oth + i) * otw;
-              float* drow = dst + ((b * OC + c) * OH + oy + i) * OW + ox;
-              for (int64_t j = 0; j < otw; ++j) drow[j] += wy[i] * wx[j] * srow[j];
-            }
-        for (int64_t i = 0; i < oth; ++i)
-          for (int64_t j = 0; j < otw; ++j) ws[(oy + i) * OW + ox + j] += wy[i] * wx[j];
-      }
-    }
-    float* dst = acc.data<float>();
-    for (int64_t bc = 0; bc < B * OC; ++bc)
-      for (int64_t p = 0; p < OH * OW; ++p) dst[bc * OH * OW + p] /= ws[p];
-    return acc.to(options.dtype);                                             // [B, OC, OH, OW]
-  }
-
-  size_t elem() const { return dtype_size(options.dtype); }
-
-  // Peak activation estimate: the widest full-resolution stage holds about six tensors at once
-  // (input, norm output, conv output, skip, and the conv backend's blocked input/output copies).
-  size_t decode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.decoder_channels();
-    int64_t widest = 0;
-    const int n = static_cast<int>(ch.size());
-    for (int i = 0; i < n; ++i) {  // level i (deepest first) runs at 1/2^(n-1-i) resolution
-      const int64_t area = (h >> (n - 1 - i)) * (w >> (n - 1 - i));
-      const int64_t prev = i == 0 ? ch[n - 1] : ch[n - i];
-      widest = std::max(widest, area * std::max<int64_t>(ch[n - 1 - i], prev));
-    }
-    return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
-  }
-  size_t encode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.block_out_channels;
-    int64_t widest = 0;
-    for (size_t i = 0; i < ch.size(); ++i) widest = std::max(widest, (h >> i) * (w >> i) * int64_t{ch[i]});
-    return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
-  }
 };
-
-// ---------------------------------------------------------------------------------------------
-// Binding (diffusers names). The same walk either binds tensors or records the expected shapes
-// (for synthetic weights), so the two can never disagree.
-
-namespace {
-
-struct Walk {
-  WeightBinder* binder = nullptr;                       // bind mode
-  std::vector<std::pair<std::string, Shape>>* record = nullptr;  // record mode
-  DType dtype = DType::BF16;
-  Device device = Device::cpu();
-
-  Tensor get(const std::string& name, const Shape& shape, DType dt) {
-    if (record) {
-      record->emplace_back(name, shape);
-      return Tensor();
-    }
-    return binder->require(name, shape, dt);
-  }
-  PConv conv(const std::string& p, int64_t cout, int64_t cin, int64_t k) {
-    Tensor w = get(p + ".weight", {cout, cin, k, k}, dtype);
-    Tensor b = get(p + ".bias", {cout}, dtype);
-    if (record || !w.defined() || !b.defined()) return nullptr;
-    return ops::prepare_conv2d(w, b, device);
-  }
-  PLinear linear_qkv(const std::string& p, int64_t c) {
-    std::vector<Tensor> ws, bs;
-    for (const char* n : {"to_q", "to_k", "to_v"}) {
-      ws.push_back(get(p + "." + n + ".weight", {c, c}, dtype));
-      bs.push_back(get(p + "." + n + ".bias", {c}, dtype));
-    }
-    if (record) return nullptr;
-    for (size_t i = 0; i < 3; ++i)
-      if (!ws[i].defined() || !bs[i].defined()) return nullptr;
-    return ops::prepare_linear(ops::concat(ws, 0), ops::concat(bs, 0), device);  // [3C, C], [3C]
-  }
-  PLinear linear(const std::string& p, int64_t c) {
-    Tensor w = get(p + ".weight", {c, c}, dtype);
-    Tensor b = get(p + ".bias", {c}, dtype);
-    if (record || !w.defined() || !b.defined()) return nullptr;
-    return ops::prepare_linear(w, b, device);
-  }
-  Norm norm(const std::string& p, int64_t c) {
-    Norm n;
-    n.weight = get(p + ".weight", {c}, dtype);
-    n.bias = get(p + ".bias", {c}, dtype);
-    return n;
-  }
-  Resnet resnet(const std::string& p, int64_t cin, int64_t cout) {
-    Resnet r;
-    r.norm1 = norm(p + ".norm1", cin);
-    r.conv1 = conv(p + ".conv1", cout, cin, 3);
-    r.norm2 = norm(p + ".norm2", cout);
-    r.conv2 = conv(p + ".conv2", cout, cout, 3);
-    if (cin != cout) r.shortcut = conv(p + ".conv_shortcut", cout, cin, 1);
-    return r;
-  }
-  MidBlock mid(const std::string& p, int64_t c, bool attn) {
-    MidBlock m;
-    m.res0 = resnet(p + ".resnets.0", c, c);
-    if (attn) {
-      MidAttention a;
-      a.channels = c;
-      a.norm = norm(p + ".attentions.0.group_norm", c);
-      a.qkv = linear_qkv(p + ".attentions.0", c);
-      a.out = linear(p + ".attentions.0.to_out.0", c);
-      m.attn = std::move(a);
-    }
-    m.res1 = resnet(p + ".resnets.1", c, c);
-    return m;
-  }
-};
-
-void walk_model(Walk& w, Flux2Vae::Impl& m, const Flux2VaeConfig& c, bool encoder) {
-  const int64_t z = c.latent_channels;
-  // decoder (diffusers Decoder: reversed channels, layers_per_block + 1 resnets per level)
-  const auto& dch = c.decoder_channels();
-  const int n = static_cast<int>(dch.size());
-  if (c.use_post_quant_conv) m.post_quant_conv = w.conv("post_quant_conv", z, z, 1);
-  m.dec_conv_in = w.conv("decoder.conv_in", dch[n - 1], z, 3);
-  m.dec_mid = w.mid("decoder.mid_block", dch[n - 1], c.mid_block_add_attention);
-  m.up.clear();
-  int64_t prev = dch[n - 1];
-  for (int i = 0; i < n; ++i) {
-    const int64_t out = dch[n - 1 - i];
-    Level lvl;
-    for (int j = 0; j <= c.layers_per_block; ++j)
-      lvl.resnets.push_back(w.resnet(fmt::format("decoder.up_blocks.{}.resnets.{}", i, j), j == 0 ? prev : out, out));
-    if (i + 1 < n) lvl.resample = w.conv(fmt::format("decoder.up_blocks.{}.upsamplers.0.conv", i), out, out, 3);
-    m.up.push_back(std::move(lvl));
-    prev = out;
-  }
-  m.dec_norm_out = w.norm("decoder.conv_norm_out", dch[0]);
-  m.dec_conv_out = w.conv("decoder.conv_out", c.out_channels, dch[0], 3);
-  // BatchNorm statistics (f32; num_batches_tracked is accepted and ignored by the caller)
-  m.bn_mean = w.get("bn.running_mean", {c.packed_channels()}, DType::F32);
-  m.bn_var = w.get("bn.running_var", {c.packed_channels()}, DType::F32);
-  if (!encoder) return;
-  // encoder (diffusers Encoder, double_z)
-  const auto& ech = c.block_out_channels;
-  const int ne = static_cast<int>(ech.size());
-  m.enc_conv_in = w.conv("encoder.conv_in", ech[0], c.in_channels, 3);
-  m.down.clear();
-  prev = ech[0];
-  for (int i = 0; i < ne; ++i) {
-    Level lvl;
-    for (int j = 0; j < c.layers_per_block; ++j)
-      lvl.resnets.push_back(
-          w.resnet(fmt::format("encoder.down_blocks.{}.resnets.{}", i, j), j == 0 ? prev : ech[i], ech[i]));
-    if (i + 1 < ne) lvl.resample = w.conv(fmt::format("encoder.down_blocks.{}.downsamplers.0.conv", i), ech[i], ech[i], 3);
-    m.down.push_back(std::move(lvl));
-    prev = ech[i];
-  }
-  m.enc_mid = w.mid("encoder.mid_block", ech[ne - 1], c.mid_block_add_attention);
-  m.enc_norm_out = w.norm("encoder.conv_norm_out", ech[ne - 1]);
-  m.enc_conv_out = w.conv("encoder.conv_out", 2 * z, ech[ne - 1], 3);
-  if (c.use_quant_conv) m.quant_conv = w.conv("quant_conv", 2 * z, 2 * z, 1);
-  m.has_encoder = true;
-}
-
-}  // namespace
 
 Flux2Vae::Flux2Vae(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Flux2Vae::Flux2Vae(Flux2Vae&&) noexcept = default;
@@ -472,56 +64,28 @@ Flux2Vae& Flux2Vae::operator=(Flux2Vae&&) noexcept = default;
 Flux2Vae::~Flux2Vae() = default;
 
 Flux2Vae Flux2Vae::from_store(const TensorStore& raw, const Flux2VaeConfig& config, const Flux2VaeOptions& options) {
-  FLUXRT_CHECK(options.dtype == DType::F32 || options.dtype == DType::BF16 || options.dtype == DType::F16,
-               ErrorCode::Unsupported, "vae: dtype {} (f32, bf16 or f16)", dtype_name(options.dtype));
   const TensorStore store = map_bfl_vae_names(raw);
-  auto impl = std::make_unique<Impl>();
-  impl->config = config;
-  impl->options = options;
   WeightBinder binder(store, "vae");
+  AutoencoderKL core(config, options, binder);
+  // BatchNorm statistics (f32; num_batches_tracked is a training counter)
+  Tensor bn_mean = binder.require("bn.running_mean", {config.packed_channels()}, DType::F32);
+  Tensor bn_var = binder.require("bn.running_var", {config.packed_channels()}, DType::F32);
   binder.ignore_prefix("bn.num_batches_tracked");
-  if (!options.load_encoder) {
-    binder.ignore_prefix("encoder.");
-    binder.ignore_prefix("quant_conv.");
-  }
-  Walk w;
-  w.binder = &binder;
-  w.dtype = options.dtype;
-  w.device = options.device;
-  walk_model(w, *impl, config, options.load_encoder);
   binder.finish();
-  return Flux2Vae(std::move(impl));
+  return Flux2Vae(std::make_unique<Impl>(Impl{config, std::move(core), bn_mean, bn_var}));
 }
 
 Flux2Vae Flux2Vae::load(const std::string& path, const Flux2VaeOptions& options, std::optional<Flux2VaeConfig> config) {
-  std::string weights = path;
-  if (fs::is_directory(path)) {
-    if (fs::exists(fs::path(path) / "model_index.json") && fs::is_directory(fs::path(path) / "vae"))
-      weights = (fs::path(path) / "vae").string();
-    if (!config && fs::exists(fs::path(weights) / "config.json"))
-      config = Flux2VaeConfig::from_json_file((fs::path(weights) / "config.json").string());
-  }
-  const io::Checkpoint ckpt = io::Checkpoint::open(weights);
-  TensorStore store = TensorStore::from_checkpoint(ckpt);
-  // A full BFL/ComfyUI file may carry the VAE under a prefix.
-  if (!store.contains("decoder.conv_in.weight")) {
-    for (const char* prefix : {"vae.", "first_stage_model.", "ae."}) {
-      TensorStore s = TensorStore::from_checkpoint(ckpt, prefix);
-      if (s.contains("decoder.conv_in.weight")) {
-        store = std::move(s);
-        break;
-      }
-    }
-  }
-  FLUXRT_CHECK(store.contains("decoder.conv_in.weight"), ErrorCode::Format,
-               "{}: no decoder.conv_in.weight, not a FLUX.2 VAE checkpoint", weights);
+  std::string config_json;
+  TensorStore store = load_vae_store(path, config_json, "FLUX.2 VAE");
+  if (!config && !config_json.empty()) config = Flux2VaeConfig::from_json_file(config_json);
   return from_store(store, config.value_or(Flux2VaeConfig{}), options);
 }
 
 const Flux2VaeConfig& Flux2Vae::config() const { return impl_->config; }
-const Flux2VaeOptions& Flux2Vae::options() const { return impl_->options; }
-void Flux2Vae::set_tiling(const TilingOptions& tiling) { impl_->options.tiling = tiling; }
-bool Flux2Vae::has_encoder() const { return impl_->has_encoder; }
+const Flux2VaeOptions& Flux2Vae::options() const { return impl_->core.options(); }
+void Flux2Vae::set_tiling(const TilingOptions& tiling) { impl_->core.set_tiling(tiling); }
+bool Flux2Vae::has_encoder() const { return impl_->core.has_encoder(); }
 
 Tensor Flux2Vae::normalize_latents(const Tensor& z) const {
   return ops::latent_normalize(z, impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
@@ -530,60 +94,29 @@ Tensor Flux2Vae::denormalize_latents(const Tensor& z) const {
   return ops::latent_denormalize(z, impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
 }
 
-size_t Flux2Vae::estimate_decode_bytes(int64_t b, int64_t h, int64_t w) const { return impl_->decode_bytes(b, h, w); }
-size_t Flux2Vae::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) const { return impl_->encode_bytes(b, h, w); }
+size_t Flux2Vae::estimate_decode_bytes(int64_t b, int64_t h, int64_t w) const {
+  return impl_->core.estimate_decode_bytes(b, h, w);
+}
+size_t Flux2Vae::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) const {
+  return impl_->core.estimate_encode_bytes(b, h, w);
+}
+bool Flux2Vae::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return impl_->core.decode_would_tile(b, h, w); }
+bool Flux2Vae::encode_would_tile(int64_t b, int64_t h, int64_t w) const { return impl_->core.encode_would_tile(b, h, w); }
+double Flux2Vae::decode_flops(int64_t b, int64_t h, int64_t w) const { return impl_->core.decode_flops(b, h, w); }
+double Flux2Vae::encode_flops(int64_t b, int64_t h, int64_t w) const { return impl_->core.encode_flops(b, h, w); }
 
-bool Flux2Vae::decode_would_tile(int64_t b, int64_t h, int64_t w) const {
-  const auto& t = impl_->options.tiling;
-  if (t.mode == TilingMode::Never) return false;
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return false;  // one tile is the whole image
-  return t.mode == TilingMode::Always || estimate_decode_bytes(b, h, w) > t.memory_budget_bytes;
-}
-bool Flux2Vae::encode_would_tile(int64_t b, int64_t h, int64_t w) const {
-  const auto& t = impl_->options.tiling;
-  if (t.mode == TilingMode::Never) return false;
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return false;
-  return t.mode == TilingMode::Always || estimate_encode_bytes(b, h, w) > t.memory_budget_bytes;
-}
-
-Tensor Flux2Vae::decode(const Tensor& z) const {
-  FLUXRT_CHECK(z.defined() && z.dim() == 4 && z.size(1) == impl_->config.latent_channels, ErrorCode::InvalidArgument,
-               "vae decode: z must be [B, {}, h, w], got {}", impl_->config.latent_channels,
-               z.defined() ? z.shape().str() : "undefined");
-  const int64_t f = impl_->config.spatial_factor();
-  if (!decode_would_tile(z.size(0), z.size(2) * f, z.size(3) * f)) return impl_->decode_untiled(z);
-  const auto& t = impl_->options.tiling;
-  FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
-               ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
-               t.tile_pixels, t.overlap_pixels, f);
-  return impl_->tiled(z, t.tile_pixels / f, t.overlap_pixels / f, f, 1,
-                      [&](const Tensor& tile) { return impl_->decode_untiled(tile); });  // [B, 3, H, W]
-}
+Tensor Flux2Vae::decode(const Tensor& z) const { return impl_->core.decode(z, "vae decode"); }
 
 Tensor Flux2Vae::decode_latents(const Tensor& z_packed) const {
   FLUXRT_CHECK(z_packed.defined() && z_packed.dim() == 4 && z_packed.size(1) == impl_->config.packed_channels(),
                ErrorCode::InvalidArgument, "vae decode_latents: z must be [B, {}, h, w], got {}",
                impl_->config.packed_channels(), z_packed.defined() ? z_packed.shape().str() : "undefined");
-  Tensor z = denormalize_latents(z_packed.to(impl_->options.dtype));         // [B, 128, h, w]
+  Tensor z = denormalize_latents(z_packed.to(impl_->core.options().dtype));         // [B, 128, h, w]
   z = ops::unpatchify_2x2(z);                                                 // [B, 32, 2h, 2w]
   return decode(z);                                                           // [B, 3, 16h, 16w]
 }
 
-Tensor Flux2Vae::encode_mode(const Tensor& image) const {
-  FLUXRT_CHECK(impl_->has_encoder, ErrorCode::InvalidArgument, "vae encode: loaded without the encoder");
-  const int64_t f = impl_->config.spatial_factor();
-  FLUXRT_CHECK(image.defined() && image.dim() == 4 && image.size(1) == impl_->config.in_channels &&
-                   image.size(2) % f == 0 && image.size(3) % f == 0,
-               ErrorCode::InvalidArgument, "vae encode: image must be [B, {}, H, W] with H, W multiples of {}, got {}",
-               impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
-  if (!encode_would_tile(image.size(0), image.size(2), image.size(3))) return impl_->encode_untiled(image);
-  const auto& t = impl_->options.tiling;
-  FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
-               ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
-               t.tile_pixels, t.overlap_pixels, f);
-  return impl_->tiled(image, t.tile_pixels, t.overlap_pixels, 1, f,
-                      [&](const Tensor& tile) { return impl_->encode_untiled(tile); });  // [B, 32, H/8, W/8]
-}
+Tensor Flux2Vae::encode_mode(const Tensor& image) const { return impl_->core.encode_mode(image, "vae encode"); }
 
 Tensor Flux2Vae::encode_latents(const Tensor& image) const {
   FLUXRT_CHECK(image.dim() == 4 && image.size(2) % 16 == 0 && image.size(3) % 16 == 0, ErrorCode::InvalidArgument,
@@ -593,139 +126,22 @@ Tensor Flux2Vae::encode_latents(const Tensor& image) const {
   return normalize_latents(packed);                                           // [B, 128, H/16, W/16]
 }
 
-double Flux2Vae::decode_flops(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  const auto& dch = c.decoder_channels();
-  const int n = static_cast<int>(dch.size());
-  const double f = c.spatial_factor();
-  double area = (h / f) * (w / f), macs = 0;
-  const double z = c.latent_channels;
-  auto resnet = [&](double cin, double cout, double a) {
-    macs += a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-  };
-  if (c.use_post_quant_conv) macs += area * z * z;
-  macs += area * 9 * z * dch[n - 1];
-  resnet(dch[n - 1], dch[n - 1], area);
-  if (c.mid_block_add_attention) macs += area * 4 * dch[n - 1] * dch[n - 1] + 2 * area * area * dch[n - 1];
-  resnet(dch[n - 1], dch[n - 1], area);
-  double prev = dch[n - 1];
-  for (int i = 0; i < n; ++i) {
-    const double out = dch[n - 1 - i];
-    for (int j = 0; j <= c.layers_per_block; ++j) resnet(j == 0 ? prev : out, out, area);
-    if (i + 1 < n) {
-      area *= 4;
-      macs += area * 9 * out * out;
-    }
-    prev = out;
-  }
-  macs += area * 9 * dch[0] * c.out_channels;
-  return 2 * macs * static_cast<double>(b);
-}
-
-double Flux2Vae::encode_flops(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  const auto& ech = c.block_out_channels;
-  const int n = static_cast<int>(ech.size());
-  double area = static_cast<double>(h) * static_cast<double>(w), macs = 0;
-  auto resnet = [&](double cin, double cout, double a) {
-    macs += a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-  };
-  macs += area * 9 * c.in_channels * ech[0];
-  double prev = ech[0];
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < c.layers_per_block; ++j) resnet(j == 0 ? prev : ech[i], ech[i], area);
-    if (i + 1 < n) {
-      area /= 4;
-      macs += area * 9 * ech[i] * ech[i];
-    }
-    prev = ech[i];
-  }
-  const double cm = ech[n - 1];
-  resnet(cm, cm, area);
-  if (c.mid_block_add_attention) macs += area * 4 * cm * cm + 2 * area * area * cm;
-  resnet(cm, cm, area);
-  macs += area * 9 * cm * 2 * c.latent_channels;
-  if (c.use_quant_conv) macs += area * 4.0 * c.latent_channels * c.latent_channels;
-  return 2 * macs * static_cast<double>(b);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Synthetic weights
 
 TensorStore make_synthetic_flux2_vae(const Flux2VaeConfig& config, DType dtype, uint64_t seed) {
-  Flux2Vae::Impl dummy;
-  std::vector<std::pair<std::string, Shape>> rec;
-  Walk w;
-  w.record = &rec;
-  walk_model(w, dummy, config, true);
   TensorStore store;
   store.set_description("synthetic FLUX.2 VAE");
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
-  auto next = [&]() {  // splitmix64 -> uniform [-1, 1)
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-  };
-  for (const auto& [name, shape] : rec) {
-    Tensor t = Tensor::empty(shape, DType::F32);
-    float* p = t.data<float>();
-    const int64_t n = t.numel();
-    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    const bool is_norm = name.find("norm") != std::string::npos;
-    if (name == "bn.running_var") {
-      for (int64_t i = 0; i < n; ++i) p[i] = 2.0f + 1.5f * next();
-    } else if (name == "bn.running_mean") {
-      for (int64_t i = 0; i < n; ++i) p[i] = 0.5f * next();
-    } else if (is_norm && !is_bias) {
-      for (int64_t i = 0; i < n; ++i) p[i] = 1.0f + 0.1f * next();
-    } else if (is_bias) {
-      for (int64_t i = 0; i < n; ++i) p[i] = 0.02f * next();
-    } else {
-      const int64_t fan_in = n / shape[0];
-      const float s = 1.0f / std::sqrt(static_cast<float>(fan_in));
-      for (int64_t i = 0; i < n; ++i) p[i] = s * next();
-    }
-    const bool keep_f32 = name.rfind("bn.", 0) == 0;
-    store.add(name, keep_f32 ? t : t.to(dtype), "synthetic");
-  }
+  add_synthetic_vae_tensors(store, AutoencoderKL::tensor_shapes(config, true, false), dtype, state);
+  Tensor mean = Tensor::empty({config.packed_channels()}, DType::F32);
+  Tensor var = Tensor::empty({config.packed_channels()}, DType::F32);
+  for (int64_t i = 0; i < mean.numel(); ++i) mean.data<float>()[i] = 0.5f * synthetic_uniform(state);
+  for (int64_t i = 0; i < var.numel(); ++i) var.data<float>()[i] = 2.0f + 1.5f * synthetic_uniform(state);
+  store.add("bn.running_mean", mean, "synthetic");
+  store.add("bn.running_var", var, "synthetic");
+  add_synthetic_vae_tensors(store, AutoencoderKL::tensor_shapes(config, false, true), dtype, state);
   return store;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Post-processing (VaeImageProcessor.postprocess + numpy_to_pil's rounding)
-
-Tensor postprocess_to_uint8(const Tensor& image) {
-  FLUXRT_CHECK(image.defined() && image.dim() == 4, ErrorCode::InvalidArgument,
-               "postprocess_to_uint8: image must be [B, C, H, W], got {}",
-               image.defined() ? image.shape().str() : "undefined");
-  const int64_t B = image.size(0), C = image.size(1), H = image.size(2), W = image.size(3);
-  const DType dt = image.dtype();
-  const Tensor x = image.to(DType::F32).contiguous();                        // [B, C, H, W]
-  Tensor out = Tensor::empty({B, H, W, C}, DType::U8);                        // [B, H, W, C]
-  const float* src = x.data<float>();
-  uint8_t* dst = out.data<uint8_t>();
-  // Rounds an f32 to the image's dtype, as each torch op on a bf16/f16 tensor does.
-  auto in_dtype = [dt](float v) {
-    if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(v));
-    if (dt == DType::F16) {
-      Tensor t = Tensor::from_vector({v}, {1}, DType::F32).to(DType::F16).to(DType::F32);
-      return t.data<float>()[0];
-    }
-    return v;
-  };
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < H * W; ++i) {
-        float v = src[(b * C + c) * H * W + i];
-        v = in_dtype(in_dtype(v * 0.5f) + 0.5f);        // images * 0.5 + 0.5 (two torch ops)
-        v = std::min(std::max(v, 0.0f), 1.0f);          // .clamp(0, 1); NaN stays NaN
-        const float s = v * 255.0f;                     // numpy f32 multiply
-        const float r = std::nearbyint(s);              // np.round: half to even
-        dst[((b * H) + i / W) * W * C + (i % W) * C + c] = static_cast<uint8_t>(std::isnan(r) ? 0 : r);
-      }
-  return out;
 }
 
 }  // namespace fluxrt::models
