@@ -125,12 +125,17 @@ size_t estimate_generate_bytes(int width, int height, int batch, const models::F
 }
 
 void Flux2KleinPipeline::validate_size(int width, int height, int batch) {
+  // Before loading, the transformer is unknown: the 4B widths (the 9B ones only raise the bound).
+  validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"));
+}
+
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config) {
   FLUXRT_CHECK(width > 0 && height > 0 && width % 16 == 0 && height % 16 == 0, ErrorCode::InvalidArgument,
                "image size {}x{}: width and height must be positive multiples of 16", width, height);
   FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
                "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
   FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
-  const size_t need = estimate_generate_bytes(width, height, batch, models::flux2_preset("flux.2-klein-4b"));
+  const size_t need = estimate_generate_bytes(width, height, batch, config);
   const size_t ram = physical_ram_bytes();
   FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
                "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
@@ -188,7 +193,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
                "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
   int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
   int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
-  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)));
+  validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config);
   const int64_t lh = height / 16, lw = width / 16, image_tokens = lh * lw;
   const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels);
   if (request.initial_latents) {

@@ -50,6 +50,9 @@ inline constexpr const char* kSpanDenoiseStep = "denoise.step";  // one per step
 inline constexpr const char* kSpanDenoiseTotal = "denoise.total";
 inline constexpr const char* kSpanVaeDecode = "vae_decode";
 
+// Flux2KleinPipeline::synthetic variant with the shapes of tests/data/models/flux2-klein-tiny.
+inline constexpr const char* kKleinTinySyntheticVariant = "flux.2-klein-tiny";
+
 // What the model folder says about itself (model_index.json, scheduler config, transformer
 // config): the defaults a request falls back to.
 struct KleinModelDefaults {
@@ -114,7 +117,9 @@ class Flux2KleinPipeline {
                                                   const PipelineOptions& options);
   // Synthetic random weights of a variant's real shapes and no files (benchmarks): the real
   // tokenizer is still needed for the prompt path, so `tokenizer_dir` must hold the Qwen3
-  // tokenizer (vocab.json + merges.txt or tokenizer.json).
+  // tokenizer (vocab.json + merges.txt or tokenizer.json). Variants: flux.2-klein-4b, -9b,
+  // flux.2-klein-base-4b, -base-9b (CFG defaults), and kKleinTinySyntheticVariant (the tiny test
+  // model's shapes, for fast smoke tests).
   static std::unique_ptr<Flux2KleinPipeline> synthetic(const std::string& variant,
                                                        const std::filesystem::path& tokenizer_dir,
                                                        const PipelineOptions& options, uint64_t seed = 42);
@@ -125,8 +130,9 @@ class Flux2KleinPipeline {
   const KleinModelDefaults& defaults() const;
   const models::Flux2Config& transformer_config() const;
   const PipelineOptions& options() const;
-  // Throws InvalidArgument (one line) when a size is not a positive multiple of 16 or needs more
-  // memory than the machine has; used by the CLI before anything is loaded or written.
+  // Throws InvalidArgument (one line) when a size is not a positive multiple of 16 (at most
+  // io::kMaxImageSide) or the batch is < 1, OutOfMemory when the estimated activations exceed the
+  // machine's physical RAM; used by the CLI before anything is loaded or written.
   static void validate_size(int width, int height, int batch);
 
   struct Impl;

@@ -38,6 +38,21 @@ void check_vae_geometry(const models::Flux2VaeConfig& vae, const std::string& wh
 
 }  // namespace
 
+// The shapes of tests/data/models/flux2-klein-tiny (tools/reference/make_tiny_models.py): the
+// real structure (head_dim 128, 36 Qwen3 layers with the 9/18/27 taps, 4 VAE levels, 32 latent
+// channels) at widths that run in milliseconds, for smoke tests of the synthetic path.
+void Flux2KleinPipeline::Impl::set_tiny_configs(Impl& m) {
+  models::Flux2Config& t = m.transformer_config;
+  t.variant = "custom";
+  t.hidden = 128, t.heads = 1, t.head_dim = 128, t.double_blocks = 1, t.single_blocks = 1;
+  t.context_dim = 24, t.mlp_hidden = 384;
+  models::Qwen3Config& q = m.text_config;
+  q.hidden_size = 8, q.intermediate_size = 24, q.num_layers = 36, q.num_heads = 2, q.num_kv_heads = 1;
+  q.head_dim = 16;
+  m.vae_config.block_out_channels = {8, 16, 16, 16};
+  m.vae_config.norm_num_groups = 4;
+}
+
 Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& model_root,
                                                                const PipelineOptions& options) {
   const std::string where = model_root.string();
@@ -70,14 +85,18 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_variant(const std::strin
                                                                 const fs::path& tokenizer_dir,
                                                                 const PipelineOptions& options, uint64_t seed) {
   Impl m;
-  m.transformer_config = models::flux2_preset(variant);  // InvalidArgument listing the known names
+  if (variant == kKleinTinySyntheticVariant) {
+    set_tiny_configs(m);
+  } else {
+    m.transformer_config = models::flux2_preset(variant);  // InvalidArgument listing the known names
+    const bool nine_b = variant.find("9b") != std::string::npos;
+    m.text_config = nine_b ? models::Qwen3Config::qwen3_8b() : models::Qwen3Config::qwen3_4b();
+  }
   require_tokenizer(tokenizer_dir, "synthetic " + variant);
   m.synthetic_variant = variant;
   m.tokenizer_dir = tokenizer_dir;
   m.synthetic_seed = seed;
   m.options = options;
-  const bool nine_b = variant.find("9b") != std::string::npos;
-  m.text_config = nine_b ? models::Qwen3Config::qwen3_8b() : models::Qwen3Config::qwen3_4b();
   set_variant_defaults(m.defaults, variant.find("base") == std::string::npos);
   m.scheduler = FlowMatchSchedulerConfig::flux2_klein();
   return m;

@@ -34,6 +34,8 @@ class ComponentLease {
 // Rough activation bytes of one generate call (worst case f32), used to refuse sizes that cannot
 // fit in RAM before anything runs.
 size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config);
+// validate_size against a given transformer's widths.
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config);
 
 struct Flux2KleinPipeline::Impl {
   // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.
@@ -59,6 +61,7 @@ struct Flux2KleinPipeline::Impl {
   static Impl from_folder(const std::filesystem::path& model_root, const PipelineOptions& options);
   static Impl from_variant(const std::string& variant, const std::filesystem::path& tokenizer_dir,
                            const PipelineOptions& options, uint64_t seed);
+  static void set_tiny_configs(Impl& m);
 
   // Loads the three components (concurrently with options.parallel_load).
   void load_resident();

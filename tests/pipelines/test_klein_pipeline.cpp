@@ -331,6 +331,22 @@ TEST(KleinPipeline, BaseVariantRunsClassifierFreeGuidance) {
   EXPECT_TRUE(same_pixels(ignored.images[0], distilled.images[0]));
 }
 
+TEST(KleinPipeline, SyntheticTinyVariantGeneratesInEveryLoadingMode) {
+  PipelineOptions o;  // bf16, the benchmark setting
+  auto pipe = Flux2KleinPipeline::synthetic(kKleinTinySyntheticVariant, kTinyModel / "tokenizer", o, 5);
+  EXPECT_TRUE(pipe->defaults().is_distilled);
+  EXPECT_EQ(pipe->transformer_config().context_dim, 24);
+  GenerateRequest r = tiny_request({"bench"}, 1);
+  r.num_steps = 1;
+  const GenerateResult a = pipe->generate(r);
+  ASSERT_EQ(a.images.size(), 1u);
+  EXPECT_EQ(a.final_latents.dtype(), DType::BF16);
+  o.low_memory = true;
+  const GenerateResult low = Flux2KleinPipeline::synthetic(kKleinTinySyntheticVariant, kTinyModel / "tokenizer", o, 5)
+                                 ->generate(r);
+  EXPECT_TRUE(same_pixels(a.images[0], low.images[0]));
+}
+
 // ------------------------------------------------------------------------------------------------
 // Reference images
 
