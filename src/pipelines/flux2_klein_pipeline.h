@@ -94,8 +94,15 @@ struct GenerateRequest {
   uint64_t seed = 0;
   // Reference images (RGB or RGBA 8-bit), preprocessed as Flux2ImageProcessor does.
   std::vector<io::Image> reference_images;
-  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/16, W/16].
+  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/16, W/16]
+  // (FLUX.1: [B, 16, H/8, W/8]).
   std::optional<Tensor> initial_latents;
+  // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
+  // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
+  // with strength in [0, 1] (diffusers' default 0.6).
+  std::optional<float> true_cfg_scale;
+  std::optional<io::Image> init_image;
+  std::optional<float> strength;
   StepCallback on_step;
   const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
 };
