@@ -234,7 +234,7 @@ struct AutoencoderKL::Impl {
     h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
     h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 2z, H/8, W/8]
     if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 2z, H/8, W/8]
-    return h.slice(1, 0, config.latent_channels).contiguous();                // [B, z, H/8, W/8] (mean)
+    return h;                                                                 // [B, 2z, H/8, W/8]: mean | logvar
   }
 
   // Tile starts along one axis of length n (tile t, overlap o): stride t - o, the last tile flush
@@ -533,13 +533,32 @@ Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
                    image.size(2) % f == 0 && image.size(3) % f == 0,
                ErrorCode::InvalidArgument, "{}: image must be [B, {}, H, W] with H, W multiples of {}, got {}", what,
                impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
+  const int64_t z = impl_->config.latent_channels;
+  if (!encode_would_tile(image.size(0), image.size(2), image.size(3)))
+    return impl_->encode_untiled(image).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
+  const auto& t = impl_->options.tiling;
+  FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
+               ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
+               t.tile_pixels, t.overlap_pixels, f);
+  return impl_->tiled(image, t.tile_pixels, t.overlap_pixels, 1, f, [&](const Tensor& tile) {
+    return impl_->encode_untiled(tile).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8]
+  });
+}
+
+Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) const {
+  FLUXRT_CHECK(impl_->has_encoder, ErrorCode::InvalidArgument, "{}: loaded without the encoder", what);
+  const int64_t f = impl_->config.spatial_factor();
+  FLUXRT_CHECK(image.defined() && image.dim() == 4 && image.size(1) == impl_->config.in_channels &&
+                   image.size(2) % f == 0 && image.size(3) % f == 0,
+               ErrorCode::InvalidArgument, "{}: image must be [B, {}, H, W] with H, W multiples of {}, got {}", what,
+               impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
   if (!encode_would_tile(image.size(0), image.size(2), image.size(3))) return impl_->encode_untiled(image);
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
   return impl_->tiled(image, t.tile_pixels, t.overlap_pixels, 1, f,
-                      [&](const Tensor& tile) { return impl_->encode_untiled(tile); });  // [B, z, H/8, W/8]
+                      [&](const Tensor& tile) { return impl_->encode_untiled(tile); });  // [B, 2z, H/8, W/8]
 }
 
 double AutoencoderKL::decode_flops(int64_t b, int64_t h, int64_t w) const {

@@ -94,6 +94,9 @@ class AutoencoderKL {
   // Encoder + quant_conv, then DiagonalGaussianDistribution.mode() (the mean):
   // x [B, in, H, W] (H, W multiples of 8) -> [B, latent, H/8, W/8].
   Tensor encode_mode(const Tensor& image, const char* what = "vae encode") const;
+  // Encoder + quant_conv output before the split: [B, 2 * latent, H/8, W/8], mean then log-variance
+  // (unclamped), for pipelines that sample the posterior as diffusers' img2img does.
+  Tensor encode_moments(const Tensor& image, const char* what = "vae encode") const;
 
   bool decode_would_tile(int64_t batch, int64_t height, int64_t width) const;
   bool encode_would_tile(int64_t batch, int64_t height, int64_t width) const;
