@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -131,6 +132,27 @@ TEST(ClipTextModel, FullVocabularyThroughTheFluxPipeline) {
   EXPECT_EQ(ids.data<int32_t>()[(prompts.size() - 1) * tokenizers::kClipMaxLength + at.back()], 49407);
   ClipTextOutput yb = bf16.forward(ids);
   EXPECT_TRUE(test::all_close(yb.pooled, d.pooled_pipeline_bf16, test::TolClass::ModuleGolden));
+}
+
+// The pipeline-level embedder on a FluxPipeline-style folder (text_encoder/ + tokenizer/).
+TEST(ClipPromptEmbedder, PooledOutputOfTheFluxPipeline) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("fluxrt_clip_root_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  fs::create_directory_symlink(fs::absolute(kDumps / "full_vocab"), root / "text_encoder");
+  fs::create_directory_symlink(fs::absolute(kTokenizer), root / "tokenizer");
+  const auto embedder = ClipPromptEmbedder::load(root, opts(DType::BF16));
+  fs::remove_all(root);
+  std::ifstream in(kDumps / "cases.json");
+  const auto prompts = nlohmann::json::parse(in)["full_vocab_pipeline_prompts"].get<std::vector<std::string>>();
+  const Dump d = read_dump("full_vocab_pipeline");
+  const ClipPromptEmbeddings e = embedder->embed(prompts);
+  EXPECT_TRUE(test::all_close(e.input_ids, d.input_ids, test::TolClass::Exact));
+  EXPECT_EQ(e.pooled.shape(), (Shape{static_cast<int64_t>(prompts.size()), 8}));
+  EXPECT_TRUE(test::all_close(e.pooled, d.pooled_pipeline_bf16, test::TolClass::ModuleGolden));
+  EXPECT_EQ(e.truncated, (std::vector<bool>{false, false, false, true, false}));
+  expect_error(ErrorCode::InvalidArgument, [&] { embedder->embed({}); });
+  expect_error(ErrorCode::InvalidArgument, [&] { embedder->embed({"ok", "bad \xff utf-8"}); });
 }
 
 TEST(ClipTextModel, BadInputsFailWithOneLine) {

@@ -1,5 +1,6 @@
 #include "models/clip/clip_text_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -273,6 +274,36 @@ size_t ClipTextModel::weight_bytes() const {
     total += L.ln1_weight.nbytes() + L.ln1_bias.nbytes() + L.ln2_weight.nbytes() + L.ln2_bias.nbytes();
   }
   return total;
+}
+
+// ---- prompt embedder ------------------------------------------------------------------------
+
+ClipPromptEmbedder::ClipPromptEmbedder(ClipTextModel model, tokenizers::ClipTokenizer tokenizer)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {}
+
+std::unique_ptr<ClipPromptEmbedder> ClipPromptEmbedder::load(const std::filesystem::path& model_root,
+                                                             const ClipTextOptions& options) {
+  ClipTextModel model = ClipTextModel::load(model_root / "text_encoder", options);
+  tokenizers::ClipTokenizer tokenizer = tokenizers::ClipTokenizer::from_directory(model_root / "tokenizer");
+  return std::make_unique<ClipPromptEmbedder>(std::move(model), std::move(tokenizer));
+}
+
+ClipPromptEmbeddings ClipPromptEmbedder::embed(const std::vector<std::string>& prompts) const {
+  if (prompts.empty()) fail(ErrorCode::InvalidArgument, "clip: no prompts to embed");
+  // FluxPipeline's tokenizer_max_length, capped by the model's positions for non-standard configs.
+  const int length = static_cast<int>(
+      std::min<int64_t>(tokenizers::kClipMaxLength, model_.config().max_position_embeddings));
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  ClipPromptEmbeddings r;
+  r.input_ids = Tensor::empty({B, length}, DType::I32);  // [B, 77]
+  for (int64_t b = 0; b < B; ++b) {
+    bool truncated = false;
+    const std::vector<int32_t> row = tokenizer_.encode_padded(prompts[static_cast<size_t>(b)], length, truncated);
+    std::copy(row.begin(), row.end(), r.input_ids.data<int32_t>() + b * length);
+    r.truncated.push_back(truncated);
+  }
+  r.pooled = model_.forward(r.input_ids).pooled;  // [B, H]
+  return r;
 }
 
 }  // namespace fluxrt::models

@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
+#include "tokenizers/clip_tokenizer.h"
 
 namespace fluxrt::models {
 
@@ -90,6 +91,33 @@ class ClipTextModel {
   Tensor position_embedding_;  // [P, H] in the activation dtype
   std::vector<Layer> layers_;
   Tensor final_ln_weight_, final_ln_bias_;  // [H]
+};
+
+// Prompts -> FLUX.1's pooled CLIP embeddings, as FluxPipeline._get_clip_prompt_embeds makes them:
+// the tokenizer with padding="max_length", max_length 77 and truncation, then the text model on the
+// padded ids (no attention mask), keeping the pooled output.
+struct ClipPromptEmbeddings {
+  Tensor pooled;           // [B, H] in the model's dtype (FLUX.1's pooled_projections)
+  Tensor input_ids;        // [B, 77] i32
+  std::vector<bool> truncated;  // per prompt: text tokens beyond 75 were dropped (diffusers warns)
+};
+
+class ClipPromptEmbedder {
+ public:
+  ClipPromptEmbedder(ClipTextModel model, tokenizers::ClipTokenizer tokenizer);
+  // A diffusers FluxPipeline folder: text_encoder/ and tokenizer/.
+  static std::unique_ptr<ClipPromptEmbedder> load(const std::filesystem::path& model_root,
+                                                  const ClipTextOptions& options = {});
+
+  // Fails with InvalidArgument on no prompts or invalid UTF-8.
+  ClipPromptEmbeddings embed(const std::vector<std::string>& prompts) const;
+
+  const ClipTextModel& model() const { return model_; }
+  const tokenizers::ClipTokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  ClipTextModel model_;
+  tokenizers::ClipTokenizer tokenizer_;
 };
 
 }  // namespace fluxrt::models
