@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 namespace fluxrt::cli {
 
@@ -15,7 +16,7 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options);
 int run_info(const InfoOptions& options);  // throws fluxrt::Error
 
 struct BenchOptions {
-  std::string component;  // transformer, text-encoder, vae
+  std::string component;  // transformer, text-encoder, vae, pipeline
   std::string variant = "flux.2-klein-4b";
   std::string size = "512x512";
   int steps = 2;
@@ -25,8 +26,25 @@ struct BenchOptions {
   std::string dtype = "bf16";
   bool skip_peak = false;
   std::string json_path;
+  bool synthetic = false;  // pipeline: random weights of the real shapes
+  bool warmup = false;     // pipeline: one untimed request first
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error
+
+// `fluxrt generate`: flags as given; whether each was given is read from the parsed app, so a
+// flag overrides the preset only when it is on the command line (docs/cli.md).
+struct GenerateOptions {
+  CLI::App* command = nullptr;
+  std::string model, prompt, negative_prompt, prompts_file, size, dtype, device, out_dir, config, profile_path,
+      filename;
+  std::vector<std::string> images;
+  int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;
+  float guidance = 0;
+  uint64_t seed = 0;
+  bool low_memory = false, quiet = false, warmup = false, reload = false;
+};
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
+int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Cancelled on Ctrl-C)
 
 }  // namespace fluxrt::cli

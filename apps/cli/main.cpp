@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   CLI::App* info = fluxrt::cli::add_info_command(app, info_options);
   fluxrt::cli::BenchOptions bench_options;
   CLI::App* bench = fluxrt::cli::add_bench_command(app, bench_options);
+  fluxrt::cli::GenerateOptions generate_options;
+  CLI::App* generate = fluxrt::cli::add_generate_command(app, generate_options);
 
   try {
     app.parse(argc, argv);
@@ -57,7 +59,13 @@ int main(int argc, char** argv) {
     fluxrt::set_num_threads(threads);
     if (info->parsed()) return fluxrt::cli::run_info(info_options);
     if (bench->parsed()) return fluxrt::cli::run_bench(bench_options);
+    if (generate->parsed()) return fluxrt::cli::run_generate(generate_options);
   } catch (const fluxrt::Error& e) {
+    // Ctrl-C: one line and the shell's exit code for SIGINT (128 + 2).
+    if (e.code() == fluxrt::ErrorCode::Cancelled) {
+      report_error(e.what());
+      return 130;
+    }
     return report_error(e.what());
   } catch (const std::exception& e) {
     return report_error(e.what());

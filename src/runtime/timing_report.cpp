@@ -45,7 +45,7 @@ std::string load_detail(const LoadTimings& l) {
 
 std::string gib(size_t bytes) { return fmt::format("{:10.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
-nlohmann::json load_json(const std::optional<LoadTimings>& l) {
+nlohmann::ordered_json load_json(const std::optional<LoadTimings>& l) {
   if (!l) return nullptr;
   return {{"total_s", l->total_s},
           {"transformer_s", l->transformer_s},
@@ -53,9 +53,9 @@ nlohmann::json load_json(const std::optional<LoadTimings>& l) {
           {"vae_s", l->vae_s}};
 }
 
-nlohmann::json run_json(const RunTimings& r) {
-  nlohmann::json j = {{"text_encoding_s", r.text_encoding_s},
-                      {"reference_encode_s", r.has_reference_images ? nlohmann::json(r.reference_encode_s) : nullptr},
+nlohmann::ordered_json run_json(const RunTimings& r) {
+  nlohmann::ordered_json j = {{"text_encoding_s", r.text_encoding_s},
+                      {"reference_encode_s", r.has_reference_images ? nlohmann::ordered_json(r.reference_encode_s) : nullptr},
                       {"denoise_total_s", r.denoise_total_s},
                       {"steps", r.steps},
                       {"ms_per_step", r.ms_per_step()},
@@ -142,7 +142,7 @@ std::string format_timing_report(const TimingReport& t) {
 }
 
 std::string timing_report_json(const TimingReport& t) {
-  nlohmann::json j = {{"fluxrt_version", FLUXRT_VERSION_STRING},
+  nlohmann::ordered_json j = {{"fluxrt_version", FLUXRT_VERSION_STRING},
                       {"model", t.model},
                       {"variant", t.variant},
                       {"dtype", t.dtype},
@@ -153,7 +153,7 @@ std::string timing_report_json(const TimingReport& t) {
                       {"threads", t.threads},
                       {"cold_load", load_json(t.cold_load)},
                       {"warm_load", load_json(t.warm_load)},
-                      {"warmup", t.warmup ? run_json(*t.warmup) : nlohmann::json(nullptr)},
+                      {"warmup", t.warmup ? run_json(*t.warmup) : nlohmann::ordered_json(nullptr)},
                       {"run", run_json(t.run)},
                       {"total_s", t.total_s},
                       {"peak_rss_bytes", t.peak_rss_bytes}};

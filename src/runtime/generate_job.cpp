@@ -1,0 +1,350 @@
+#include "runtime/generate_job.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "fluxrt/version.h"
+#include "io/utf8.h"
+
+namespace fluxrt::runtime {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+bool has_qwen_tokenizer(const fs::path& dir) {
+  return path_exists(dir / "tokenizer.json") || (path_exists(dir / "vocab.json") && path_exists(dir / "merges.txt"));
+}
+
+void check_text(const std::string& text, const std::string& what) {
+  size_t bad = 0;
+  FLUXRT_CHECK(io::is_valid_utf8(text, &bad), ErrorCode::InvalidArgument, "{} is not valid UTF-8 (byte {})", what,
+               bad);
+  FLUXRT_CHECK(text.find('\0') == std::string::npos, ErrorCode::InvalidArgument, "{} contains a NUL byte", what);
+}
+
+uint64_t random_seed() {
+  std::random_device rd;
+  // 2^53 - 1 at most: seeds survive a round trip through JSON and JavaScript.
+  return ((static_cast<uint64_t>(rd()) << 32) | rd()) & ((uint64_t{1} << 53) - 1);
+}
+
+fs::path first_existing(const std::vector<fs::path>& candidates, const std::string& what) {
+  std::string looked;
+  for (const fs::path& c : candidates) {
+    if (c.empty()) continue;
+    if (path_exists(c)) return c;
+    looked += (looked.empty() ? "" : ", ") + c.string();
+  }
+  fail(ErrorCode::NotFound, "{} not found (looked in {})", what, looked.empty() ? std::string("nothing") : looked);
+}
+
+}  // namespace
+
+fs::path find_bundled_demo_model() {
+  const fs::path src = source_tree_dir(), share = install_share_dir();
+  std::vector<fs::path> candidates;
+  if (!src.empty()) candidates.push_back(src / "models" / "demo" / "model_index.json");
+  if (!share.empty()) candidates.push_back(share / "models" / "demo" / "model_index.json");
+  try {
+    return first_existing(candidates, "no --model given and the bundled demo model").parent_path();
+  } catch (const Error& e) {
+    fail(ErrorCode::NotFound, "{}; pass --model <folder or hub repo id>", e.what());
+  }
+}
+
+fs::path find_bundled_qwen_tokenizer() {
+  const fs::path src = source_tree_dir(), share = install_share_dir();
+  std::vector<fs::path> candidates;
+  for (const fs::path& dir : {src / "models" / "demo" / "tokenizer",
+                              src / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer",
+                              share / "models" / "demo" / "tokenizer"})
+    if (!dir.parent_path().empty() && has_qwen_tokenizer(dir)) return dir;
+  fail(ErrorCode::NotFound, "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
+       "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
+       src.string(), src.string(), share.string());
+}
+
+void check_klein_pipeline_folder(const io::ResolvedModel& model) {
+  if (model.source != io::ModelSource::PipelineFolder)
+    fail(ErrorCode::Unsupported,
+         "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
+         "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
+         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
+  FLUXRT_CHECK(model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
+               "model {} is a {}: fluxrt generate supports Flux2KleinPipeline (FLUX.2 klein) folders so far",
+               model.path, model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class);
+  for (const char* name : {"transformer", "text_encoder", "vae"}) {
+    const io::ModelComponent* c = model.find(name);
+    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
+                 "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
+  }
+  const io::ModelComponent* tok = model.find("tokenizer");
+  const fs::path tok_dir = tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
+  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
+               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)", model.path,
+               tok_dir.string());
+  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
+  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path, scheduler.string());
+}
+
+std::vector<std::string> read_prompts_file(const fs::path& file) {
+  std::error_code ec;
+  FLUXRT_CHECK(fs::is_regular_file(file, ec), ErrorCode::NotFound, "prompts file {} not found", file.string());
+  std::ifstream in(file, std::ios::binary);
+  FLUXRT_CHECK(in.good(), ErrorCode::Io, "cannot read prompts file {}", file.string());
+  std::vector<std::string> prompts;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    check_text(line, fmt::format("{}:{}", file.string(), number));
+    prompts.push_back(line);
+  }
+  FLUXRT_CHECK(!in.bad(), ErrorCode::Io, "cannot read prompts file {}", file.string());
+  FLUXRT_CHECK(!prompts.empty(), ErrorCode::InvalidArgument, "prompts file {} holds no prompt (one per line)",
+               file.string());
+  return prompts;
+}
+
+void check_output_dir_writable(const fs::path& dir) {
+  FLUXRT_CHECK(!dir.empty(), ErrorCode::InvalidArgument, "--out: empty folder name");
+  std::error_code ec;
+  fs::path probe = fs::absolute(dir, ec);
+  if (ec) probe = dir;
+  // The folder itself, or the nearest ancestor that exists (the folder is created at write time).
+  while (!path_exists(probe) && probe.has_parent_path() && probe.parent_path() != probe) probe = probe.parent_path();
+  FLUXRT_CHECK(fs::is_directory(probe, ec), ErrorCode::Io, "output folder {}: {} is not a folder", dir.string(),
+               probe.string());
+  FLUXRT_CHECK(::access(probe.c_str(), W_OK | X_OK) == 0, ErrorCode::Io, "output folder {}: {} is not writable ({})",
+               dir.string(), probe.string(), std::strerror(errno));
+}
+
+std::string format_output_name(const std::string& pattern, const OutputNameFields& f) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '{') {
+      FLUXRT_CHECK(pattern[i] != '}', ErrorCode::InvalidArgument, "file name pattern '{}': unmatched '}}'", pattern);
+      out += pattern[i];
+      continue;
+    }
+    const size_t close = pattern.find('}', i);
+    FLUXRT_CHECK(close != std::string::npos, ErrorCode::InvalidArgument, "file name pattern '{}': unclosed '{{'",
+                 pattern);
+    const std::string key = pattern.substr(i + 1, close - i - 1);
+    if (key == "seed") out += std::to_string(f.seed);
+    else if (key == "index") out += std::to_string(f.index);
+    else if (key == "prompt_index") out += std::to_string(f.prompt_index);
+    else if (key == "image_index") out += std::to_string(f.image_index);
+    else if (key == "width") out += std::to_string(f.width);
+    else if (key == "height") out += std::to_string(f.height);
+    else if (key == "steps") out += std::to_string(f.steps);
+    else
+      fail(ErrorCode::InvalidArgument,
+           "file name pattern '{}': unknown placeholder {{{}}} (known: seed, index, prompt_index, image_index, width, "
+           "height, steps)",
+           pattern, key);
+    i = close;
+  }
+  FLUXRT_CHECK(out.find('/') == std::string::npos && out.find('\0') == std::string::npos, ErrorCode::InvalidArgument,
+               "file name pattern '{}' must be a file name, not a path (use --out for the folder)", pattern);
+  if (out.size() < 4 || out.compare(out.size() - 4, 4, ".png") != 0) out += ".png";
+  FLUXRT_CHECK(out != ".png" && out[0] != '.', ErrorCode::InvalidArgument,
+               "file name pattern '{}' gives a hidden or empty name '{}'", pattern, out);
+  return out;
+}
+
+fs::path reserve_output_path(const fs::path& dir, const std::string& name) {
+  const std::string stem = name.substr(0, name.size() - 4), ext = ".png";
+  for (int attempt = 0; attempt < 100000; ++attempt) {
+    const fs::path candidate = dir / (attempt == 0 ? name : fmt::format("{}-{}{}", stem, attempt, ext));
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return candidate;
+    }
+    FLUXRT_CHECK(errno == EEXIST, ErrorCode::Io, "cannot create {}: {}", candidate.string(), std::strerror(errno));
+  }
+  fail(ErrorCode::Io, "no free file name for {} in {}", name, dir.string());
+}
+
+GenerateJob resolve_generate_job(const GenerateInputs& in) {
+  RunConfig preset;
+  GenerateJob job;
+  fs::path preset_file;
+  if (in.preset) {
+    preset_file = find_preset(*in.preset);
+  } else {
+    // Without --config, default.yaml applies when one is shipped; none is fine.
+    for (const fs::path& dir : preset_search_dirs())
+      if (path_exists(dir / "default.yaml")) {
+        preset_file = dir / "default.yaml";
+        break;
+      }
+  }
+  if (!preset_file.empty()) {
+    preset = load_run_config(preset_file);
+    job.preset_file = preset_file.string();
+  }
+  const RunConfig cfg = merge_run_config(preset, in.flags);
+
+  // Prompts: --prompt, else --prompts-file, else the preset's.
+  FLUXRT_CHECK(!(in.prompt && in.prompts_file), ErrorCode::InvalidArgument,
+               "give either --prompt or --prompts-file, not both");
+  if (in.prompt) {
+    job.prompts = {*in.prompt};
+  } else if (in.prompts_file) {
+    job.prompts = read_prompts_file(*in.prompts_file);
+  } else if (cfg.prompts) {
+    job.prompts = *cfg.prompts;
+  } else {
+    fail(ErrorCode::InvalidArgument, "no prompt: give --prompt \"...\" (may be empty), --prompts-file or prompts: in a preset");
+  }
+  for (size_t i = 0; i < job.prompts.size(); ++i)
+    check_text(job.prompts[i], job.prompts.size() == 1 ? "the prompt" : fmt::format("prompt {}", i + 1));
+  job.negative_prompt = cfg.negative_prompt.value_or("");
+  check_text(job.negative_prompt, "the negative prompt");
+  job.images_per_prompt = cfg.batch.value_or(1);
+  FLUXRT_CHECK(job.images_per_prompt >= 1 && job.images_per_prompt <= 256, ErrorCode::InvalidArgument,
+               "--batch {} must be in [1, 256]", job.images_per_prompt);
+  FLUXRT_CHECK(job.total_images() <= 1024, ErrorCode::InvalidArgument,
+               "{} prompts x {} images is more than 1024 images in one run", job.prompts.size(), job.images_per_prompt);
+
+  job.steps = cfg.steps;
+  if (job.steps) FLUXRT_CHECK(*job.steps >= 1 && *job.steps <= 1000, ErrorCode::InvalidArgument, "--steps {} must be in [1, 1000]", *job.steps);
+  job.guidance = cfg.guidance;
+  if (job.guidance)
+    FLUXRT_CHECK(std::isfinite(*job.guidance) && *job.guidance >= 0, ErrorCode::InvalidArgument,
+                 "--guidance {} must be a non-negative number", *job.guidance);
+  job.max_sequence_length = cfg.max_sequence_length;
+  if (job.max_sequence_length)
+    FLUXRT_CHECK(*job.max_sequence_length >= 1 && *job.max_sequence_length <= 512, ErrorCode::InvalidArgument,
+                 "--max-sequence-length {} must be in [1, 512]", *job.max_sequence_length);
+  if (cfg.seed) {
+    job.seed = *cfg.seed;
+  } else {
+    job.seed = random_seed();
+    job.seed_was_random = true;
+  }
+  job.dtype = cfg.dtype.value_or("bf16") == "f32" ? DType::F32 : DType::BF16;
+  FLUXRT_CHECK(!cfg.dtype || *cfg.dtype == "bf16" || *cfg.dtype == "f32", ErrorCode::InvalidArgument,
+               "--dtype '{}' must be bf16 or f32", *cfg.dtype);
+  job.device = Device::parse(cfg.device.value_or("cpu"));
+  job.threads = cfg.threads;
+  if (job.threads) FLUXRT_CHECK(*job.threads >= 0, ErrorCode::InvalidArgument, "--threads must be >= 0");
+  job.low_memory = cfg.low_memory.value_or(false);
+
+  // Size: checked now when known; otherwise it comes from a reference image or the model.
+  job.width = cfg.width;
+  job.height = cfg.height;
+  if (job.width && job.height) pipelines::Flux2KleinPipeline::validate_size(*job.width, *job.height, job.total_images());
+
+  job.reference_paths = in.reference_paths;
+  for (const std::string& path : in.reference_paths) job.reference_images.push_back(io::to_rgb(io::read_png(path)));
+
+  job.out_dir = cfg.out_dir.value_or(kDefaultOutDir);
+  check_output_dir_writable(job.out_dir);
+  job.filename_pattern = cfg.filename_pattern.value_or(kDefaultFilenamePattern);
+  format_output_name(job.filename_pattern, {});  // reject a bad pattern before the run
+
+  // The model last: the most expensive check, and the bundled demo only when nothing else says.
+  if (cfg.model) {
+    job.model_label = *cfg.model;
+  } else {
+    job.model_label = find_bundled_demo_model().string();
+  }
+  job.model = io::resolve_model(job.model_label);
+  check_klein_pipeline_folder(job.model);
+  try {
+    const io::VariantInfo v = io::detect_variant(job.model);
+    job.variant = v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
+  } catch (const Error&) {
+    job.variant = job.model.pipeline_class;  // detection is informational; the load validates for real
+  }
+  return job;
+}
+
+pipelines::GenerateRequest make_generate_request(const GenerateJob& job) {
+  pipelines::GenerateRequest r;
+  r.prompts = job.prompts;
+  r.negative_prompt = job.negative_prompt;
+  r.images_per_prompt = job.images_per_prompt;
+  r.width = job.width;
+  r.height = job.height;
+  r.num_steps = job.steps;
+  r.guidance_scale = job.guidance;
+  r.max_sequence_length = job.max_sequence_length;
+  r.seed = job.seed;
+  r.reference_images = job.reference_images;
+  return r;
+}
+
+io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index) {
+  const int prompt_index = index / job.images_per_prompt;
+  io::TextChunks text = {
+      {"prompt", job.prompts.at(static_cast<size_t>(prompt_index))},
+      {"negative_prompt", job.negative_prompt},
+      {"seed", std::to_string(job.seed)},
+      {"batch_index", fmt::format("{} of {}", index, job.total_images())},
+      {"steps", std::to_string(result.num_steps)},
+      {"guidance", fmt::format("{}", result.guidance_scale)},
+      {"size", fmt::format("{}x{}", result.width, result.height)},
+      {"max_sequence_length", job.max_sequence_length ? std::to_string(*job.max_sequence_length) : std::string("default")},
+      {"model", job.model_label},
+      {"variant", job.variant},
+      {"dtype", std::string(dtype_name(job.dtype))},
+      {"fluxrt_version", FLUXRT_VERSION_STRING},
+  };
+  if (!job.reference_paths.empty()) {
+    std::string refs;
+    for (const std::string& p : job.reference_paths) refs += (refs.empty() ? "" : ", ") + fs::path(p).filename().string();
+    text.emplace_back("reference_images", refs);
+  }
+  return text;
+}
+
+std::vector<fs::path> write_generated_images(const GenerateJob& job, const pipelines::GenerateResult& result) {
+  std::error_code ec;
+  fs::create_directories(job.out_dir, ec);
+  FLUXRT_CHECK(!ec && fs::is_directory(job.out_dir, ec), ErrorCode::Io, "cannot create output folder {}: {}",
+               job.out_dir.string(), ec.message());
+  std::vector<fs::path> written;
+  for (size_t i = 0; i < result.images.size(); ++i) {
+    const int index = static_cast<int>(i);
+    OutputNameFields f;
+    f.seed = job.seed;
+    f.index = index;
+    f.prompt_index = index / job.images_per_prompt;
+    f.image_index = index % job.images_per_prompt;
+    f.width = result.width;
+    f.height = result.height;
+    f.steps = result.num_steps;
+    const fs::path path = reserve_output_path(job.out_dir, format_output_name(job.filename_pattern, f));
+    try {
+      io::write_png(path.string(), result.images[i], png_text_chunks(job, result, index));
+    } catch (...) {
+      fs::remove(path, ec);  // the empty placeholder
+      throw;
+    }
+    written.push_back(path);
+  }
+  return written;
+}
+
+}  // namespace fluxrt::runtime

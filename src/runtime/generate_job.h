@@ -1,0 +1,112 @@
+#pragma once
+// The glue between a generation request as a user states it (flags, a preset, a prompts file)
+// and the pipeline: everything is resolved and validated up front -- model folder and tokenizer,
+// reference images, size, output folder, file-name pattern -- so a bad input fails in one line
+// before any model is loaded or any file is written. Then the request for Flux2KleinPipeline, and
+// the PNG writing (atomic, never overwriting an existing file, with the settings as text chunks).
+// `fluxrt generate` uses it; a future HTTP server reuses the same functions.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "io/image.h"
+#include "io/model_discovery.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "runtime/run_config.h"
+
+namespace fluxrt::runtime {
+
+// Last-resort defaults, used when neither the flags nor the preset say (configs/default.yaml
+// normally does).
+inline constexpr const char* kDefaultOutDir = "outputs";
+inline constexpr const char* kDefaultFilenamePattern = "fluxrt-{seed}-{index}.png";
+
+// What the user asked for: the flags (as a RunConfig, source "") plus what only flags can say.
+struct GenerateInputs {
+  RunConfig flags;
+  std::optional<std::string> preset;        // --config: a name under configs/ or a .yaml file
+  std::optional<std::string> prompt;        // --prompt
+  std::optional<std::string> prompts_file;  // --prompts-file
+  std::vector<std::string> reference_paths; // --image
+};
+
+// A fully resolved, validated job.
+struct GenerateJob {
+  io::ResolvedModel model;
+  std::string model_label;  // as given (path or repo id), or the bundled demo's path
+  std::string variant;      // e.g. "FLUX.2-klein-4B (distilled)"
+  std::string preset_file;  // the preset used, "" for none
+
+  std::vector<std::string> prompts;
+  std::string negative_prompt;
+  int images_per_prompt = 1;
+  std::optional<int> width, height;  // unset: the first reference image's, else the model's
+  std::optional<int> steps;
+  std::optional<float> guidance;
+  std::optional<int> max_sequence_length;
+  uint64_t seed = 0;
+  bool seed_was_random = false;
+  std::vector<std::string> reference_paths;
+  std::vector<io::Image> reference_images;  // RGB
+
+  DType dtype = DType::BF16;
+  Device device = Device::cpu();
+  std::optional<int> threads;
+  bool low_memory = false;
+
+  std::filesystem::path out_dir;
+  std::string filename_pattern;
+
+  int total_images() const { return static_cast<int>(prompts.size()) * images_per_prompt; }
+};
+
+// Merges flags over the preset, resolves the model (flag, preset, else the bundled demo), reads the
+// prompts file and reference images, checks sizes, text, output folder and file pattern. Loads no
+// weights, writes nothing. Throws a one-line fluxrt::Error on the first problem.
+GenerateJob resolve_generate_job(const GenerateInputs& inputs);
+
+// Checks that `model` is a complete diffusers Flux2KleinPipeline folder (transformer, text encoder,
+// VAE weights, a Qwen tokenizer, scheduler config); NotFound / Unsupported naming what is missing.
+void check_klein_pipeline_folder(const io::ResolvedModel& model);
+
+// The bundled demo model (models/demo in the source tree, or <prefix>/share/fluxrt/models/demo) and
+// a Qwen3 tokenizer folder for synthetic runs; NotFound saying where it looked.
+std::filesystem::path find_bundled_demo_model();
+std::filesystem::path find_bundled_qwen_tokenizer();
+
+// One prompt per non-empty line (a trailing '\r' is dropped); InvalidArgument when none.
+std::vector<std::string> read_prompts_file(const std::filesystem::path& file);
+
+// The folder exists and is writable, or can be created under a writable ancestor; Io otherwise.
+void check_output_dir_writable(const std::filesystem::path& dir);
+
+pipelines::GenerateRequest make_generate_request(const GenerateJob& job);
+
+// File-name patterns: {seed}, {index} (image in the request, 0-based), {prompt_index},
+// {image_index} (repetition of its prompt), {width}, {height}, {steps}. ".png" is appended when
+// missing. InvalidArgument for an unknown placeholder, a '/' or an empty name.
+struct OutputNameFields {
+  uint64_t seed = 0;
+  int index = 0, prompt_index = 0, image_index = 0;
+  int width = 0, height = 0, steps = 0;
+};
+std::string format_output_name(const std::string& pattern, const OutputNameFields& fields);
+
+// Creates `dir/name` exclusively (an empty placeholder), or `stem-1.png`, `stem-2.png`, ... when
+// taken, so concurrent writers and earlier runs are never overwritten; returns the reserved path.
+std::filesystem::path reserve_output_path(const std::filesystem::path& dir, const std::string& name);
+
+// The PNG text chunks of image `index` of a result.
+io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index);
+
+// Writes every image of `result` into job.out_dir (created when missing) atomically and returns
+// the paths in request order. On failure the images of this call written so far stay, the failing
+// one leaves no file, and Error names it.
+std::vector<std::filesystem::path> write_generated_images(const GenerateJob& job,
+                                                          const pipelines::GenerateResult& result);
+
+}  // namespace fluxrt::runtime

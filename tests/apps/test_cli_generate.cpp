@@ -1,0 +1,290 @@
+// `fluxrt generate` smoke tests: runs the built binary on the tiny FLUX.2 klein pipeline folder at
+// 64x64 with 2 steps. Checks the PNGs and their text chunks, --profile JSON, names that never
+// overwrite, prompts files, presets, progress/quiet output, Ctrl-C, and that every bad input is
+// one "fluxrt: error: ..." line with a non-zero exit code and no file in --out.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/image.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kBinary = fs::path(FLUXRT_BINARY_DIR) / "fluxrt";
+const fs::path kTiny = fs::path(FLUXRT_TEST_DATA_DIR) / "models" / "flux2-klein-tiny";
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream ss(text);
+  for (std::string line; std::getline(ss, line);) lines.push_back(line);
+  return lines;
+}
+
+class CliGenerate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kBinary)) GTEST_SKIP() << kBinary << " not built (build the fluxrt target)";
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    tmp_ = fs::temp_directory_path() / (std::string("fluxrt_gen_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+    out_ = tmp_ / "out";
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+
+  // `fluxrt generate <tiny model, 64x64, 2 steps, seed 7, f32, --out out_> <args>`; an empty hub
+  // cache and no preset folder of the user's.
+  RunResult generate(const std::string& args, bool tiny_defaults = true) {
+    std::string cmd = "HF_HUB_CACHE=" + quote((tmp_ / "hub").string()) + " FLUXRT_CONFIG_DIR= " + quote(kBinary.string()) +
+                      " generate ";
+    if (tiny_defaults)
+      cmd += "--model " + quote(kTiny.string()) + " --size 64x64 --steps 2 --seed 7 --dtype f32 --threads 1 --out " +
+             quote(out_.string()) + " ";
+    cmd += args + " >" + quote((tmp_ / "stdout").string()) + " 2>" + quote((tmp_ / "stderr").string());
+    const int status = std::system(cmd.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(tmp_ / "stdout");
+    r.err = read_file(tmp_ / "stderr");
+    return r;
+  }
+
+  static void expect_one_line_error(const RunResult& r, const std::string& must_contain) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(r.err.rfind("fluxrt: error: ", 0), 0u) << r.err;
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_NE(r.err.find(must_contain), std::string::npos) << r.err;
+  }
+
+  size_t files_in_out() const {
+    if (!fs::exists(out_)) return 0;
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(out_)) ++n;
+    return n;
+  }
+
+  // A small valid PNG to use as a reference image.
+  fs::path write_reference_png() const {
+    fluxrt::io::Image img;
+    img.width = 80;
+    img.height = 64;
+    img.channels = 3;
+    img.pixels.resize(img.row_bytes() * img.height);
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>(i * 7);
+    const fs::path p = tmp_ / "ref.png";
+    fluxrt::io::write_png(p.string(), img);
+    return p;
+  }
+
+  fs::path tmp_, out_;
+};
+
+}  // namespace
+
+TEST_F(CliGenerate, WritesPngsWithTextChunksAndProfile) {
+  const fs::path profile = tmp_ / "profile.json";
+  const RunResult r = generate("--prompt 'a red circle' --batch 2 --negative-prompt 'dull' --profile " +
+                               quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> out = lines_of(r.out);
+  ASSERT_GE(out.size(), 2u);
+  EXPECT_EQ(fs::path(out[0]), out_ / "fluxrt-7-0.png");
+  EXPECT_EQ(fs::path(out[1]), out_ / "fluxrt-7-1.png");
+  EXPECT_NE(r.out.find("denoising loop"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+  EXPECT_EQ(files_in_out(), 2u);  // no temporaries left
+
+  for (int i = 0; i < 2; ++i) {
+    const std::string path = (out_ / ("fluxrt-7-" + std::to_string(i) + ".png")).string();
+    const fluxrt::io::Image img = fluxrt::io::read_png(path);
+    EXPECT_EQ(img.width, 64);
+    EXPECT_EQ(img.height, 64);
+    EXPECT_EQ(img.channels, 3);
+    const auto text = fluxrt::io::read_png_text(path);
+    EXPECT_EQ(text.at("prompt"), "a red circle");
+    EXPECT_EQ(text.at("negative_prompt"), "dull");
+    EXPECT_EQ(text.at("seed"), "7");
+    EXPECT_EQ(text.at("steps"), "2");
+    EXPECT_EQ(text.at("size"), "64x64");
+    EXPECT_EQ(text.at("dtype"), "f32");
+    EXPECT_EQ(text.at("model"), kTiny.string());
+    EXPECT_EQ(text.at("max_sequence_length"), "512");
+    EXPECT_EQ(text.at("batch_index"), std::to_string(i) + " of 2");
+    for (const char* key : {"guidance", "variant", "fluxrt_version"}) EXPECT_FALSE(text.at(key).empty()) << key;
+  }
+
+  const nlohmann::json j = nlohmann::json::parse(read_file(profile));
+  for (const char* key : {"fluxrt_version", "model", "variant", "dtype", "device", "width", "height", "images",
+                          "threads", "cold_load", "warm_load", "warmup", "run", "total_s", "peak_rss_bytes"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["images"], 2);
+  EXPECT_EQ(j["width"], 64);
+  EXPECT_GT(j["cold_load"]["total_s"].get<double>(), 0);
+  const nlohmann::json& run = j["run"];
+  EXPECT_EQ(run["steps"], 2);
+  for (const char* key : {"text_encoding_s", "denoise_total_s", "ms_per_step", "it_per_s", "vae_decode_s",
+                          "image_write_s", "total_s"})
+    EXPECT_GT(run.at(key).get<double>(), 0) << key;
+  EXPECT_TRUE(run["reference_encode_s"].is_null());
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0);
+}
+
+TEST_F(CliGenerate, NeverOverwritesAndIsDeterministic) {
+  ASSERT_EQ(generate("--prompt 'a blue square' --quiet").exit_code, 0);
+  const RunResult second = generate("--prompt 'a blue square' --quiet");
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(second.out, (out_ / "fluxrt-7-0-1.png").string() + "\n");
+  EXPECT_TRUE(second.err.empty()) << second.err;  // --quiet: no progress
+  // Same seed, same settings: the same pixels.
+  EXPECT_EQ(fluxrt::io::read_png((out_ / "fluxrt-7-0.png").string()).pixels,
+            fluxrt::io::read_png((out_ / "fluxrt-7-0-1.png").string()).pixels);
+}
+
+TEST_F(CliGenerate, EmptyPromptWorks) {
+  const RunResult r = generate("--prompt '' --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(fluxrt::io::read_png_text((out_ / "fluxrt-7-0.png").string()).at("prompt"), "");
+}
+
+TEST_F(CliGenerate, PromptsFileAndPlainProgressLines) {
+  std::ofstream(tmp_ / "prompts.txt") << "a red circle\n\na green star\n";
+  const RunResult r = generate("--prompts-file " + quote((tmp_ / "prompts.txt").string()) +
+                               " --filename 'p{prompt_index}-{image_index}'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(fluxrt::io::read_png_text((out_ / "p0-0.png").string()).at("prompt"), "a red circle");
+  EXPECT_EQ(fluxrt::io::read_png_text((out_ / "p1-0.png").string()).at("prompt"), "a green star");
+  // stderr is a file here, so progress is one plain line per step.
+  EXPECT_NE(r.err.find("step 1/2 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step 2/2 "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+}
+
+TEST_F(CliGenerate, PresetFileFlagsOverride) {
+  std::ofstream(tmp_ / "p.yaml") << "steps: 1\nseed: 11\nfilename: \"preset-{seed}-{steps}\"\n"
+                                 << "prompts: [from the preset]\n";
+  const RunResult r = generate("--model " + quote(kTiny.string()) + " --size 64x64 --threads 1 --out " +
+                                   quote(out_.string()) + " --config " + quote((tmp_ / "p.yaml").string()) +
+                                   " --steps 2 --quiet",
+                               false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path png = out_ / "preset-11-2.png";  // seed from the preset, steps from the flag
+  ASSERT_TRUE(fs::exists(png)) << r.out;
+  EXPECT_EQ(fluxrt::io::read_png_text(png.string()).at("prompt"), "from the preset");
+}
+
+TEST_F(CliGenerate, ReferenceImage) {
+  const fs::path ref = write_reference_png();
+  const fs::path profile = tmp_ / "p.json";
+  const RunResult r = generate("--prompt 'make it red' --image " + quote(ref.string()) + " --quiet --profile " +
+                               quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto text = fluxrt::io::read_png_text((out_ / "fluxrt-7-0.png").string());
+  EXPECT_EQ(text.at("reference_images"), "ref.png");
+  const nlohmann::json j = nlohmann::json::parse(read_file(profile));
+  EXPECT_GT(j["run"]["reference_encode_s"].get<double>(), 0);
+}
+
+TEST_F(CliGenerate, BadInputsAreOneLineAndWriteNothing) {
+  expect_one_line_error(generate("--prompt x --size 100x64"), "16");
+  expect_one_line_error(generate("--prompt x --size 64"), "WxH");
+  expect_one_line_error(generate("--prompt x --model " + quote((tmp_ / "nope").string())), "nope");
+  std::ofstream(tmp_ / "broken.png") << "not a png at all";
+  expect_one_line_error(generate("--prompt x --image " + quote((tmp_ / "broken.png").string())), "broken.png");
+  expect_one_line_error(generate("--prompt x --image " + quote((tmp_ / "missing.png").string())), "missing.png");
+  std::ofstream(tmp_ / "bad.yaml") << "steps: 2\nstepz: 3\n";
+  expect_one_line_error(generate("--prompt x --config " + quote((tmp_ / "bad.yaml").string())),
+                        "bad.yaml:2: 'stepz' is not a preset key");
+  std::ofstream(tmp_ / "bad2.yaml") << "steps: [1\n";
+  expect_one_line_error(generate("--prompt x --config " + quote((tmp_ / "bad2.yaml").string())), "invalid YAML");
+  expect_one_line_error(generate("--prompt x --config no-such-preset"), "no-such-preset");
+  expect_one_line_error(generate(""), "no prompt");
+  std::ofstream(tmp_ / "a-file") << "x";
+  expect_one_line_error(generate("--prompt x --out " + quote((tmp_ / "a-file").string())), "a-file");
+  expect_one_line_error(generate("--prompt x --filename '{nope}'"), "unknown placeholder");
+  // A lone transformer file cannot generate.
+  expect_one_line_error(
+      generate("--prompt x --model " + quote((fs::path(FLUXRT_TEST_DATA_DIR) / "models" / "flux2-klein-tiny-bfl.safetensors").string())),
+      "Flux2KleinPipeline folder");
+  EXPECT_EQ(files_in_out(), 0u);
+  EXPECT_FALSE(fs::exists(out_));
+
+  // Usage errors: one line, exit code 2.
+  const RunResult usage = generate("--prompt x --no-such-flag");
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_EQ(usage.err.find('\n'), usage.err.size() - 1) << usage.err;
+  EXPECT_EQ(generate("--prompt x --dtype f16").exit_code, 2);
+}
+
+// Ctrl-C between steps: exit 130, one line, nothing written.
+TEST_F(CliGenerate, InterruptWritesNothing) {
+  const fs::path err_path = tmp_ / "stderr";
+  const std::vector<std::string> args = {kBinary.string(), "generate", "--model", kTiny.string(), "--size", "64x64",
+                                         "--steps", "1000", "--seed", "1", "--dtype", "f32", "--threads", "1",
+                                         "--out", out_.string(), "--prompt", "x"};
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, (tmp_ / "stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  // Wait until the loop runs (a progress line), then interrupt.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read_file(err_path).find("step 2/1000") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  std::vector<std::string> err_lines = lines_of(read_file(err_path));
+  ASSERT_FALSE(err_lines.empty());
+  EXPECT_EQ(err_lines.back().rfind("fluxrt: error: ", 0), 0u) << err_lines.back();
+  EXPECT_NE(err_lines.back().find("interrupted"), std::string::npos) << err_lines.back();
+  EXPECT_TRUE(read_file(tmp_ / "stdout").empty());
+  EXPECT_EQ(files_in_out(), 0u);
+}
