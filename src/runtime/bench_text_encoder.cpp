@@ -4,10 +4,15 @@
 // to 256 (the two usual max_sequence_length values), with a realistic mask (40 real tokens), and
 // prints ms, GFLOP/s (projections + causal attention), its ratio to the GEMM peak measured in the
 // same run, and the peak RSS.
+// For flux.1-dev / flux.1-schnell the encoder is T5-XXL v1.1 (24 layers, 9.5 GB of bf16, no mask:
+// every padded position is computed). When MemAvailable cannot hold all 24 layers, or when
+// FLUXRT_BENCH_T5_LAYERS=N asks for fewer (a shared machine), N real-shape layers are timed and the
+// full-model time is reported scaled by 24/N (all layers are identical in shape and work).
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -20,6 +25,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "models/qwen3/qwen3_encoder.h"
+#include "models/t5/t5_encoder.h"
 #include "runtime/bench.h"
 
 #if __has_include("runtime/bench_common.h")
@@ -70,9 +76,121 @@ RunTiming time_encoder(const std::function<void()>& fn, int runs, double max_sec
   return t;
 }
 
+// MemAvailable from /proc/meminfo (0 when unknown).
+size_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  size_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+int bench_t5_encoder(const BenchRequest& request) {
+  if (!request.device.is_cpu()) fail(ErrorCode::Unsupported, "bench text-encoder: only the CPU device for now");
+  models::T5Config config = models::T5Config::t5_v1_1_xxl();
+  const int64_t full_layers = config.num_layers;
+  const int64_t D = config.d_model, inner = config.num_heads * config.d_kv, F = config.d_ff;
+  const size_t wbytes = request.dtype == DType::F32 ? 4 : 2;
+  const size_t layer_bytes = static_cast<size_t>(4 * D * inner + 3 * D * F) * wbytes;
+  const size_t fixed_bytes = static_cast<size_t>(config.vocab_size * D) * 2;
+  // Activations at 512 tokens are small next to the weights; keep 1.5 GiB of headroom.
+  const size_t available = mem_available_bytes();
+  int64_t layers = full_layers;
+  std::string why = "all layers";
+  if (available > 0) {
+    const double headroom = 1.5 * 1024.0 * 1024.0 * 1024.0;
+    const double room = static_cast<double>(available) - headroom - static_cast<double>(fixed_bytes);
+    const int64_t fit = room > 0 ? static_cast<int64_t>(room / static_cast<double>(layer_bytes)) : 0;
+    if (fit < full_layers) {
+      layers = std::max<int64_t>(1, fit);
+      why = fmt::format("MemAvailable {:.1f} GiB holds {} layers", gib(available), fit);
+    }
+  }
+  if (const char* env = std::getenv("FLUXRT_BENCH_T5_LAYERS"); env && *env) {
+    const int64_t asked = std::atoll(env);
+    if (asked < 1 || asked > full_layers)
+      fail(ErrorCode::InvalidArgument, "bench text-encoder: FLUXRT_BENCH_T5_LAYERS={} outside 1..{}", env, full_layers);
+    if (asked < layers) {
+      layers = asked;
+      why = "FLUXRT_BENCH_T5_LAYERS";
+    }
+  }
+  config.num_layers = layers;
+  const double scale = static_cast<double>(full_layers) / static_cast<double>(layers);
+  models::T5EncoderOptions options;
+  options.dtype = request.dtype;
+  options.device = request.device;
+
+#if FLUXRT_TE_HAVE_BENCH_COMMON
+  std::printf("%s\n", bench::machine_line().c_str());
+#endif
+  std::printf("text encoder T5-XXL v1.1 for %s: %lld of %lld layers timed (%s), %s, batch %d, %d threads, no mask\n",
+              request.variant.c_str(), static_cast<long long>(layers), static_cast<long long>(full_layers), why.c_str(),
+              std::string(dtype_name(options.dtype)).c_str(), request.batch, num_threads());
+  std::fflush(stdout);
+  const double t0 = wall_seconds();
+  models::T5Encoder encoder = models::T5Encoder::synthetic(config, options);
+  std::printf("synthetic weights: %.2f GiB in %.1f s (full model %.2f GiB)\n", gib(encoder.weight_bytes()),
+              wall_seconds() - t0, gib(fixed_bytes + layer_bytes * static_cast<size_t>(full_layers)));
+  std::fflush(stdout);
+
+  double peak = 0, peak_per_core = 0;
+  std::string peak_source = "not measured";
+#if FLUXRT_TE_HAVE_BENCH_COMMON
+  if (!request.skip_peak) {
+    bench::GemmPeak p = bench::measure_gemm_peak();
+    peak = p.gflops;
+    peak_per_core = p.gflops_per_core;
+    peak_source = p.source;
+  }
+#endif
+  std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n", peak, peak_per_core,
+              peak_source.c_str());
+  std::vector<int> lengths = {request.variant == "flux.1-schnell" ? 256 : 512};
+  if (request.max_sequence_length != lengths[0]) lengths.push_back(request.max_sequence_length);
+  std::printf("%-8s %5s %10s %10s %12s %8s %9s %7s %12s %10s\n", "length", "runs", "min ms", "median ms", "full-model ms",
+              "GFLOP", "GFLOP/s", "%peak", "GFLOP/cpu-s", "%peak/cpu");
+  std::string json_rows;
+  for (int length : lengths) {
+    if (length < 1 || length > 4096) fail(ErrorCode::InvalidArgument, "bench text-encoder: length {} outside 1..4096", length);
+    const int64_t B = request.batch, L = length, real = std::min<int64_t>(40, L);
+    Tensor ids = Tensor::empty({B, L}, DType::I32);  // [B, L]: 40 prompt ids, </s>, then pads (all computed)
+    for (int64_t i = 0; i < B * L; ++i) {
+      const int64_t pos = i % L;
+      ids.data<int32_t>()[i] = pos < real - 1 ? static_cast<int32_t>(3 + (pos * 7919) % 32000) : (pos == real - 1 ? 1 : 0);
+    }
+    RunTiming t = time_encoder([&] { (void)encoder.forward(ids); }, 5, 60.0);
+    const double gflop = encoder.flops(B, L) * 1e-9;
+    const double rate = gflop / t.min_s, rate_cpu = gflop / t.min_cpu_s;
+    std::string ratio = peak > 0 ? fmt::format("{:.1f}", 100.0 * rate / peak) : "-";
+    std::string ratio_cpu = peak_per_core > 0 ? fmt::format("{:.1f}", 100.0 * rate_cpu / peak_per_core) : "-";
+    std::printf("%-8d %5d %10.1f %10.1f %12.1f %8.1f %9.1f %7s %12.1f %10s\n", length, t.runs, t.min_s * 1e3,
+                t.median_s * 1e3, t.min_s * scale * 1e3, gflop, rate, ratio.c_str(), rate_cpu, ratio_cpu.c_str());
+    std::fflush(stdout);
+    json_rows += fmt::format("{}{{\"length\": {}, \"batch\": {}, \"layers_timed\": {}, \"min_s\": {:.6f}, "
+                             "\"median_s\": {:.6f}, \"full_model_s\": {:.6f}, \"gflop\": {:.3f}, \"gflops\": {:.2f}, "
+                             "\"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, \"peak_gflops_per_cpu_s\": {:.2f}}}",
+                             json_rows.empty() ? "" : ", ", length, B, layers, t.min_s, t.median_s, t.min_s * scale,
+                             gflop, rate, rate_cpu, peak, peak_per_core);
+  }
+  if (layers < full_layers)
+    std::printf("full-model ms = measured x %lld/%lld (identical layers; embedding and final norm are negligible)\n",
+                static_cast<long long>(full_layers), static_cast<long long>(layers));
+  std::printf("peak RSS: %.2f GiB\n", gib(process_peak_rss_bytes()));
+  if (!request.json_path.empty()) {
+    std::ofstream out(request.json_path);
+    if (!out) fail(ErrorCode::Io, "bench text-encoder: cannot write {}", request.json_path);
+    out << fmt::format("{{\"component\": \"text-encoder\", \"encoder\": \"t5-xxl\", \"variant\": \"{}\", "
+                       "\"rows\": [{}]}}\n", request.variant, json_rows);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int bench_text_encoder(const BenchRequest& request) {
+  if (request.variant == "flux.1-dev" || request.variant == "flux.1-schnell") return bench_t5_encoder(request);
   models::Qwen3Config config;
   std::string te_name;
   if (request.variant == "flux.2-klein-4b") {
@@ -83,7 +201,7 @@ int bench_text_encoder(const BenchRequest& request) {
     te_name = "Qwen3-8B";
   } else {
     fail(ErrorCode::InvalidArgument,
-         "bench text-encoder: variant {} has no Qwen3 text encoder (flux.2-klein-4b or flux.2-klein-9b)",
+         "bench text-encoder: unknown variant {} (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell)",
          request.variant);
   }
   if (!request.device.is_cpu()) fail(ErrorCode::Unsupported, "bench text-encoder: only the CPU device for now");
