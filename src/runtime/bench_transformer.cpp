@@ -1,5 +1,6 @@
-// `fluxrt bench transformer`: one FLUX.2 klein transformer forward per denoising step on
-// synthetic bf16 weights of the real shapes (random, never zeros; no files needed), timed per step.
+// `fluxrt bench transformer`: one transformer forward per denoising step (FLUX.2 klein 4B/9B,
+// FLUX.1 dev/schnell) on synthetic bf16 weights of the real shapes (random, never zeros; no files
+// needed), timed per step.
 // Prints ms per step, achieved GFLOP/s (GEMMs + attention, flux-reference.md section 6), its ratio
 // to the bf16 GEMM peak measured in the same run, and the peak RSS.
 #include <time.h>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
 #include "runtime/bench.h"
 
@@ -54,6 +57,15 @@ Tensor text_ids(int64_t n) {
   return Tensor::from_vector(v, {n, 4});
 }
 
+// FLUX.1 ids as FluxPipeline builds them: image (0, h, w), text all zeros.
+Tensor grid_ids3(int64_t h, int64_t w) {
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>(h * w * 3));
+  for (int64_t i = 0; i < h; ++i)
+    for (int64_t j = 0; j < w; ++j) v.insert(v.end(), {0.0f, float(i), float(j)});
+  return Tensor::from_vector(v, {h * w, 3});
+}
+
 // MemAvailable from /proc/meminfo (0 when unknown).
 size_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
@@ -67,26 +79,112 @@ size_t mem_available_bytes() {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 
+// What the timing loop needs from either family: sizes for the report and one step.
+struct BenchModel {
+  double params = 0;            // parameters of the timed model
+  double flops = 0;             // FLOPs of one timed forward (batch included)
+  double full_flops = 0;        // FLOPs of one forward of the full model (batch included)
+  size_t weight_bytes = 0;
+  std::function<void(float sigma)> step;
+  std::shared_ptr<void> keep;   // the model and its inputs
+};
+
+// Block counts of the timed model: the full ones, or 1 + 1 blocks of the real shapes when the
+// full weights cannot fit next to everything else running.
+void maybe_shrink(int64_t* double_blocks, int64_t* single_blocks, bool extrapolate) {
+  if (!extrapolate) return;
+  *double_blocks = 1;
+  *single_blocks = 1;
+}
+
+BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64_t gw) {
+  const models::Flux2Config full = models::flux2_preset(r.variant);
+  models::Flux2Config config = full;
+  maybe_shrink(&config.double_blocks, &config.single_blocks, extrapolate);
+  models::Flux2LoadOptions opt;
+  opt.dtype = r.dtype;
+  opt.device = r.device;
+  opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
+  const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
+  struct State {
+    std::unique_ptr<models::Flux2Transformer> model;
+    Tensor x, ctx, x_ids, ctx_ids;
+  };
+  auto st = std::make_shared<State>();
+  st->model = models::Flux2Transformer::synthetic(config, 1234, opt);
+  st->x = models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype);
+  st->ctx = models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype);
+  st->x_ids = grid_ids(gh, gw);
+  st->ctx_ids = text_ids(lt);
+  BenchModel m;
+  m.params = static_cast<double>(config.parameter_count());
+  m.flops = static_cast<double>(b) * config.flops_per_forward(li, lt);
+  m.full_flops = static_cast<double>(b) * full.flops_per_forward(li, lt);
+  m.weight_bytes = st->model->weight_bytes();
+  m.step = [st, b](float sigma) {
+    const Tensor t = Tensor::full({b}, DType::F32, sigma);
+    (void)st->model->forward(st->x, st->x_ids, st->ctx, st->ctx_ids, t);
+  };
+  m.keep = st;
+  return m;
+}
+
+BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64_t gw) {
+  const models::Flux1Config full = models::flux1_preset(r.variant);
+  models::Flux1Config config = full;
+  maybe_shrink(&config.double_blocks, &config.single_blocks, extrapolate);
+  models::Flux1LoadOptions opt;
+  opt.dtype = r.dtype;
+  opt.device = r.device;
+  opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
+  const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
+  struct State {
+    std::unique_ptr<models::Flux1Transformer> model;
+    Tensor x, ctx, pooled, x_ids, ctx_ids, guidance;
+  };
+  auto st = std::make_shared<State>();
+  st->model = models::Flux1Transformer::synthetic(config, 1234, opt);
+  st->x = models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype);
+  st->ctx = models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype);
+  st->pooled = models::flux2_random_tensor({b, config.pooled_dim}, 13, 1.0f).to(r.dtype);
+  st->x_ids = grid_ids3(gh, gw);
+  st->ctx_ids = Tensor::zeros({lt, 3}, DType::F32);
+  if (config.guidance) st->guidance = Tensor::full({b}, DType::F32, 3.5);  // dev's default guidance
+  BenchModel m;
+  m.params = static_cast<double>(config.parameter_count());
+  m.flops = static_cast<double>(b) * config.flops_per_forward(li, lt);
+  m.full_flops = static_cast<double>(b) * full.flops_per_forward(li, lt);
+  m.weight_bytes = st->model->weight_bytes();
+  m.step = [st, b](float sigma) {
+    const Tensor t = Tensor::full({b}, DType::F32, sigma);
+    (void)st->model->forward(st->x, st->x_ids, st->ctx, st->ctx_ids, st->pooled, t, st->guidance);
+  };
+  m.keep = st;
+  return m;
+}
+
 }  // namespace
 
 int bench_transformer(const BenchRequest& r) {
-  if (r.variant.rfind("flux.2-", 0) != 0)
-    fail(ErrorCode::Unsupported, "bench transformer: variant '{}' is not implemented (FLUX.2 klein only)", r.variant);
+  const bool flux1 = r.variant.rfind("flux.1-", 0) == 0;
+  if (!flux1 && r.variant.rfind("flux.2-", 0) != 0)
+    fail(ErrorCode::Unsupported,
+         "bench transformer: unknown variant '{}' (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell)",
+         r.variant);
   FLUXRT_CHECK(r.width % 16 == 0 && r.height % 16 == 0 && r.width > 0 && r.height > 0, ErrorCode::InvalidArgument,
                "bench transformer: --size {}x{} must be positive multiples of 16", r.width, r.height);
   FLUXRT_CHECK(r.steps >= 1 && r.batch >= 1 && r.max_sequence_length >= 1, ErrorCode::InvalidArgument,
                "bench transformer: steps, batch and text length must be >= 1");
-  const models::Flux2Config full = models::flux2_preset(r.variant);
+  // Parameter count of the full model (the presets also reject unknown variant names).
+  const double full_params = flux1 ? static_cast<double>(models::flux1_preset(r.variant).parameter_count())
+                                   : static_cast<double>(models::flux2_preset(r.variant).parameter_count());
   // When the weights of the real model cannot fit next to everything else running (klein-9B is
-  // 18.2 GB of bf16), time one double and one single block of the real shapes and scale the step
-  // time by the FLOP ratio; every figure derived that way is labelled EXTRAPOLATED.
-  const size_t full_bytes = static_cast<size_t>(full.parameter_count()) * 2;
+  // 18.2 GB of bf16, FLUX.1 23.8 GB), time one double and one single block of the real shapes and
+  // scale the step time by the FLOP ratio; every figure derived that way is labelled EXTRAPOLATED.
+  const size_t full_bytes = static_cast<size_t>(full_params) * 2;
   const size_t available = mem_available_bytes();
   const bool extrapolate = available > 0 && static_cast<double>(full_bytes) > 0.85 * static_cast<double>(available);
-  models::Flux2Config config = full;
   if (extrapolate) {
-    config.double_blocks = 1;
-    config.single_blocks = 1;
     std::printf("%s needs %.2f GB of weights, %.2f GB available: timing 1 double + 1 single block of the real "
                 "shapes and scaling by the FLOP ratio (EXTRAPOLATED)\n",
                 r.variant.c_str(), full_bytes / 1e9, available / 1e9);
@@ -111,30 +209,20 @@ int bench_transformer(const BenchRequest& r) {
                 peak_source.c_str());
   std::fflush(stdout);
 
-  models::Flux2LoadOptions opt;
-  opt.dtype = r.dtype;
-  opt.device = r.device;
-  opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
   const double t0 = wall_seconds();
-  const auto model = models::Flux2Transformer::synthetic(config, 1234, opt);
+  const BenchModel model = flux1 ? make_flux1(r, extrapolate, gh, gw) : make_flux2(r, extrapolate, gh, gw);
   const double load_s = wall_seconds() - t0;
   std::printf("%s: %.3f G parameters, %.2f GB bf16 weights generated and prepared in %.1f s (RSS %.2f GiB)\n",
-              r.variant.c_str(), config.parameter_count() / 1e9, model->weight_bytes() / 1e9, load_s,
+              r.variant.c_str(), model.params / 1e9, model.weight_bytes / 1e9, load_s,
               gib(process_current_rss_bytes()));
-
-  const Tensor x = models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype);
-  const Tensor ctx = models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype);
-  const Tensor x_ids = grid_ids(gh, gw), ctx_ids = text_ids(lt);
-  const double flops = static_cast<double>(b) * config.flops_per_forward(li, lt);
-  const double full_flops = static_cast<double>(b) * full.flops_per_forward(li, lt);
+  const double flops = model.flops, full_flops = model.full_flops;
   const double scale = full_flops / flops;  // 1 unless extrapolating
 
   std::vector<double> wall, cpu;
   for (int s = 0; s < r.steps; ++s) {
     const float sigma = 1.0f - static_cast<float>(s) / static_cast<float>(r.steps);
-    const Tensor t = Tensor::full({b}, DType::F32, sigma);
     const double w0 = wall_seconds(), c0 = cpu_seconds();
-    const Tensor v = model->forward(x, x_ids, ctx, ctx_ids, t);
+    model.step(sigma);
     wall.push_back((wall_seconds() - w0) * scale);
     cpu.push_back((cpu_seconds() - c0) * scale);
     std::printf("  step %d: %.1f ms (cpu %.1f s)\n", s + 1, wall.back() * 1e3, cpu.back());
@@ -162,7 +250,7 @@ int bench_transformer(const BenchRequest& r) {
   if (peak > 0) std::printf("\n");
   if (extrapolate)
     std::printf("peak RSS: %.2f GiB measured with 1+1 blocks; the full model needs %.2f GiB of weights more\n",
-                peak_rss, gib(full_bytes - model->weight_bytes()));
+                peak_rss, gib(full_bytes - model.weight_bytes));
   else
     std::printf("peak RSS: %.2f GiB\n", peak_rss);
 
