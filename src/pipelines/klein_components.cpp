@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "io/model_discovery.h"
 #include "tokenizers/bpe_tokenizer.h"
@@ -151,7 +152,9 @@ void Flux2KleinPipeline::Impl::load_resident() {
     std::vector<std::thread> threads;
     const std::function<void()> jobs[3] = {load_embedder, load_transformer, load_vae};
     for (int i = 0; i < 3; ++i) {
-      threads.emplace_back([&, i] {
+      threads.emplace_back([&, i, n = num_threads()] {
+        // OpenMP's thread count is per thread: carry the process setting (--threads) over.
+        set_num_threads(n);
         try {
           jobs[i]();
         } catch (...) {
