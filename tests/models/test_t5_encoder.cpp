@@ -196,6 +196,23 @@ TEST(T5PromptEmbedder, LoadsAPipelineFolder) {
   fs::remove_all(root);
 }
 
+TEST(T5Encoder, OtherCheckpointDtypesAreConvertedAtLoad) {
+  // The same weights stored as f32 (exact upcast of the bf16 file) must give the bf16 run's
+  // result bit for bit in bf16 mode, and the f32 run's in f32 mode.
+  io::Checkpoint ck = io::Checkpoint::open(kModel.string());
+  const T5Config config = T5Config::from_json_file(kModel / "config.json");
+  const TensorStore bf16_store = TensorStore::from_checkpoint(ck);
+  TensorStore f32_store;
+  for (const std::string& name : bf16_store.names()) f32_store.add(name, bf16_store.get(name).to(DType::F32));
+  const Dump d = read_dump("direct_L160");
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    const Tensor want = T5Encoder::from_store(config, bf16_store, opts(dtype)).forward(d.input_ids);
+    const Tensor got = T5Encoder::from_store(config, f32_store, opts(dtype)).forward(d.input_ids);
+    EXPECT_EQ(got.dtype(), dtype);
+    EXPECT_TRUE(test::all_close(got, want, test::TolClass::Exact)) << dtype_name(dtype);
+  }
+}
+
 TEST(T5Encoder, BindingErrorsNameTheTensors) {
   io::Checkpoint ck = io::Checkpoint::open(kModel.string());
   const T5Config config = T5Config::from_json_file(kModel / "config.json");

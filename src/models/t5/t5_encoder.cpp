@@ -145,8 +145,9 @@ void T5Encoder::bind(const TensorStore& store) {
   const T5Config& c = config_;
   const int64_t D = c.d_model, inner = c.num_heads * c.d_kv, F = c.d_ff;
   WeightBinder binder(store, "text_encoder_2");
-  const std::optional<DType> wdtype =
-      options_.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
+  // Weights in the activation dtype: a bf16 checkpoint stays zero-copy in bf16 mode; f32, f16 and
+  // fp8 checkpoints (the widely shared t5xxl_fp16 / fp8_e4m3fn files) are converted once here.
+  const std::optional<DType> wdtype = options_.dtype;
   // T5EncoderModel ties encoder.embed_tokens to shared; checkpoints hold one or both copies.
   if (binder.has("shared.weight")) {
     shared_ = binder.require("shared.weight", {c.vocab_size, D});
