@@ -27,9 +27,9 @@ void parse_size(const std::string& text, int* width, int* height) {
 
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   CLI::App* cmd = app.add_subcommand("bench", "time a component on synthetic weights of the real shapes");
-  cmd->add_option("component", options.component, "transformer, text-encoder or vae")
+  cmd->add_option("component", options.component, "transformer, text-encoder, vae or pipeline")
       ->required()
-      ->check(CLI::IsMember({"transformer", "text-encoder", "vae"}));
+      ->check(CLI::IsMember({"transformer", "text-encoder", "vae", "pipeline"}));
   cmd->add_option("--variant", options.variant, "flux.2-klein-4b, flux.2-klein-9b, ...")
       ->capture_default_str();
   cmd->add_option("--size", options.size, "image size WxH")->capture_default_str();
@@ -43,6 +43,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
       ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_flag("--skip-peak", options.skip_peak, "don't measure the GEMM peak (no ratios)");
   cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");
+  cmd->add_flag("--synthetic", options.synthetic, "pipeline: random weights of the variant's real shapes (no files)");
+  cmd->add_flag("--warmup", options.warmup, "pipeline: run the request once untimed first");
   return cmd;
 }
 
@@ -59,6 +61,9 @@ int run_bench(const BenchOptions& options) {
   request.dtype = options.dtype == "f32" ? DType::F32 : DType::BF16;
   request.skip_peak = options.skip_peak;
   request.json_path = options.json_path;
+  request.synthetic = options.synthetic;
+  request.warmup = options.warmup;
+  if (options.component == "pipeline") return runtime::bench_pipeline(request);
   if (options.component == "transformer") return runtime::bench_transformer(request);
   if (options.component == "text-encoder") return runtime::bench_text_encoder(request);
   return runtime::bench_vae(request);

@@ -20,10 +20,16 @@ struct BenchRequest {
   DType dtype = DType::BF16;
   bool skip_peak = false;  // don't measure the GEMM peak (ratios are then omitted)
   std::string json_path;   // also write the figures as JSON when set
+  bool synthetic = false;  // bench pipeline: random weights of the variant's real shapes (required for now)
+  bool warmup = false;     // bench pipeline: one untimed request first (reported separately)
 };
 
 int bench_transformer(const BenchRequest& request);
 int bench_text_encoder(const BenchRequest& request);
 int bench_vae(const BenchRequest& request);
+// The whole FLUX.2 klein pipeline (prompt encoding, denoising loop, VAE decode) through
+// Flux2KleinPipeline::synthetic, reported with the generate timing table (runtime/timing_report.h)
+// plus the loop's GFLOP/s and its ratio to the GEMM peak.
+int bench_pipeline(const BenchRequest& request);
 
 }  // namespace fluxrt::runtime

@@ -134,7 +134,7 @@ std::string format_timing_report(const TimingReport& t) {
     }
   }
   out += line("VAE decode", ms(r.vae_decode_s));
-  out += line("image write", ms(r.image_write_s));
+  if (t.writes_images) out += line("image write", ms(r.image_write_s));
   out += line("run total", ms(r.total_s));
   out += line("total", ms(t.total_s), "the whole command");
   out += line("peak RSS", gib(t.peak_rss_bytes));
@@ -157,6 +157,7 @@ std::string timing_report_json(const TimingReport& t) {
                       {"run", run_json(t.run)},
                       {"total_s", t.total_s},
                       {"peak_rss_bytes", t.peak_rss_bytes}};
+  if (!t.writes_images) j["run"]["image_write_s"] = nullptr;
   if (t.throughput) {
     const LoopThroughput& p = *t.throughput;
     j["throughput"] = {{"loop_tflop", p.flop / 1e12},

@@ -62,6 +62,7 @@ struct TimingReport {
   std::optional<RunTimings> warmup;
   RunTimings run;
   std::optional<LoopThroughput> throughput;
+  bool writes_images = true;  // false for the benchmark: no image-write line, null in JSON
   double total_s = 0;  // wall time of the whole command
   size_t peak_rss_bytes = 0;
 };

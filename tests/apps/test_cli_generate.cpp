@@ -74,8 +74,13 @@ class CliGenerate : public ::testing::Test {
   // `fluxrt generate <tiny model, 64x64, 2 steps, seed 7, f32, --out out_> <args>`; an empty hub
   // cache and no preset folder of the user's.
   RunResult generate(const std::string& args, bool tiny_defaults = true) {
+    return run("generate " + args, tiny_defaults);
+  }
+  RunResult run(const std::string& args_after_command, bool tiny_defaults) {
+    const std::string command = args_after_command.substr(0, args_after_command.find(' '));
+    const std::string args = args_after_command.substr(command.size());
     std::string cmd = "HF_HUB_CACHE=" + quote((tmp_ / "hub").string()) + " FLUXRT_CONFIG_DIR= " + quote(kBinary.string()) +
-                      " generate ";
+                      " " + command + " ";
     if (tiny_defaults)
       cmd += "--model " + quote(kTiny.string()) + " --size 64x64 --steps 2 --seed 7 --dtype f32 --threads 1 --out " +
              quote(out_.string()) + " ";
@@ -287,4 +292,23 @@ TEST_F(CliGenerate, InterruptWritesNothing) {
   EXPECT_NE(err_lines.back().find("interrupted"), std::string::npos) << err_lines.back();
   EXPECT_TRUE(read_file(tmp_ / "stdout").empty());
   EXPECT_EQ(files_in_out(), 0u);
+}
+
+// `fluxrt bench pipeline` on the tiny synthetic variant: the timing table with the loop's
+// throughput, and the JSON figures.
+TEST_F(CliGenerate, BenchPipelineTinySynthetic) {
+  const fs::path json = tmp_ / "bench.json";
+  const RunResult r = run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 2 "
+                          "--skip-peak --json " + quote(json.string()), false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* needle : {"denoising loop", "loop throughput", "GFLOP/s", "VAE decode", "peak RSS"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j["run"]["steps"], 2);
+  EXPECT_GT(j["throughput"]["gflops"].get<double>(), 0);
+  EXPECT_GT(j["throughput"]["loop_tflop"].get<double>(), 0);
+  EXPECT_TRUE(j["run"]["image_write_s"].is_null());
+
+  expect_one_line_error(run("bench pipeline --variant flux.2-klein-tiny --size 64x64", false), "--synthetic");
+  expect_one_line_error(run("bench pipeline --synthetic --variant flux.2-klein-tiny --size 60x64", false), "16");
 }

@@ -132,7 +132,10 @@ TEST(TimingReport, JsonHasEveryField) {
   EXPECT_EQ(j["peak_rss_bytes"].get<size_t>(), size_t{3} << 29);
 
   t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
+  t.writes_images = false;  // the benchmark
   j = nlohmann::json::parse(rt::timing_report_json(t));
+  EXPECT_TRUE(j["run"]["image_write_s"].is_null());
+  EXPECT_EQ(rt::format_timing_report(t).find("image write"), std::string::npos);
   EXPECT_DOUBLE_EQ(j["throughput"]["peak_ratio"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(j["throughput"]["loop_tflop"].get<double>(), 7.0);
 }
