@@ -220,18 +220,19 @@ void Flux1Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
   const Flux1Config& c = config_;
   const int64_t d = c.hidden, b = x.size(0), l = x.size(1);
   const float eps = c.eps;
-  const Tensor mod = ops::linear(vec_act, *blk.mod);                                           // [B, 3D] shift, scale, gate
-  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);      // [B, L, D]
-  const Tensor q = ops::rms_norm(flux_heads_view(ops::linear(n, *blk.q), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
-  const Tensor k = ops::rms_norm(flux_heads_view(ops::linear(n, *blk.k), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
-  const Tensor v = flux_heads_view(ops::linear(n, *blk.v), c.heads, c.head_dim);              // [B, L, H, d]
+  auto heads = [&](const Tensor& t) { return flux_heads_view(t, c.heads, c.head_dim); };  // [B, L, H, d]
+  const Tensor mod = ops::linear(vec_act, *blk.mod);                                       // [B, 3D] shift, scale, gate
+  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);  // [B, L, D]
+  const Tensor q = ops::rms_norm(heads(ops::linear(n, *blk.q)), blk.q_norm, eps);          // [B, L, H, d]
+  const Tensor k = ops::rms_norm(heads(ops::linear(n, *blk.k)), blk.k_norm, eps);          // [B, L, H, d]
+  const Tensor v = heads(ops::linear(n, *blk.v));                                          // [B, L, H, d]
   ops::AttentionOptions opt;
   opt.rope = backend::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
-  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                           // [B, L, D]
-  const Tensor mlp = ops::linear(n, *blk.mlp, backend::Activation::GeluTanh);                 // [B, L, M]
-  const Tensor cat = ops::concat({attn, mlp}, 2);                                              // [B, L, D + M]
-  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                  // x += gate * out
+  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});            // [B, L, D]
+  const Tensor mlp = ops::linear(n, *blk.mlp, backend::Activation::GeluTanh);  // [B, L, M]
+  const Tensor cat = ops::concat({attn, mlp}, 2);                               // [B, L, D + M]
+  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);   // x += gate * out
 }
 
 // diffusers FluxTransformer2DModel.forward.
