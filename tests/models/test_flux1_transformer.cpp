@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -297,6 +300,31 @@ TEST(Flux1Transformer, BindingErrorsListMissingMisshapedAndUnused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("FLUX.2"), std::string::npos) << e.what();
   }
+}
+
+TEST(Flux1Transformer, LoadsPipelineFoldersAndComfyAllInOneFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("flux1_loading_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "pipeline");
+  // A pipeline folder: the loader descends into transformer/.
+  fs::create_directory_symlink(fs::absolute(kDevFolder), dir / "pipeline" / "transformer");
+  Flux1LoadOptions opt;
+  opt.dtype = DType::F32;
+  const Case dev = load_case("dev");
+  EXPECT_TRUE(test::all_close(run(*Flux1Transformer::load((dir / "pipeline").string(), opt), dev), dev.out,
+                              test::TolClass::ModuleGolden));
+  // An all-in-one file: the prefixed fp8 transformer next to text-encoder and VAE tensors.
+  const io::Checkpoint fp8 = io::Checkpoint::open(kDevFp8);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& n : fp8.names()) tensors.emplace_back(n, fp8.tensor(n));
+  tensors.emplace_back("text_encoders.clip_l.transformer.text_model.final_layer_norm.weight",
+                       Tensor::zeros({8}, DType::BF16));
+  tensors.emplace_back("vae.decoder.conv_in.weight", Tensor::zeros({4, 4}, DType::BF16));
+  const std::string all_in_one = (dir / "flux1-dev-fp8-all-in-one.safetensors").string();
+  io::write_safetensors(all_in_one, tensors);
+  const Case c = load_case("dev_fp8");
+  EXPECT_TRUE(test::all_close(run(*Flux1Transformer::load(all_in_one, opt), c), c.out, test::TolClass::ModuleGolden));
+  fs::remove_all(dir);
 }
 
 TEST(Flux1Transformer, GuidanceArgumentMustMatchTheVariant) {

@@ -1,5 +1,6 @@
 #include "models/flux/flux1_transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -26,6 +27,14 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path
     p /= "transformer";  // a pipeline folder
   const io::Checkpoint checkpoint = io::Checkpoint::open(p.string());
   TensorStore raw = TensorStore::from_checkpoint(checkpoint);
+  // ComfyUI all-in-one checkpoints hold the text encoders and the VAE next to the transformer's
+  // `model.diffusion_model.*` tensors: take only those.
+  const std::string comfy = "model.diffusion_model.";
+  const auto names = raw.names();
+  const auto prefixed = std::count_if(names.begin(), names.end(),
+                                      [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
+  if (prefixed > 0 && static_cast<size_t>(prefixed) < names.size())
+    raw = TensorStore::from_checkpoint(checkpoint, comfy);
   raw.set_description(p.string());
   raw = flux1_dequantize_fp8(raw);
   Flux1Config config;

@@ -38,7 +38,8 @@ class Flux1Transformer {
  public:
   // `path`: a diffusers transformer folder (config.json + weights, sharded or not), a pipeline
   // folder holding transformer/, or a single .safetensors file in the BFL or diffusers layout, bf16
-  // or fp8 (the config is then detected from the weights: guidance_in present -> dev).
+  // or fp8 (the config is then detected from the weights: guidance_in present -> dev), including
+  // ComfyUI all-in-one files (only the `model.diffusion_model.*` tensors are read).
   static std::unique_ptr<Flux1Transformer> load(const std::string& path, const Flux1LoadOptions& options = {});
   // From a checkpoint store in any layout (fp8 dequantised, then flux1_to_canonical) and a config.
   // Throws Format listing every missing, mis-shaped and unused tensor.
