@@ -312,3 +312,27 @@ TEST_F(CliGenerate, BenchPipelineTinySynthetic) {
   expect_one_line_error(run("bench pipeline --variant flux.2-klein-tiny --size 64x64", false), "--synthetic");
   expect_one_line_error(run("bench pipeline --synthetic --variant flux.2-klein-tiny --size 60x64", false), "16");
 }
+
+// --reload and --warmup: a warm load and a warm-up run reported next to the timed run; the
+// warm-up writes nothing. --low-memory loads inside the request instead.
+TEST_F(CliGenerate, WarmLoadWarmupAndLowMemory) {
+  const fs::path profile = tmp_ / "p.json";
+  RunResult r = generate("--prompt x --reload --warmup --profile " + quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(files_in_out(), 1u);
+  for (const char* needle : {"cold load", "warm load", "warm-up run"})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  nlohmann::json j = nlohmann::json::parse(read_file(profile));
+  EXPECT_GT(j["warm_load"]["total_s"].get<double>(), 0);
+  EXPECT_EQ(j["warmup"]["steps"], 2);
+  EXPECT_EQ(j["run"]["steps"], 2);
+
+  r = generate("--prompt x --low-memory --quiet --profile " + quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(read_file(profile));
+  EXPECT_TRUE(j["cold_load"].is_null());
+  EXPECT_GT(j["run"]["load_s"].get<double>(), 0);
+  // Same seed and settings as the first run: the same image, whatever the loading mode.
+  EXPECT_EQ(fluxrt::io::read_png((out_ / "fluxrt-7-0.png").string()).pixels,
+            fluxrt::io::read_png((out_ / "fluxrt-7-0-1.png").string()).pixels);
+}
