@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,23 +26,35 @@ int64_t json_int(const json& j, const char* key, const std::filesystem::path& pa
 }
 
 // Uniform values in [offset - amplitude, offset + amplitude), never exactly zero (bench weights).
+// Split over a few threads with independent xorshift streams: CLIP-L has 123M weights.
 Tensor random_tensor(const Shape& shape, DType dtype, float amplitude, float offset, uint64_t seed) {
   Tensor t = Tensor::empty(shape, dtype);
   const int64_t n = t.numel();
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    state ^= state << 13;  // xorshift64: plenty for bench weights
-    state ^= state >> 7;
-    state ^= state << 17;
-    const float u = static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) * (1.0f / (1 << 23));
-    float v = offset + amplitude * u;
-    if (v == 0.0f) v = amplitude * 0x1.0p-8f;
-    if (dtype == DType::BF16) {
-      t.data<uint16_t>()[i] = f32_to_bf16(v);
-    } else {
-      t.data<float>()[i] = v;
+  uint16_t* out16 = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
+  float* out32 = dtype == DType::BF16 ? nullptr : t.data<float>();
+  const int parts = n < (1 << 16) ? 1 : std::max(1, std::min<int>(8, static_cast<int>(std::thread::hardware_concurrency())));
+  auto fill = [&](int part) {
+    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
+    uint64_t state = (seed + 1) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(part) * 0xD1B54A32D192ED03ull;
+    if (state == 0) state = 1;
+    for (int64_t i = begin; i < end; ++i) {
+      state ^= state << 13;  // xorshift64: plenty for bench weights
+      state ^= state >> 7;
+      state ^= state << 17;
+      const float u = static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) * (1.0f / (1 << 23));
+      float v = offset + amplitude * u;
+      if (v == 0.0f) v = amplitude * 0x1.0p-8f;
+      if (out16) {
+        out16[i] = f32_to_bf16(v);
+      } else {
+        out32[i] = v;
+      }
     }
-  }
+  };
+  std::vector<std::thread> workers;
+  for (int p = 1; p < parts; ++p) workers.emplace_back(fill, p);
+  fill(0);
+  for (auto& w : workers) w.join();
   return t;
 }
 
@@ -120,6 +133,16 @@ void ClipTextModel::bind(const TensorStore& store) {
     Tensor b = binder.require(name + ".bias", {n}, wdtype);
     return w.defined() && b.defined() ? ops::prepare_linear(w, b, options_.device) : nullptr;
   };
+  auto qkv = [&](const std::string& attn) -> std::shared_ptr<backend::PreparedLinear> {
+    std::vector<Tensor> ws, bs;
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+      ws.push_back(binder.require(attn + proj + ".weight", {H, H}, wdtype));
+      bs.push_back(binder.require(attn + proj + ".bias", {H}, wdtype));
+    }
+    for (size_t i = 0; i < 3; ++i)
+      if (!ws[i].defined() || !bs[i].defined()) return nullptr;
+    return ops::prepare_linear(ops::concat(ws, 0), ops::concat(bs, 0), options_.device);  // [3H, H], [3H]
+  };
   layers_.assign(static_cast<size_t>(c.num_layers), Layer{});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "encoder.layers." + std::to_string(i) + ".";
@@ -128,9 +151,7 @@ void ClipTextModel::bind(const TensorStore& store) {
     L.ln1_bias = binder.require(p + "layer_norm1.bias", {H}, wdtype);
     L.ln2_weight = binder.require(p + "layer_norm2.weight", {H}, wdtype);
     L.ln2_bias = binder.require(p + "layer_norm2.bias", {H}, wdtype);
-    L.q = lin(p + "self_attn.q_proj", H, H);
-    L.k = lin(p + "self_attn.k_proj", H, H);
-    L.v = lin(p + "self_attn.v_proj", H, H);
+    L.qkv = qkv(p + "self_attn.");
     L.out = lin(p + "self_attn.out_proj", H, H);
     L.fc1 = lin(p + "mlp.fc1", I, H);
     L.fc2 = lin(p + "mlp.fc2", H, I);
@@ -181,9 +202,7 @@ ClipTextModel ClipTextModel::synthetic(const ClipTextConfig& config, const ClipT
     L.ln1_bias = norm_bias();
     L.ln2_weight = norm_weight();
     L.ln2_bias = norm_bias();
-    L.q = lin(H, H);
-    L.k = lin(H, H);
-    L.v = lin(H, H);
+    L.qkv = lin(3 * H, H);
     L.out = lin(H, H);
     L.fc1 = lin(I, H);
     L.fc2 = lin(H, I);
@@ -237,9 +256,8 @@ ClipTextOutput ClipTextModel::forward(const Tensor& input_ids) const {
   for (const Layer& L : layers_) {
     // CLIPEncoderLayer: x = x + out_proj(attn(layer_norm1(x)))
     Tensor h = ops::layer_norm(x, L.ln1_weight, L.ln1_bias, c.layer_norm_eps);  // [B, L, H]
-    Tensor q = ops::linear(h, *L.q).view({B, Lseq, nh, D});                     // [B, L, nh, D]
-    Tensor k = ops::linear(h, *L.k).view({B, Lseq, nh, D});                     // [B, L, nh, D]
-    Tensor v = ops::linear(h, *L.v).view({B, Lseq, nh, D});                     // [B, L, nh, D]
+    Tensor qkv = ops::linear(h, *L.qkv).view({B, Lseq, 3, nh, D});              // [B, L, 3, nh, D]
+    Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);    // [B, L, nh, D] views
     Tensor a = ops::attention(q, k, v, attn).view({B, Lseq, H});                // [B, L, H]
     ops::add_(x, ops::linear(a, *L.out));                                        // [B, L, H]
     // CLIPMLP: x = x + fc2(quick_gelu(fc1(layer_norm2(x))))
@@ -269,7 +287,7 @@ size_t ClipTextModel::weight_bytes() const {
   size_t total = token_embedding_.nbytes() + position_embedding_.nbytes() + final_ln_weight_.nbytes() +
                  final_ln_bias_.nbytes();
   for (const Layer& L : layers_) {
-    for (const auto* p : {&L.q, &L.k, &L.v, &L.out, &L.fc1, &L.fc2})
+    for (const auto* p : {&L.qkv, &L.out, &L.fc1, &L.fc2})
       if (*p) total += (*p)->weight.nbytes() + ((*p)->bias.defined() ? (*p)->bias.nbytes() : 0);
     total += L.ln1_weight.nbytes() + L.ln1_bias.nbytes() + L.ln2_weight.nbytes() + L.ln2_bias.nbytes();
   }
