@@ -119,6 +119,9 @@ int generate_and_write(const GenerateOptions& o) {
   if (!o.profile_path.empty()) {
     const std::filesystem::path profile(o.profile_path);
     runtime::check_output_dir_writable(profile.has_parent_path() ? profile.parent_path() : ".");
+    std::error_code ec;
+    FLUXRT_CHECK(!std::filesystem::is_directory(profile, ec), ErrorCode::InvalidArgument,
+                 "--profile {} is a folder; give a file name", o.profile_path);
   }
   if (job.threads) set_num_threads(*job.threads);
   install_sigint_handler();

@@ -187,20 +187,27 @@ fs::path reserve_output_path(const fs::path& dir, const std::string& name) {
 GenerateJob resolve_generate_job(const GenerateInputs& in) {
   RunConfig preset;
   GenerateJob job;
-  fs::path preset_file;
-  if (in.preset) {
-    preset_file = find_preset(*in.preset);
-  } else {
-    // Without --config, default.yaml applies when one is shipped; none is fine.
+  auto shipped_preset = [](const char* name) {
     for (const fs::path& dir : preset_search_dirs())
-      if (path_exists(dir / "default.yaml")) {
-        preset_file = dir / "default.yaml";
-        break;
-      }
+      if (path_exists(dir / (std::string(name) + ".yaml"))) return dir / (std::string(name) + ".yaml");
+    return fs::path();
+  };
+  if (in.preset) {
+    const fs::path file = find_preset(*in.preset);
+    preset = load_run_config(file);
+    job.preset_file = file.string();
+  } else if (const fs::path file = shipped_preset("default"); !file.empty()) {
+    // Without --config, default.yaml applies when one is shipped; none is fine.
+    preset = load_run_config(file);
+    job.preset_file = file.string();
   }
-  if (!preset_file.empty()) {
-    preset = load_run_config(preset_file);
-    job.preset_file = preset_file.string();
+  if (!in.preset && !in.flags.model && !preset.model) {
+    // Falling back to the bundled demo model: its own preset (64x64, its steps) goes over
+    // default.yaml, since the model's built-in 1024x1024 default is far outside what it learned.
+    if (const fs::path file = shipped_preset("demo"); !file.empty()) {
+      preset = merge_run_config(preset, load_run_config(file));
+      job.preset_file = file.string();
+    }
   }
   const RunConfig cfg = merge_run_config(preset, in.flags);
 

@@ -336,3 +336,20 @@ TEST_F(CliGenerate, WarmLoadWarmupAndLowMemory) {
   EXPECT_EQ(fluxrt::io::read_png((out_ / "fluxrt-7-0.png").string()).pixels,
             fluxrt::io::read_png((out_ / "fluxrt-7-0-1.png").string()).pixels);
 }
+
+// Without --model: the bundled demo model (models/demo) with configs/demo.yaml applied. Skipped
+// until the demo model is in the tree.
+TEST_F(CliGenerate, BundledDemoModelByDefault) {
+  const fs::path demo = fs::path(FLUXRT_TEST_DATA_DIR).parent_path().parent_path() / "models" / "demo";
+  if (!fs::exists(demo / "model_index.json")) GTEST_SKIP() << "no bundled demo model at " << demo;
+  const RunResult r = run("generate --prompt 'a red circle on a blue background' --steps 2 --threads 1 --quiet --out " +
+                              quote(out_.string()),
+                          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const fs::path png = out_ / "demo-0-0.png";  // demo.yaml: seed 0, its file-name pattern
+  ASSERT_TRUE(fs::exists(png)) << r.out;
+  const fluxrt::io::Image img = fluxrt::io::read_png(png.string());
+  EXPECT_EQ(img.width, 64);
+  EXPECT_EQ(img.height, 64);
+  EXPECT_EQ(fs::path(fluxrt::io::read_png_text(png.string()).at("model")).filename(), "demo");
+}
