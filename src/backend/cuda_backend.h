@@ -20,8 +20,9 @@ const backend::KernelTable& cuda_kernels(int index);
 // Attention with options, for tests and benchmarks (the table slot runs force_online = false).
 // With `stats`, counts the query rows that ran the exact online maximum: all of them with a bias
 // or force_online, else those whose fixed Cauchy-Schwarz bound was too loose (this synchronises).
+// tensor_core_rows: rows that ran the tensor-core kernel (FLUX shapes, FLUXRT_CUDA_ATTENTION=tc).
 struct AttentionStats {
-  int64_t calls = 0, rows = 0, fallback_rows = 0, online_rows = 0;
+  int64_t calls = 0, rows = 0, fallback_rows = 0, online_rows = 0, tensor_core_rows = 0;
 };
 void attention(const backend::AttentionArgs& args, bool force_online, AttentionStats* stats);
 

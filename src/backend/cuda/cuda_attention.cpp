@@ -1,7 +1,11 @@
-// Host side of the CUDA attention kernel (attention.cu): AttentionArgs -> AttentionParams.
+// Host side of the CUDA attention kernels: AttentionArgs -> AttentionParams, then the tensor-core
+// kernel (attention_tc.cu) when the shape is the FLUX one, else the general CUDA-core kernel
+// (attention.cu).
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda/attention_tc.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda_backend.h"
@@ -15,6 +19,31 @@ bool online_forced_by_env() {
     return v && std::string(v) == "1";
   }();
   return forced;
+}
+
+// FLUXRT_CUDA_ATTENTION=tc|simple (default tc): "simple" sends every call to the CUDA-core kernel,
+// the switch to bypass a misbehaving tensor-core kernel. Read on every call so tests can flip it.
+bool tensor_cores_allowed() {
+  const char* v = std::getenv("FLUXRT_CUDA_ATTENTION");
+  if (v == nullptr || *v == '\0' || std::string(v) == "tc") return true;
+  FLUXRT_CHECK(std::string(v) == "simple", ErrorCode::InvalidArgument,
+               "[attention] FLUXRT_CUDA_ATTENTION={} (expected tc or simple)", v);
+  return false;
+}
+
+bool rows_16b_aligned(const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
+  for (int i = 0; i < 3; ++i)
+    if (t.size(i) > 1 && t.stride(i) % 8 != 0) return false;
+  return t.stride(3) == 1;
+}
+
+// The shapes attention_tc.cu handles: FLUX's (head dim 128, bf16/f16, no GQA, mask, bias or causal).
+bool tensor_core_shape(const backend::AttentionArgs& a) {
+  const DType dt = a.q.dtype();
+  return (dt == DType::BF16 || dt == DType::F16) && a.q.size(3) == kern::kTcHeadDim && a.k.size(2) == a.q.size(2) &&
+         a.k.size(1) >= 1 && !a.causal && !a.key_padding_mask.defined() && !a.bias.defined() &&
+         rows_16b_aligned(a.q) && rows_16b_aligned(a.k) && rows_16b_aligned(a.v) && rows_16b_aligned(a.out);
 }
 
 kern::AttentionParams params_of(const backend::AttentionArgs& a) {
@@ -87,11 +116,36 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
                "[attention] bias dtype {} on CUDA (f32)", dtype_name(a.bias.dtype()));
   DeviceContext& c = context_of(a.q);
   const kern::AttentionParams p = params_of(a);
+  const bool online_env = online_forced_by_env();
+  if (tensor_core_shape(a) && tensor_cores_allowed()) {
+    // Scratch: rotated keys, max |k_j|, tile flags (attention_tc.h), then the fallback-row counter
+    // (the tc scratch size is a multiple of 256 bytes, so the counter is aligned).
+    const size_t bytes = kern::attention_tc_scratch_bytes(p);
+    Scratch scratch(c.index, bytes + sizeof(int));
+    int* counter = reinterpret_cast<int*>(static_cast<char*>(scratch.get()) + bytes);
+    if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream), "attention");
+    const bool online = force_online || online_env || p.dtype == DType::F16;
+    FLUXRT_CUDA_CHECK(kern::launch_attention_tc(p, online, scratch.get(), stats ? counter : nullptr, c.stream),
+                      "attention (tensor cores)");
+    if (stats) {
+      int fallback = 0;
+      FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream),
+                        "attention");
+      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "attention");
+      const int64_t rows = p.B * p.H * p.Lq;
+      stats->calls += 1;
+      stats->rows += rows;
+      stats->tensor_core_rows += rows;
+      stats->fallback_rows += fallback;
+      if (online) stats->online_rows += rows;
+    }
+    return;
+  }
   // Scratch: max |k_j| per (batch, kv head), then the fallback-row counter.
   Scratch scratch(c.index, sizeof(float) * static_cast<size_t>(p.B * p.Hkv) + sizeof(int));
   int* counter = reinterpret_cast<int*>(scratch.as<float>() + p.B * p.Hkv);
   if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream), "attention");
-  const bool fixed = !force_online && !online_forced_by_env();
+  const bool fixed = !force_online && !online_env;
   FLUXRT_CUDA_CHECK(kern::launch_attention(p, fixed, scratch.as<float>(), stats ? counter : nullptr, c.stream),
                     "attention");
   if (stats) {
