@@ -1,5 +1,6 @@
 """Shapes of the demo model's components and the pieces of Flux2KleinPipeline that training has
-to reproduce exactly (prompt encoding, latent patchify + BN normalisation, position ids)."""
+to reproduce exactly (latent patchify + BN normalisation, token packing, position ids; the prompt
+encoding is train_transformer.TextBatch)."""
 
 from __future__ import annotations
 
@@ -138,37 +139,6 @@ def make_transformer(**overrides):
 
 # ----------------------------------------------------------------------------------------------
 # Pipeline pieces
-
-
-class PromptEncoder:
-    """Flux2KleinPipeline._get_qwen3_prompt_embeds with a cache (captions repeat a lot)."""
-
-    def __init__(self, tokenizer, text_encoder, max_len: int = MAX_SEQUENCE_LENGTH, cache_limit: int = 6000):
-        self.tokenizer, self.text_encoder, self.max_len = tokenizer, text_encoder, max_len
-        self.cache: dict[str, torch.Tensor] = {}
-        self.cache_limit = cache_limit
-
-    @torch.no_grad()
-    def _encode(self, prompts: list[str]) -> torch.Tensor:
-        texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                    add_generation_prompt=True, enable_thinking=False)
-                 for p in prompts]
-        inputs = self.tokenizer(texts, return_tensors="pt", padding="max_length", truncation=True,
-                                max_length=self.max_len)
-        out = self.text_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                output_hidden_states=True, use_cache=False)
-        taps = torch.stack([out.hidden_states[k] for k in TEXT_TAPS], dim=1)  # [B, 3, L, H]
-        b, c, l, h = taps.shape
-        return taps.permute(0, 2, 1, 3).reshape(b, l, c * h).float()
-
-    def __call__(self, prompts: list[str]) -> torch.Tensor:
-        missing = sorted({p for p in prompts if p not in self.cache})
-        fresh = dict(zip(missing, self._encode(missing))) if missing else {}
-        for p, e in fresh.items():
-            if len(self.cache) >= self.cache_limit:
-                self.cache.pop(next(iter(self.cache)))  # oldest first
-            self.cache[p] = e.to(torch.bfloat16)  # storage only: halves the cache's memory
-        return torch.stack([fresh[p] if p in fresh else self.cache[p].float() for p in prompts])
 
 
 def patchify(latents: torch.Tensor) -> torch.Tensor:

@@ -44,10 +44,10 @@ def main():
     records = []
     classifications = []
     for dtype_name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
-        pipe = Flux2KleinPipeline.from_pretrained(args.model, torch_dtype=dtype)
+        pipe = Flux2KleinPipeline.from_pretrained(args.model, dtype=dtype)
         pipe.set_progress_bar_config(disable=True)
         for case in CASES:
-            settings = dict(height=64, width=64, max_sequence_length=512, **case)
+            settings = {**dict(height=64, width=64, max_sequence_length=512), **case}
             image = pipe(prompt=settings["prompt"], height=settings["height"], width=settings["width"],
                          num_inference_steps=settings["steps"], guidance_scale=settings["guidance"],
                          max_sequence_length=settings["max_sequence_length"],

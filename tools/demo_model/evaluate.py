@@ -73,7 +73,7 @@ class ShortPadding:
             handle.remove()
 
 
-def render_short(short, prompts, seeds, steps, guidance, size=64, batch=25):
+def render_short(short, prompts, seeds, steps, guidance, size=64, batch=50):
     images = []
     for i in range(0, len(prompts), batch):
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds[i:i + batch]]
@@ -99,7 +99,7 @@ def main():
     common.setup_threads(args.threads)
     from diffusers import Flux2KleinPipeline
 
-    pipe = Flux2KleinPipeline.from_pretrained(args.model, torch_dtype=torch.float32)
+    pipe = Flux2KleinPipeline.from_pretrained(args.model, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     cases = held_out_prompts(args.num)
     short = None if args.full_padding else ShortPadding(pipe)

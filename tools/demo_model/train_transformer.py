@@ -157,6 +157,9 @@ def main():
     parser.add_argument("--caption-dropout", type=float, default=0.1)
     parser.add_argument("--sigma-shift", type=float, default=3.0)
     parser.add_argument("--export-minutes", type=float, default=8.0)
+    parser.add_argument("--resume", type=common.Path, default=None,
+                        help="start from the transformer of this pipeline folder (a fresh optimiser, warm-up "
+                             "and schedule) instead of the seeded initialisation")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     common.setup_threads(args.threads)
@@ -172,7 +175,12 @@ def main():
     tokenizer = AutoTokenizer.from_pretrained(str(common.tokenizer_source()))
     text_encoder = common.make_text_encoder()
     text = TextBatch(tokenizer, text_encoder)
-    transformer = common.make_transformer().train()
+    if args.resume:
+        from diffusers import Flux2Transformer2DModel
+
+        transformer = Flux2Transformer2DModel.from_pretrained(args.resume / "transformer").train()
+    else:
+        transformer = common.make_transformer().train()
     zero_text_rope(transformer)
     check_padding_equivalence(transformer, text, log)
     ema = copy.deepcopy(transformer).eval().requires_grad_(False)
@@ -180,9 +188,10 @@ def main():
         f"lr {args.lr}, {args.minutes} min")
 
     opt = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
-    rng = np.random.default_rng(3200)
-    gen = torch.Generator().manual_seed(3200)
-    torch.manual_seed(3200)
+    seed = 3300 if args.resume else 3200  # a resumed run must not replay the first run's data
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
     start = time.time()
     last_export = start
     budget = args.minutes * 60
