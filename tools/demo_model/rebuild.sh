@@ -16,7 +16,7 @@ cd "$here"
 "$py" train_vae.py --work "$work" --decoder-only --steps 1200 --lr 1e-3 --full-steps 0 \
   --checkpoint-every 100 --threads 1 > "$work/vae_decoder.stdout" 2>&1 &
 decoder=$!
-"$py" train_transformer.py --work "$work" --schedule-steps "${TRANSFORMER_STEPS:-700}" --export-minutes 10 --threads 1
+"$py" train_transformer.py --work "$work" --schedule-steps "${TRANSFORMER_STEPS:-1725}" --export-minutes 10 --threads 1
 kill "$decoder" 2>/dev/null || true
 wait "$decoder" 2>/dev/null || true
 # 3. Final export with the newest decoder, then bundle and score.
