@@ -1,0 +1,170 @@
+// Component sources and loading for Flux1Pipeline (see flux1_components.h).
+#include "pipelines/flux1_components.h"
+
+#include <exception>
+#include <functional>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/model_discovery.h"
+
+namespace fluxrt::pipelines {
+namespace fs = std::filesystem;
+
+Tensor Flux1TextEncoders::pooled(const std::vector<std::string>& prompts) const {
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  Tensor ids = Tensor::empty({n, tokenizers::kClipMaxLength}, DType::I32);  // [P, 77]
+  int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<int32_t> row = clip_tokenizer->encode_padded(prompts[i], tokenizers::kClipMaxLength);
+    std::copy(row.begin(), row.end(), p + i * tokenizers::kClipMaxLength);
+  }
+  return clip->forward(ids).pooled;  // [P, 768]
+}
+
+Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root, const PipelineOptions& options) {
+  const std::string where = model_root.string();
+  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "flux.1 pipeline: model folder {} does not exist", where);
+  FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
+               "flux.1 pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
+  const io::ResolvedModel model = io::resolve_model(where);
+  FLUXRT_CHECK(model.pipeline_class.empty() || model.pipeline_class == "FluxPipeline" ||
+                   model.pipeline_class == "FluxImg2ImgPipeline",
+               ErrorCode::Unsupported, "flux.1 pipeline: {} holds a {}, not a FluxPipeline", where,
+               model.pipeline_class);
+  for (const char* component :
+       {"transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler"})
+    FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound,
+                 "flux.1 pipeline: {} has no {}/ folder", where, component);
+  const io::VariantInfo info = io::detect_variant(model);
+  FLUXRT_CHECK(info.family == io::ModelFamily::Flux1, ErrorCode::Unsupported,
+               "flux.1 pipeline: {} holds a {} transformer, not FLUX.1", where, info.description);
+
+  Impl m;
+  m.root = model_root;
+  m.options = options;
+  m.scheduler = load_flow_match_scheduler_config(model_root);
+  m.scheduler.validate();
+  const fs::path transformer_config = model_root / "transformer" / "config.json";
+  if (fs::exists(transformer_config)) {
+    m.transformer_config = models::flux1_config_from_json(transformer_config.string());
+  } else {
+    m.transformer_config = models::flux1_preset(info.shape.guidance_embed ? "flux.1-dev" : "flux.1-schnell");
+  }
+  const bool dev = m.transformer_config.guidance;
+  m.defaults.guidance_distilled = dev;
+  m.defaults.num_steps = dev ? 28 : 4;
+  m.defaults.max_sequence_length = dev ? tokenizers::kT5MaxSequenceLengthDev : tokenizers::kT5MaxSequenceLengthSchnell;
+  if (fs::exists(model_root / "vae" / "config.json"))
+    m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
+  FLUXRT_CHECK(m.vae_config.spatial_factor() == 8 && m.vae_config.latent_channels * 4 == m.transformer_config.in_channels,
+               ErrorCode::Unsupported,
+               "flux.1 pipeline: {}: the VAE ({}x down, {} latent channels) does not fit the transformer ({} packed "
+               "channels); FLUX.1 needs 8x and 16",
+               where, m.vae_config.spatial_factor(), m.vae_config.latent_channels, m.transformer_config.in_channels);
+  return m;
+}
+
+std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer() const {
+  ScopedTimer span(options.profiler, kSpanLoadTransformer);
+  models::Flux1LoadOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  return models::Flux1Transformer::load(root.string(), o);
+}
+
+std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() const {
+  ScopedTimer span(options.profiler, kSpanLoadTextEncoder);
+  auto enc = std::make_unique<Flux1TextEncoders>();
+  models::ClipTextOptions clip_options;
+  clip_options.dtype = options.dtype;
+  clip_options.device = options.device;
+  models::T5EncoderOptions t5_options;
+  t5_options.dtype = options.dtype;
+  t5_options.device = options.device;
+  auto load_clip = [&] {
+    enc->clip = std::make_unique<models::ClipTextModel>(models::ClipTextModel::load(root / "text_encoder", clip_options));
+    enc->clip_tokenizer =
+        std::make_unique<tokenizers::ClipTokenizer>(tokenizers::ClipTokenizer::from_directory(root / "tokenizer"));
+  };
+  if (!options.parallel_load) {
+    load_clip();
+    enc->t5 = models::T5PromptEmbedder::load(root, t5_options);
+    return enc;
+  }
+  // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
+  std::exception_ptr clip_error;
+  std::thread clip_thread([&] {
+    try {
+      load_clip();
+    } catch (...) {
+      clip_error = std::current_exception();
+    }
+  });
+  try {
+    enc->t5 = models::T5PromptEmbedder::load(root, t5_options);
+  } catch (...) {
+    clip_thread.join();
+    throw;
+  }
+  clip_thread.join();
+  if (clip_error) std::rethrow_exception(clip_error);
+  return enc;
+}
+
+std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encoder) const {
+  ScopedTimer span(options.profiler, kSpanLoadVae);
+  models::Flux1VaeOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  o.load_encoder = with_encoder;
+  o.tiling = options.vae_tiling;
+  return std::make_unique<models::Flux1Vae>(models::Flux1Vae::load((root / "vae").string(), o, vae_config));
+}
+
+void Flux1Pipeline::Impl::load_resident() {
+  Stopwatch total;
+  std::vector<std::function<void()>> jobs = {
+      [this] { text_encoders = make_text_encoders(); },
+      [this] { transformer = make_transformer(); },
+      [this] { vae = make_vae(options.load_vae_encoder); },
+  };
+  if (options.parallel_load) {
+    std::vector<std::exception_ptr> errors(jobs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          jobs[i]();
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else {
+    for (auto& job : jobs) job();
+  }
+  transformer_config = transformer->config();
+  if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
+}
+
+ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease() {
+  if (transformer) return ComponentLease<models::Flux1Transformer>(transformer.get());
+  return ComponentLease<models::Flux1Transformer>(make_transformer());
+}
+
+ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease() {
+  if (text_encoders) return ComponentLease<Flux1TextEncoders>(text_encoders.get());
+  return ComponentLease<Flux1TextEncoders>(make_text_encoders());
+}
+
+ComponentLease<models::Flux1Vae> Flux1Pipeline::Impl::vae_lease(bool with_encoder) {
+  if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux1Vae>(vae.get());
+  return ComponentLease<models::Flux1Vae>(make_vae(with_encoder));
+}
+
+}  // namespace fluxrt::pipelines

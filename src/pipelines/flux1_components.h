@@ -1,0 +1,62 @@
+#pragma once
+// The state behind Flux1Pipeline: the folder it reads, the defaults it found there, and the four
+// components — resident after load(), or, with PipelineOptions::low_memory, created for each use
+// and released right after it (ComponentLease from klein_components.h).
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/clip/clip_text_model.h"
+#include "models/flux/flux1_config.h"
+#include "models/flux/flux1_transformer.h"
+#include "models/t5/t5_encoder.h"
+#include "models/vae/flux1_vae.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/klein_components.h"
+#include "pipelines/schedule.h"
+#include "tokenizers/clip_tokenizer.h"
+
+namespace fluxrt::pipelines {
+
+// Both FLUX.1 text encoders with their tokenizers: what encode_prompt needs.
+struct Flux1TextEncoders {
+  std::unique_ptr<models::ClipTextModel> clip;
+  std::unique_ptr<tokenizers::ClipTokenizer> clip_tokenizer;
+  std::unique_ptr<models::T5PromptEmbedder> t5;
+
+  // FluxPipeline._get_clip_prompt_embeds: ids padded/truncated to 77, pooled output [P, 768].
+  Tensor pooled(const std::vector<std::string>& prompts) const;
+};
+
+struct Flux1Pipeline::Impl {
+  std::filesystem::path root;
+  PipelineOptions options;
+  Flux1ModelDefaults defaults;
+  FlowMatchSchedulerConfig scheduler;
+  models::Flux1Config transformer_config;
+  models::Flux1VaeConfig vae_config;
+
+  // Resident components (all null in low-memory mode).
+  std::unique_ptr<models::Flux1Transformer> transformer;
+  std::unique_ptr<Flux1TextEncoders> text_encoders;
+  std::unique_ptr<models::Flux1Vae> vae;
+
+  // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
+  // Unsupported naming the folder or file on problems.
+  static Impl from_folder(const std::filesystem::path& model_root, const PipelineOptions& options);
+
+  // Loads the components (each on its own thread with options.parallel_load).
+  void load_resident();
+
+  // Each records its load span in options.profiler.
+  std::unique_ptr<models::Flux1Transformer> make_transformer() const;
+  std::unique_ptr<Flux1TextEncoders> make_text_encoders() const;
+  std::unique_ptr<models::Flux1Vae> make_vae(bool with_encoder) const;
+
+  ComponentLease<models::Flux1Transformer> transformer_lease();
+  ComponentLease<Flux1TextEncoders> text_encoders_lease();
+  ComponentLease<models::Flux1Vae> vae_lease(bool with_encoder);
+};
+
+}  // namespace fluxrt::pipelines

@@ -1,0 +1,391 @@
+// Flux1Pipeline: diffusers 0.42.1 FluxPipeline.__call__ / FluxImg2ImgPipeline.__call__ step for
+// step (the comments name the upstream step each block mirrors). Component loading lives in
+// flux1_components.cpp.
+#include "pipelines/flux1_pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <utility>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/elementwise.h"
+#include "pipelines/flux1_components.h"
+#include "pipelines/reference_image.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+// Rows of x [N, ...] each repeated `times` times consecutively (diffusers' repeat + view).
+Tensor repeat_rows(const Tensor& x, int64_t times) {
+  if (times == 1) return x;
+  Shape shape = x.shape();
+  shape[0] *= times;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t k = 0; k < times; ++k) out.narrow(0, r * times + k, 1).copy_from(x.narrow(0, r, 1));
+  return out;
+}
+
+// neg + s * (pos - neg) as torch evaluates it on model-dtype tensors: each op rounds to that dtype.
+Tensor true_cfg(const Tensor& v_pos, const Tensor& v_neg, float scale) {
+  const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
+  return ops::add(v_neg, ops::scale(diff, scale));
+}
+
+// One float rounded to a floating dtype, the way a torch op of that dtype stores its result.
+float round_to(float v, DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
+    case DType::F16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
+  }
+}
+
+void check_elementwise_dtype(DType dtype, const char* what) {
+  FLUXRT_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, ErrorCode::InvalidArgument,
+               "{}: dtype {} not supported (f32, bf16 or f16)", what, dtype_name(dtype));
+}
+
+// The double nearest to the shortest decimal that reads back as `v` (what a user typed).
+double decimal_double(float v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  double d = v;
+  std::from_chars(buf, res.ptr, d);
+  return d;
+}
+
+size_t physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
+  const Tensor c = u8.contiguous();
+  const int64_t b = c.size(0), h = c.size(1), w = c.size(2);
+  std::vector<io::Image> images;
+  const uint8_t* src = c.data<uint8_t>();
+  const size_t per = static_cast<size_t>(h * w * 3);
+  for (int64_t i = 0; i < b; ++i) {
+    io::Image im{static_cast<int>(w), static_cast<int>(h), 3, {}};
+    im.pixels.assign(src + i * per, src + (i + 1) * per);
+    images.push_back(std::move(im));
+  }
+  return images;
+}
+
+void check_cancel(const GenerateRequest& request, const char* where) {
+  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
+    fail(ErrorCode::Cancelled, "flux.1 pipeline: cancelled {}", where);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// Packing, ids, img2img helpers (flux-reference.md 5.2)
+
+Tensor flux1_pack_latents(const Tensor& latents) {
+  FLUXRT_CHECK(latents.dim() == 4 && latents.size(2) % 2 == 0 && latents.size(3) % 2 == 0,
+               ErrorCode::InvalidArgument, "flux1_pack_latents: expected [B, C, h, w] with h, w even, got {}",
+               latents.defined() ? latents.shape().str() : "undefined");
+  const int64_t b = latents.size(0), c = latents.size(1), h2 = latents.size(2) / 2, w2 = latents.size(3) / 2;
+  return latents.contiguous()
+      .view({b, c, h2, 2, w2, 2})
+      .permute({0, 2, 4, 1, 3, 5})  // [B, h/2, w/2, C, 2, 2]
+      .contiguous()
+      .view({b, h2 * w2, c * 4});
+}
+
+Tensor flux1_unpack_latents(const Tensor& tokens, int64_t h, int64_t w) {
+  FLUXRT_CHECK(h > 0 && w > 0 && h % 2 == 0 && w % 2 == 0 && tokens.dim() == 3 && tokens.size(1) == (h / 2) * (w / 2) &&
+                   tokens.size(2) % 4 == 0,
+               ErrorCode::InvalidArgument, "flux1_unpack_latents: expected [B, {}, 4C] for a {}x{} latent, got {}",
+               (h / 2) * (w / 2), h, w, tokens.defined() ? tokens.shape().str() : "undefined");
+  const int64_t b = tokens.size(0), c = tokens.size(2) / 4;
+  return tokens.contiguous()
+      .view({b, h / 2, w / 2, c, 2, 2})
+      .permute({0, 3, 1, 4, 2, 5})  // [B, C, h/2, 2, w/2, 2]
+      .contiguous()
+      .view({b, c, h, w});
+}
+
+Tensor flux1_image_ids(int64_t h, int64_t w) {
+  FLUXRT_CHECK(h > 0 && w > 0 && h % 2 == 0 && w % 2 == 0, ErrorCode::InvalidArgument,
+               "flux1_image_ids: latent size {}x{} must be positive and even", h, w);
+  const int64_t h2 = h / 2, w2 = w / 2;
+  Tensor ids = Tensor::empty({h2 * w2, 3}, DType::I64);
+  int64_t* p = ids.data<int64_t>();
+  for (int64_t i = 0; i < h2; ++i)
+    for (int64_t j = 0; j < w2; ++j, p += 3) {
+      p[0] = 0;
+      p[1] = i;
+      p[2] = j;
+    }
+  return ids;
+}
+
+Tensor flux1_text_ids(int64_t length) {
+  FLUXRT_CHECK(length > 0, ErrorCode::InvalidArgument, "flux1_text_ids: length {}", length);
+  return Tensor::zeros({length, 3}, DType::I64);
+}
+
+int flux1_img2img_start_index(int num_steps, float strength) {
+  FLUXRT_CHECK(std::isfinite(strength) && strength >= 0.0f && strength <= 1.0f, ErrorCode::InvalidArgument,
+               "img2img strength {} must be in [0, 1]", strength);
+  FLUXRT_CHECK(num_steps >= 1, ErrorCode::InvalidArgument, "img2img: num_steps {} < 1", num_steps);
+  // Python: min(N * strength, N) in double, then int(). The user typed a decimal (0.6), which
+  // Python holds as the nearest double; widening the float (0.60000002...) instead would flip
+  // int() at exact products (5 * 0.6 = 3 gives t_start 2, 3.0000001 gives 1).
+  const double init_timestep =
+      std::min(static_cast<double>(num_steps) * decimal_double(strength), static_cast<double>(num_steps));
+  const int t_start = static_cast<int>(std::max(num_steps - init_timestep, 0.0));
+  FLUXRT_CHECK(num_steps - t_start >= 1, ErrorCode::InvalidArgument,
+               "img2img: strength {} with {} steps leaves no denoising step (raise strength or steps)", strength,
+               num_steps);
+  return t_start;
+}
+
+Tensor flux1_scale_noise(const Tensor& sample, const Tensor& noise, float sigma) {
+  FLUXRT_CHECK(sample.defined() && noise.defined() && sample.shape() == noise.shape(), ErrorCode::InvalidArgument,
+               "scale_noise: sample {} and noise {} must have the same shape",
+               sample.defined() ? sample.shape().str() : "undefined", noise.defined() ? noise.shape().str() : "undefined");
+  const DType dt = sample.dtype();
+  check_elementwise_dtype(dt, "scale_noise");
+  // scheduler.sigmas.to(sample.dtype): sigma and 1 - sigma are tensors of that dtype.
+  const float s = round_to(sigma, dt), one_minus = round_to(1.0f - s, dt);
+  const Tensor x = sample.to(DType::F32).contiguous(), n = noise.to(DType::F32).contiguous();
+  Tensor out = Tensor::empty(sample.shape(), DType::F32);
+  const float* xp = x.data<float>();
+  const float* np_ = n.data<float>();
+  float* op = out.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    op[i] = round_to(round_to(s * np_[i], dt) + round_to(one_minus * xp[i], dt), dt);
+  return out.to(dt);
+}
+
+Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) {
+  FLUXRT_CHECK(moments.defined() && moments.dim() == 4 && moments.size(1) % 2 == 0, ErrorCode::InvalidArgument,
+               "posterior sample: moments must be [B, 2C, h, w], got {}",
+               moments.defined() ? moments.shape().str() : "undefined");
+  const DType dt = moments.dtype();
+  check_elementwise_dtype(dt, "posterior sample");
+  const int64_t b = moments.size(0), c = moments.size(1) / 2, hw = moments.size(2) * moments.size(3);
+  const Tensor m = moments.to(DType::F32).contiguous();
+  // randn_tensor(mean.shape, generator, dtype=parameters.dtype)
+  const Tensor eps = randn_tensor({b, c, moments.size(2), moments.size(3)}, dt, generator).to(DType::F32).contiguous();
+  Tensor out = Tensor::empty({b, c, moments.size(2), moments.size(3)}, DType::F32);
+  const float* mp = m.data<float>();
+  const float* ep = eps.data<float>();
+  float* op = out.data<float>();
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const float* mean = mp + (bi * 2 * c + ci) * hw;
+      const float* logvar = mp + (bi * 2 * c + c + ci) * hw;
+      const float* e = ep + (bi * c + ci) * hw;
+      float* o = op + (bi * c + ci) * hw;
+      for (int64_t k = 0; k < hw; ++k) {
+        const float lv = std::clamp(logvar[k], -30.0f, 20.0f);
+        const float stddev = round_to(std::exp(round_to(0.5f * lv, dt)), dt);
+        o[k] = round_to(mean[k] + round_to(stddev * e[k], dt), dt);
+      }
+    }
+  return out.to(dt);
+}
+
+Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height) {
+  FLUXRT_CHECK(image.channels == 3 && image.width > 0 && image.height > 0 &&
+                   image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+               ErrorCode::InvalidArgument, "init image: need a non-empty RGB 8-bit image, got {}x{} with {} channels",
+               image.width, image.height, image.channels);
+  const io::Image sized =
+      (image.width == width && image.height == height) ? image : resize_lanczos_like_pil(image, width, height);
+  Tensor out = Tensor::empty({1, 3, height, width}, DType::F32);
+  float* p = out.data<float>();
+  const int64_t plane = static_cast<int64_t>(width) * height;
+  for (int64_t i = 0; i < plane; ++i)
+    for (int c = 0; c < 3; ++c) {
+      const float x = static_cast<float>(sized.pixels[i * 3 + c]) / 255.0f;  // pil_to_numpy
+      p[c * plane + i] = 2.0f * x - 1.0f;                                    // normalize
+    }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Size checks
+
+void Flux1Pipeline::validate_size(int width, int height, int batch) {
+  FLUXRT_CHECK(width > 0 && height > 0 && width % 16 == 0 && height % 16 == 0, ErrorCode::InvalidArgument,
+               "image size {}x{}: width and height must be positive multiples of 16", width, height);
+  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
+               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
+  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
+  const models::Flux1Config c = models::flux1_preset("flux.1-dev");
+  // Widest live activations of a block in f32 (the worst case): the MLP hidden, q/k/v/attention
+  // and the residual streams, plus the decoder output and its conversions.
+  const double tokens = static_cast<double>(width / 16) * (height / 16) + 512;
+  const double per_token = (2.0 * c.mlp_hidden + 6.0 * c.hidden) * 4.0;
+  const double image = static_cast<double>(width) * height * 3 * 4 * 4;
+  const size_t need = static_cast<size_t>(batch * (tokens * per_token + image));
+  const size_t ram = physical_ram_bytes();
+  FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
+               "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
+               height, batch, need / 1073741824.0, ram / 1073741824.0);
+}
+
+// ------------------------------------------------------------------------------------------------
+
+Flux1Pipeline::Flux1Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Flux1Pipeline::~Flux1Pipeline() = default;
+
+std::unique_ptr<Flux1Pipeline> Flux1Pipeline::load(const std::filesystem::path& model_root,
+                                                   const PipelineOptions& options) {
+  auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
+  if (!options.low_memory) impl->load_resident();
+  return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
+}
+
+const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
+const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
+const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }
+
+GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
+  Impl& m = *impl_;
+  Profiler* prof = m.options.profiler;
+  const bool img2img = request.init_image.has_value();
+
+  // 1. check inputs
+  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
+  FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "generate: images_per_prompt {} < 1",
+               request.images_per_prompt);
+  FLUXRT_CHECK(request.reference_images.empty(), ErrorCode::InvalidArgument,
+               "generate: FLUX.1 takes no reference images (use init_image for img2img)");
+  const int steps = request.num_steps.value_or(m.defaults.num_steps);
+  FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
+               steps);
+  const float guidance =
+      request.guidance_scale.value_or(img2img ? m.defaults.img2img_guidance_scale : m.defaults.guidance_scale);
+  FLUXRT_CHECK(std::isfinite(guidance), ErrorCode::InvalidArgument, "generate: guidance_scale is not finite");
+  const float cfg_scale = request.true_cfg_scale.value_or(1.0f);
+  FLUXRT_CHECK(std::isfinite(cfg_scale), ErrorCode::InvalidArgument, "generate: true_cfg_scale is not finite");
+  const bool do_true_cfg = cfg_scale > 1.0f;
+  const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
+  FLUXRT_CHECK(max_len >= 1 && max_len <= 512, ErrorCode::InvalidArgument,
+               "generate: max_sequence_length {} not in [1, 512] (FLUX.1 T5 limit)", max_len);
+  const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
+  const int height = request.height.value_or(m.defaults.height);
+  const int width = request.width.value_or(m.defaults.width);
+  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)));
+  const int64_t lh = 2 * (height / 16), lw = 2 * (width / 16);  // latent grid (VAE factor 8, 2x2 packing)
+  const Shape noise_shape = flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4);
+  if (request.initial_latents) {
+    FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument, "generate: initial_latents and init_image are exclusive");
+    FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
+                 "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),
+                 noise_shape.str());
+  }
+  int t_start = 0;
+  Tensor init_pixels;
+  if (img2img) {
+    FLUXRT_CHECK(m.options.load_vae_encoder, ErrorCode::InvalidArgument,
+                 "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+    t_start = flux1_img2img_start_index(steps, request.strength.value_or(m.defaults.img2img_strength));
+    init_pixels = flux1_preprocess_init_image(*request.init_image, width, height);  // [1, 3, H, W] f32
+  }
+  check_cancel(request, "before text encoding");
+
+  // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
+  Tensor prompt_embeds, pooled, negative_embeds, negative_pooled;
+  {
+    auto encoders = m.text_encoders_lease();
+    ScopedTimer span(prof, kSpanTextEncoding);
+    auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
+      pool = repeat_rows(encoders->pooled(prompts), request.images_per_prompt);                 // [B, 768]
+      embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, request.images_per_prompt);  // [B, L, 4096]
+    };
+    encode(request.prompts, prompt_embeds, pooled);
+    if (do_true_cfg) {
+      // diffusers passes the one negative prompt for a batch of prompts only as a list of equal
+      // length; a single string is broadcast the same way here.
+      encode(std::vector<std::string>(request.prompts.size(), request.negative_prompt), negative_embeds,
+             negative_pooled);
+    }
+  }
+  const Tensor text_ids = flux1_text_ids(prompt_embeds.size(1));
+  const DType dtype = prompt_embeds.dtype();
+
+  // 4. timesteps (mu from the packed token count; dev shifts, schnell does not)
+  GenerateResult result;
+  result.schedule = flux1_schedule(m.scheduler, steps, packed_image_seq_len(height, width));
+  result.width = width;
+  result.height = height;
+  result.num_steps = steps - t_start;
+  result.guidance_scale = guidance;
+  result.used_cfg = do_true_cfg;
+
+  // 5. latents: one torch CPU generator; img2img draws the posterior sample first, then the noise.
+  TorchGenerator generator(request.seed);
+  Tensor image_latents;
+  if (img2img) {
+    auto vae = m.vae_lease(/*with_encoder=*/true);
+    ScopedTimer span(prof, kSpanReferenceEncode);
+    const Tensor moments = vae->core().encode_moments(init_pixels.to(dtype), "img2img encode");  // [1, 32, h, w]
+    image_latents = vae->scale_latents(flux1_sample_posterior(moments, generator));              // [1, 16, h, w]
+    Shape shape = image_latents.shape();
+    shape[0] = batch;
+    image_latents = image_latents.expand(shape).contiguous();  // [B, 16, h, w]
+  }
+  Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
+                                         : randn_tensor(noise_shape, dtype, generator);
+  if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
+  Tensor latents = flux1_pack_latents(noise);  // [B, (h/2)(w/2), 64]
+  const Tensor latent_ids = flux1_image_ids(lh, lw);
+
+  // guidance: torch.full([1], guidance_scale, float32).expand(B), dev only
+  const Tensor guidance_tensor =
+      m.transformer_config.guidance ? Tensor::full({batch}, DType::F32, guidance) : Tensor();
+  if (!m.transformer_config.guidance) result.guidance_scale = 0.0f;
+
+  // 6. denoising loop
+  check_cancel(request, "before denoising");
+  {
+    auto transformer = m.transformer_lease();
+    const DType model_dtype = transformer->dtype();
+    Stopwatch total;
+    for (int i = t_start; i < steps; ++i) {
+      check_cancel(request, "between denoising steps");
+      Stopwatch step_watch;
+      // timestep = t.expand(B).to(latents.dtype) / 1000
+      const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
+      const Tensor input = latents.to(model_dtype);
+      Tensor v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep, guidance_tensor);
+      if (do_true_cfg) {
+        const Tensor v_neg =
+            transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled, timestep, guidance_tensor);
+        v = true_cfg(v, v_neg, cfg_scale);
+      }
+      latents = euler_step(latents, v, result.schedule, i);
+      const double seconds = step_watch.seconds();
+      if (prof) prof->add(kSpanDenoiseStep, seconds);
+      if (request.on_step) request.on_step(i - t_start + 1, steps - t_start, seconds);
+    }
+    if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
+  }
+  check_cancel(request, "before VAE decode");
+
+  // 7. unpack, z / scaling + shift, decode, 8-bit conversion
+  result.final_latents = flux1_unpack_latents(latents, lh, lw);  // [B, 16, h, w]
+  {
+    auto vae = m.vae_lease(/*with_encoder=*/false);
+    ScopedTimer span(prof, kSpanVaeDecode);
+    const Tensor image = vae->decode_latents(result.final_latents);  // [B, 3, H, W]
+    result.images = to_images(models::postprocess_to_uint8(image));
+  }
+  return result;
+}
+
+}  // namespace fluxrt::pipelines
