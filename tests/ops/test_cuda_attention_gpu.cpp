@@ -2,9 +2,15 @@
 // <= 1e-7; bf16/f16: at most 2x the error of a naive same-dtype implementation) on the inputs of
 // the CPU attention tests (random, large norms, adversarial keys that make the Cauchy-Schwarz bound
 // loose and must take the exact fallback), every variant (GQA, causal, padding, bias, RoPE layouts,
-// strided q/k/v slices of a fused qkv), and L = 4608 FLUX.2 shapes. Skips without a GPU.
+// strided q/k/v slices of a fused qkv), and L = 4608 FLUX.2 shapes. The FLUX shapes (head dim 128,
+// bf16/f16, no GQA/mask/bias/causal) run the tensor-core kernel (attention_tc.cu); the CudaAttentionTc
+// suite checks that they did and covers its tiles' edges, and FLUXRT_CUDA_ATTENTION=simple sends
+// them back to the CUDA-core kernel. Skips without a GPU.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "test_attention_common.h"
@@ -38,13 +44,41 @@ AttentionArgs on_device(const Problem& p) {
   return d;
 }
 
-void check_cuda(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges, bool force_online = false) {
+// Sets FLUXRT_CUDA_ATTENTION for one scope (the host side reads it on every call).
+class ImplEnv {
+ public:
+  explicit ImplEnv(const char* value) {
+    if (const char* v = std::getenv("FLUXRT_CUDA_ATTENTION")) old_ = v;
+    ::setenv("FLUXRT_CUDA_ATTENTION", value, 1);
+  }
+  ~ImplEnv() {
+    if (old_) ::setenv("FLUXRT_CUDA_ATTENTION", old_->c_str(), 1);
+    else ::unsetenv("FLUXRT_CUDA_ATTENTION");
+  }
+  ImplEnv(const ImplEnv&) = delete;
+  ImplEnv& operator=(const ImplEnv&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// Whether the host side sends this case to the tensor-core kernel (mirrors cuda_attention.cpp).
+bool tensor_core_case(const Case& c) {
+  return (c.dtype == DType::BF16 || c.dtype == DType::F16) && c.D == 128 && c.H == c.Hkv && !c.causal && !c.padding &&
+         !c.bias && c.Lk >= 1;
+}
+
+cuda::AttentionStats check_cuda(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                bool force_online = false) {
   SCOPED_TRACE(case_name(c));
   Problem p = make_problem(c);
   ops::validate_attention(p.args);
   const AttentionArgs d = on_device(p);
   cuda::AttentionStats stats;
   cuda::attention(d, force_online, &stats);
+  const char* impl = std::getenv("FLUXRT_CUDA_ATTENTION");
+  const bool tc_expected = tensor_core_case(c) && !(impl && std::string(impl) == "simple");
+  EXPECT_EQ(stats.tensor_core_rows, tc_expected ? stats.rows : 0);
   const Tensor out = to_host(d.out);
   for (auto [r0, r1] : ranges) {
     SCOPED_TRACE("query rows " + std::to_string(r0) + ".." + std::to_string(r1));
@@ -67,6 +101,7 @@ void check_cuda(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& r
         break;
       case Expect::OnlineOnly: EXPECT_EQ(stats.online_rows, stats.rows); break;
     }
+  return stats;
 }
 
 Case mk(DType dt, int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t D, Inputs in = Inputs::Random,
@@ -149,6 +184,66 @@ TEST_P(CudaAttention, OnlinePathMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaAttention, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
+// ---- tensor-core kernel (attention_tc.cu): 64-row query tiles, 64-key tiles ----
+std::vector<Case> tc_cases() {
+  return {
+      mk(BF16, 1, 64, 64, 1, 1, 128, Inputs::Random, Rope::None, Expect::FixedOnly),
+      mk(BF16, 1, 1, 1, 1, 1, 128),
+      mk(BF16, 1, 1, 200, 2, 2, 128, Inputs::Random, Rope::Flux2),
+      mk(BF16, 1, 100, 100, 3, 3, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),  // both tails partial
+      mk(BF16, 2, 130, 130, 2, 2, 128, Inputs::Random, Rope::Flux1),
+      mk(BF16, 1, 65, 63, 2, 2, 128, Inputs::Random, Rope::Flux2),
+      mk(BF16, 1, 77, 150, 2, 2, 128, Inputs::Random, Rope::Flux2),  // queries use key-table rows offset by 73
+      mk(BF16, 1, 150, 40, 2, 2, 128),  // more queries than keys (no RoPE: query rows would precede the table)
+      mk(BF16, 1, 128, 128, 2, 2, 128, Inputs::Random, Rope::HalfSplit),
+      mk(BF16, 2, 256, 256, 24, 24, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),  // batch 2 x 24 heads
+      mk(BF16, 1, 192, 192, 2, 2, 128, Inputs::LargeNorm, Rope::Flux2),
+      mk(BF16, 1, 200, 200, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux2),
+      mk(BF16, 1, 130, 130, 2, 2, 128, Inputs::FarKey, Rope::Flux1, Expect::AllFallback),
+      mk(BF16, 1, 300, 300, 2, 2, 128, Inputs::MixedNorm, Rope::Flux2, Expect::SomeFallback),
+      mk(BF16, 1, 192, 192, 2, 2, 128, Inputs::NearThreshold, Rope::Flux2),
+      fused(mk(BF16, 2, 100, 100, 3, 3, 128, Inputs::Random, Rope::Flux2)),
+      fused(mk(BF16, 1, 130, 130, 2, 2, 128, Inputs::MixedNorm, Rope::Flux2)),
+      mk(F16, 1, 100, 100, 2, 2, 128, Inputs::Random, Rope::Flux2, Expect::OnlineOnly),
+      mk(F16, 1, 192, 192, 2, 2, 128, Inputs::SelfSimilar, Rope::Flux1, Expect::OnlineOnly),
+      fused(mk(F16, 1, 70, 70, 2, 2, 128, Inputs::Random, Rope::HalfSplit)),
+  };
+}
+
+class CudaAttentionTc : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttentionTc, MatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  ImplEnv env("tc");
+  check_cuda(GetParam(), {{0, GetParam().Lq}});
+}
+
+TEST_P(CudaAttentionTc, OnlinePathMatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  ImplEnv env("tc");
+  check_cuda(GetParam(), {{0, GetParam().Lq}}, /*force_online=*/true);
+}
+
+// The bypass switch: the same case on the CUDA-core kernel.
+TEST_P(CudaAttentionTc, SimpleSwitchMatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  ImplEnv env("simple");
+  Case c = GetParam();
+  c.expect = Expect::Any;  // the fixed/online split is the tensor-core kernel's
+  check_cuda(c, {{0, c.Lq}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaAttentionTc, ::testing::ValuesIn(tc_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+TEST(CudaAttentionTcSwitch, RejectsUnknownValue) {
+  FLUXRT_REQUIRE_GPU();
+  ImplEnv env("fast");
+  Problem p = make_problem(mk(BF16, 1, 64, 64, 1, 1, 128));
+  const AttentionArgs d = on_device(p);
+  EXPECT_THROW(cuda::attention(d, false, nullptr), Error);
+}
+
 // FLUX.2-klein at 1024^2: L = 4096 image + 512 text tokens, all 24 heads of a klein-4B layer in
 // one launch; rows at the start, middle and end against the oracle.
 Case long_case(DType dt, int64_t H, Inputs in, Rope rope) {
@@ -160,6 +255,16 @@ void check_long(const Case& c) { check_cuda(c, {{0, 40}, {c.Lq / 2 - 20, c.Lq / 
 TEST(CudaAttentionLong, Bf16Flux2L4608AllHeads) {
   FLUXRT_REQUIRE_GPU();
   check_long(long_case(BF16, 24, Inputs::Random, Rope::Flux2));
+}
+TEST(CudaAttentionLong, Bf16Flux2L4608Batch2x24Heads) {
+  FLUXRT_REQUIRE_GPU();
+  Case c = long_case(BF16, 24, Inputs::Random, Rope::Flux2);
+  c.B = 2;
+  check_long(c);
+}
+TEST(CudaAttentionLong, F16Flux2L4608AllHeads) {
+  FLUXRT_REQUIRE_GPU();
+  check_long(long_case(F16, 24, Inputs::Random, Rope::Flux2));
 }
 TEST(CudaAttentionLong, F32Flux1L4608) {
   FLUXRT_REQUIRE_GPU();
@@ -174,21 +279,36 @@ TEST(CudaAttentionLong, F32SelfSimilarL4608) {
   check_long(long_case(F32, 2, Inputs::SelfSimilar, Rope::Flux2));
 }
 
-// Throughput of one klein-4B attention layer at L = 4608 (prints TFLOP/s; not an assertion).
+// Seconds per call of one klein-4B attention layer at L = 4608, after one warm-up call.
+double time_l4608(const AttentionArgs& d, int reps) {
+  cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+// Throughput of one klein-4B attention layer at 1024^2 (B = 1, L = 4096 + 512, H = 24, D = 128) on
+// the default (tensor-core) path and on the CUDA-core kernel; prints TFLOP/s, never asserts speed.
 TEST(CudaAttentionLong, ThroughputL4608) {
   FLUXRT_REQUIRE_GPU();
   Problem p = make_problem(long_case(BF16, 24, Inputs::Random, Rope::Flux2));
   const AttentionArgs d = on_device(p);
-  cuda::attention(d, false, nullptr);
-  cuda::synchronize(0);
-  const int reps = 5;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
-  cuda::synchronize(0);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
   const double flops = 4.0 * 24 * 4608.0 * 4608.0 * 128;  // QK^T and PV
+  double s = 0;
+  {
+    ImplEnv env("tc");
+    s = time_l4608(d, 20);
+  }
   std::printf("FIGURE attention_L4608_ms %.3f\nFIGURE attention_L4608_tflops %.2f\n", s * 1e3, flops / s / 1e12);
   RecordProperty("tflops", std::to_string(flops / s / 1e12));
+  {
+    ImplEnv env("simple");
+    s = time_l4608(d, 2);
+  }
+  std::printf("FIGURE attention_L4608_simple_ms %.3f\nFIGURE attention_L4608_simple_tflops %.2f\n", s * 1e3,
+              flops / s / 1e12);
 }
 
 }  // namespace
