@@ -5,8 +5,8 @@
 // Q: 32 regs of bf16 pairs per thread), which keeps sm_80 and sm_90 under 255 registers without
 // spills. Keys/values stream through shared memory in 64-key tiles, double-buffered with cp.async;
 // the rows are stored with a 16-byte-chunk XOR swizzle so ldmatrix reads are bank-conflict free.
-// Scores are in log2 units: q is rotated, multiplied by c = scale * log2(e) and rounded once while
-// its tile loads, so p = exp2(s - m).
+// q is rotated and rounded once while its tile loads (not pre-scaled: without RoPE the rounding is
+// then exact); the scale enters as p = exp2(s * c - m) with c = scale * log2(e), one FMA.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -96,7 +96,7 @@ __device__ __forceinline__ float hi_f(uint32_t w) {
   return kHalf ? f16_bits_to_f32(static_cast<uint16_t>(w >> 16)) : __uint_as_float(w & 0xFFFF0000u);
 }
 
-// Rotates one pair in f32 (the contract's formula) and returns the rounded, c-scaled pair.
+// Rotates one pair in f32 with table entry j (the contract's formula).
 __device__ __forceinline__ void rope_pair(float& xa, float& xb, const float* cs, const float* sn, int j) {
   if (cs == nullptr) return;
   const float c = cs[j], s = sn[j];
@@ -154,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int64_t q0 = int64_t{blockIdx.x} * kBlockM;
   const int64_t ntile_q = gridDim.x;
+  const float c = p.scale * kLog2e;  // > 0 (host-checked)
   int* flag = flags ? flags + (b * p.H + h) * ntile_q + blockIdx.x : nullptr;
   if (kOnline && flag && *flag == 0) return;  // the fixed pass accepted every row of this tile
 
@@ -191,7 +192,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t pos = (live ? i : 0) + p.q_pos_offset;
     const float* cs = p.q_cos ? p.q_cos + b * p.q_rope_stride[0] + pos * p.q_rope_stride[1] : nullptr;
     const float* sn = p.q_sin ? p.q_sin + b * p.q_rope_stride[0] + pos * p.q_rope_stride[1] : nullptr;
-    const float c = p.scale * kLog2e;
     unsigned char* qdst = smem + kStageBytes;
     float ss = 0;
     // Four steps of 8 pairs: the pairs' elements are one 16-byte chunk (adjacent pairs) or two
@@ -232,8 +232,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         if (p.rope != Rope::None) rope_pair(xa[e], xb[e], cs, sn, j0 + e);
-        xa[e] *= c;
-        xb[e] *= c;
       }
       if (p.rope == Rope::HalfSplit) {
 #pragma unroll
@@ -273,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (kOnline) {
     m[0] = m[1] = -INFINITY;
   } else {
-    const float km = kmax[b * p.H + h];
+    const float km = kmax[b * p.H + h] * c;
     m[0] = qnorm[r_lo] * km;
     m[1] = qnorm[r_hi] * km;
   }
@@ -315,7 +313,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int r = 0; r < 2; ++r) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+        for (int n = 0; n < kBlockN / 8; ++n) {
+          s[n][2 * r] *= c;  // log2 units here, so the exp2 below uses a unit factor
+          s[n][2 * r + 1] *= c;
+          mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+        }
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
         const float m_new = fmaxf(m[r], mx);  // finite: every tile holds at least one real key
@@ -326,14 +328,16 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int n = 0; n < kD / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;
       }
     }
-    // P = exp2(S - m), rounded to the storage dtype for the P V product; l sums the rounded
+    // P = exp2(S c - m), rounded to the storage dtype for the P V product; l sums the rounded
     // values so the output stays a convex combination of the values.
+    const float sc = kOnline ? 1.0f : c;
     uint32_t pf[kBlockN / 8][2];
 #pragma unroll
     for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint32_t w = pack2<kHalf>(exp2f(s[n][2 * r] - m[r]), exp2f(s[n][2 * r + 1] - m[r]));
+        const uint32_t w =
+            pack2<kHalf>(exp2f(fmaf(s[n][2 * r], sc, -m[r])), exp2f(fmaf(s[n][2 * r + 1], sc, -m[r])));
         pf[n][r] = w;
         l[r] += lo_f<kHalf>(w) + hi_f<kHalf>(w);
       }

@@ -42,7 +42,7 @@ bool rows_16b_aligned(const Tensor& t) {
 bool tensor_core_shape(const backend::AttentionArgs& a) {
   const DType dt = a.q.dtype();
   return (dt == DType::BF16 || dt == DType::F16) && a.q.size(3) == kern::kTcHeadDim && a.k.size(2) == a.q.size(2) &&
-         a.k.size(1) >= 1 && !a.causal && !a.key_padding_mask.defined() && !a.bias.defined() &&
+         a.k.size(1) >= 1 && a.scale > 0 && !a.causal && !a.key_padding_mask.defined() && !a.bias.defined() &&
          rows_16b_aligned(a.q) && rows_16b_aligned(a.k) && rows_16b_aligned(a.v) && rows_16b_aligned(a.out);
 }
 
