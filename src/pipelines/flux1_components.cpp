@@ -23,6 +23,60 @@ Tensor Flux1TextEncoders::pooled(const std::vector<std::string>& prompts) const 
   return clip->forward(ids).pooled;  // [P, 768]
 }
 
+namespace {
+
+void set_variant_defaults(Flux1ModelDefaults& d, bool dev) {
+  d.guidance_distilled = dev;
+  d.num_steps = dev ? 28 : 4;
+  d.max_sequence_length = dev ? tokenizers::kT5MaxSequenceLengthDev : tokenizers::kT5MaxSequenceLengthSchnell;
+}
+
+}  // namespace
+
+Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant, const fs::path& clip_tokenizer_dir,
+                                                      const fs::path& t5_tokenizer_dir,
+                                                      const PipelineOptions& options, uint64_t seed) {
+  Impl m;
+  if (variant == "flux.1-tiny") {
+    // The shapes of tests/data/models/flux1-dev-tiny (tools/reference/dump_flux1_pipeline.py).
+    m.transformer_config.variant = "custom";
+    m.transformer_config.hidden = 128;
+    m.transformer_config.heads = 1;
+    m.transformer_config.double_blocks = 1;
+    m.transformer_config.single_blocks = 1;
+    m.transformer_config.context_dim = 16;
+    m.transformer_config.pooled_dim = 8;
+    m.transformer_config.mlp_hidden = 512;
+    m.clip_config.hidden_size = 8;
+    m.clip_config.intermediate_size = 16;
+    m.clip_config.num_layers = 2;
+    m.clip_config.num_heads = 2;
+    m.t5_config.d_model = 16;
+    m.t5_config.d_kv = 8;
+    m.t5_config.d_ff = 40;
+    m.t5_config.num_layers = 3;
+    m.t5_config.num_heads = 4;
+    m.vae_config.block_out_channels = {8, 16, 16, 16};
+    m.vae_config.norm_num_groups = 4;
+  } else {
+    m.transformer_config = models::flux1_preset(variant);  // InvalidArgument listing the known names
+    m.clip_config = models::ClipTextConfig::clip_l();
+    m.t5_config = models::T5Config::t5_v1_1_xxl();
+  }
+  for (const fs::path& dir : {clip_tokenizer_dir, t5_tokenizer_dir})
+    FLUXRT_CHECK(fs::is_directory(dir), ErrorCode::NotFound, "synthetic {}: no tokenizer folder {}", variant,
+                 dir.string());
+  m.synthetic_variant = variant;
+  m.clip_tokenizer_dir = clip_tokenizer_dir;
+  m.t5_tokenizer_dir = t5_tokenizer_dir;
+  m.synthetic_seed = seed;
+  m.options = options;
+  set_variant_defaults(m.defaults, m.transformer_config.guidance);
+  m.scheduler = m.transformer_config.guidance ? FlowMatchSchedulerConfig::flux1_dev()
+                                              : FlowMatchSchedulerConfig::flux1_schnell();
+  return m;
+}
+
 Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root, const PipelineOptions& options) {
   const std::string where = model_root.string();
   FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "flux.1 pipeline: model folder {} does not exist", where);
@@ -52,10 +106,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   } else {
     m.transformer_config = models::flux1_preset(info.shape.guidance_embed ? "flux.1-dev" : "flux.1-schnell");
   }
-  const bool dev = m.transformer_config.guidance;
-  m.defaults.guidance_distilled = dev;
-  m.defaults.num_steps = dev ? 28 : 4;
-  m.defaults.max_sequence_length = dev ? tokenizers::kT5MaxSequenceLengthDev : tokenizers::kT5MaxSequenceLengthSchnell;
+  set_variant_defaults(m.defaults, m.transformer_config.guidance);
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   FLUXRT_CHECK(m.vae_config.spatial_factor() == 8 && m.vae_config.latent_channels * 4 == m.transformer_config.in_channels,
@@ -71,6 +122,10 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
   models::Flux1LoadOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  if (!synthetic_variant.empty()) {
+    o.release_prepared_sources = true;  // nothing else holds the random weights
+    return models::Flux1Transformer::synthetic(transformer_config, synthetic_seed, o);
+  }
   return models::Flux1Transformer::load(root.string(), o);
 }
 
@@ -83,14 +138,23 @@ std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() con
   models::T5EncoderOptions t5_options;
   t5_options.dtype = options.dtype;
   t5_options.device = options.device;
+  const bool synthetic = !synthetic_variant.empty();
   auto load_clip = [&] {
-    enc->clip = std::make_unique<models::ClipTextModel>(models::ClipTextModel::load(root / "text_encoder", clip_options));
-    enc->clip_tokenizer =
-        std::make_unique<tokenizers::ClipTokenizer>(tokenizers::ClipTokenizer::from_directory(root / "tokenizer"));
+    enc->clip = std::make_unique<models::ClipTextModel>(
+        synthetic ? models::ClipTextModel::synthetic(clip_config, clip_options, synthetic_seed + 1)
+                  : models::ClipTextModel::load(root / "text_encoder", clip_options));
+    enc->clip_tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
+        tokenizers::ClipTokenizer::from_directory(synthetic ? clip_tokenizer_dir : root / "tokenizer"));
+  };
+  auto load_t5 = [&] {
+    if (!synthetic) return models::T5PromptEmbedder::load(root, t5_options);
+    return std::make_unique<models::T5PromptEmbedder>(
+        models::T5Encoder::synthetic(t5_config, t5_options, synthetic_seed + 2),
+        tokenizers::T5Tokenizer::from_directory(t5_tokenizer_dir));
   };
   if (!options.parallel_load) {
     load_clip();
-    enc->t5 = models::T5PromptEmbedder::load(root, t5_options);
+    enc->t5 = load_t5();
     return enc;
   }
   // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
@@ -103,7 +167,7 @@ std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() con
     }
   });
   try {
-    enc->t5 = models::T5PromptEmbedder::load(root, t5_options);
+    enc->t5 = load_t5();
   } catch (...) {
     clip_thread.join();
     throw;
@@ -120,6 +184,11 @@ std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encode
   o.device = options.device;
   o.load_encoder = with_encoder;
   o.tiling = options.vae_tiling;
+  if (!synthetic_variant.empty()) {
+    const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
+    return std::make_unique<models::Flux1Vae>(models::Flux1Vae::from_store(
+        models::make_synthetic_flux1_vae(vae_config, wdtype, synthetic_seed + 3), vae_config, o));
+  }
   return std::make_unique<models::Flux1Vae>(models::Flux1Vae::load((root / "vae").string(), o, vae_config));
 }
 

@@ -30,7 +30,13 @@ struct Flux1TextEncoders {
 };
 
 struct Flux1Pipeline::Impl {
+  // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.
   std::filesystem::path root;
+  std::string synthetic_variant;
+  std::filesystem::path clip_tokenizer_dir, t5_tokenizer_dir;
+  uint64_t synthetic_seed = 42;
+  models::ClipTextConfig clip_config;  // synthetic only (a folder's encoders read their config.json)
+  models::T5Config t5_config;
   PipelineOptions options;
   Flux1ModelDefaults defaults;
   FlowMatchSchedulerConfig scheduler;
@@ -45,6 +51,9 @@ struct Flux1Pipeline::Impl {
   // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
   // Unsupported naming the folder or file on problems.
   static Impl from_folder(const std::filesystem::path& model_root, const PipelineOptions& options);
+  static Impl from_variant(const std::string& variant, const std::filesystem::path& clip_tokenizer_dir,
+                           const std::filesystem::path& t5_tokenizer_dir, const PipelineOptions& options,
+                           uint64_t seed);
 
   // Loads the components (each on its own thread with options.parallel_load).
   void load_resident();

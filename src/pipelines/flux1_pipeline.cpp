@@ -249,6 +249,15 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::load(const std::filesystem::path& 
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
 
+std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& variant,
+                                                        const std::filesystem::path& clip_tokenizer_dir,
+                                                        const std::filesystem::path& t5_tokenizer_dir,
+                                                        const PipelineOptions& options, uint64_t seed) {
+  auto impl = std::make_unique<Impl>(Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
+  if (!options.low_memory) impl->load_resident();
+  return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
+}
+
 const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
 const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }

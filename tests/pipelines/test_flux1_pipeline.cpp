@@ -301,5 +301,27 @@ TEST(Flux1PipelineTiny, StepCallbackCountsTheStepsRunAfterImg2ImgTrimming) {
   EXPECT_EQ(out.num_steps, 3);
 }
 
+TEST(Flux1PipelineSynthetic, TinyVariantGeneratesAndUnknownNamesAreRefused) {
+  const fs::path clip_tok = kData / "tokenizers" / "clip", t5_tok = kData / "tokenizers" / "t5";
+  auto pipe = Flux1Pipeline::synthetic("flux.1-tiny", clip_tok, t5_tok, f32_options(), 5);
+  EXPECT_TRUE(pipe->defaults().guidance_distilled);
+  EXPECT_EQ(pipe->transformer_config().hidden, 128);
+  const GenerateResult out = pipe->generate(small_request());
+  ASSERT_EQ(out.images.size(), 1u);
+  EXPECT_EQ(out.images[0].width, 32);
+  // same seed, same weights: the same image; another weight seed: another image
+  EXPECT_EQ(Flux1Pipeline::synthetic("flux.1-tiny", clip_tok, t5_tok, f32_options(), 5)->generate(small_request()).images[0].pixels,
+            out.images[0].pixels);
+  EXPECT_NE(Flux1Pipeline::synthetic("flux.1-tiny", clip_tok, t5_tok, f32_options(), 6)->generate(small_request()).images[0].pixels,
+            out.images[0].pixels);
+  try {
+    Flux1Pipeline::synthetic("flux.1-pro", clip_tok, t5_tok, f32_options());
+    ADD_FAILURE() << "unknown variant accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+  }
+  EXPECT_THROW(Flux1Pipeline::synthetic("flux.1-tiny", kData / "no-such-dir", t5_tok, f32_options()), Error);
+}
+
 }  // namespace
 }  // namespace fluxrt::pipelines
