@@ -141,8 +141,8 @@ struct AttentionParams {
 // fixed Cauchy-Schwarz maximum m_i = |c q_i| max_j |k_j| and exp2 (c = scale * log2 e) when
 // `fixed_max`; rows whose sum l_i falls outside [2^-60, 2^60] are redone with the exact online
 // maximum (counted in *fallback_rows). With a bias, or !fixed_max, every row runs online.
-// `kmax` is scratch for B*Hkv floats. CUDA cores only: the tensor-core (mma.sync) version of the
-// same algorithm is not written yet (docs/cuda.md).
+// `kmax` is scratch for B*Hkv floats. CUDA cores only; the FLUX shapes (head dim 128, bf16/f16, no
+// GQA/mask/bias/causal) go to the tensor-core version in attention_tc.h instead (docs/cuda.md).
 cudaError_t launch_attention(const AttentionParams& p, bool fixed_max, float* kmax, int* fallback_rows,
                              cudaStream_t stream);
 
