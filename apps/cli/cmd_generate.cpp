@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/flux1_pipeline.h"
 #include "runtime/generate_job.h"
 #include "runtime/progress.h"
 #include "runtime/run_config.h"
@@ -113,6 +114,38 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
 
 namespace {
 
+// The pipeline the folder's class names (FluxPipeline: FLUX.1, else FLUX.2-klein); both take the
+// same request and report the same profiler spans.
+struct LoadedPipeline {
+  std::unique_ptr<pipelines::Flux2KleinPipeline> klein;
+  std::unique_ptr<pipelines::Flux1Pipeline> flux1;
+
+  static LoadedPipeline load(const runtime::GenerateJob& job, const pipelines::PipelineOptions& options) {
+    LoadedPipeline p;
+    if (job.model.pipeline_class == "FluxPipeline") {
+      p.flux1 = pipelines::Flux1Pipeline::load(job.model.path, options);
+    } else {
+      p.klein = pipelines::Flux2KleinPipeline::load(job.model.path, options);
+    }
+    return p;
+  }
+  void reset() {
+    klein.reset();
+    flux1.reset();
+  }
+  pipelines::GenerateResult generate(const pipelines::GenerateRequest& r) const {
+    return flux1 ? flux1->generate(r) : klein->generate(r);
+  }
+  int max_sequence_length() const {
+    return flux1 ? flux1->defaults().max_sequence_length : klein->defaults().max_sequence_length;
+  }
+  void validate_default_size(const runtime::GenerateJob& job) const {
+    const int w = flux1 ? flux1->defaults().width : klein->defaults().width;
+    const int h = flux1 ? flux1->defaults().height : klein->defaults().height;
+    pipelines::Flux2KleinPipeline::validate_size(job.width.value_or(w), job.height.value_or(h), job.total_images());
+  }
+};
+
 int generate_and_write(const GenerateOptions& o) {
   Stopwatch command;
   runtime::GenerateJob job = runtime::resolve_generate_job(inputs_from(o));
@@ -147,7 +180,7 @@ int generate_and_write(const GenerateOptions& o) {
   report.threads = num_threads();
 
   Stopwatch load_watch;
-  auto pipe = pipelines::Flux2KleinPipeline::load(job.model.path, options);
+  LoadedPipeline pipe = LoadedPipeline::load(job, options);
   if (!job.low_memory) {
     report.cold_load = runtime::load_timings_from(profiler);
     if (report.cold_load->total_s == 0) report.cold_load->total_s = load_watch.seconds();
@@ -157,7 +190,7 @@ int generate_and_write(const GenerateOptions& o) {
   if (o.reload) {
     pipe.reset();
     load_watch.reset();
-    pipe = pipelines::Flux2KleinPipeline::load(job.model.path, options);
+    pipe = LoadedPipeline::load(job, options);
     if (!job.low_memory) {
       report.warm_load = runtime::load_timings_from(profiler);
       if (report.warm_load->total_s == 0) report.warm_load->total_s = load_watch.seconds();
@@ -166,13 +199,11 @@ int generate_and_write(const GenerateOptions& o) {
     throw_if_cancelled();
   }
   // Recorded in the PNGs as the value used, not as "the default".
-  if (!job.max_sequence_length) job.max_sequence_length = pipe->defaults().max_sequence_length;
+  if (!job.max_sequence_length) job.max_sequence_length = pipe.max_sequence_length();
   // A size that comes from the model's defaults can only be checked now (no reference image
   // sets it), still before anything is generated or written.
   if (!(job.width && job.height) && job.reference_images.empty()) {
-    const pipelines::KleinModelDefaults& d = pipe->defaults();
-    pipelines::Flux2KleinPipeline::validate_size(job.width.value_or(d.width), job.height.value_or(d.height),
-                                                 job.total_images());
+    pipe.validate_default_size(job);
   }
 
   pipelines::GenerateRequest request = runtime::make_generate_request(job);
@@ -180,14 +211,14 @@ int generate_and_write(const GenerateOptions& o) {
   request.on_step = [&progress](int step, int total, double seconds) { progress.step(step, total, seconds); };
   if (o.warmup) {
     Stopwatch warm;
-    pipe->generate(request);
+    pipe.generate(request);
     report.warmup = runtime::run_timings_from(profiler);
     report.warmup->total_s = warm.seconds();
     profiler.clear();
   }
 
   Stopwatch run_watch;
-  const pipelines::GenerateResult result = pipe->generate(request);
+  const pipelines::GenerateResult result = pipe.generate(request);
   progress.finish();
   report.run = runtime::run_timings_from(profiler);
   throw_if_cancelled();  // Ctrl-C during the decode: still nothing written

@@ -85,8 +85,17 @@ void check_klein_pipeline_folder(const io::ResolvedModel& model) {
          "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
          "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
          model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
+  if (model.pipeline_class == "FluxPipeline") {  // FLUX.1: Flux1Pipeline::load checks the rest
+    for (const char* name : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
+      const io::ModelComponent* c = model.find(name);
+      FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
+                   "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
+    }
+    return;
+  }
   FLUXRT_CHECK(model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
-               "model {} is a {}: fluxrt generate supports Flux2KleinPipeline (FLUX.2 klein) folders so far",
+               "model {} is a {}: fluxrt generate supports Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline "
+               "(FLUX.1) folders",
                model.path, model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class);
   for (const char* name : {"transformer", "text_encoder", "vae"}) {
     const io::ModelComponent* c = model.find(name);
