@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -28,10 +29,16 @@ class MatmulLinear {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory weights;  // the prepared weights, or a per-shape reorder when oneDNN wanted another layout
+    // oneDNN 2.6 has no JIT matmul for the gate-multiply + residual post-ops on some ISAs (AVX2)
+    // and silently picks its reference kernel (~1000x slower). Then the primitive computes only
+    // x W^T (+ bias, activation) into an f32 buffer and run() applies residual + gate * t itself.
+    bool gate_outside = false;
   };
   // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int>;
   Entry& entry(const Key& key);
+  void run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memory>& args, int64_t m, const Tensor& gate,
+                        const Tensor& residual, const Tensor& y);
 
   int64_t n_, k_;
   DType compute_;
