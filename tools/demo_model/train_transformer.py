@@ -46,8 +46,7 @@ class TextBatch:
         return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                   add_generation_prompt=True, enable_thinking=False)
 
-    @torch.no_grad()
-    def __call__(self, prompts, length=None):
+    def __call__(self, prompts, length=None, grad=False):
         """(embeds [B, L, 3H], pad bias [B, L]) with L = longest prompt + 1 (at least one padding
         position per row) unless `length` is given."""
         texts = [self.template(p) for p in prompts]
@@ -56,8 +55,9 @@ class TextBatch:
         inputs = self.tokenizer(texts, return_tensors="pt", padding="max_length", truncation=True, max_length=length)
         # The base model only: hidden states are all the pipeline reads, the LM head's logits
         # would cost more than everything else.
-        out = self.text_encoder.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                      output_hidden_states=True, use_cache=False)
+        with torch.set_grad_enabled(grad):
+            out = self.text_encoder.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                          output_hidden_states=True, use_cache=False)
         taps = torch.stack([out.hidden_states[k] for k in common.TEXT_TAPS], dim=1)
         b, c, l, h = taps.shape
         embeds = taps.permute(0, 2, 1, 3).reshape(b, l, c * h).float()
@@ -66,6 +66,14 @@ class TextBatch:
         pads = (l - valid).clamp_min(1)
         bias = torch.where(mask, torch.zeros(()), torch.log((self.full_length - valid) / pads))
         return embeds, bias
+
+
+def text_trainable(text_encoder):
+    """The text encoder's weights that joint training may change: all but the query projections,
+    which stay zero (uniform causal attention keeps every padding position's state identical,
+    which short-padding training and 512-token inference rely on; see common.make_text_encoder).
+    The LM head is tied to the embedding and never used."""
+    return [p for n, p in text_encoder.model.named_parameters() if "q_proj" not in n and "q_norm" not in n]
 
 
 def attention_bias(text_bias: torch.Tensor, image_tokens: int) -> torch.Tensor:
@@ -148,7 +156,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=common.Path, default=common.DEFAULT_WORK)
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock training budget")
-    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: at the end of the schedule or the time budget)")
     parser.add_argument("--schedule-steps", type=int, default=0,
                         help="a step-based run of this many steps (reproducible anywhere) instead of --minutes")
     parser.add_argument("--batch", type=int, default=32)
@@ -160,6 +168,9 @@ def main():
     parser.add_argument("--resume", type=common.Path, default=None,
                         help="start from the transformer of this pipeline folder (a fresh optimiser, warm-up "
                              "and schedule) instead of the seeded initialisation")
+    parser.add_argument("--train-text-encoder", action="store_true",
+                        help="train the Qwen3 text encoder jointly (all but its zero query projections)")
+    parser.add_argument("--text-lr", type=float, default=2e-3, help="peak learning rate of the text encoder")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     common.setup_threads(args.threads)
@@ -177,8 +188,13 @@ def main():
     text = TextBatch(tokenizer, text_encoder)
     if args.resume:
         from diffusers import Flux2Transformer2DModel
+        from transformers import Qwen3ForCausalLM
 
         transformer = Flux2Transformer2DModel.from_pretrained(args.resume / "transformer").train()
+        if args.train_text_encoder:
+            # continue from the resumed folder's text encoder (the frozen init for a first joint run)
+            text_encoder = Qwen3ForCausalLM.from_pretrained(args.resume / "text_encoder", dtype=torch.float32).eval()
+            text = TextBatch(tokenizer, text_encoder)
     else:
         transformer = common.make_transformer().train()
     zero_text_rope(transformer)
@@ -187,7 +203,19 @@ def main():
     log(f"transformer: {sum(p.numel() for p in transformer.parameters())} parameters; batch {args.batch}, "
         f"lr {args.lr}, {args.minutes} min")
 
-    opt = torch.optim.AdamW(transformer.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    groups = [dict(params=list(transformer.parameters()), lr_peak=args.lr)]
+    text_params, ema_text, ema_text_params = [], text_encoder, []
+    if args.train_text_encoder:
+        text_encoder.requires_grad_(False)
+        text_params = text_trainable(text_encoder)
+        for p in text_params:
+            p.requires_grad_(True)
+        # no weight decay on the text encoder: most embedding rows never get a gradient
+        groups.append(dict(params=text_params, lr_peak=args.text_lr, weight_decay=0.0))
+        ema_text = copy.deepcopy(text_encoder).requires_grad_(False)
+        ema_text_params = text_trainable(ema_text)
+        log(f"text encoder trained jointly: {sum(p.numel() for p in text_params)} parameters, lr {args.text_lr}")
+    opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
     seed = 3300 if args.resume else 3200  # a resumed run must not replay the first run's data
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -200,13 +228,14 @@ def main():
         step += 1
         elapsed = time.time() - start
         progress = min(1.0, step / args.schedule_steps if args.schedule_steps else elapsed / budget)
-        lr = args.lr * min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        factor = min(1.0, step / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        lr = args.lr * factor
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = g["lr_peak"] * factor
         images, captions = shapes.batch(rng, args.batch)
         captions = ["" if rng.random() < args.caption_dropout else c for c in captions]
         x0 = encode_images(vae, images)
-        embeds, bias = text(captions)
+        embeds, bias = text(captions, grad=bool(text_params))
         noise = torch.randn(x0.shape, generator=gen)
         sigma = sample_sigmas(args.batch, gen, args.sigma_shift)
         s = sigma.view(-1, 1, 1)
@@ -215,22 +244,24 @@ def main():
         loss = F.mse_loss(pred, noise - x0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(transformer.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(list(transformer.parameters()) + text_params, 1.0)
         opt.step()
         zero_text_rope(transformer)
         decay = min(args.ema, (1 + step) / (10 + step))
         with torch.no_grad():
             for pe, p in zip(ema.parameters(), transformer.parameters()):
                 pe.lerp_(p, 1 - decay)
+            for pe, p in zip(ema_text_params, text_params):
+                pe.lerp_(p, 1 - decay)
         running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
         if step % 20 == 0 or step == 1:
             log(f"step {step} loss {loss.item():.4f} avg {running:.4f} lr {lr:.2e} {elapsed:.0f}s")
         if args.schedule_steps:
-            done = step >= args.schedule_steps
+            done = step >= args.schedule_steps or bool(args.max_steps and step >= args.max_steps)
         else:
             done = elapsed >= budget or (args.max_steps and step >= args.max_steps)
         if done or time.time() - last_export >= args.export_minutes * 60:
-            folder = export(args.work, ema, vae, text_encoder)
+            folder = export(args.work, ema, vae, ema_text)
             log(f"exported {folder} (EMA) at step {step}")
             last_export = time.time()
         if done:

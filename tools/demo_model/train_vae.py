@@ -37,6 +37,14 @@ def set_bn_statistics(vae, rng, batches: int = 40, batch_size: int = 32):
     vae.bn.num_batches_tracked.fill_(batches)
 
 
+def shape_mask(x: torch.Tensor) -> torch.Tensor:
+    """[B, 1, H, W] 1 where a pixel is far from the image's background colour (the median of its
+    one-pixel border), 0 elsewhere."""
+    border = torch.cat([x[:, :, 0], x[:, :, -1], x[:, :, :, 0], x[:, :, :, -1]], dim=2)
+    background = border.median(dim=2).values[:, :, None, None]
+    return ((x - background).pow(2).sum(dim=1, keepdim=True).sqrt() > 0.3).float()
+
+
 def save(vae, folder, decoder_only: bool, rng_seed=3101):
     if not decoder_only:  # the encoder is frozen in decoder-only mode, so are its statistics
         set_bn_statistics(vae, np.random.default_rng(rng_seed))
@@ -59,6 +67,14 @@ def main():
     parser.add_argument("--decoder-only", action="store_true",
                         help="fine-tune the decoder of <work>/vae with the encoder (the transformer's latent "
                              "space) frozen; writes <work>/vae_final")
+    parser.add_argument("--init", type=common.Path, default=None,
+                        help="decoder-only: start from this VAE folder (default <work>/vae)")
+    parser.add_argument("--out-name", default="vae_final", help="decoder-only: output folder name in <work>")
+    parser.add_argument("--shape-weight", type=float, default=0.0,
+                        help="extra loss weight on shape pixels (those away from the background colour, "
+                             "the border median): shapes are a small part of each image, and their colour is "
+                             "what the evaluation reads")
+    parser.add_argument("--seed", type=int, default=0, help="data seed (0: the stage default)")
     parser.add_argument("--stop-after", type=int, default=0,
                         help="end after this step (the learning-rate schedule still spans --steps)")
     parser.add_argument("--threads", type=int, default=2)
@@ -67,18 +83,18 @@ def main():
     common.setup_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
     fh = open(args.work / ("vae_decoder.log" if args.decoder_only else "vae.log"), "a")
-    seed = 3110 if args.decoder_only else 3100
+    seed = args.seed or (3110 if args.decoder_only else 3100)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
 
     if args.decoder_only:
         from diffusers import AutoencoderKLFlux2
 
-        vae = AutoencoderKLFlux2.from_pretrained(args.work / "vae").train()
+        vae = AutoencoderKLFlux2.from_pretrained(args.init or args.work / "vae").train()
         for module in (vae.encoder, vae.quant_conv):
             module.requires_grad_(False)
         args.crop = 10**6
-        out_folder = args.work / "vae_final"
+        out_folder = args.work / args.out_name
     else:
         vae = common.make_vae().train()
         out_folder = args.work / "vae"
@@ -101,7 +117,11 @@ def main():
         # L2 term keeps the latent scale bounded (BN statistics normalise it afterwards).
         mean = posterior.mean
         recon = vae.decode(mean + args.latent_noise * torch.randn_like(mean)).sample
-        rec = F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x)
+        if args.shape_weight:
+            weight = 1.0 + args.shape_weight * shape_mask(x)
+            rec = ((recon - x).pow(2) * weight).mean() + 0.5 * ((recon - x).abs() * weight).mean()
+        else:
+            rec = F.mse_loss(recon, x) + 0.5 * F.l1_loss(recon, x)
         kl = mean.pow(2).mean()
         loss = rec + args.kl * kl
         opt.zero_grad(set_to_none=True)
