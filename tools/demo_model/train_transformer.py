@@ -171,6 +171,7 @@ def main():
     parser.add_argument("--train-text-encoder", action="store_true",
                         help="train the Qwen3 text encoder jointly (all but its zero query projections)")
     parser.add_argument("--text-lr", type=float, default=2e-3, help="peak learning rate of the text encoder")
+    parser.add_argument("--seed", type=int, default=0, help="data/noise seed (0: the stage default)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     common.setup_threads(args.threads)
@@ -216,7 +217,7 @@ def main():
         ema_text_params = text_trainable(ema_text)
         log(f"text encoder trained jointly: {sum(p.numel() for p in text_params)} parameters, lr {args.text_lr}")
     opt = torch.optim.AdamW(groups, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
-    seed = 3300 if args.resume else 3200  # a resumed run must not replay the first run's data
+    seed = args.seed or (3300 if args.resume else 3200)  # a resumed run must not replay the first run's data
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
