@@ -25,7 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kQwenDir = fs::path(FLUXRT_SHARED_DIR) / "data" / "tokenizers" / "qwen3";
+// The genuine Qwen3 tokenizer files, as checked in with the tiny klein model (identical to
+// shared/data/tokenizers/qwen3, which a CI checkout does not have).
+const fs::path kQwenDir = fs::path(FLUXRT_TEST_DATA_DIR) / "models" / "flux2-klein-tiny" / "tokenizer";
 const fs::path kDataDir = fs::path(FLUXRT_TEST_DATA_DIR) / "tokenizers";
 
 std::string read_text(const fs::path& path) {
@@ -187,7 +189,7 @@ TEST(QwenTokenizer, LlamaCppVectors) {
 }
 
 TEST(QwenTokenizer, SharedReferenceVectors) {
-  const json doc = read_json(kQwenDir.parent_path() / "reference_vectors.json");
+  const json doc = read_json(kDataDir / "reference_vectors.json");
   QwenPromptEncoder encoder(qwen());
   size_t count = 0;
   for (const json& row : doc.at("qwen3")) {
