@@ -168,8 +168,8 @@ TEST(QwenTokenizer, MalformedFilesAreFormatErrors) {
 // ---- ids against the references ----------------------------------------------------------------
 
 TEST(QwenTokenizer, LlamaCppVectors) {
-  const std::string inputs = read_text(kQwenDir / "tests" / "ggml-vocab-qwen2.gguf.inp");
-  std::istringstream outputs(read_text(kQwenDir / "tests" / "ggml-vocab-qwen2.gguf.out"));
+  const std::string inputs = read_text(kDataDir / "qwen3_llamacpp" / "ggml-vocab-qwen2.gguf.inp");
+  std::istringstream outputs(read_text(kDataDir / "qwen3_llamacpp" / "ggml-vocab-qwen2.gguf.out"));
   const std::string separator = "\n__ggml_vocab_test__\n";
   size_t pos = 0, count = 0;
   std::string line;
