@@ -109,11 +109,14 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   set_variant_defaults(m.defaults, m.transformer_config.guidance);
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
-  FLUXRT_CHECK(m.vae_config.spatial_factor() == 8 && m.vae_config.latent_channels * 4 == m.transformer_config.in_channels,
-               ErrorCode::Unsupported,
-               "flux.1 pipeline: {}: the VAE ({}x down, {} latent channels) does not fit the transformer ({} packed "
-               "channels); FLUX.1 needs 8x and 16",
-               where, m.vae_config.spatial_factor(), m.vae_config.latent_channels, m.transformer_config.in_channels);
+  // Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2-packed
+  // latent channels must be what the transformer reads.
+  FLUXRT_CHECK(m.vae_config.latent_channels * 4 == m.transformer_config.in_channels, ErrorCode::Unsupported,
+               "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
+               "4 x the latent channels)",
+               where, m.vae_config.latent_channels, m.transformer_config.in_channels);
+  // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
+  m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
 }
 

@@ -218,16 +218,20 @@ Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height
 // ------------------------------------------------------------------------------------------------
 // Size checks
 
-void Flux1Pipeline::validate_size(int width, int height, int batch) {
-  FLUXRT_CHECK(width > 0 && height > 0 && width % 16 == 0 && height % 16 == 0, ErrorCode::InvalidArgument,
-               "image size {}x{}: width and height must be positive multiples of 16", width, height);
+void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor) {
+  FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
+               "VAE scale factor {} not in [1, 64]", vae_scale_factor);
+  const int multiple = 2 * vae_scale_factor;  // pixels per packed token side
+  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
+               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
+               height, multiple, vae_scale_factor);
   FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
                "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
   FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
   const models::Flux1Config c = models::flux1_preset("flux.1-dev");
   // Widest live activations of a block in f32 (the worst case): the MLP hidden, q/k/v/attention
   // and the residual streams, plus the decoder output and its conversions.
-  const double tokens = static_cast<double>(width / 16) * (height / 16) + 512;
+  const double tokens = static_cast<double>(width / multiple) * (height / multiple) + 512;
   const double per_token = (2.0 * c.mlp_hidden + 6.0 * c.hidden) * 4.0;
   const double image = static_cast<double>(width) * height * 3 * 4 * 4;
   const size_t need = static_cast<size_t>(batch * (tokens * per_token + image));
@@ -261,6 +265,7 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
 const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
 const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }
+int Flux1Pipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
 
 GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   Impl& m = *impl_;
@@ -288,9 +293,12 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
   const int height = request.height.value_or(m.defaults.height);
   const int width = request.width.value_or(m.defaults.width);
-  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)));
-  const int64_t lh = 2 * (height / 16), lw = 2 * (width / 16);  // latent grid (VAE factor 8, 2x2 packing)
-  const Shape noise_shape = flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4);
+  const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
+  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale);
+  // latent grid: 2 * (H // (vae_scale_factor * 2)), even for the 2x2 packing
+  const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
+  const Shape noise_shape =
+      flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4, vae_scale);
   if (request.initial_latents) {
     FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument, "generate: initial_latents and init_image are exclusive");
     FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
@@ -329,7 +337,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
 
   // 4. timesteps (mu from the packed token count; dev shifts, schnell does not)
   GenerateResult result;
-  result.schedule = flux1_schedule(m.scheduler, steps, packed_image_seq_len(height, width));
+  result.schedule = flux1_schedule(m.scheduler, steps, packed_image_seq_len(height, width, vae_scale));
   result.width = width;
   result.height = height;
   result.num_steps = steps - t_start;

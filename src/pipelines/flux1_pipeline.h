@@ -3,8 +3,9 @@
 // FluxPipeline.__call__ and FluxImg2ImgPipeline.__call__ do (flux-reference.md section 5):
 //   prompts -> CLIP-L pooled embedding (77 tokens) + T5 embeddings (max_sequence_length, padded
 //   rows kept), repeated per image; text ids zeros [L, 3];
-//   noise torch.randn [B, 16, 2*(H/16), 2*(W/16)] on one CPU generator seeded with the request
-//   seed, in the prompt dtype, 2x2-packed to [B, (H/16)*(W/16), 64] with ids (0, i, j);
+//   noise torch.randn [B, 16, 2*(H/(2f)), 2*(W/(2f))] (f = the VAE's vae_scale_factor,
+//   2 ** (levels - 1), 8 for the released VAE) on one CPU generator seeded with the request seed,
+//   in the prompt dtype, 2x2-packed to [B, (H/(2f))*(W/(2f)), 64] with ids (0, i, j);
 //   flux1_schedule (dynamic shift for dev, none for schnell); the distilled guidance value fed to
 //   the transformer (dev only); true CFG with the negative prompt when true_cfg_scale > 1; Euler;
 //   unpack, z / 0.3611 + 0.1159, VAE decode, 8-bit conversion.
@@ -43,7 +44,7 @@ struct Flux1ModelDefaults {
   float guidance_scale = 3.5f;     // FluxPipeline's default (dev); schnell: unused
   float img2img_guidance_scale = 7.0f;  // FluxImg2ImgPipeline's default (dev)
   float img2img_strength = 0.6f;        // FluxImg2ImgPipeline's default
-  int width = 1024;
+  int width = 1024;   // diffusers' default_sample_size 128 x vae_scale_factor
   int height = 1024;
   int max_sequence_length = 512;  // schnell: 256
 };
@@ -70,9 +71,11 @@ class Flux1Pipeline {
   const Flux1ModelDefaults& defaults() const;
   const models::Flux1Config& transformer_config() const;
   const PipelineOptions& options() const;
-  // InvalidArgument (one line) when a size is not a positive multiple of 16, OutOfMemory when the
-  // activations of a batch would not fit in RAM.
-  static void validate_size(int width, int height, int batch);
+  // diffusers' vae_scale_factor, 2 ** (len(vae.config.block_out_channels) - 1): 8 for FLUX.1's VAE.
+  int vae_scale_factor() const;
+  // InvalidArgument (one line) when a size is not a positive multiple of 2 x vae_scale_factor,
+  // OutOfMemory when the activations of a batch would not fit in RAM.
+  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8);
 
   struct Impl;
 

@@ -115,8 +115,11 @@ Tensor klein_text_ids(int64_t length) {
 // ------------------------------------------------------------------------------------------------
 // Size checks
 
-size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config) {
-  const double tokens = static_cast<double>(width / 16) * (height / 16) + tokenizers::kQwenDefaultMaxSequenceLength;
+size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config,
+                               int vae_scale_factor) {
+  const int multiple = 2 * vae_scale_factor;
+  const double tokens =
+      static_cast<double>(width / multiple) * (height / multiple) + tokenizers::kQwenDefaultMaxSequenceLength;
   // The widest live activations of a block, in f32 (the worst case): the SwiGLU input
   // (2 * mlp_hidden), its output and q/k/v/attention (4 * hidden), plus the residual streams.
   const double per_token = (2.0 * config.mlp_hidden + config.mlp_hidden + 6.0 * config.hidden) * 4.0;
@@ -124,18 +127,22 @@ size_t estimate_generate_bytes(int width, int height, int batch, const models::F
   return static_cast<size_t>(batch * (tokens * per_token + image));
 }
 
-void Flux2KleinPipeline::validate_size(int width, int height, int batch) {
+void Flux2KleinPipeline::validate_size(int width, int height, int batch, int vae_scale_factor) {
   // Before loading, the transformer is unknown: the 4B widths (the 9B ones only raise the bound).
-  validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"));
+  validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"), vae_scale_factor);
 }
 
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config) {
-  FLUXRT_CHECK(width > 0 && height > 0 && width % 16 == 0 && height % 16 == 0, ErrorCode::InvalidArgument,
-               "image size {}x{}: width and height must be positive multiples of 16", width, height);
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor) {
+  FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
+               "VAE scale factor {} not in [1, 64]", vae_scale_factor);
+  const int multiple = 2 * vae_scale_factor;  // pixels per latent token side
+  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
+               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
+               height, multiple, vae_scale_factor);
   FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
                "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
   FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
-  const size_t need = estimate_generate_bytes(width, height, batch, config);
+  const size_t need = estimate_generate_bytes(width, height, batch, config, vae_scale_factor);
   const size_t ram = physical_ram_bytes();
   FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
                "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
@@ -165,6 +172,7 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::str
 const KleinModelDefaults& Flux2KleinPipeline::defaults() const { return impl_->defaults; }
 const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
+int Flux2KleinPipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
 
 GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   Impl& m = *impl_;
@@ -184,18 +192,20 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
                "generate: max_sequence_length {} not in [1, 4096]", max_len);
   const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
   const bool cfg = guidance > 1.0f && !m.defaults.is_distilled;  // do_classifier_free_guidance
+  const int vae_scale = m.vae_config.spatial_factor();            // self.vae_scale_factor
 
   // 4. reference images: preprocessing first, so a bad image fails before any heavy work; the
   // first one gives the default output size.
   std::vector<Tensor> ref_pixels;
-  for (size_t r = 0; r < request.reference_images.size(); ++r) ref_pixels.push_back(preprocess_reference_image(request.reference_images[r]));
+  for (size_t r = 0; r < request.reference_images.size(); ++r) ref_pixels.push_back(preprocess_reference_image(request.reference_images[r], 2 * vae_scale));
   FLUXRT_CHECK(ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument,
                "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
   int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
   int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
-  validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config);
-  const int64_t lh = height / 16, lw = width / 16, image_tokens = lh * lw;
-  const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels);
+  validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
+                    vae_scale);
+  const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
+  const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
   if (request.initial_latents) {
     FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
                  "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),

@@ -2,7 +2,8 @@
 // FLUX.2-klein text-to-image and reference-image editing, step for step what diffusers'
 // Flux2KleinPipeline does (flux-reference.md section 5): Qwen3 prompt embeddings (the klein chat
 // template, padded to max_sequence_length), noise drawn as torch.randn on a CPU generator in the
-// prompt dtype [B, 128, H/16, W/16], flattened to tokens with ids (0, i, j, 0), text ids
+// prompt dtype [B, 128, H/(2f), W/(2f)] (f = the VAE's vae_scale_factor, 2 ** (levels - 1): 8 for
+// the released klein VAE, so H/16), flattened to tokens with ids (0, i, j, 0), text ids
 // (0, 0, 0, l), the empirical-mu schedule, the Euler update in f32 with latents in the model
 // dtype, true classifier-free guidance (two forwards) for the base variants, reference images
 // VAE-encoded and appended as extra tokens with ids (10 + 10 r, i, j, 0), then BN-denormalise,
@@ -59,7 +60,7 @@ struct KleinModelDefaults {
   bool is_distilled = true;     // model_index.json "is_distilled"; base variants: false
   int num_steps = 4;            // distilled: 4; base: 50
   float guidance_scale = 1.0f;  // distilled: 1.0 (unused); base: 4.0
-  int width = 1024;
+  int width = 1024;             // diffusers' default_sample_size 128 x vae_scale_factor
   int height = 1024;
   int max_sequence_length = 512;
 };
@@ -94,8 +95,8 @@ struct GenerateRequest {
   uint64_t seed = 0;
   // Reference images (RGB or RGBA 8-bit), preprocessed as Flux2ImageProcessor does.
   std::vector<io::Image> reference_images;
-  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/16, W/16]
-  // (FLUX.1: [B, 16, H/8, W/8]).
+  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/(2f), W/(2f)]
+  // (FLUX.1: [B, 16, H/f, W/f]), f the VAE's vae_scale_factor (8 for the released models).
   std::optional<Tensor> initial_latents;
   // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
   // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
@@ -113,7 +114,7 @@ struct GenerateResult {
   float guidance_scale = 0;
   bool used_cfg = false;
   Schedule schedule;
-  Tensor final_latents;  // [B, 128, H/16, W/16] before decoding (model dtype)
+  Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
 };
 
 class Flux2KleinPipeline {
@@ -137,10 +138,15 @@ class Flux2KleinPipeline {
   const KleinModelDefaults& defaults() const;
   const models::Flux2Config& transformer_config() const;
   const PipelineOptions& options() const;
-  // Throws InvalidArgument (one line) when a size is not a positive multiple of 16 (at most
-  // io::kMaxImageSide) or the batch is < 1, OutOfMemory when the estimated activations exceed the
-  // machine's physical RAM; used by the CLI before anything is loaded or written.
-  static void validate_size(int width, int height, int batch);
+  // diffusers' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1), from the folder's
+  // vae/config.json (8 for the released klein VAE; the demo model's 3-level VAE: 4). Sizes are
+  // multiples of 2 x this; one latent token covers that many pixels per side.
+  int vae_scale_factor() const;
+  // Throws InvalidArgument (one line) when a size is not a positive multiple of 2 x
+  // vae_scale_factor (at most io::kMaxImageSide) or the batch is < 1, OutOfMemory when the
+  // estimated activations exceed the machine's physical RAM; used by the CLI before anything is
+  // loaded or written (the factor then comes from the folder's vae/config.json).
+  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8);
 
   struct Impl;
 
@@ -150,9 +156,10 @@ class Flux2KleinPipeline {
 };
 
 // Flux2ImageProcessor preprocessing of a reference image: RGB, resized (Lanczos) to an area of at
-// most 1024^2 keeping the aspect ratio when larger, both sides floored to multiples of 16 and
-// resized/cropped to that size, scaled to [-1, 1]. Returns [1, 3, h, w] f32.
-Tensor preprocess_reference_image(const io::Image& image);
+// most 1024^2 keeping the aspect ratio when larger, both sides floored to multiples of
+// `multiple_of` (the pipeline's vae_scale_factor * 2: 16 for the released VAEs) and centre-cropped
+// to that size, scaled to [-1, 1]. Returns [1, 3, h, w] f32.
+Tensor preprocess_reference_image(const io::Image& image, int multiple_of = 16);
 
 // Packed latents <-> tokens and the position ids the klein transformer receives.
 Tensor pack_latents(const Tensor& latents);                            // [B,C,h,w] -> [B,h*w,C]

@@ -31,10 +31,13 @@ void set_variant_defaults(KleinModelDefaults& d, bool distilled) {
   d.guidance_scale = distilled ? 1.0f : 4.0f;
 }
 
-void check_vae_geometry(const models::Flux2VaeConfig& vae, const std::string& where) {
-  FLUXRT_CHECK(vae.spatial_factor() * vae.patch_size == 16, ErrorCode::Unsupported,
-               "{}: VAE downsamples by {} x patch {}, the klein pipeline needs 16 pixels per latent token", where,
-               vae.spatial_factor(), vae.patch_size);
+// Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2 patch
+// and the packed channel count must match what the transformer reads.
+void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Config& transformer,
+                        const std::string& where) {
+  FLUXRT_CHECK(vae.patch_size == 2 && vae.packed_channels() == transformer.in_channels, ErrorCode::Unsupported,
+               "{}: the VAE gives {} latent channels x patch {}x{} = {} per token, the transformer reads {}", where,
+               vae.latent_channels, vae.patch_size, vae.patch_size, vae.packed_channels(), transformer.in_channels);
 }
 
 }  // namespace
@@ -78,7 +81,9 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
     m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux2VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
-  check_vae_geometry(m.vae_config, where);
+  check_vae_geometry(m.vae_config, m.transformer_config, where);
+  // Flux2KleinPipeline: height = width = default_sample_size (128) * vae_scale_factor.
+  m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
 }
 

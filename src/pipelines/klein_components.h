@@ -33,9 +33,10 @@ class ComponentLease {
 
 // Rough activation bytes of one generate call (worst case f32), used to refuse sizes that cannot
 // fit in RAM before anything runs.
-size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config);
-// validate_size against a given transformer's widths.
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config);
+size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config,
+                               int vae_scale_factor);
+// validate_size against a given transformer's widths and VAE factor.
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor);
 
 struct Flux2KleinPipeline::Impl {
   // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.

@@ -317,18 +317,23 @@ Tensor randn_tensor(const Shape& shape, DType dtype, std::span<TorchGenerator> g
   return out;
 }
 
-Shape flux1_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t latent_channels) {
-  FLUXRT_CHECK(batch > 0 && height >= 16 && width >= 16 && latent_channels > 0, ErrorCode::InvalidArgument,
-               "flux1 noise shape: bad batch {} or size {}x{}", batch, width, height);
-  // prepare_latents: h = 2 * (H // (vae_scale_factor * 2)) with vae_scale_factor 8.
-  return Shape{batch, latent_channels, 2 * (height / 16), 2 * (width / 16)};
+Shape flux1_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t latent_channels,
+                        int64_t vae_scale_factor) {
+  const int64_t multiple = vae_scale_factor * 2;  // one packed token
+  FLUXRT_CHECK(batch > 0 && vae_scale_factor > 0 && height >= multiple && width >= multiple && latent_channels > 0,
+               ErrorCode::InvalidArgument, "flux1 noise shape: bad batch {} or size {}x{} (VAE factor {})", batch,
+               width, height, vae_scale_factor);
+  // prepare_latents: h = 2 * (H // (vae_scale_factor * 2)).
+  return Shape{batch, latent_channels, 2 * (height / multiple), 2 * (width / multiple)};
 }
 
-Shape flux2_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t in_channels) {
-  FLUXRT_CHECK(batch > 0 && height >= 16 && width >= 16 && in_channels > 0, ErrorCode::InvalidArgument,
-               "flux2 noise shape: bad batch {} or size {}x{}", batch, width, height);
-  // prepare_latents: (B, (in_channels // 4) * 4, h // 2, w // 2) with h = 2 * (H // 16).
-  return Shape{batch, (in_channels / 4) * 4, height / 16, width / 16};
+Shape flux2_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t in_channels, int64_t vae_scale_factor) {
+  const int64_t multiple = vae_scale_factor * 2;  // one packed token
+  FLUXRT_CHECK(batch > 0 && vae_scale_factor > 0 && height >= multiple && width >= multiple && in_channels > 0,
+               ErrorCode::InvalidArgument, "flux2 noise shape: bad batch {} or size {}x{} (VAE factor {})", batch,
+               width, height, vae_scale_factor);
+  // prepare_latents: (B, (in_channels // 4) * 4, h // 2, w // 2) with h = 2 * (H // (vae_scale_factor * 2)).
+  return Shape{batch, (in_channels / 4) * 4, height / multiple, width / multiple};
 }
 
 }  // namespace fluxrt::pipelines

@@ -70,11 +70,14 @@ Tensor randn_like_torch(const Shape& shape, DType dtype, uint64_t seed);
 Tensor randn_tensor(const Shape& shape, DType dtype, TorchGenerator& generator);
 Tensor randn_tensor(const Shape& shape, DType dtype, std::span<TorchGenerator> generators);
 
-// The noise shapes the diffusers pipelines request (height/width in pixels):
-//   FluxPipeline.prepare_latents:       [B, 16, 2*(H/16), 2*(W/16)] (then packed to tokens)
-//   Flux2KleinPipeline.prepare_latents: [B, in_channels, H/16, W/16] (128 = 32 latent ch x 2x2)
+// The noise shapes the diffusers pipelines request (height/width in pixels, f = the VAE's
+// vae_scale_factor 2 ** (len(block_out_channels) - 1), 8 for every released FLUX VAE):
+//   FluxPipeline.prepare_latents:       [B, 16, 2*(H/(2f)), 2*(W/(2f))] (then packed to tokens)
+//   Flux2KleinPipeline.prepare_latents: [B, in_channels, H/(2f), W/(2f)] (128 = 32 latent ch x 2x2)
 // Both draw in the prompt-embedding dtype (bf16 for the shipped checkpoints).
-Shape flux1_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t latent_channels = 16);
-Shape flux2_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t in_channels = 128);
+Shape flux1_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t latent_channels = 16,
+                        int64_t vae_scale_factor = 8);
+Shape flux2_noise_shape(int64_t batch, int64_t height, int64_t width, int64_t in_channels = 128,
+                        int64_t vae_scale_factor = 8);
 
 }  // namespace fluxrt::pipelines

@@ -173,7 +173,9 @@ void check_reference_image(const io::Image& image, const char* what) {
                kReferenceMaxAspect);
 }
 
-Tensor preprocess_reference_image(const io::Image& image) {
+Tensor preprocess_reference_image(const io::Image& image, int multiple_of) {
+  FLUXRT_CHECK(multiple_of > 0, ErrorCode::InvalidArgument, "reference image: size multiple {} must be positive",
+               multiple_of);
   check_reference_image(image);
   io::Image img = image;
   if (static_cast<int64_t>(img.width) * img.height > kReferenceTargetArea) {
@@ -181,18 +183,18 @@ Tensor preprocess_reference_image(const io::Image& image) {
     reference_target_size(img.width, img.height, kReferenceTargetArea, &w, &h);
     img = resize_lanczos_like_pil(img, w, h);
   }
-  // Floor to the latent patch grid, then Flux2ImageProcessor's "crop" resize mode, which only
-  // cuts a centred window (no resampling).
-  const int w16 = img.width / 16 * 16, h16 = img.height / 16 * 16;
-  const int left = (img.width - w16) / 2, top = (img.height - h16) / 2;
+  // Floor to the packed-token grid (vae_scale_factor * 2 pixels), then Flux2ImageProcessor's
+  // "crop" resize mode, which only cuts a centred window (no resampling).
+  const int crop_w = img.width / multiple_of * multiple_of, crop_h = img.height / multiple_of * multiple_of;
+  const int left = (img.width - crop_w) / 2, top = (img.height - crop_h) / 2;
   const io::Image rgb = io::to_rgb(img);
-  Tensor out = Tensor::empty({1, 3, h16, w16}, DType::F32);  // [1, 3, h, w]
+  Tensor out = Tensor::empty({1, 3, crop_h, crop_w}, DType::F32);  // [1, 3, h, w]
   float* dst = out.data<float>();
   for (int c = 0; c < 3; ++c) {
-    for (int y = 0; y < h16; ++y) {
+    for (int y = 0; y < crop_h; ++y) {
       const uint8_t* row = &rgb.pixels[(static_cast<size_t>(y + top) * rgb.width + left) * 3];
-      float* out_row = dst + (static_cast<size_t>(c) * h16 + y) * w16;
-      for (int x = 0; x < w16; ++x) {
+      float* out_row = dst + (static_cast<size_t>(c) * crop_h + y) * crop_w;
+      for (int x = 0; x < crop_w; ++x) {
         // pil_to_numpy: f32 / 255, then normalize: 2 x - 1, each rounded to f32.
         const float unit = static_cast<float>(row[x * 3 + c]) / 255.0f;
         out_row[x] = 2.0f * unit - 1.0f;

@@ -136,10 +136,11 @@ FlowMatchSchedulerConfig load_flow_match_scheduler_config(const std::filesystem:
   }
 }
 
-int64_t packed_image_seq_len(int64_t height, int64_t width) {
-  FLUXRT_CHECK(height >= 16 && width >= 16, ErrorCode::InvalidArgument, "image size {}x{} below 16 pixels", width,
-               height);
-  return (height / 16) * (width / 16);
+int64_t packed_image_seq_len(int64_t height, int64_t width, int64_t vae_scale_factor) {
+  const int64_t multiple = vae_scale_factor * 2;  // pixels per packed token side
+  FLUXRT_CHECK(vae_scale_factor > 0 && height >= multiple && width >= multiple, ErrorCode::InvalidArgument,
+               "image size {}x{} below {} pixels (VAE factor {})", width, height, multiple, vae_scale_factor);
+  return (height / multiple) * (width / multiple);
 }
 
 double compute_empirical_mu(int64_t image_seq_len, int num_steps) {

@@ -70,9 +70,9 @@ struct Schedule {
   int num_steps() const { return static_cast<int>(timesteps.size()); }
 };
 
-// Packed image tokens of an H x W (pixels) image: (H/16) * (W/16), the `image_seq_len` both
-// pipelines feed to mu.
-int64_t packed_image_seq_len(int64_t height, int64_t width);
+// Packed image tokens of an H x W (pixels) image: (H/(2f)) * (W/(2f)) for a VAE of spatial factor
+// f (8: (H/16) * (W/16)), the `image_seq_len` both pipelines feed to mu.
+int64_t packed_image_seq_len(int64_t height, int64_t width, int64_t vae_scale_factor = 8);
 
 // Flux2KleinPipeline.compute_empirical_mu (float64, as the Python function).
 double compute_empirical_mu(int64_t image_seq_len, int num_steps);

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "fluxrt/version.h"
@@ -77,6 +78,21 @@ fs::path find_bundled_qwen_tokenizer() {
   fail(ErrorCode::NotFound, "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
        "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
        src.string(), src.string(), share.string());
+}
+
+int vae_scale_factor_of(const io::ResolvedModel& model) {
+  const io::ModelComponent* vae = model.find("vae");
+  const fs::path folder = vae && !vae->folder.empty() ? fs::path(vae->folder) : fs::path(model.path) / "vae";
+  const fs::path config = folder / "config.json";
+  if (model.source != io::ModelSource::PipelineFolder || !path_exists(config)) return 8;
+  std::ifstream in(config, std::ios::binary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  FLUXRT_CHECK(!j.is_discarded() && j.is_object(), ErrorCode::Format, "{}: not a JSON object", config.string());
+  if (!j.contains("block_out_channels")) return 8;  // the class default: 4 levels
+  const nlohmann::json& levels = j["block_out_channels"];
+  FLUXRT_CHECK(levels.is_array() && !levels.empty() && levels.size() <= 7, ErrorCode::Format,
+               "{}: block_out_channels must be a list of 1 to 7 levels", config.string());
+  return 1 << (static_cast<int>(levels.size()) - 1);
 }
 
 void check_klein_pipeline_folder(const io::ResolvedModel& model) {
@@ -266,10 +282,10 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   if (job.threads) FLUXRT_CHECK(*job.threads >= 0, ErrorCode::InvalidArgument, "--threads must be >= 0");
   job.low_memory = cfg.low_memory.value_or(false);
 
-  // Size: checked now when known; otherwise it comes from a reference image or the model.
+  // Size: checked once the model (its VAE factor) is known; otherwise it comes from a reference
+  // image or the model.
   job.width = cfg.width;
   job.height = cfg.height;
-  if (job.width && job.height) pipelines::Flux2KleinPipeline::validate_size(*job.width, *job.height, job.total_images());
 
   job.reference_paths = in.reference_paths;
   for (const std::string& path : in.reference_paths) job.reference_images.push_back(io::to_rgb(io::read_png(path)));
@@ -287,6 +303,9 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   }
   job.model = io::resolve_model(job.model_label);
   check_klein_pipeline_folder(job.model);
+  job.vae_scale_factor = vae_scale_factor_of(job.model);
+  if (job.width && job.height)
+    pipelines::Flux2KleinPipeline::validate_size(*job.width, *job.height, job.total_images(), job.vae_scale_factor);
   try {
     const io::VariantInfo v = io::detect_variant(job.model);
     job.variant = v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;

@@ -45,6 +45,7 @@ struct GenerateJob {
   std::string negative_prompt;
   int images_per_prompt = 1;
   std::optional<int> width, height;  // unset: the first reference image's, else the model's
+  int vae_scale_factor = 8;          // the model's VAE (sizes are multiples of twice this)
   std::optional<int> steps;
   std::optional<float> guidance;
   std::optional<int> max_sequence_length;
@@ -68,6 +69,11 @@ struct GenerateJob {
 // prompts file and reference images, checks sizes, text, output folder and file pattern. Loads no
 // weights, writes nothing. Throws a one-line fluxrt::Error on the first problem.
 GenerateJob resolve_generate_job(const GenerateInputs& inputs);
+
+// diffusers' vae_scale_factor of a resolved model, 2 ** (len(block_out_channels) - 1) from its
+// vae/config.json, without loading weights; 8 (every released FLUX VAE) when there is no config.
+// Format naming the file when it is unreadable.
+int vae_scale_factor_of(const io::ResolvedModel& model);
 
 // Checks that `model` is a complete diffusers Flux2KleinPipeline folder (transformer, text encoder,
 // VAE weights, a Qwen tokenizer, scheduler config); NotFound / Unsupported naming what is missing.

@@ -1,6 +1,7 @@
 // Whole FLUX.2-klein pipeline vs diffusers' Flux2KleinPipeline on the tiny random models
 // (tests/data/klein_pipeline, made by tools/reference/dump_klein_pipeline.py): for every case of the
-// manifest (f32 and bf16; txt2img, batch, base variant with CFG, reference images), first the
+// manifest (f32 and bf16; txt2img, batch, base variant with CFG, reference images, a 3-level VAE
+// with vae_scale_factor 4), first the
 // stages one at a time on diffusers' own intermediates, so a failure says where the pipeline
 // diverges, then the whole generate() against the diffusers PNGs:
 //   Inputs        noise bit-exact (torch.randn), sigmas/timesteps bit-exact, position ids exact
@@ -56,6 +57,7 @@ struct GoldenCase {
   std::vector<std::string> prompts;
   std::string negative_prompt;
   int images_per_prompt = 1, batch = 1, width = 0, height = 0, steps = 0, max_sequence_length = 512;
+  int vae_scale_factor = 8;  // diffusers' pipe.vae_scale_factor; the manifest says when it is not 8
   std::optional<int> width_arg, height_arg, max_sequence_length_arg;
   uint64_t seed = 0;
   float guidance_scale = 1;
@@ -64,8 +66,8 @@ struct GoldenCase {
 
   fs::path dir() const { return kGolden / name; }
   fs::path model_root() const { return kData / "models" / model; }
-  int64_t latent_h() const { return height / 16; }
-  int64_t latent_w() const { return width / 16; }
+  int64_t latent_h() const { return height / (2 * vae_scale_factor); }
+  int64_t latent_w() const { return width / (2 * vae_scale_factor); }
 };
 
 void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
@@ -97,6 +99,7 @@ std::vector<GoldenCase> load_cases() {
       c.width = j.at("width");
       c.height = j.at("height");
       c.steps = j.at("steps");
+      c.vae_scale_factor = j.value("vae_scale_factor", 8);
       c.max_sequence_length = j.at("max_sequence_length");
       c.width_arg = optional_field<int>(j, "width_arg");
       c.height_arg = optional_field<int>(j, "height_arg");
@@ -247,7 +250,7 @@ class KleinGolden : public ::testing::TestWithParam<GoldenCase> {};
 TEST(KleinGoldenManifest, EveryCaseHasItsFiles) {
   const auto& cases = all_cases();
   ASSERT_GE(cases.size(), 10u) << "tests/data/klein_pipeline/manifest.json missing or unreadable";
-  bool f32 = false, bf16 = false, cfg = false, refs = false, batch = false;
+  bool f32 = false, bf16 = false, cfg = false, refs = false, batch = false, vae3 = false;
   for (const GoldenCase& c : cases) {
     EXPECT_TRUE(fs::exists(c.dir() / "intermediates.safetensors")) << c.name;
     EXPECT_EQ(c.outputs.size(), static_cast<size_t>(c.batch)) << c.name;
@@ -262,8 +265,9 @@ TEST(KleinGoldenManifest, EveryCaseHasItsFiles) {
     cfg |= c.used_cfg;
     refs |= !c.reference_images.empty();
     batch |= c.batch > 1;
+    vae3 |= c.vae_scale_factor == 4;
   }
-  EXPECT_TRUE(f32 && bf16 && cfg && refs && batch) << "the manifest lost a kind of case";
+  EXPECT_TRUE(f32 && bf16 && cfg && refs && batch && vae3) << "the manifest lost a kind of case";
 }
 
 TEST(KleinGoldenManifest, VariantFolders) {
@@ -273,16 +277,58 @@ TEST(KleinGoldenManifest, VariantFolders) {
   EXPECT_FALSE(Flux2KleinPipeline::load(kData / "models/flux2-klein-base-tiny", options)->defaults().is_distilled);
 }
 
+// The VAE factor comes from vae/config.json as in diffusers (2 ** (levels - 1)), and with it the
+// default size (128 x factor), the size multiple (2 x factor) and the noise shape.
+TEST(KleinGoldenManifest, VaeScaleFactorFromTheFolder) {
+  PipelineOptions options;
+  options.dtype = DType::F32;
+  const auto released = Flux2KleinPipeline::load(kData / "models/flux2-klein-tiny", options);
+  EXPECT_EQ(released->vae_scale_factor(), 8);
+  EXPECT_EQ(released->defaults().width, 1024);
+  const auto vae3 = Flux2KleinPipeline::load(kData / "models/flux2-klein-vae3-tiny", options);
+  EXPECT_EQ(vae3->vae_scale_factor(), 4);
+  EXPECT_EQ(vae3->defaults().width, 512);
+  EXPECT_EQ(vae3->defaults().height, 512);
+  EXPECT_EQ(flux2_noise_shape(2, 64, 72, 128, 4), (Shape{2, 128, 8, 9}));
+  EXPECT_NO_THROW(Flux2KleinPipeline::validate_size(72, 56, 1, 4));
+  try {
+    Flux2KleinPipeline::validate_size(72, 56, 1, 8);
+    ADD_FAILURE() << "72x56 accepted with 16-pixel tokens";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 16"), std::string::npos) << e.what();
+  }
+  // A size that is a multiple of 8 but not of 16 is refused with the folder's own factor in the message.
+  GenerateRequest req;
+  req.prompts = {"x"};
+  req.width = 72;
+  req.height = 64;
+  req.num_steps = 1;
+  req.max_sequence_length = 8;
+  try {
+    released->generate(req);
+    ADD_FAILURE() << "72x64 accepted by the 8x VAE";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("multiples of 16"), std::string::npos) << e.what();
+  }
+  const GenerateResult out = vae3->generate(req);
+  ASSERT_EQ(out.images.size(), 1u);
+  EXPECT_EQ(out.images[0].width, 72);
+  EXPECT_EQ(out.images[0].height, 64);
+  EXPECT_EQ(out.final_latents.shape(), (Shape{1, 128, 8, 9}));
+}
+
 TEST_P(KleinGolden, Inputs) {
   const GoldenCase& c = GetParam();
   const Intermediates ref(c);
   // Noise: one torch.randn over the whole batch, in the run's dtype.
   TorchGenerator generator(c.seed);
-  const Tensor noise = randn_tensor(flux2_noise_shape(c.batch, c.height, c.width), c.dtype, generator);
+  const Tensor noise =
+      randn_tensor(flux2_noise_shape(c.batch, c.height, c.width, 128, c.vae_scale_factor), c.dtype, generator);
   EXPECT_TRUE(bit_exact(noise, ref.get("noise"), "noise"));
 
   const Schedule schedule = flux2_schedule(load_flow_match_scheduler_config(c.model_root()), c.steps,
-                                           packed_image_seq_len(c.height, c.width));
+                                           packed_image_seq_len(c.height, c.width, c.vae_scale_factor));
   const Tensor sigmas = ref.get("sigmas"), timesteps = ref.get("timesteps");
   EXPECT_TRUE(bit_exact(Tensor::from_vector(schedule.sigmas, {static_cast<int64_t>(schedule.sigmas.size())}), sigmas,
                         "sigmas"));
@@ -298,8 +344,11 @@ TEST_P(KleinGolden, Inputs) {
     std::vector<Tensor> parts;
     int64_t rows = 0;
     for (size_t r = 0; r < c.reference_images.size(); ++r) {
-      const Tensor pixels = preprocess_reference_image(io::read_png((kGolden / c.reference_images[r]).string()));
-      const Tensor ids = klein_image_ids(pixels.shape()[2] / 16, pixels.shape()[3] / 16, 10 + 10 * static_cast<int64_t>(r));
+      const int multiple = 2 * c.vae_scale_factor;
+      const Tensor pixels =
+          preprocess_reference_image(io::read_png((kGolden / c.reference_images[r]).string()), multiple);
+      const Tensor ids = klein_image_ids(pixels.shape()[2] / multiple, pixels.shape()[3] / multiple,
+                                         10 + 10 * static_cast<int64_t>(r));
       rows += ids.shape()[0];
       parts.push_back(ids.unsqueeze(0));
     }

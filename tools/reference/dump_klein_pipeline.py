@@ -14,13 +14,18 @@ Writes tests/data/klein_pipeline/:
                                    numpy SSIM below, for tests/unit/test_image_compare.cpp
 
 and tests/data/models/flux2-klein-base-tiny/ (model_index.json with is_distilled false; relative
-symlinks to the distilled tiny folder's components, which are the same weights).
+symlinks to the distilled tiny folder's components, which are the same weights), and
+tests/data/models/flux2-klein-vae3-tiny/ (the distilled folder's components by symlink, but its own
+3-level VAE: vae_scale_factor 4, 8 pixels per latent token, as in a small retrained demo model).
 
 Nothing here changes what the pipeline computes: the intermediates are taken with wrappers that
 call the original method and keep its return value, a forward hook, and callback_on_step_end
 (which returns nothing, so the latents stay the pipeline's own).
 
   /work/refenv/bin/python tools/reference/dump_klein_pipeline.py [--out DIR] [--only CASE ...]
+
+--only runs just the named cases (names without the _f32/_bf16 suffix) and merges their entries
+into the existing manifest.json, leaving every other case's files untouched.
 """
 
 import argparse
@@ -39,10 +44,12 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "tests" / "data" / "models"
 DISTILLED = MODELS / "flux2-klein-tiny"
 BASE = MODELS / "flux2-klein-base-tiny"
+VAE3 = MODELS / "flux2-klein-vae3-tiny"
+MODEL_FOLDERS = {"distilled": DISTILLED, "base": BASE, "vae3": VAE3}
 DEFAULT_OUT = REPO / "tests" / "data" / "klein_pipeline"
 
 # What each intermediates.safetensors holds (shapes in PyTorch order; B = images in the batch,
-# N = (H/16)*(W/16) image tokens, L = max_sequence_length, R = reference tokens; dtype = the run's
+# N = (H/(2f))*(W/(2f)) image tokens (f = vae_scale_factor, 8 unless the case says), L = max_sequence_length, R = reference tokens; dtype = the run's
 # dtype unless noted):
 INTERMEDIATES = {
     "prompt_embeds": "[B, L, 24] Flux2KleinPipeline.encode_prompt output (after num_images_per_prompt)",
@@ -96,6 +103,13 @@ CASES = [
     # Reference with an explicit output size different from the reference.
     dict(name="ref_64_out_128x64", prompts=["wider"], seed=4, width=128, height=64, steps=2,
          references=["ref_gradient_64.png"], max_sequence_length=32, dtypes=["f32"]),
+    # A 3-level VAE (vae_scale_factor 4): 64x64 pixels are 8x8 tokens, the noise is [B, 128, H/8, W/8].
+    dict(name="vae3_t2i_64", model="vae3", prompts=[PROMPT_RED], seed=0, width=64, height=64, steps=2,
+         max_sequence_length=32),
+    # ... and its reference preprocessing floors to multiples of 8: 100x75 -> 96x72 (72 is no
+    # multiple of 16), which is also the output size.
+    dict(name="vae3_ref_stripes", model="vae3", prompts=["combine both"], seed=33, steps=2,
+         references=["ref_stripes_100x75.png"], max_sequence_length=32, dtypes=["f32"]),
 ]
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -228,6 +242,49 @@ def make_base_folder() -> None:
         link.symlink_to(target, target_is_directory=True)
 
 
+def make_vae3_folder() -> None:
+    """The distilled tiny pipeline with a 3-level AutoencoderKLFlux2 (block_out_channels of three
+    entries, so diffusers' vae_scale_factor is 4). Deterministic: fixed seeds, so a rerun writes the
+    same weights."""
+    from diffusers import AutoencoderKLFlux2
+
+    from make_tiny_models import perturb_constants
+
+    VAE3.mkdir(parents=True, exist_ok=True)
+    index = json.loads((DISTILLED / "model_index.json").read_text())
+    (VAE3 / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    for component in ("scheduler", "text_encoder", "tokenizer", "transformer"):
+        link = VAE3 / component
+        target = Path("..") / DISTILLED.name / component
+        if link.is_symlink() and os.readlink(link) == str(target):
+            continue
+        if link.is_symlink() or link.exists():
+            raise SystemExit(f"{link} exists and is not the expected symlink to {target}")
+        link.symlink_to(target, target_is_directory=True)
+    torch.manual_seed(2031)
+    vae = AutoencoderKLFlux2(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
+        block_out_channels=(8, 16, 16),  # three levels: spatial factor 4
+        layers_per_block=2,
+        latent_channels=32,  # 32 x 2x2 = the 128 packed channels the transformer needs
+        norm_num_groups=4,
+        sample_size=64,
+        use_quant_conv=True,
+        use_post_quant_conv=True,
+        mid_block_add_attention=True,
+        batch_norm_eps=1e-4,
+        batch_norm_momentum=0.1,
+        patch_size=(2, 2),
+    )
+    perturb_constants(vae, 2032)
+    if (VAE3 / "vae").exists():
+        shutil.rmtree(VAE3 / "vae")
+    vae.eval().save_pretrained(VAE3 / "vae", safe_serialization=True)
+
+
 # ----------------------------------------------------------------------------------------------
 # Running one case
 
@@ -272,7 +329,8 @@ class Recorder:
         packed, ids = result
         height = kwargs["height"]
         width = kwargs["width"]
-        h, w = int(height) // 16, int(width) // 16
+        multiple = 2 * self.pipe.vae_scale_factor
+        h, w = int(height) // multiple, int(width) // multiple
         self.latent_hw = (h, w)
         self.num_image_tokens = packed.shape[1]
         self.tensors["noise"] = unpack_tokens(packed, h, w).clone()
@@ -300,8 +358,7 @@ class Recorder:
 def load_pipeline(model: str, dtype: torch.dtype):
     from diffusers import Flux2KleinPipeline
 
-    folder = BASE if model == "base" else DISTILLED
-    return Flux2KleinPipeline.from_pretrained(str(folder), torch_dtype=dtype)
+    return Flux2KleinPipeline.from_pretrained(str(MODEL_FOLDERS[model]), torch_dtype=dtype)
 
 
 def run_case(case: dict, dtype_name: str, out: Path, pipelines: dict) -> dict:
@@ -380,9 +437,9 @@ def run_case(case: dict, dtype_name: str, out: Path, pipelines: dict) -> dict:
         img.save(folder / file)
         outputs.append(file)
     width, height = result.images[0].size
-    return dict(
+    entry = dict(
         name=name,
-        model="flux2-klein-base-tiny" if model == "base" else "flux2-klein-tiny",
+        model=MODEL_FOLDERS[model].name,
         is_distilled=model != "base",
         dtype=dtype_name,
         prompts=case["prompts"],
@@ -403,6 +460,9 @@ def run_case(case: dict, dtype_name: str, out: Path, pipelines: dict) -> dict:
         outputs=outputs,
         intermediates="intermediates.safetensors",
     )
+    if pipe.vae_scale_factor != 8:  # absent: 8 (the manifest entries made before this field)
+        entry["vae_scale_factor"] = pipe.vae_scale_factor
+    return entry
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -446,24 +506,39 @@ def add_reference_self_error(entries: list, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--only", nargs="+", metavar="CASE", help="run these cases only; merge into manifest.json")
     args = parser.parse_args()
+    known = {c["name"] for c in CASES}
+    for name in args.only or []:
+        if name not in known:
+            raise SystemExit(f"unknown case {name} (known: {', '.join(sorted(known))})")
     torch.manual_seed(0)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     make_base_folder()
-    make_reference_inputs(out / "inputs")
-    write_image_metrics(out)
+    make_vae3_folder()
+    if not args.only:
+        make_reference_inputs(out / "inputs")
+        write_image_metrics(out)
 
     entries = []
     pipelines = {}
     for case in CASES:
+        if args.only and case["name"] not in args.only:
+            continue
         for dtype_name in case.get("dtypes", ["f32", "bf16"]):
             entry = run_case(case, dtype_name, out, pipelines)
             entries.append(entry)
             print(f"{entry['name']}: {entry['width']}x{entry['height']} x{entry['batch']}", flush=True)
     add_reference_self_error(entries, out)
+    if args.only:
+        # Keep every other case's entry as it is; replace or append the regenerated ones.
+        old = json.loads((out / "manifest.json").read_text())["cases"]
+        fresh = {e["name"]: e for e in entries}
+        merged = [fresh.pop(e["name"], e) for e in old]
+        entries = merged + [e for e in entries if e["name"] in fresh]
 
     import diffusers
     import transformers

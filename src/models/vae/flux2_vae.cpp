@@ -119,8 +119,11 @@ Tensor Flux2Vae::decode_latents(const Tensor& z_packed) const {
 Tensor Flux2Vae::encode_mode(const Tensor& image) const { return impl_->core.encode_mode(image, "vae encode"); }
 
 Tensor Flux2Vae::encode_latents(const Tensor& image) const {
-  FLUXRT_CHECK(image.dim() == 4 && image.size(2) % 16 == 0 && image.size(3) % 16 == 0, ErrorCode::InvalidArgument,
-               "vae encode_latents: H and W must be multiples of 16, got {}", image.shape().str());
+  // One packed token covers 2 x spatial_factor pixels (16 for the released 4-level VAEs).
+  const int64_t multiple = 2 * impl_->config.spatial_factor();
+  FLUXRT_CHECK(image.dim() == 4 && image.size(2) % multiple == 0 && image.size(3) % multiple == 0,
+               ErrorCode::InvalidArgument, "vae encode_latents: H and W must be multiples of {}, got {}", multiple,
+               image.shape().str());
   Tensor mode = encode_mode(image);                                           // [B, 32, H/8, W/8]
   Tensor packed = ops::patchify_2x2(mode);                                    // [B, 128, H/16, W/16]
   return normalize_latents(packed);                                           // [B, 128, H/16, W/16]
