@@ -30,13 +30,14 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("component", options.component, "transformer, text-encoder, vae or pipeline")
       ->required()
       ->check(CLI::IsMember({"transformer", "text-encoder", "vae", "pipeline"}));
-  cmd->add_option("--variant", options.variant, "flux.2-klein-4b, flux.2-klein-9b, ...")
+  cmd->add_option("--variant", options.variant,
+                  "flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell (pipeline: also flux.1-tiny)")
       ->capture_default_str();
   cmd->add_option("--size", options.size, "image size WxH")->capture_default_str();
   cmd->add_option("--steps", options.steps, "denoising steps to time")->capture_default_str();
   cmd->add_option("--batch", options.batch, "images per call")->capture_default_str();
-  cmd->add_option("--max-sequence-length", options.max_sequence_length, "text tokens (512 or 256)")
-      ->capture_default_str();
+  cmd->add_option("--max-sequence-length", options.max_sequence_length,
+                  "text tokens (default: the variant's, 512; flux.1-schnell 256)");
   cmd->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--dtype", options.dtype, "bf16 or f32")
       ->capture_default_str()
@@ -56,7 +57,9 @@ int run_bench(const BenchOptions& options) {
                "--steps and --batch must be at least 1");
   request.steps = options.steps;
   request.batch = options.batch;
-  request.max_sequence_length = options.max_sequence_length;
+  // FLUX.1-schnell's T5 length is 256 (diffusers' FluxPipeline runs it so); the others' 512.
+  request.max_sequence_length =
+      options.max_sequence_length > 0 ? options.max_sequence_length : (options.variant == "flux.1-schnell" ? 256 : 512);
   request.device = Device::parse(options.device);
   request.dtype = options.dtype == "f32" ? DType::F32 : DType::BF16;
   request.skip_peak = options.skip_peak;

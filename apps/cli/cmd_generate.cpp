@@ -1,5 +1,6 @@
-// `fluxrt generate`: prompt (+ reference images) to PNG files with a FLUX.2 klein pipeline folder.
-// Everything is validated before the model is loaded (runtime/generate_job.h); progress goes to
+// `fluxrt generate`: prompt (+ reference images for FLUX.2 klein, + an init image for FLUX.1
+// img2img) to PNG files with a FLUX.2 klein or FLUX.1 pipeline folder. Everything is validated
+// before the model is loaded (runtime/generate_job.h, generate_flux1_options.h); progress goes to
 // stderr, the written paths and the timing report to stdout. Ctrl-C stops between steps and
 // writes nothing (main maps ErrorCode::Cancelled to exit code 130).
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include "core/timer.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/flux1_pipeline.h"
+#include "runtime/generate_flux1_options.h"
 #include "runtime/generate_job.h"
 #include "runtime/progress.h"
 #include "runtime/run_config.h"
@@ -50,6 +52,7 @@ runtime::GenerateInputs inputs_from(const GenerateOptions& o) {
   runtime::GenerateInputs in;
   runtime::RunConfig& f = in.flags;
   if (given(o, "--model")) f.model = o.model;
+  if (given(o, "--components")) in.components = o.components;
   if (given(o, "--size")) {
     int w = 0, h = 0;
     runtime::parse_size(o.size, "--size", &w, &h);
@@ -68,6 +71,10 @@ runtime::GenerateInputs inputs_from(const GenerateOptions& o) {
   if (given(o, "--out")) f.out_dir = o.out_dir;
   if (given(o, "--filename")) f.filename_pattern = o.filename;
   if (given(o, "--negative-prompt")) f.negative_prompt = o.negative_prompt;
+  if (given(o, "--init-image")) f.init_image = o.init_image;
+  if (given(o, "--strength")) f.strength = o.strength;
+  if (given(o, "--true-cfg")) f.true_cfg = o.true_cfg;
+  if (given(o, "--vae-tiling")) f.vae_tiling = o.vae_tiling;
   if (given(o, "--config")) in.preset = o.config;
   if (given(o, "--prompt")) in.prompt = o.prompt;
   if (given(o, "--prompts-file")) in.prompts_file = o.prompts_file;
@@ -86,11 +93,25 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--model", o.model,
                   "diffusers Flux2KleinPipeline folder or hub repo id in the local cache (default: the preset's, "
                   "else the bundled demo model)");
+  cmd->add_option("--components", o.components,
+                  "with --model FILE (a single transformer .safetensors): the diffusers pipeline folder or hub repo "
+                  "id giving the text encoder, tokenizer, VAE and scheduler (default: the folder holding the file)");
   cmd->add_option("--prompt,-p", o.prompt, "the prompt (may be empty)");
-  cmd->add_option("--negative-prompt", o.negative_prompt, "negative prompt (base variants, with CFG)");
+  cmd->add_option("--negative-prompt", o.negative_prompt,
+                  "negative prompt (klein base variants with CFG; FLUX.1 with --true-cfg > 1)");
   cmd->add_option("--prompts-file", o.prompts_file, "one prompt per line; each line is a prompt of the batch");
   cmd->add_option("--image,-i", o.images, "reference image (PNG); repeat for several")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--init-image", o.init_image,
+                  "FLUX.1 img2img: start from this PNG (resized to --size, default the model's)");
+  cmd->add_option("--strength", o.strength,
+                  "FLUX.1 img2img: how far the init image is noised, in (0, 1] (default 0.6); about steps x "
+                  "strength steps run");
+  cmd->add_option("--true-cfg", o.true_cfg,
+                  "FLUX.1 true classifier-free guidance scale; used when > 1 with --negative-prompt (two forwards "
+                  "per step)");
+  cmd->add_option("--vae-tiling", o.vae_tiling, "VAE decode/encode in tiles: auto (by memory, default), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--steps", o.steps, "denoising steps (default: preset, else the model's)");
   cmd->add_option("--guidance", o.guidance, "guidance scale (base variants; default: preset, else the model's)");
   cmd->add_option("--size", o.size, "WxH, multiples of 16 (default: preset, else reference image, else the model's)");
@@ -148,7 +169,9 @@ struct LoadedPipeline {
 
 int generate_and_write(const GenerateOptions& o) {
   Stopwatch command;
-  runtime::GenerateJob job = runtime::resolve_generate_job(inputs_from(o));
+  const runtime::GenerateInputs inputs = inputs_from(o);
+  runtime::GenerateJob job = runtime::resolve_generate_job(inputs);
+  const runtime::GenerateFlux1Options extra = runtime::resolve_generate_flux1_options(inputs, job);
   if (!o.profile_path.empty()) {
     const std::filesystem::path profile(o.profile_path);
     runtime::check_output_dir_writable(profile.has_parent_path() ? profile.parent_path() : ".");
@@ -163,14 +186,17 @@ int generate_and_write(const GenerateOptions& o) {
   progress.message(fmt::format("model {} ({}), seed {}{}, {} image{}", job.model_label, job.variant, job.seed,
                                job.seed_was_random ? " (random)" : "", job.total_images(),
                                job.total_images() == 1 ? "" : "s"));
+  for (const std::string& note : extra.notes) progress.message("note: " + note);
 
   Profiler profiler;
   pipelines::PipelineOptions options;
   options.dtype = job.dtype;
   options.device = job.device;
   options.low_memory = job.low_memory;
+  options.transformer_file = job.transformer_file;
   options.load_vae_encoder = !job.reference_images.empty();
   options.profiler = &profiler;
+  extra.apply_to(options);
 
   runtime::TimingReport report;
   report.model = job.model_label;
@@ -205,8 +231,16 @@ int generate_and_write(const GenerateOptions& o) {
   if (!(job.width && job.height) && job.reference_images.empty()) {
     pipe.validate_default_size(job);
   }
+  if (extra.init_image) {
+    // The steps may come from the model: checked now, still before anything runs.
+    const int steps = job.steps.value_or(pipe.flux1->defaults().num_steps);
+    const float strength = extra.strength.value_or(pipe.flux1->defaults().img2img_strength);
+    progress.message(fmt::format("img2img from {}: strength {}, {} of {} steps run", extra.init_image_path, strength,
+                                 extra.steps_run(steps, strength), steps));
+  }
 
   pipelines::GenerateRequest request = runtime::make_generate_request(job);
+  extra.apply_to(request);
   request.cancel = &g_cancel_requested;
   request.on_step = [&progress](int step, int total, double seconds) { progress.step(step, total, seconds); };
   if (o.warmup) {

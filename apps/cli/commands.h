@@ -21,7 +21,7 @@ struct BenchOptions {
   std::string size = "512x512";
   int steps = 2;
   int batch = 1;
-  int max_sequence_length = 512;
+  int max_sequence_length = 0;  // 0: the variant's (512; flux.1-schnell 256)
   std::string device = "cpu";
   std::string dtype = "bf16";
   bool skip_peak = false;
@@ -39,6 +39,8 @@ struct GenerateOptions {
   std::string model, prompt, negative_prompt, prompts_file, size, dtype, device, out_dir, config, profile_path,
       filename;
   std::vector<std::string> images;
+  std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
+  float strength = 0, true_cfg = 0;    // FLUX.1 img2img strength; FLUX.1 true CFG scale
   int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;
   float guidance = 0;
   uint64_t seed = 0;

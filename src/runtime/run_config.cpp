@@ -80,7 +80,7 @@ const std::vector<std::string>& run_config_keys() {
   static const std::vector<std::string> keys = {
       "model",  "size",       "steps",  "guidance", "seed",     "max_sequence_length", "dtype",
       "device", "threads",    "low_memory", "batch", "out",     "filename",            "negative_prompt",
-      "prompts"};
+      "prompts", "init_image", "strength", "true_cfg", "vae_tiling"};
   return keys;
 }
 
@@ -160,6 +160,17 @@ RunConfig parse_run_config(const std::string& yaml_text, const std::string& sour
         bad_key(source, value, key, "must be a string or a list of strings");
       }
       config.prompts = std::move(prompts);
+    } else if (key == "init_image") {
+      config.init_image = non_empty(source, value, key);
+    } else if (key == "strength") {
+      const float strength = real(source, value, key);
+      if (!(strength > 0.0f && strength <= 1.0f))
+        bad_key(source, value, key, fmt::format("must be in (0, 1], got {}", value.Scalar()));
+      config.strength = strength;
+    } else if (key == "true_cfg") {
+      config.true_cfg = real(source, value, key);
+    } else if (key == "vae_tiling") {
+      config.vae_tiling = one_of(source, value, key, {"auto", "on", "off"});
     }
   }
   return config;
@@ -175,10 +186,12 @@ RunConfig load_run_config(const fs::path& file) {
   FLUXRT_CHECK(!in.bad(), ErrorCode::Io, "cannot read preset {}", file.string());
   RunConfig config = parse_run_config(text.str(), file.string());
   // A relative model path in a preset means relative to the preset's folder when it exists there,
-  // so a preset keeps working from any cwd; otherwise it stays as written (a hub repo id).
-  if (config.model && fs::path(*config.model).is_relative()) {
-    const fs::path beside = file.parent_path() / *config.model;
-    if (fs::exists(beside, ec)) config.model = fs::absolute(beside, ec).lexically_normal().string();
+  // so a preset keeps working from any cwd; otherwise it stays as written (a hub repo id). The
+  // same for the init image (otherwise relative to the cwd, as a flag's).
+  for (std::optional<std::string>* path : {&config.model, &config.init_image}) {
+    if (!*path || !fs::path(**path).is_relative()) continue;
+    const fs::path beside = file.parent_path() / **path;
+    if (fs::exists(beside, ec)) *path = fs::absolute(beside, ec).lexically_normal().string();
   }
   return config;
 }
@@ -210,6 +223,10 @@ RunConfig merge_run_config(const RunConfig& base, const RunConfig& over) {
   take(out.filename_pattern, over.filename_pattern);
   take(out.negative_prompt, over.negative_prompt);
   take(out.prompts, over.prompts);
+  take(out.init_image, over.init_image);
+  take(out.strength, over.strength);
+  take(out.true_cfg, over.true_cfg);
+  take(out.vae_tiling, over.vae_tiling);
   if (!over.source.empty()) out.source = over.source;
   return out;
 }

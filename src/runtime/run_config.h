@@ -38,6 +38,12 @@ struct RunConfig {
   std::optional<std::string> filename_pattern;  // see generate_job.h
   std::optional<std::string> negative_prompt;
   std::optional<std::vector<std::string>> prompts;
+  // FLUX.1 only (diffusers FluxImg2ImgPipeline / FluxPipeline): img2img from a PNG with a strength
+  // in (0, 1], and true CFG (used when > 1 and a negative prompt is given, as diffusers does).
+  std::optional<std::string> init_image;  // a preset's relative path is taken from its folder when it exists there
+  std::optional<float> strength;
+  std::optional<float> true_cfg;
+  std::optional<std::string> vae_tiling;  // "auto", "on" or "off" (both families)
 
   std::string source;  // the file this came from ("" for flags), for messages and relative paths
 };

@@ -68,7 +68,40 @@ prompts:
   EXPECT_EQ(c.negative_prompt, "blurry");
   ASSERT_TRUE(c.prompts);
   EXPECT_EQ(*c.prompts, (std::vector<std::string>{"a red fox", ""}));
-  EXPECT_EQ(fluxrt::runtime::run_config_keys().size(), 15u);
+  EXPECT_EQ(fluxrt::runtime::run_config_keys().size(), 19u);
+}
+
+TEST(RunConfig, ParsesFlux1AndVaeTilingKeys) {
+  const RunConfig c = parse_run_config("init_image: photo.png\nstrength: 0.75\ntrue_cfg: 4\nvae_tiling: on\n", "f.yaml");
+  EXPECT_EQ(c.init_image, "photo.png");
+  EXPECT_FLOAT_EQ(*c.strength, 0.75f);
+  EXPECT_FLOAT_EQ(*c.true_cfg, 4.0f);
+  EXPECT_EQ(c.vae_tiling, "on");  // YAML 1.1's boolean spelling stays the word
+  EXPECT_EQ(parse_run_config("strength: 1\nvae_tiling: off\n", "f.yaml").vae_tiling, "off");
+  EXPECT_EQ(parse_run_config("vae_tiling: auto\n", "f.yaml").vae_tiling, "auto");
+
+  std::string e = error_of("strength: 0\n");
+  EXPECT_NE(e.find("preset.yaml:1: 'strength' must be in (0, 1], got 0"), std::string::npos) << e;
+  e = error_of("strength: 1.5\n");
+  EXPECT_NE(e.find("'strength' must be in (0, 1]"), std::string::npos) << e;
+  e = error_of("strength: -0.5\n");
+  EXPECT_NE(e.find("'strength' must not be negative"), std::string::npos) << e;
+  e = error_of("true_cfg: lots\n");
+  EXPECT_NE(e.find("'true_cfg' must be a number"), std::string::npos) << e;
+  e = error_of("vae_tiling: sometimes\n");
+  EXPECT_NE(e.find("'vae_tiling' must be one of auto, on, off, got 'sometimes'"), std::string::npos) << e;
+  e = error_of("init_image: \"\"\n");
+  EXPECT_NE(e.find("'init_image' must not be empty"), std::string::npos) << e;
+
+  // Flags over the preset, key by key.
+  RunConfig flags;
+  flags.strength = 0.5f;
+  flags.vae_tiling = "off";
+  const RunConfig merged = fluxrt::runtime::merge_run_config(c, flags);
+  EXPECT_FLOAT_EQ(*merged.strength, 0.5f);
+  EXPECT_EQ(merged.vae_tiling, "off");
+  EXPECT_EQ(merged.init_image, "photo.png");
+  EXPECT_FLOAT_EQ(*merged.true_cfg, 4.0f);
 }
 
 TEST(RunConfig, EmptyDocumentNullValuesAndRandomSeed) {
@@ -157,8 +190,9 @@ TEST(RunConfig, ParseSize) {
 TEST(RunConfig, FindsPresetsByNameAndPath) {
   const fs::path dir = fs::temp_directory_path() / ("fluxrt_presets_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "mine.yaml") << "steps: 3\nmodel: sub/model\n";
+  std::ofstream(dir / "mine.yaml") << "steps: 3\nmodel: sub/model\ninit_image: sub/init.png\n";
   fs::create_directories(dir / "sub" / "model");
+  std::ofstream(dir / "sub" / "init.png") << "x";
   ::setenv("FLUXRT_CONFIG_DIR", dir.c_str(), 1);
   const fs::path found = fluxrt::runtime::find_preset("mine");
   EXPECT_EQ(found, dir / "mine.yaml");
@@ -166,6 +200,7 @@ TEST(RunConfig, FindsPresetsByNameAndPath) {
   EXPECT_EQ(c.steps, 3);
   // A relative model path that exists beside the preset is made absolute.
   EXPECT_EQ(fs::path(*c.model), (dir / "sub" / "model").lexically_normal());
+  EXPECT_EQ(fs::path(*c.init_image), (dir / "sub" / "init.png").lexically_normal());
   EXPECT_EQ(fluxrt::runtime::find_preset((dir / "mine.yaml").string()), dir / "mine.yaml");
   try {
     fluxrt::runtime::find_preset("no-such-preset");
