@@ -76,6 +76,13 @@ void linear_cpu(const LinearArgs& a) {
   }
 }
 
+std::string linear_cpu_kernel_for(const LinearArgs& a) {
+  auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
+  FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
+  if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
+  return "onednn:" + state->matmul->impl_for(a);
+}
+
 std::string describe_linear_cpu(const PreparedLinear& prepared) {
   const auto* state = static_cast<const CpuLinearState*>(prepared.state.get());
   if (!state) return "unprepared";

@@ -22,6 +22,11 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const T
 std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, const Tensor& bias,
                                                         CpuLinearImpl impl);
 void linear_cpu(const LinearArgs& args);
+// The kernel linear_cpu would run for `args` (shapes, strides, dtypes, epilogue; the data is not
+// read): "packed-avx2", or "onednn:" + oneDNN's impl_info_str for the call's primitive, e.g.
+// "onednn:brg:avx2" ("... + gate outside" when the gated residual is applied after the matmul).
+// A name starting with "onednn:ref" means oneDNN's reference kernel (~1000x slower).
+std::string linear_cpu_kernel_for(const LinearArgs& args);
 
 // What a prepared weight runs on, e.g. "packed-avx2 (bf16 panels, 18.9 MB)" or
 // "onednn matmul bf16 (brg:avx512_core_bf16)". For logs and benchmark tables.

@@ -51,22 +51,27 @@ MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compu
 void MatmulLinear::run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memory>& args, int64_t m,
                                     const Tensor& gate, const Tensor& residual, const Tensor& y) {
   auto& eng = engine();
-  std::vector<float> t(static_cast<size_t>(m * n_));
-  args[DNNL_ARG_DST] = dnnl::memory(plain_2d(m, n_, dt::f32, n_), eng, t.data());
+  const Tensor t = Tensor::empty({m, n_}, DType::F32);  // act(x W^T + b), not zero-filled
+  args[DNNL_ARG_DST] = dnnl::memory(plain_2d(m, n_, dt::f32, n_), eng, const_cast<void*>(t.raw_data()));
   e.prim.execute(stream(), args);
   stream().wait();
-  std::vector<float> g(static_cast<size_t>(n_)), row(static_cast<size_t>(n_));
-  const Tensor gc = gate.contiguous();
-  convert(gc.raw_data(), gc.dtype(), g.data(), DType::F32, static_cast<size_t>(n_));
+  const std::vector<float> g = gate.contiguous().to_vector();
   const size_t rb = dtype_size(residual.dtype()), yb = dtype_size(y.dtype());
-  for (int64_t i = 0; i < m; ++i) {
-    // Same rounding as the post-op chain: residual + gate * t in f32, one rounding to y's dtype.
-    const auto* r = static_cast<const char*>(residual.raw_data()) + static_cast<size_t>(i * residual.stride(0)) * rb;
-    convert(r, residual.dtype(), row.data(), DType::F32, static_cast<size_t>(n_));
-    const float* ti = t.data() + i * n_;
-    for (int64_t j = 0; j < n_; ++j) row[j] += g[j] * ti[j];
-    auto* dst = static_cast<char*>(y.raw_data()) + static_cast<size_t>(i * y.stride(0)) * yb;
-    convert(row.data(), DType::F32, dst, y.dtype(), static_cast<size_t>(n_));
+  const float* tp = t.data<float>();
+  // One pass over t, residual and y, rows split over the pool (oneDNN's threads are idle here).
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(n_));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      // Same rounding as the post-op chain: residual + gate * t in f32, one rounding to y's dtype.
+      const auto* r = static_cast<const char*>(residual.raw_data()) + static_cast<size_t>(i * residual.stride(0)) * rb;
+      convert(r, residual.dtype(), row.data(), DType::F32, static_cast<size_t>(n_));
+      const float* ti = tp + i * n_;
+      for (int64_t j = 0; j < n_; ++j) row[j] += g[j] * ti[j];
+      auto* dst = static_cast<char*>(y.raw_data()) + static_cast<size_t>(i * y.stride(0)) * yb;
+      convert(row.data(), DType::F32, dst, y.dtype(), static_cast<size_t>(n_));
+    }
   }
 }
 
@@ -79,53 +84,98 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   auto& eng = engine();
   dnnl::memory::desc src = plain_2d(m, k_, static_cast<dt>(sdt), lda);
   dnnl::memory::desc dst = plain_2d(m, n_, static_cast<dt>(ddt), ldy);
-  dnnl::post_ops po;
-  if (act == static_cast<int>(Activation::GeluTanh)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
-  if (act == static_cast<int>(Activation::Silu)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
-  if (gated) {
-    po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({1, n_}, dt::f32, tag::ab));
-    if (residual_is_y)
-      po.append_sum(1.0f);
-    else
-      po.append_binary(dnnl::algorithm::binary_add, plain_2d(m, n_, static_cast<dt>(ddt), ldr));
-  }
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(po);
-  dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
-
-  Entry e;
-  auto build = [&](const dnnl::memory::desc& dst_md, const dnnl::primitive_attr& at) {
-    try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights_.get_desc(), bias_md, dst_md), at, eng);
-      e.prim = dnnl::matmul(pd);
-      e.weights = weights_;
-      return std::string(pd.impl_info_str());
-    } catch (const dnnl::error&) {
-      // oneDNN wants another weight layout for this shape: reorder once for it and keep that copy.
-      dnnl::memory::desc w_any({k_, n_}, weights_.get_desc().data_type(), tag::any);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, bias_md, dst_md), at, eng);
-      FLUXRT_LOG_WARN("[linear] oneDNN needs a second weight layout for M={} (K={}, N={})", m, k_, n_);
-      e.prim = dnnl::matmul(pd);
-      e.weights = dnnl::memory(pd.weights_desc(), eng);
-      dnnl::reorder(weights_, e.weights).execute(stream(), weights_, e.weights);
-      stream().wait();
-      return std::string(pd.impl_info_str());
+  auto attr_for = [&](bool with_gate) {
+    dnnl::post_ops po;
+    if (act == static_cast<int>(Activation::GeluTanh)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    if (act == static_cast<int>(Activation::Silu)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+    if (with_gate) {
+      po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({1, n_}, dt::f32, tag::ab));
+      if (residual_is_y)
+        po.append_sum(1.0f);
+      else
+        po.append_binary(dnnl::algorithm::binary_add, plain_2d(m, n_, static_cast<dt>(ddt), ldr));
     }
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    return attr;
   };
-  const std::string impl = build(dst, attr);
-  if (gated && impl.rfind("ref", 0) == 0) {
-    // The reference matmul would dominate the step: compute t = act(x W^T + b) in f32 with the
-    // JIT kernel and apply the gated residual in run().
-    dnnl::post_ops act_only;
-    if (act == static_cast<int>(Activation::GeluTanh))
-      act_only.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
-    if (act == static_cast<int>(Activation::Silu)) act_only.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
-    dnnl::primitive_attr act_attr;
-    act_attr.set_post_ops(act_only);
-    build(plain_2d(m, n_, dt::f32, n_), act_attr);
-    e.gate_outside = true;
+  const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
+
+  // Only primitive descriptors are created until the implementation is settled: creating a
+  // primitive (JIT code generation) or reordering weights for an implementation that is then
+  // discarded would be wasted work.
+  struct Plan {
+    dnnl::matmul::primitive_desc pd;
+    bool own_weights = false;  // pd wants the weights in another layout than the prepared one
+    bool reference() const { return std::string(pd.impl_info_str()).rfind("ref", 0) == 0; }
+  };
+  auto plan = [&](const dnnl::memory::desc& dst_md, const dnnl::primitive_attr& at) {
+    Plan p;
+    bool fixed_ok = true;
+    try {
+      p.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights_.get_desc(), bias_md, dst_md), at, eng);
+    } catch (const dnnl::error&) {
+      fixed_ok = false;
+    }
+    // The reference kernel accepts any weight layout, so a "ref" answer for the prepared layout
+    // may only mean that the JIT kernels want another one for this M: ask with layout `any`.
+    if (!fixed_ok || p.reference()) {
+      const dnnl::memory::desc w_any({k_, n_}, weights_.get_desc().data_type(), tag::any);
+      try {
+        Plan q;
+        q.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, w_any, bias_md, dst_md), at, eng);
+        q.own_weights = q.pd.weights_desc() != weights_.get_desc();
+        if (!fixed_ok || !q.reference()) p = std::move(q);
+      } catch (const dnnl::error&) {
+        if (!fixed_ok) throw;
+      }
+    }
+    return p;
+  };
+  Plan p = plan(dst, attr_for(gated));
+  bool gate_outside = false;
+  if (gated && p.reference()) {
+    // oneDNN 2.6 has no JIT kernel for this post-op chain here (AVX2): compute
+    // t = act(x W^T + b) in f32 with the JIT kernel and apply the gated residual in run().
+    p = plan(plain_2d(m, n_, dt::f32, n_), attr_for(false));
+    gate_outside = true;
+  }
+  Entry e;
+  e.prim = dnnl::matmul(p.pd);
+  e.impl = p.pd.impl_info_str();
+  e.gate_outside = gate_outside;
+  if (p.own_weights) {
+    FLUXRT_LOG_WARN("[linear] oneDNN needs a second weight layout for M={} (K={}, N={})", m, k_, n_);
+    e.weights = dnnl::memory(p.pd.weights_desc(), eng);
+    dnnl::reorder(weights_, e.weights).execute(stream(), weights_, e.weights);
+    stream().wait();
+  } else {
+    e.weights = weights_;
   }
   return cache_.emplace(key, std::move(e)).first->second;
+}
+
+MatmulLinear::Key MatmulLinear::key_for(const LinearArgs& a, int64_t x_stride, bool direct, bool residual_is_y,
+                                        int64_t residual_stride) const {
+  const bool gated = a.gate.defined();
+  const DType ydt = direct ? a.y.dtype() : DType::F32;
+  return Key{a.x.size(0), x_stride, direct ? a.y.stride(0) : n_, gated && !residual_is_y ? residual_stride : 0,
+             static_cast<int>(a.activation), gated, residual_is_y, static_cast<int>(to_dnnl(compute_)),
+             static_cast<int>(to_dnnl(ydt))};
+}
+
+std::string MatmulLinear::impl_for(const LinearArgs& a) {
+  sync_threads();
+  const bool direct = a.y.dtype() == DType::F32 || a.y.dtype() == compute_;
+  const bool gated = a.gate.defined();
+  const bool residual_is_y = gated && direct && a.residual.raw_data() == a.y.raw_data() &&
+                             a.residual.stride(0) == a.y.stride(0) && a.residual.dtype() == a.y.dtype();
+  // run() converts x (and a residual of another dtype) into contiguous copies.
+  const int64_t x_stride = a.x.dtype() == compute_ ? a.x.stride(0) : k_;
+  const DType ydt = direct ? a.y.dtype() : DType::F32;
+  const int64_t r_stride = gated && a.residual.dtype() != ydt ? n_ : (gated ? a.residual.stride(0) : 0);
+  const Entry& e = entry(key_for(a, x_stride, direct, residual_is_y, r_stride));
+  return e.gate_outside ? e.impl + " + gate outside" : e.impl;
 }
 
 void MatmulLinear::run(const LinearArgs& a) {
@@ -146,10 +196,7 @@ void MatmulLinear::run(const LinearArgs& a) {
                     residual.dtype() == y.dtype();
     if (!residual_is_y && residual.dtype() != y.dtype()) residual = residual.to(y.dtype());
   }
-  const Key key{m, x.stride(0), y.stride(0), gated && !residual_is_y ? residual.stride(0) : 0,
-                static_cast<int>(a.activation), gated, residual_is_y,
-                static_cast<int>(to_dnnl(x.dtype())), static_cast<int>(to_dnnl(y.dtype()))};
-  Entry& e = entry(key);
+  Entry& e = entry(key_for(a, x.stride(0), direct, residual_is_y, gated ? residual.stride(0) : 0));
 
   dnnl::memory src_mem(plain_2d(m, k_, to_dnnl(x.dtype()), x.stride(0)), eng, const_cast<void*>(x.raw_data()));
   dnnl::memory dst_mem(plain_2d(m, n_, to_dnnl(y.dtype()), y.stride(0)), eng, y.raw_data());

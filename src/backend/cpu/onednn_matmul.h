@@ -21,6 +21,12 @@ class MatmulLinear {
 
   void run(const LinearArgs& args);
 
+  // The oneDNN implementation (primitive_desc impl_info_str, e.g. "brg:avx2") that run() uses
+  // for a call with these arguments; with " + gate outside" appended when the gated residual is
+  // applied after an activation-only primitive because oneDNN would have picked its reference
+  // kernel. Builds and caches the primitive exactly as run() would (the data is not read).
+  std::string impl_for(const LinearArgs& args);
+
   DType compute_dtype() const { return compute_; }
   size_t weight_bytes() const { return weights_.get_desc().get_size(); }
   const std::string& impl_name() const { return impl_; }
@@ -33,10 +39,14 @@ class MatmulLinear {
     // and silently picks its reference kernel (~1000x slower). Then the primitive computes only
     // x W^T (+ bias, activation) into an f32 buffer and run() applies residual + gate * t itself.
     bool gate_outside = false;
+    std::string impl;  // impl_info_str of `prim`
   };
   // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int>;
   Entry& entry(const Key& key);
+  // The cache key of a call: x in the compute dtype (converted when it is not), y direct or
+  // through an f32 temporary, the residual aliasing y or not. Mirrors run()'s conversions.
+  Key key_for(const LinearArgs& args, int64_t x_stride, bool direct, bool residual_is_y, int64_t residual_stride) const;
   void run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memory>& args, int64_t m, const Tensor& gate,
                         const Tensor& residual, const Tensor& y);
 

@@ -1,0 +1,108 @@
+// Which oneDNN implementation the CPU linear lands on for every FLUX linear configuration. oneDNN
+// 2.6 silently answers some post-op chains with its reference matmul (~1000x slower: a tiny-klein
+// f32 step took 11.5 s instead of 0.11 s), so this test asks linear_cpu_kernel_for — the
+// primitive_desc impl_info_str of the primitive run() would use — and fails on any "ref" kernel.
+// Shapes are the FLUX ones (hidden 3072, MLP 9216/12288, time embedding 256 -> 3072) at the row
+// counts of a step (1 image token row, 512 text tokens, 1536 and 4608 tokens).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/linear_cpu.h"
+#include "support/random_tensor.h"
+
+namespace fluxrt::test {
+namespace {
+
+struct Config {
+  const char* name;
+  bool bias;
+  backend::Activation act;
+  bool gated;
+  bool in_place;  // residual is y (the post-op sum form)
+};
+
+const Config kConfigs[] = {
+    {"plain", false, backend::Activation::None, false, false},
+    {"bias", true, backend::Activation::None, false, false},
+    {"bias_gelu_tanh", true, backend::Activation::GeluTanh, false, false},
+    {"bias_silu", true, backend::Activation::Silu, false, false},
+    {"gated_residual", true, backend::Activation::None, true, false},
+    {"gated_residual_in_place", true, backend::Activation::None, true, true},
+    {"gated_residual_no_bias", false, backend::Activation::None, true, false},
+    {"gelu_gated_residual", true, backend::Activation::GeluTanh, true, false},
+};
+
+struct Shape2 {
+  int64_t k, n;
+};
+// attention out / modulation chunk, qkv, MLP in (FLUX.2 SwiGLU half), MLP out, time embedding.
+const Shape2 kShapes[] = {{3072, 3072}, {3072, 9216}, {9216, 3072}, {256, 3072}};
+const int64_t kRows[] = {1, 1536, 4608};
+
+// Tensors are allocated but never written or read (the query builds primitives only).
+std::string kernel_for(const backend::PreparedLinear& w, const Config& c, int64_t m, int64_t k, int64_t n, DType dt) {
+  backend::LinearArgs a;
+  a.x = Tensor::empty({m, k}, dt);
+  a.w = &w;
+  a.activation = c.act;
+  a.y = Tensor::empty({m, n}, dt);
+  if (c.gated) {
+    a.gate = Tensor::zeros({n}, dt);
+    a.residual = c.in_place ? a.y : Tensor::empty({m, n}, dt);
+  }
+  return backend::linear_cpu_kernel_for(a);
+}
+
+TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
+  int checked = 0;
+  std::set<std::string> kernels;
+  for (const Shape2 s : kShapes) {
+    // Weights in both checkpoint dtypes, forced onto oneDNN (bf16 weights take the packed GEMM
+    // by default on CPUs without native bf16; FLUXRT_LINEAR_IMPL=onednn selects oneDNN there).
+    // Without native bf16 both compute in f32 (the same primitives), so bf16 is asked only where
+    // it differs. The values do not matter for the choice: constants are quick to make.
+    for (DType wdt : {DType::F32, DType::BF16}) {
+      if (wdt == DType::BF16 && !backend::cpu_native_bf16()) continue;
+      const Tensor w = Tensor::full({s.n, s.k}, wdt, 0.02);
+      const Tensor b = Tensor::full({s.n}, wdt, 0.01);
+      const auto with_bias = backend::prepare_linear_cpu_with(w, b, backend::CpuLinearImpl::OneDnn);
+      const auto without_bias = backend::prepare_linear_cpu_with(w, Tensor(), backend::CpuLinearImpl::OneDnn);
+      for (const Config& c : kConfigs) {
+        for (int64_t m : kRows) {
+          for (DType adt : {DType::F32, DType::BF16}) {
+            const std::string kernel = kernel_for(c.bias ? *with_bias : *without_bias, c, m, s.k, s.n, adt);
+            SCOPED_TRACE(::testing::Message() << c.name << " M=" << m << " K=" << s.k << " N=" << s.n << " weights "
+                                              << dtype_name(wdt) << " activations " << dtype_name(adt) << ": "
+                                              << kernel);
+            EXPECT_EQ(kernel.rfind("onednn:", 0), 0u);
+            EXPECT_NE(kernel.rfind("onednn:ref", 0), 0u) << "oneDNN's reference matmul";
+            kernels.insert(kernel);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  const int weight_dtypes = backend::cpu_native_bf16() ? 2 : 1;
+  EXPECT_EQ(checked, 4 * weight_dtypes * 8 * 3 * 2);
+  for (const std::string& k : kernels) std::printf("[kernel] %s\n", k.c_str());
+}
+
+// The packed GEMM answers for itself (no oneDNN primitive involved).
+TEST(LinearKernelChoice, PackedWeightsReportThePackedKernel) {
+  const Tensor w = random_normal({64, 96}, DType::BF16, 1, 0.0, 0.1);
+  const auto packed = backend::prepare_linear_cpu_with(w, Tensor(), backend::CpuLinearImpl::Packed);
+  backend::LinearArgs a;
+  a.x = Tensor::empty({5, 96}, DType::BF16);
+  a.w = packed.get();
+  a.y = Tensor::empty({5, 64}, DType::BF16);
+  const std::string kernel = backend::linear_cpu_kernel_for(a);
+  EXPECT_TRUE(kernel == "packed-avx2" || kernel.rfind("onednn:", 0) == 0) << kernel;  // onednn where unsupported
+}
+
+}  // namespace
+}  // namespace fluxrt::test
