@@ -159,6 +159,25 @@ TEST(Attention, EmptyKeysGiveZeros) {
   for (float x : p.args.out.to_vector()) ASSERT_EQ(x, 0.0f);
 }
 
+// The scratch is per thread and grows to the largest call: repeating a call (the steps of a
+// denoising loop) or making a smaller one allocates nothing, and reused buffers (holding the
+// previous call's data) give bit-identical results.
+TEST(Attention, SteadyStateCallsReuseTheScratch) {
+  Problem big = make_problem(mk(BF16, 1, 200, 200, 3, 3, 128, Inputs::Random, Rope::Flux2));
+  Problem small = make_problem(mk(F32, 2, 50, 70, 2, 1, 64));
+  backend::cpu::attention(big.args);
+  const std::vector<float> first = big.args.out.to_vector();
+  const int64_t before = backend::cpu::attention_scratch_allocations();
+  for (int i = 0; i < 3; ++i) {
+    backend::cpu::attention(big.args);
+    ASSERT_EQ(big.args.out.to_vector(), first);
+    backend::cpu::attention(small.args);
+  }
+  EXPECT_EQ(backend::cpu::attention_scratch_allocations(), before);
+  const Err e = error_vs(small.args.out, oracle(small.args, 0, 50), 0, 50);
+  EXPECT_LE(e.nmse, 1e-7);
+}
+
 TEST(Attention, OpsFrontEndUsesKernelTables) {
   Problem p = make_problem(mk(BF16, 1, 64, 64, 2, 2, 128, Inputs::Random, Rope::Flux2));
   ops::AttentionOptions o;

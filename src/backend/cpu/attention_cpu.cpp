@@ -7,10 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
@@ -454,6 +456,65 @@ HWY_EXPORT(TargetName);
 
 using namespace detail;
 
+namespace {
+
+std::atomic<int64_t> g_scratch_allocations{0};
+
+// A grow-only aligned buffer: reallocated only when a call needs more than any before it.
+template <typename T>
+class GrowBuffer {
+ public:
+  T* get(int64_t n) {
+    const size_t want = static_cast<size_t>(std::max<int64_t>(n, 1));
+    if (want > capacity_) {
+      data_ = hwy::AllocateAligned<T>(want);
+      FLUXRT_CHECK(data_ != nullptr, ErrorCode::OutOfMemory, "[attention] cannot allocate {} bytes of scratch",
+                   want * sizeof(T));
+      capacity_ = want;
+      g_scratch_allocations.fetch_add(1, std::memory_order_relaxed);
+    }
+    return data_.get();
+  }
+
+ private:
+  hwy::AlignedFreeUniquePtr<T[]> data_;
+  size_t capacity_ = 0;
+};
+
+// Shared by the threads of one call; owned by the calling thread (concurrent callers on other
+// threads have their own).
+struct CallWorkspace {
+  GrowBuffer<float> kt, v, maskadd, tile_kmax;
+  GrowBuffer<uint8_t> tile_masked;
+};
+CallWorkspace& call_workspace() {
+  thread_local CallWorkspace ws;
+  return ws;
+}
+
+// One worker's buffers; the Scratch is rebuilt only for a wider row stride than it has.
+struct ThreadScratch {
+  std::unique_ptr<Scratch> sc;
+  int64_t ld = 0;
+  GrowBuffer<float> row, kmax;
+  Scratch& scratch(int64_t want_ld) {
+    if (!sc || want_ld > ld) {
+      sc = std::make_unique<Scratch>(want_ld);
+      ld = want_ld;
+      g_scratch_allocations.fetch_add(1, std::memory_order_relaxed);
+    }
+    return *sc;
+  }
+};
+ThreadScratch& thread_scratch() {
+  thread_local ThreadScratch ts;
+  return ts;
+}
+
+}  // namespace
+
+int64_t attention_scratch_allocations() { return g_scratch_allocations.load(std::memory_order_relaxed); }
+
 const char* attention_target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();
 }
@@ -493,21 +554,26 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
   const int64_t items_per_head = c.group * c.nqblocks;
   const int64_t budget_heads = (int64_t{64} << 20) / ((kt_floats + v_floats) * int64_t{sizeof(float)});
   const int64_t heads_per_round = std::clamp<int64_t>(budget_heads, 1, c.Hkv);
-  auto kt = hwy::AllocateAligned<float>(heads_per_round * kt_floats);
-  auto v = hwy::AllocateAligned<float>(heads_per_round * v_floats);
-  auto maskadd = hwy::AllocateAligned<float>(lkp);
-  std::vector<uint8_t> tile_masked(std::max<int64_t>(c.ntiles, 1));
-  std::vector<float> tile_kmax(heads_per_round * std::max<int64_t>(c.ntiles, 1));
-  c.maskadd = maskadd.get();
-  c.tile_masked = tile_masked.data();
+  // The call's shared buffers belong to the calling thread and every worker keeps its own
+  // Scratch: both grow to the largest call seen and are reused, so the steps of a denoising loop
+  // (same shapes every time) allocate nothing here.
+  CallWorkspace& ws = call_workspace();
+  float* kt = ws.kt.get(heads_per_round * kt_floats);
+  float* v = ws.v.get(heads_per_round * v_floats);
+  float* maskadd = ws.maskadd.get(lkp);
+  uint8_t* tile_masked = ws.tile_masked.get(std::max<int64_t>(c.ntiles, 1));
+  float* tile_kmax = ws.tile_kmax.get(heads_per_round * std::max<int64_t>(c.ntiles, 1));
+  c.maskadd = maskadd;
+  c.tile_masked = tile_masked;
 
   BlockStats total;
 #pragma omp parallel num_threads(nthreads)
   {
-    Scratch sc(c.ld);
+    ThreadScratch& ts = thread_scratch();
+    Scratch& sc = ts.scratch(c.ld);
     BlockStats local;
-    auto row = hwy::AllocateAligned<float>(c.ld);
-    std::vector<float> kmax(heads_per_round);
+    float* row = ts.row.get(c.ld);
+    float* kmax = ts.kmax.get(heads_per_round);
     for (int64_t b = 0; b < c.B; ++b) {
 #pragma omp single
       {
@@ -533,8 +599,7 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
 #pragma omp for schedule(static)
         for (int64_t ht = 0; ht < nh * c.ntiles; ++ht) {
           const int64_t slot = ht / c.ntiles, t = ht % c.ntiles;
-          tile_kmax[ht] = prepare_kv_tile(c, kt.get() + slot * kt_floats, v.get() + slot * v_floats, b,
-                                          kv0 + slot, t, row.get());
+          tile_kmax[ht] = prepare_kv_tile(c, kt + slot * kt_floats, v + slot * v_floats, b, kv0 + slot, t, row);
         }
         // implicit barrier: every thread sees the finished keys
         for (int64_t slot = 0; slot < nh; ++slot) {
@@ -545,8 +610,8 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
         for (int64_t item = 0; item < nh * items_per_head; ++item) {
           const int64_t slot = item / items_per_head, rem = item % items_per_head;
           Ctx cl = c;
-          cl.kt = kt.get() + slot * kt_floats;
-          cl.v = v.get() + slot * v_floats;
+          cl.kt = kt + slot * kt_floats;
+          cl.v = v + slot * v_floats;
           cl.kmax = kmax[slot];
           const int64_t h = (kv0 + slot) * c.group + rem / c.nqblocks;
           HWY_DYNAMIC_DISPATCH(ProcessBlock)(cl, b, h, rem % c.nqblocks, &sc, &local);

@@ -38,6 +38,10 @@ struct AttentionCpuStats {
 void attention(const AttentionArgs& a);
 void attention(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats);
 
+// Scratch allocations made by attention() so far, process-wide. The buffers are per thread and
+// grow to the largest call, so repeating a call of the same shapes on the same threads adds none.
+int64_t attention_scratch_allocations();
+
 // Name of the SIMD target the dispatcher selected on this machine ("AVX2", "AVX3", ...).
 const char* attention_target_name();
 
