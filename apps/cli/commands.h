@@ -39,6 +39,7 @@ struct GenerateOptions {
   std::string model, prompt, negative_prompt, prompts_file, size, dtype, device, out_dir, config, profile_path,
       filename;
   std::vector<std::string> images;
+  std::string components;  // with --model FILE: the pipeline folder of the other components
   std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
   float strength = 0, true_cfg = 0;    // FLUX.1 img2img strength; FLUX.1 true CFG scale
   int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;

@@ -1,6 +1,7 @@
 // Component sources and loading for Flux1Pipeline (see flux1_components.h).
 #include "pipelines/flux1_components.h"
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -8,6 +9,8 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/model_discovery.h"
+#include "io/safetensors.h"
+#include "models/flux/flux1_names.h"
 
 namespace fluxrt::pipelines {
 namespace fs = std::filesystem;
@@ -29,6 +32,21 @@ void set_variant_defaults(Flux1ModelDefaults& d, bool dev) {
   d.guidance_distilled = dev;
   d.num_steps = dev ? 28 : 4;
   d.max_sequence_length = dev ? tokenizers::kT5MaxSequenceLengthDev : tokenizers::kT5MaxSequenceLengthSchnell;
+}
+
+// The config of a single transformer checkpoint: the named preset when its shapes are a released
+// variant (headers only), else detected from the tensors themselves (custom sizes; ComfyUI
+// all-in-one files: the model.diffusion_model.* tensors, as the loader reads them).
+models::Flux1Config flux1_config_of_file(const fs::path& file, const io::VariantInfo& info) {
+  if (info.variant == io::ModelVariant::Flux1Dev || info.variant == io::ModelVariant::Flux1Schnell)
+    return models::flux1_preset(std::string(io::model_variant_name(info.variant)));
+  const io::Checkpoint checkpoint = io::Checkpoint::open(file.string());
+  const std::string comfy = "model.diffusion_model.";
+  const std::vector<std::string> names = checkpoint.names();
+  const bool mixed = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
+  models::TensorStore raw = models::TensorStore::from_checkpoint(checkpoint, mixed ? comfy : "");
+  raw.set_description(file.string());
+  return models::flux1_config_detect(models::flux1_to_canonical(raw));
 }
 
 }  // namespace
@@ -87,13 +105,21 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                    model.pipeline_class == "FluxImg2ImgPipeline",
                ErrorCode::Unsupported, "flux.1 pipeline: {} holds a {}, not a FluxPipeline", where,
                model.pipeline_class);
+  const fs::path& transformer_file = options.transformer_file;
   for (const char* component :
-       {"transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler"})
+       {"transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler"}) {
+    if (!transformer_file.empty() && std::string(component) == "transformer") continue;
     FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound,
                  "flux.1 pipeline: {} has no {}/ folder", where, component);
-  const io::VariantInfo info = io::detect_variant(model);
+  }
+  if (!transformer_file.empty())
+    FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound,
+                 "flux.1 pipeline: transformer file {} not found", transformer_file.string());
+  const io::VariantInfo info =
+      io::detect_variant(transformer_file.empty() ? model : io::resolve_model(transformer_file.string()));
   FLUXRT_CHECK(info.family == io::ModelFamily::Flux1, ErrorCode::Unsupported,
-               "flux.1 pipeline: {} holds a {} transformer, not FLUX.1", where, info.description);
+               "flux.1 pipeline: {} holds a {} transformer, not FLUX.1",
+               transformer_file.empty() ? where : transformer_file.string(), info.description);
 
   Impl m;
   m.root = model_root;
@@ -101,7 +127,25 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   m.scheduler = load_flow_match_scheduler_config(model_root);
   m.scheduler.validate();
   const fs::path transformer_config = model_root / "transformer" / "config.json";
-  if (fs::exists(transformer_config)) {
+  if (!transformer_file.empty()) {
+    m.transformer_config = flux1_config_of_file(transformer_file, info);
+    if (fs::exists(transformer_config)) {
+      // The file must read what the folder's CLIP / T5 / VAE produce.
+      const models::Flux1Config folder = models::flux1_config_from_json(transformer_config.string());
+      const models::Flux1Config& file = m.transformer_config;
+      FLUXRT_CHECK(file.context_dim == folder.context_dim && file.pooled_dim == folder.pooled_dim &&
+                       file.in_channels == folder.in_channels,
+                   ErrorCode::Unsupported,
+                   "flux.1 pipeline: transformer file {} (T5 width {}, CLIP width {}, {} latent channels) does not fit "
+                   "the components of {} (made for {}, {}, {})",
+                   transformer_file.string(), file.context_dim, file.pooled_dim, file.in_channels, where,
+                   folder.context_dim, folder.pooled_dim, folder.in_channels);
+      // dev and schnell share the text encoders and the VAE but not the schedule: a dev file with
+      // schnell components (or the reverse) runs with its own variant's scheduler.
+      if (file.guidance != folder.guidance)
+        m.scheduler = file.guidance ? FlowMatchSchedulerConfig::flux1_dev() : FlowMatchSchedulerConfig::flux1_schnell();
+    }
+  } else if (fs::exists(transformer_config)) {
     m.transformer_config = models::flux1_config_from_json(transformer_config.string());
   } else {
     m.transformer_config = models::flux1_preset(info.shape.guidance_embed ? "flux.1-dev" : "flux.1-schnell");
@@ -115,6 +159,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
                "4 x the latent channels)",
                where, m.vae_config.latent_channels, m.transformer_config.in_channels);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file);
   // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -129,7 +174,7 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
     o.release_prepared_sources = true;  // nothing else holds the random weights
     return models::Flux1Transformer::synthetic(transformer_config, synthetic_seed, o);
   }
-  return models::Flux1Transformer::load(root.string(), o);
+  return models::Flux1Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
 }
 
 std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() const {

@@ -42,6 +42,7 @@ struct Flux1Pipeline::Impl {
   FlowMatchSchedulerConfig scheduler;
   models::Flux1Config transformer_config;
   models::Flux1VaeConfig vae_config;
+  ResidentWeights weights;  // from the checkpoint headers (a folder's; synthetic: 0)
 
   // Resident components (all null in low-memory mode).
   std::unique_ptr<models::Flux1Transformer> transformer;

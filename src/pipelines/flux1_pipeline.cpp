@@ -3,7 +3,7 @@
 // flux1_components.cpp.
 #include "pipelines/flux1_pipeline.h"
 
-#include <unistd.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
@@ -57,12 +57,6 @@ double decimal_double(float v) {
   double d = v;
   std::from_chars(buf, res.ptr, d);
   return d;
-}
-
-size_t physical_ram_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
 }
 
 std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
@@ -218,7 +212,7 @@ Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height
 // ------------------------------------------------------------------------------------------------
 // Size checks
 
-void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor) {
+void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor, const MemoryCheck& memory) {
   FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
                "VAE scale factor {} not in [1, 64]", vae_scale_factor);
   const int multiple = 2 * vae_scale_factor;  // pixels per packed token side
@@ -234,11 +228,8 @@ void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scal
   const double tokens = static_cast<double>(width / multiple) * (height / multiple) + 512;
   const double per_token = (2.0 * c.mlp_hidden + 6.0 * c.hidden) * 4.0;
   const double image = static_cast<double>(width) * height * 3 * 4 * 4;
-  const size_t need = static_cast<size_t>(batch * (tokens * per_token + image));
-  const size_t ram = physical_ram_bytes();
-  FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
-               "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
-               height, batch, need / 1073741824.0, ram / 1073741824.0);
+  check_fits_in_memory(static_cast<size_t>(batch * (tokens * per_token + image)), memory,
+                       fmt::format("image size {}x{} x {}", width, height, batch));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -266,6 +257,7 @@ const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaul
 const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }
 int Flux1Pipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
+const ResidentWeights& Flux1Pipeline::resident_weights() const { return impl_->weights; }
 
 GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   Impl& m = *impl_;
@@ -278,6 +270,9 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
                request.images_per_prompt);
   FLUXRT_CHECK(request.reference_images.empty(), ErrorCode::InvalidArgument,
                "generate: FLUX.1 takes no reference images (use init_image for img2img)");
+  // strength means something only for img2img; without an init image it would be dropped silently.
+  FLUXRT_CHECK(img2img || !request.strength, ErrorCode::InvalidArgument,
+               "generate: strength is for img2img and needs init_image");
   const int steps = request.num_steps.value_or(m.defaults.num_steps);
   FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
                steps);
@@ -294,7 +289,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const int height = request.height.value_or(m.defaults.height);
   const int width = request.width.value_or(m.defaults.width);
   const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
-  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale);
+  validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale,
+                MemoryCheck{m.weights.peak(m.options.low_memory)});
   // latent grid: 2 * (H // (vae_scale_factor * 2)), even for the 2x2 packing
   const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
   const Shape noise_shape =

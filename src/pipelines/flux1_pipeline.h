@@ -74,8 +74,12 @@ class Flux1Pipeline {
   // diffusers' vae_scale_factor, 2 ** (len(vae.config.block_out_channels) - 1): 8 for FLUX.1's VAE.
   int vae_scale_factor() const;
   // InvalidArgument (one line) when a size is not a positive multiple of 2 x vae_scale_factor,
-  // OutOfMemory when the activations of a batch would not fit in RAM.
-  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8);
+  // OutOfMemory when the activations of a batch plus memory.weight_bytes (the weights resident at
+  // the same time) would not fit in the RAM (memory.ram_bytes, default the machine's).
+  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
+                            const MemoryCheck& memory = {});
+  // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
+  const ResidentWeights& resident_weights() const;
 
   struct Impl;
 

@@ -2,7 +2,7 @@
 // name the upstream step each block mirrors). Component loading lives in klein_components.cpp.
 #include "pipelines/flux2_klein_pipeline.h"
 
-#include <unistd.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,12 +43,6 @@ Tensor broadcast_batch(const Tensor& x, int64_t batch) {
 Tensor classifier_free_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
   const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
   return ops::add(v_neg, ops::scale(diff, scale));
-}
-
-size_t physical_ram_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
 }
 
 std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
@@ -127,12 +121,14 @@ size_t estimate_generate_bytes(int width, int height, int batch, const models::F
   return static_cast<size_t>(batch * (tokens * per_token + image));
 }
 
-void Flux2KleinPipeline::validate_size(int width, int height, int batch, int vae_scale_factor) {
+void Flux2KleinPipeline::validate_size(int width, int height, int batch, int vae_scale_factor,
+                                       const MemoryCheck& memory) {
   // Before loading, the transformer is unknown: the 4B widths (the 9B ones only raise the bound).
-  validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"), vae_scale_factor);
+  validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"), vae_scale_factor, memory);
 }
 
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor) {
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor,
+                       const MemoryCheck& memory) {
   FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
                "VAE scale factor {} not in [1, 64]", vae_scale_factor);
   const int multiple = 2 * vae_scale_factor;  // pixels per latent token side
@@ -142,11 +138,8 @@ void validate_size_for(int width, int height, int batch, const models::Flux2Conf
   FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
                "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
   FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
-  const size_t need = estimate_generate_bytes(width, height, batch, config, vae_scale_factor);
-  const size_t ram = physical_ram_bytes();
-  FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
-               "image size {}x{} x {}: needs about {:.1f} GiB of activations, more than the {:.1f} GiB of RAM", width,
-               height, batch, need / 1073741824.0, ram / 1073741824.0);
+  check_fits_in_memory(estimate_generate_bytes(width, height, batch, config, vae_scale_factor), memory,
+                       fmt::format("image size {}x{} x {}", width, height, batch));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -173,6 +166,7 @@ const KleinModelDefaults& Flux2KleinPipeline::defaults() const { return impl_->d
 const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
 int Flux2KleinPipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
+const ResidentWeights& Flux2KleinPipeline::resident_weights() const { return impl_->weights; }
 
 GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   Impl& m = *impl_;
@@ -182,6 +176,14 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
   FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "generate: images_per_prompt {} < 1",
                request.images_per_prompt);
+  // FLUX.1-only fields: Flux2KleinPipeline has no img2img and no separate true-CFG scale, and
+  // ignoring them would silently give another image than the one asked for.
+  FLUXRT_CHECK(!request.init_image, ErrorCode::InvalidArgument,
+               "generate: init_image (img2img) is FLUX.1 only; FLUX.2 klein conditions on reference images instead");
+  FLUXRT_CHECK(!request.strength, ErrorCode::InvalidArgument,
+               "generate: strength is FLUX.1 img2img only; FLUX.2 klein has no img2img");
+  FLUXRT_CHECK(!request.true_cfg_scale, ErrorCode::InvalidArgument,
+               "generate: true_cfg_scale is FLUX.1 only; FLUX.2 klein base variants take guidance_scale for CFG");
   const int steps = request.num_steps.value_or(m.defaults.num_steps);
   FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
                steps);
@@ -203,7 +205,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
   int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
-                    vae_scale);
+                    vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory)});
   const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
   const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
   if (request.initial_latents) {

@@ -32,6 +32,7 @@
 #include "models/flux/flux2_config.h"
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
+#include "pipelines/memory_estimate.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::models {
@@ -75,6 +76,12 @@ struct PipelineOptions {
   // overlaps, weights are re-mapped per request), much smaller peak.
   bool low_memory = false;
   bool load_vae_encoder = true;  // needed for reference images only
+  // A single transformer checkpoint (.safetensors, or its .index.json; BFL, ComfyUI or diffusers
+  // tensor names, as the transformer loaders read them) used instead of the folder's
+  // transformer/. The folder then supplies only the text encoder(s), tokenizer(s), VAE and
+  // scheduler (its transformer/ may be absent). The family must match the pipeline, and the
+  // transformer's text width and latent channels the folder's (Unsupported otherwise).
+  std::filesystem::path transformer_file;
   models::TilingOptions vae_tiling;
   Profiler* profiler = nullptr;  // spans above; may be null
 };
@@ -100,7 +107,9 @@ struct GenerateRequest {
   std::optional<Tensor> initial_latents;
   // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
   // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
-  // with strength in [0, 1] (diffusers' default 0.6).
+  // with strength in [0, 1] (diffusers' default 0.6). The klein pipeline refuses them
+  // (InvalidArgument naming the field), FLUX.1 refuses reference_images and strength without
+  // init_image: a field a pipeline cannot honour is an error, never silently dropped.
   std::optional<float> true_cfg_scale;
   std::optional<io::Image> init_image;
   std::optional<float> strength;
@@ -144,9 +153,14 @@ class Flux2KleinPipeline {
   int vae_scale_factor() const;
   // Throws InvalidArgument (one line) when a size is not a positive multiple of 2 x
   // vae_scale_factor (at most io::kMaxImageSide) or the batch is < 1, OutOfMemory when the
-  // estimated activations exceed the machine's physical RAM; used by the CLI before anything is
-  // loaded or written (the factor then comes from the folder's vae/config.json).
-  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8);
+  // estimated activations plus memory.weight_bytes (the weights resident at the same time) exceed
+  // the RAM (memory.ram_bytes, default the machine's); used by the CLI before anything is loaded
+  // or written (the factor then comes from the folder's vae/config.json, the weights from the
+  // checkpoint headers: pipeline_weight_bytes).
+  static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
+                            const MemoryCheck& memory = {});
+  // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
+  const ResidentWeights& resident_weights() const;
 
   struct Impl;
 

@@ -2,6 +2,7 @@
 #include "pipelines/klein_components.h"
 
 #include <exception>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "io/model_discovery.h"
+#include "io/safetensors.h"
+#include "models/flux/flux2_names.h"
 #include "tokenizers/bpe_tokenizer.h"
 
 namespace fluxrt::pipelines {
@@ -40,6 +43,31 @@ void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Co
                vae.latent_channels, vae.patch_size, vae.patch_size, vae.packed_channels(), transformer.in_channels);
 }
 
+// The config of a single transformer checkpoint: the named preset when its shapes are a released
+// variant (headers only), else detected from the tensors themselves (custom sizes).
+models::Flux2Config flux2_config_of_file(const fs::path& file, const io::VariantInfo& info) {
+  if (info.variant == io::ModelVariant::Flux2Klein4B || info.variant == io::ModelVariant::Flux2Klein9B)
+    return models::flux2_preset(std::string(io::model_variant_name(info.variant)));
+  models::TensorStore raw = models::TensorStore::from_checkpoint(io::Checkpoint::open(file.string()));
+  raw.set_description(file.string());
+  return models::flux2_config_detect(models::flux2_to_canonical(raw));
+}
+
+// --model FILE with another folder's components: the transformer must read what the folder's
+// text encoder and VAE produce.
+void check_transformer_file_fits(const models::Flux2Config& file_config, const fs::path& file,
+                                 const fs::path& model_root) {
+  const fs::path folder_config = model_root / "transformer" / "config.json";
+  if (!fs::exists(folder_config)) return;  // nothing to compare with; the load checks shapes
+  const models::Flux2Config folder = models::flux2_config_from_json(folder_config.string());
+  FLUXRT_CHECK(file_config.context_dim == folder.context_dim && file_config.in_channels == folder.in_channels,
+               ErrorCode::Unsupported,
+               "klein pipeline: transformer file {} (text width {}, {} latent channels) does not fit the components "
+               "of {} (made for text width {}, {} latent channels): use components of the same variant",
+               file.string(), file_config.context_dim, file_config.in_channels, model_root.string(),
+               folder.context_dim, folder.in_channels);
+}
+
 }  // namespace
 
 // The shapes of tests/data/models/flux2-klein-tiny (tools/reference/make_tiny_models.py): the
@@ -66,9 +94,12 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   const io::ResolvedModel model = io::resolve_model(where);
   FLUXRT_CHECK(model.pipeline_class.empty() || model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
                "klein pipeline: {} holds a {}, not a Flux2KleinPipeline", where, model.pipeline_class);
-  for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"})
+  const fs::path& transformer_file = options.transformer_file;
+  for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
+    if (!transformer_file.empty() && std::string(component) == "transformer") continue;
     FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound, "klein pipeline: {} has no {}/ folder",
                  where, component);
+  }
   require_tokenizer(model_root / "tokenizer", "klein pipeline");
 
   Impl m;
@@ -77,11 +108,25 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   set_variant_defaults(m.defaults, model.is_distilled.value_or(false));  // diffusers' default: not distilled
   m.scheduler = load_flow_match_scheduler_config(model_root);
   m.scheduler.validate();
-  if (fs::exists(model_root / "transformer" / "config.json"))
+  if (!transformer_file.empty()) {
+    FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound, "klein pipeline: transformer file {} not found",
+                 transformer_file.string());
+    const io::VariantInfo info = io::detect_variant(io::resolve_model(transformer_file.string()));
+    FLUXRT_CHECK(info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev,
+                 ErrorCode::Unsupported, "klein pipeline: {} is not a FLUX.2 klein transformer ({})",
+                 transformer_file.string(), info.description);
+    m.transformer_config = flux2_config_of_file(transformer_file, info);
+    check_transformer_file_fits(m.transformer_config, transformer_file, model_root);
+    // A klein file name says distilled or base (BFL names the base files "...-base-..."); the
+    // components folder's model_index.json only speaks for its own transformer.
+    if (info.distilled && info.distilled_from == "file name") set_variant_defaults(m.defaults, *info.distilled);
+  } else if (fs::exists(model_root / "transformer" / "config.json")) {
     m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
+  }
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux2VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   check_vae_geometry(m.vae_config, m.transformer_config, where);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file);
   // Flux2KleinPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -117,7 +162,7 @@ std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transfo
     o.release_prepared_sources = true;  // nothing else holds the random weights
     return models::Flux2Transformer::synthetic(transformer_config, synthetic_seed, o);
   }
-  return models::Flux2Transformer::load(root.string(), o);
+  return models::Flux2Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
 }
 
 std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embedder() const {

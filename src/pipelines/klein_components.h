@@ -36,7 +36,8 @@ class ComponentLease {
 size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config,
                                int vae_scale_factor);
 // validate_size against a given transformer's widths and VAE factor.
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor);
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor,
+                       const MemoryCheck& memory = {});
 
 struct Flux2KleinPipeline::Impl {
   // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.
@@ -51,6 +52,7 @@ struct Flux2KleinPipeline::Impl {
   models::Flux2Config transformer_config;
   models::Qwen3Config text_config;  // synthetic only (a folder's encoder reads its own config.json)
   models::Flux2VaeConfig vae_config;
+  ResidentWeights weights;  // from the checkpoint headers (a folder's; synthetic: 0)
 
   // Resident components (all null in low-memory mode).
   std::unique_ptr<models::Flux2Transformer> transformer;

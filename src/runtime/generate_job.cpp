@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,9 @@
 #include "core/error.h"
 #include "fluxrt/version.h"
 #include "io/utf8.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/memory_estimate.h"
+#include "pipelines/reference_image.h"
 
 namespace fluxrt::runtime {
 namespace fs = std::filesystem;
@@ -95,7 +99,8 @@ int vae_scale_factor_of(const io::ResolvedModel& model) {
   return 1 << (static_cast<int>(levels.size()) - 1);
 }
 
-void check_klein_pipeline_folder(const io::ResolvedModel& model) {
+void check_klein_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file) {
+  auto needs = [&](const char* name) { return !(transformer_from_file && std::string(name) == "transformer"); };
   if (model.source != io::ModelSource::PipelineFolder)
     fail(ErrorCode::Unsupported,
          "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
@@ -103,6 +108,7 @@ void check_klein_pipeline_folder(const io::ResolvedModel& model) {
          model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
   if (model.pipeline_class == "FluxPipeline") {  // FLUX.1: Flux1Pipeline::load checks the rest
     for (const char* name : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
+      if (!needs(name)) continue;
       const io::ModelComponent* c = model.find(name);
       FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
                    "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
@@ -114,6 +120,7 @@ void check_klein_pipeline_folder(const io::ResolvedModel& model) {
                "(FLUX.1) folders",
                model.path, model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class);
   for (const char* name : {"transformer", "text_encoder", "vae"}) {
+    if (!needs(name)) continue;
     const io::ModelComponent* c = model.find(name);
     FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
                  "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
@@ -125,6 +132,42 @@ void check_klein_pipeline_folder(const io::ResolvedModel& model) {
                tok_dir.string());
   const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
   FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path, scheduler.string());
+}
+
+io::ResolvedModel find_components_folder(const io::ResolvedModel& file, const std::optional<std::string>& components) {
+  const io::VariantInfo info = io::detect_variant(file);
+  const char* wanted = nullptr;
+  if (info.family == io::ModelFamily::Flux1) wanted = "FluxPipeline";
+  if (info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev) wanted = "Flux2KleinPipeline";
+  FLUXRT_CHECK(wanted != nullptr, ErrorCode::Unsupported,
+               "model {} is {}: fluxrt generate takes FLUX.2 klein and FLUX.1 transformer files", file.path,
+               info.description.empty() ? std::string("not a FLUX transformer checkpoint") : info.description);
+  io::ResolvedModel folder;
+  if (components) {
+    folder = io::resolve_model(*components);
+    FLUXRT_CHECK(folder.source == io::ModelSource::PipelineFolder, ErrorCode::InvalidArgument,
+                 "--components {}: not a diffusers pipeline folder (no model_index.json)", *components);
+  } else {
+    fs::path dir = fs::path(file.path).parent_path();
+    for (int up = 0; up < 2 && !dir.empty(); ++up, dir = dir.parent_path()) {
+      if (path_exists(dir / "model_index.json")) {
+        folder = io::resolve_model(dir.string());
+        break;
+      }
+    }
+    FLUXRT_CHECK(!folder.path.empty(), ErrorCode::NotFound,
+                 "model {} is a single {} transformer file: pass --components <a diffusers {} folder or hub repo id> "
+                 "for its text encoder, tokenizer, VAE and scheduler (no model_index.json next to the file)",
+                 file.path, info.family == io::ModelFamily::Flux1 ? "FLUX.1" : "FLUX.2 klein", wanted);
+  }
+  const bool same_family = folder.pipeline_class == wanted ||
+                           (std::string(wanted) == "FluxPipeline" && folder.pipeline_class == "FluxImg2ImgPipeline");
+  FLUXRT_CHECK(same_family, ErrorCode::Unsupported,
+               "model {} is a {} transformer but the components in {} are a {}: they must be a {} folder", file.path,
+               info.description, folder.path,
+               folder.pipeline_class.empty() ? std::string("pipeline without a _class_name") : folder.pipeline_class,
+               wanted);
+  return folder;
 }
 
 std::vector<std::string> read_prompts_file(const fs::path& file) {
@@ -301,13 +344,44 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   } else {
     job.model_label = find_bundled_demo_model().string();
   }
-  job.model = io::resolve_model(job.model_label);
-  check_klein_pipeline_folder(job.model);
+  const io::ResolvedModel given = io::resolve_model(job.model_label);
+  if (given.source == io::ModelSource::SingleFile) {
+    job.transformer_file = given.path;
+    job.model = find_components_folder(given, in.components);
+    check_klein_pipeline_folder(job.model, /*transformer_from_file=*/true);
+  } else {
+    FLUXRT_CHECK(!in.components, ErrorCode::InvalidArgument,
+                 "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
+                 job.model_label);
+    job.model = given;
+    check_klein_pipeline_folder(job.model);
+  }
   job.vae_scale_factor = vae_scale_factor_of(job.model);
-  if (job.width && job.height)
-    pipelines::Flux2KleinPipeline::validate_size(*job.width, *job.height, job.total_images(), job.vae_scale_factor);
+  // Size and memory before anything is loaded: the size the run will have (given, else the first
+  // reference image's as the klein pipeline crops it, else the pipelines' default 128 x factor),
+  // its activations plus the weights resident at the same time.
+  job.resident_weight_bytes = pipelines::pipeline_weight_bytes(job.model.path, job.dtype, job.transformer_file)
+                                  .peak(job.low_memory);
+  const int multiple = 2 * job.vae_scale_factor;
+  int width = 128 * job.vae_scale_factor, height = width;
+  if (!job.reference_images.empty()) {
+    const io::Image& first = job.reference_images.front();
+    width = first.width;
+    height = first.height;
+    if (static_cast<int64_t>(width) * height > pipelines::kReferenceTargetArea)
+      pipelines::reference_target_size(first.width, first.height, pipelines::kReferenceTargetArea, &width, &height);
+    width = std::max(width / multiple * multiple, multiple);
+    height = std::max(height / multiple * multiple, multiple);
+  }
+  width = job.width.value_or(width);
+  height = job.height.value_or(height);
+  const pipelines::MemoryCheck memory{job.resident_weight_bytes, in.ram_limit_bytes};
+  if (job.model.pipeline_class == "FluxPipeline" || job.model.pipeline_class == "FluxImg2ImgPipeline")
+    pipelines::Flux1Pipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
+  else
+    pipelines::Flux2KleinPipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
   try {
-    const io::VariantInfo v = io::detect_variant(job.model);
+    const io::VariantInfo v = io::detect_variant(job.transformer_file.empty() ? job.model : given);
     job.variant = v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
   } catch (const Error&) {
     job.variant = job.model.pipeline_class;  // detection is informational; the load validates for real

@@ -32,11 +32,19 @@ struct GenerateInputs {
   std::optional<std::string> prompt;        // --prompt
   std::optional<std::string> prompts_file;  // --prompts-file
   std::vector<std::string> reference_paths; // --image
+  // --components: with --model FILE (a single transformer checkpoint), the diffusers pipeline
+  // folder or hub repo id that supplies the text encoder(s), tokenizer(s), VAE and scheduler.
+  std::optional<std::string> components;
+  // The RAM the size check compares against; 0: the machine's physical RAM (tests set a small one).
+  size_t ram_limit_bytes = 0;
 };
 
 // A fully resolved, validated job.
 struct GenerateJob {
+  // The diffusers pipeline folder the components come from (with --model FILE: --components or the
+  // folder found next to the file; its own transformer/ is then not used).
   io::ResolvedModel model;
+  std::string transformer_file;  // --model FILE: the transformer checkpoint (PipelineOptions::transformer_file)
   std::string model_label;  // as given (path or repo id), or the bundled demo's path
   std::string variant;      // e.g. "FLUX.2-klein-4B (distilled)"
   std::string preset_file;  // the preset used, "" for none
@@ -46,6 +54,9 @@ struct GenerateJob {
   int images_per_prompt = 1;
   std::optional<int> width, height;  // unset: the first reference image's, else the model's
   int vae_scale_factor = 8;          // the model's VAE (sizes are multiples of twice this)
+  // Weights resident at once while generating (all components; --low-memory: the largest), from
+  // the checkpoint headers; the size check adds them to the activations.
+  size_t resident_weight_bytes = 0;
   std::optional<int> steps;
   std::optional<float> guidance;
   std::optional<int> max_sequence_length;
@@ -76,8 +87,17 @@ GenerateJob resolve_generate_job(const GenerateInputs& inputs);
 int vae_scale_factor_of(const io::ResolvedModel& model);
 
 // Checks that `model` is a complete diffusers Flux2KleinPipeline folder (transformer, text encoder,
-// VAE weights, a Qwen tokenizer, scheduler config); NotFound / Unsupported naming what is missing.
-void check_klein_pipeline_folder(const io::ResolvedModel& model);
+// VAE weights, a Qwen tokenizer, scheduler config) or FluxPipeline folder; NotFound / Unsupported
+// naming what is missing. With `transformer_from_file` its transformer/ is not needed.
+void check_klein_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file = false);
+
+// --model FILE: the pipeline folder that supplies the other components. `components` (a folder or
+// hub repo id) when given; else the nearest folder with a model_index.json holding the file (the
+// file's own folder, as in a hub repo whose root keeps the single file next to model_index.json,
+// or the one above, for a file inside transformer/). NotFound saying to pass --components
+// otherwise; the pipeline class must be the file's family (Unsupported naming both).
+io::ResolvedModel find_components_folder(const io::ResolvedModel& transformer_file,
+                                         const std::optional<std::string>& components);
 
 // The bundled demo model (models/demo in the source tree, or <prefix>/share/fluxrt/models/demo) and
 // a Qwen3 tokenizer folder for synthetic runs; NotFound saying where it looked.

@@ -173,6 +173,25 @@ TEST(Flux1PipelineTiny, DefaultsPerVariant) {
   EXPECT_FALSE(schnell->transformer_config().guidance);
 }
 
+// diffusers' vae_scale_factor = 2 ** (len(block_out_channels) - 1): the released VAE gives 8, a
+// 3-level VAE 4; the latent grid, token count, size multiple and default size follow it.
+TEST(Flux1PipelineTiny, VaeScaleFactorSetsTheLatentGrid) {
+  EXPECT_EQ(Flux1Pipeline::load(kSchnell, f32_options())->vae_scale_factor(), 8);
+  EXPECT_EQ(Flux1Pipeline::load(kSchnell, f32_options())->defaults().width, 1024);
+  EXPECT_EQ(flux1_noise_shape(1, 64, 72, 16, 4), (Shape{1, 16, 16, 18}));
+  EXPECT_EQ(flux1_noise_shape(1, 64, 80), (Shape{1, 16, 8, 10}));
+  EXPECT_EQ(packed_image_seq_len(64, 72, 4), 8 * 9);
+  EXPECT_EQ(packed_image_seq_len(64, 80), 4 * 5);
+  EXPECT_NO_THROW(Flux1Pipeline::validate_size(72, 56, 1, 4));
+  try {
+    Flux1Pipeline::validate_size(72, 56, 1);
+    ADD_FAILURE() << "72x56 accepted with the 8x VAE";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("multiples of 16"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Flux1PipelineTiny, LoadingModesGiveTheSameImageAndRecordSpans) {
   const GenerateRequest req = small_request();
   Profiler prof_parallel, prof_low;
@@ -260,6 +279,9 @@ TEST(Flux1PipelineTiny, BadRequestsAreOneLineErrors) {
   r = small_request();
   r.init_image = io::Image{32, 48, 3, std::vector<uint8_t>(32 * 48 * 3, 0)};
   r.strength = 2.0f;
+  expect_error(r, ErrorCode::InvalidArgument);
+  r = small_request();
+  r.strength = 0.5f;  // img2img's field without an init image: refused, not dropped
   expect_error(r, ErrorCode::InvalidArgument);
   r = small_request();
   r.prompts = {std::string("\xff\xfe bad utf8")};

@@ -3,6 +3,7 @@
 // whole runs against diffusers is test_klein_pipeline_golden.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include "core/timer.h"
 #include "io/image.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein_components.h"
+#include "pipelines/memory_estimate.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "support/compare.h"
@@ -188,6 +191,66 @@ TEST(KleinPipeline, InvalidSizesAreOneLineErrors) {
   r = tiny_request({"x"}, 1);
   r.initial_latents = Tensor::zeros({1, 128, 3, 4}, DType::F32);
   expect_one_line_error([&] { shared_pipeline().generate(r); }, ErrorCode::InvalidArgument);
+}
+
+// FLUX.1-only request fields are refused by name, never silently ignored.
+TEST(KleinPipeline, Flux1OnlyFieldsAreOneLineErrors) {
+  auto expect_named = [](const GenerateRequest& r, const char* field) {
+    try {
+      shared_pipeline().generate(r);
+      ADD_FAILURE() << field << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  GenerateRequest r = tiny_request({"x"}, 1);
+  r.init_image = io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 0)};
+  expect_named(r, "init_image");
+  r = tiny_request({"x"}, 1);
+  r.strength = 0.6f;
+  expect_named(r, "strength");
+  r = tiny_request({"x"}, 1);
+  r.true_cfg_scale = 1.0f;  // even the "off" value: the field itself is FLUX.1's
+  expect_named(r, "true_cfg_scale");
+}
+
+// The size check counts the weights resident next to the activations: all components normally,
+// the largest one in low-memory mode; a small RAM limit makes an otherwise fine size fail up front.
+TEST(KleinPipeline, MemoryCheckCountsResidentWeights) {
+  const ResidentWeights bf16 = pipeline_weight_bytes(kTinyModel, DType::BF16);
+  const ResidentWeights f32 = pipeline_weight_bytes(kTinyModel, DType::F32);
+  EXPECT_GT(bf16.transformer, 0u);
+  EXPECT_GT(bf16.text_encoders, 0u);
+  EXPECT_GT(bf16.vae, 0u);
+  EXPECT_EQ(f32.transformer, 2 * bf16.transformer);
+  EXPECT_EQ(bf16.peak(false), bf16.transformer + bf16.text_encoders + bf16.vae);
+  EXPECT_EQ(bf16.peak(true), std::max({bf16.transformer, bf16.text_encoders, bf16.vae}));
+  EXPECT_EQ(shared_pipeline().resident_weights().transformer, f32.transformer);
+  // The tiny transformer file alone counts the same as the folder's (same tensors).
+  EXPECT_EQ(pipeline_weight_bytes(kTinyModel, DType::F32, kTinyModel.parent_path() / "flux2-klein-tiny-bfl.safetensors")
+                .transformer,
+            f32.transformer);
+
+  const size_t gib = size_t{1} << 30;
+  EXPECT_NO_THROW(Flux2KleinPipeline::validate_size(64, 64, 1, 8, MemoryCheck{gib, 2 * gib}));
+  try {
+    Flux2KleinPipeline::validate_size(64, 64, 1, 8, MemoryCheck{3 * gib, 2 * gib});  // weights alone too big
+    ADD_FAILURE() << "3 GiB of weights fit in 2 GiB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::OutOfMemory);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("3.00 GiB of resident weights"), std::string::npos) << m;
+    EXPECT_NE(m.find("2.00 GiB of RAM"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // Activations that fit alone but not next to the weights.
+  const size_t activations_1024 = estimate_generate_bytes(1024, 1024, 1, models::flux2_preset("flux.2-klein-4b"), 8);
+  EXPECT_NO_THROW(Flux2KleinPipeline::validate_size(1024, 1024, 1, 8, MemoryCheck{0, activations_1024 + 1}));
+  expect_one_line_error(
+      [&] { Flux2KleinPipeline::validate_size(1024, 1024, 1, 8, MemoryCheck{2, activations_1024 + 1}); },
+      ErrorCode::OutOfMemory);
 }
 
 TEST(KleinPipeline, MissingFolderOrTokenizerIsOneLineError) {

@@ -1,0 +1,62 @@
+// Weight and RAM figures for the size checks (see memory_estimate.h).
+#include "pipelines/memory_estimate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <system_error>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace fluxrt::pipelines {
+namespace fs = std::filesystem;
+
+size_t checkpoint_weight_bytes(const fs::path& weights, DType dtype) {
+  std::error_code ec;
+  if (weights.empty() || !fs::exists(weights, ec)) return 0;
+  const io::Checkpoint checkpoint = io::Checkpoint::open(weights.string());
+  const std::vector<std::string> names = checkpoint.names();
+  // ComfyUI all-in-one files: the loaders read only the transformer's tensors.
+  const std::string comfy = "model.diffusion_model.";
+  const bool mixed = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
+  const size_t element = dtype == DType::F32 ? 4 : 2;
+  size_t bytes = 0;
+  for (const std::string& name : names) {
+    if (mixed && name.rfind(comfy, 0) != 0) continue;
+    const io::TensorInfo& info = checkpoint.info(name);
+    // Small f32 tensors (norm scales, biases) may stay f32 in a bf16 run; they are a rounding error here.
+    bytes += static_cast<size_t>(info.numel()) * element;
+  }
+  return bytes;
+}
+
+size_t ResidentWeights::peak(bool low_memory) const {
+  return low_memory ? std::max({transformer, text_encoders, vae}) : transformer + text_encoders + vae;
+}
+
+ResidentWeights pipeline_weight_bytes(const fs::path& root, DType dtype, const fs::path& transformer_file) {
+  ResidentWeights w;
+  w.transformer = checkpoint_weight_bytes(transformer_file.empty() ? root / "transformer" : transformer_file, dtype);
+  w.text_encoders = checkpoint_weight_bytes(root / "text_encoder", dtype) + checkpoint_weight_bytes(root / "text_encoder_2", dtype);
+  w.vae = checkpoint_weight_bytes(root / "vae", dtype);
+  return w;
+}
+
+size_t physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+void check_fits_in_memory(size_t activation_bytes, const MemoryCheck& check, const std::string& what) {
+  const size_t ram = check.ram_bytes != 0 ? check.ram_bytes : physical_ram_bytes();
+  const size_t need = activation_bytes + check.weight_bytes;
+  constexpr double kGiB = 1073741824.0;
+  FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
+               "{}: needs about {:.2f} GiB ({:.2f} GiB of resident weights + {:.2f} GiB of activations), more than "
+               "the {:.2f} GiB of RAM",
+               what, need / kGiB, check.weight_bytes / kGiB, activation_bytes / kGiB, ram / kGiB);
+}
+
+}  // namespace fluxrt::pipelines

@@ -1,0 +1,50 @@
+#pragma once
+// What a generate call must fit in memory, known before anything is loaded: the weights that are
+// resident together (read from the checkpoint headers only) and the machine's RAM. The pipelines'
+// validate_size adds their activation estimate and refuses a size or batch that cannot fit.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace fluxrt::pipelines {
+
+// Bytes one component's weights occupy once loaded for a run in `dtype`: every tensor of the
+// checkpoint at `weights` (a .safetensors file, a sharded index, or a folder holding either) at
+// the element size the loaders keep (f32 runs: 4 bytes; bf16 runs: 2, fp8 and f32 files are
+// converted to bf16). A ComfyUI all-in-one file counts only its model.diffusion_model.* tensors.
+// 0 when `weights` is empty or does not exist; Format when a header is unreadable.
+size_t checkpoint_weight_bytes(const std::filesystem::path& weights, DType dtype);
+
+// Weight bytes of a pipeline's large components.
+struct ResidentWeights {
+  size_t transformer = 0;
+  size_t text_encoders = 0;  // klein: Qwen3; FLUX.1: CLIP-L + T5-XXL (loaded and freed together)
+  size_t vae = 0;
+
+  // All three stay resident normally; in low-memory mode one component is resident at a time, so
+  // the largest bounds the peak.
+  size_t peak(bool low_memory) const;
+};
+
+// The components of a diffusers pipeline folder (transformer/, text_encoder/, text_encoder_2/,
+// vae/), with `transformer_file` (a single checkpoint) counted instead of transformer/ when given.
+ResidentWeights pipeline_weight_bytes(const std::filesystem::path& root, DType dtype,
+                                      const std::filesystem::path& transformer_file = {});
+
+// What the size checks compare against.
+struct MemoryCheck {
+  size_t weight_bytes = 0;  // weights resident while the activations live (ResidentWeights::peak)
+  size_t ram_bytes = 0;     // 0: the machine's physical RAM (tests inject a small limit)
+};
+
+// The machine's physical RAM in bytes (0 when unknown: the check is then skipped).
+size_t physical_ram_bytes();
+
+// OutOfMemory (one line) when activations + check.weight_bytes exceed the RAM limit, saying the
+// bytes needed (split into weights and activations) and available. `what` names the request
+// ("image size 1024x1024 x 4").
+void check_fits_in_memory(size_t activation_bytes, const MemoryCheck& check, const std::string& what);
+
+}  // namespace fluxrt::pipelines

@@ -1,0 +1,186 @@
+// `fluxrt generate --model FILE`: a single transformer checkpoint (BFL / ComfyUI / diffusers names)
+// with the other components from a diffusers pipeline folder of the same family, given with
+// --components or found next to the file. The image must equal the one the folder renders with its
+// own transformer/ (the tiny klein BFL file holds the same weights as the tiny klein folder).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "runtime/generate_job.h"
+
+namespace fs = std::filesystem;
+namespace rt = fluxrt::runtime;
+namespace pl = fluxrt::pipelines;
+using fluxrt::DType;
+using fluxrt::Error;
+using fluxrt::ErrorCode;
+
+namespace {
+
+const fs::path kModels = fs::path(FLUXRT_TEST_DATA_DIR) / "models";
+const fs::path kKleinFolder = kModels / "flux2-klein-tiny";
+const fs::path kKleinBflFile = kModels / "flux2-klein-tiny-bfl.safetensors";  // same weights, BFL names
+const fs::path kSchnellFolder = kModels / "flux1-schnell-tiny";
+// Another tiny schnell transformer (other widths): a FLUX.1 file that does not fit the folder.
+const fs::path kOtherSchnellBflFile = kModels / "flux1-schnell-tiny-bfl.safetensors";
+
+class SingleFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    tmp_ = fs::temp_directory_path() / (std::string("fluxrt_single_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+  rt::GenerateInputs inputs(const fs::path& model) const {
+    rt::GenerateInputs in;
+    in.flags.model = model.string();
+    in.flags.width = 64;
+    in.flags.height = 64;
+    in.flags.steps = 2;
+    in.flags.seed = 7;
+    in.flags.dtype = "f32";
+    in.flags.max_sequence_length = 16;
+    in.flags.out_dir = (tmp_ / "out").string();
+    in.prompt = "a red circle";
+    return in;
+  }
+  static std::string error_of(const rt::GenerateInputs& in) {
+    try {
+      rt::resolve_generate_job(in);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  // A hub-style repo root: the pipeline's components (links) next to a single transformer file.
+  fs::path repo_with_file(const fs::path& folder, const fs::path& file) const {
+    const fs::path repo = tmp_ / "repo";
+    fs::create_directories(repo);
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      if (entry.path().filename() == "transformer") continue;  // only the single file holds it
+      fs::create_symlink(fs::absolute(entry.path()), repo / entry.path().filename());
+    }
+    fs::create_symlink(fs::absolute(file), repo / file.filename());
+    return repo / file.filename();
+  }
+  fs::path tmp_;
+};
+
+pl::PipelineOptions f32_options(const std::string& transformer_file = "") {
+  pl::PipelineOptions o;
+  o.dtype = DType::F32;
+  o.transformer_file = transformer_file;
+  return o;
+}
+
+void expect_same_images(const pl::GenerateResult& a, const pl::GenerateResult& b) {
+  ASSERT_EQ(a.images.size(), b.images.size());
+  for (size_t i = 0; i < a.images.size(); ++i) {
+    EXPECT_EQ(a.images[i].width, b.images[i].width);
+    EXPECT_EQ(a.images[i].height, b.images[i].height);
+    EXPECT_TRUE(a.images[i].pixels == b.images[i].pixels) << "image " << i << " differs";
+  }
+}
+
+TEST_F(SingleFile, KleinBflFileRendersTheFolderImage) {
+  rt::GenerateInputs in = inputs(kKleinBflFile);
+  in.components = kKleinFolder.string();
+  const rt::GenerateJob job = rt::resolve_generate_job(in);
+  EXPECT_EQ(job.transformer_file, kKleinBflFile.string());
+  EXPECT_EQ(fs::path(job.model.path), kKleinFolder);
+  EXPECT_EQ(job.model.pipeline_class, "Flux2KleinPipeline");
+  EXPECT_EQ(job.model_label, kKleinBflFile.string());
+
+  const pl::GenerateRequest request = rt::make_generate_request(job);
+  for (bool low_memory : {false, true}) {
+    SCOPED_TRACE(low_memory ? "low memory" : "resident");
+    pl::PipelineOptions file_options = f32_options(job.transformer_file);
+    file_options.low_memory = low_memory;
+    const auto from_file = pl::Flux2KleinPipeline::load(job.model.path, file_options);
+    const auto from_folder = pl::Flux2KleinPipeline::load(kKleinFolder, f32_options());
+    EXPECT_EQ(from_file->transformer_config().hidden, from_folder->transformer_config().hidden);
+    expect_same_images(from_file->generate(request), from_folder->generate(request));
+  }
+}
+
+TEST_F(SingleFile, FileNextToModelIndexFindsItsComponents) {
+  const fs::path file = repo_with_file(kKleinFolder, kKleinBflFile);
+  const rt::GenerateJob job = rt::resolve_generate_job(inputs(file));  // no --components
+  EXPECT_EQ(job.transformer_file, file.string());
+  EXPECT_EQ(fs::path(job.model.path), file.parent_path());
+  const pl::GenerateRequest request = rt::make_generate_request(job);
+  const auto from_file = pl::Flux2KleinPipeline::load(job.model.path, f32_options(job.transformer_file));
+  const auto from_folder = pl::Flux2KleinPipeline::load(kKleinFolder, f32_options());
+  expect_same_images(from_file->generate(request), from_folder->generate(request));
+}
+
+TEST_F(SingleFile, Flux1FileRendersTheFolderImage) {
+  // The folder's own weights as a lone diffusers-named file (no config.json beside it): the
+  // config is detected from the tensors.
+  const fs::path file = tmp_ / "flux1-schnell-tiny.safetensors";
+  fs::copy_file(kSchnellFolder / "transformer" / "diffusion_pytorch_model.safetensors", file);
+  rt::GenerateInputs in = inputs(file);
+  in.components = kSchnellFolder.string();
+  const rt::GenerateJob job = rt::resolve_generate_job(in);
+  EXPECT_EQ(job.model.pipeline_class, "FluxPipeline");
+  EXPECT_EQ(job.transformer_file, file.string());
+  const pl::GenerateRequest request = rt::make_generate_request(job);
+  const auto from_file = pl::Flux1Pipeline::load(job.model.path, f32_options(job.transformer_file));
+  const auto from_folder = pl::Flux1Pipeline::load(kSchnellFolder, f32_options());
+  EXPECT_FALSE(from_file->transformer_config().guidance);
+  expect_same_images(from_file->generate(request), from_folder->generate(request));
+}
+
+TEST_F(SingleFile, OneLineErrors) {
+  // A lone file with nothing beside it: say what to pass.
+  const fs::path lone = tmp_ / "lone" / kKleinBflFile.filename();
+  fs::create_directories(lone.parent_path());
+  fs::create_symlink(fs::absolute(kKleinBflFile), lone);
+  std::string e = error_of(inputs(lone));
+  EXPECT_NE(e.find("--components"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+
+  // The wrong family: a FLUX.2 klein file with FLUX.1 components, and the reverse.
+  rt::GenerateInputs in = inputs(kKleinBflFile);
+  in.components = kSchnellFolder.string();
+  e = error_of(in);
+  EXPECT_NE(e.find("FluxPipeline"), std::string::npos) << e;
+  in = inputs(kOtherSchnellBflFile);
+  in.components = kKleinFolder.string();
+  e = error_of(in);
+  EXPECT_NE(e.find("Flux2KleinPipeline"), std::string::npos) << e;
+
+  // --components that is not a pipeline folder.
+  in = inputs(kKleinBflFile);
+  in.components = (tmp_ / "nowhere").string();
+  e = error_of(in);
+  EXPECT_NE(e.find("nowhere"), std::string::npos) << e;
+
+  // --components with a folder --model: nothing to combine.
+  in = inputs(kKleinFolder);
+  in.components = kKleinFolder.string();
+  e = error_of(in);
+  EXPECT_NE(e.find("--components"), std::string::npos) << e;
+
+  // Same family, other widths: refused when the pipeline reads the folder, before any weight.
+  try {
+    pl::Flux1Pipeline::load(kSchnellFolder, f32_options(kOtherSchnellBflFile.string()));
+    ADD_FAILURE() << "a transformer of other widths was accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::Unsupported) << err.what();
+    EXPECT_EQ(std::string(err.what()).find('\n'), std::string::npos);
+  }
+}
+
+}  // namespace
