@@ -5,6 +5,7 @@
 // the module-golden bf16 bound.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -151,6 +152,21 @@ TEST(T5Encoder, PositionBiasIsTheBucketRowPerHead) {
     for (int64_t i : {0, 7, 100, 199})
       for (int64_t j : {0, 3, 100, 150, 199})
         EXPECT_EQ(b[(h * 200 + i) * 200 + j], t[t5_relative_position_bucket(j - i, 32, 128) * 4 + h]);
+}
+
+// Built once per length and reused (every forward at that length, copies of the encoder too); a
+// few lengths are kept, and one rebuilt after eviction holds the same values.
+TEST(T5Encoder, PositionBiasIsCachedPerLength) {
+  const T5Encoder e = T5Encoder::load(kModel, opts(DType::F32));
+  const Tensor first = e.position_bias(64);
+  EXPECT_EQ(e.position_bias(64).raw_data(), first.raw_data());
+  const T5Encoder copy = e;
+  EXPECT_EQ(copy.position_bias(64).raw_data(), first.raw_data());
+  EXPECT_NE(e.position_bias(65).raw_data(), first.raw_data());
+  for (int64_t length : {1, 2, 3, 4, 5}) EXPECT_EQ(e.position_bias(length).shape(), Shape({1, 4, length, length}));
+  const Tensor rebuilt = e.position_bias(64);  // evicted by the five lengths above
+  ASSERT_EQ(rebuilt.shape(), first.shape());
+  EXPECT_EQ(std::memcmp(rebuilt.raw_data(), first.raw_data(), first.nbytes()), 0);
 }
 
 TEST(T5Encoder, PipelinePromptsAt512) { check_case("pipeline_L512"); }

@@ -159,19 +159,34 @@ void T5Encoder::bind(const TensorStore& store) {
     Tensor w = binder.require(name, {n, k}, wdtype);
     return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
   };
+  // Several [n, k] weights stacked by rows into one linear (a copy: the mapping's tensors are
+  // separate). Every name is required first, so the binder reports all problems at once.
+  auto fused = [&](const std::vector<std::string>& names, int64_t n, int64_t k)
+      -> std::shared_ptr<backend::PreparedLinear> {
+    std::vector<Tensor> parts;
+    for (const std::string& name : names) parts.push_back(binder.require(name, {n, k}, wdtype));
+    for (const Tensor& w : parts)
+      if (!w.defined()) return nullptr;
+    const int64_t rows = n * static_cast<int64_t>(parts.size());
+    Tensor stacked = Tensor::empty({rows, k}, parts[0].dtype());  // [parts * n, k]
+    for (size_t i = 0; i < parts.size(); ++i) stacked.narrow(0, static_cast<int64_t>(i) * n, n).copy_from(parts[i]);
+    auto p = ops::prepare_linear(stacked, Tensor(), options_.device);
+    // The CPU backends keep their own packed / reordered copy: drop the stacked one (a zero-memory
+    // stand-in of the same shape) so those weights are not resident twice.
+    if (options_.device.is_cpu()) p->weight = Tensor::zeros({1, 1}, stacked.dtype()).expand({rows, k});
+    return p;
+  };
   layers_.clear();
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
     Layer& L = layers_[static_cast<size_t>(i)];
     L.attn_norm = binder.require(p + "0.layer_norm.weight", {D}, wdtype);
-    L.q = lin(p + "0.SelfAttention.q.weight", inner, D);
-    L.k = lin(p + "0.SelfAttention.k.weight", inner, D);
-    L.v = lin(p + "0.SelfAttention.v.weight", inner, D);
+    L.qkv = fused({p + "0.SelfAttention.q.weight", p + "0.SelfAttention.k.weight", p + "0.SelfAttention.v.weight"},
+                  inner, D);
     L.o = lin(p + "0.SelfAttention.o.weight", D, inner);
     L.ff_norm = binder.require(p + "1.layer_norm.weight", {D}, wdtype);
-    L.wi_0 = lin(p + "1.DenseReluDense.wi_0.weight", F, D);
-    L.wi_1 = lin(p + "1.DenseReluDense.wi_1.weight", F, D);
+    L.wi = fused({p + "1.DenseReluDense.wi_0.weight", p + "1.DenseReluDense.wi_1.weight"}, F, D);
     L.wo = lin(p + "1.DenseReluDense.wo.weight", D, F);
   }
   // Only block 0 owns the relative position bias; the others reuse what it computes.
@@ -216,19 +231,36 @@ T5Encoder T5Encoder::synthetic(const T5Config& config, const T5EncoderOptions& o
   e.layers_.resize(static_cast<size_t>(c.num_layers));
   for (Layer& L : e.layers_) {
     L.attn_norm = norm(D);
-    L.q = lin(inner, D);
-    L.k = lin(inner, D);
-    L.v = lin(inner, D);
+    L.qkv = lin(3 * inner, D);  // q, k, v stacked as bind() fuses them
     L.o = lin(D, inner);
     L.ff_norm = norm(D);
-    L.wi_0 = lin(F, D);
-    L.wi_1 = lin(F, D);
+    L.wi = lin(2 * F, D);  // wi_0, wi_1
     L.wo = lin(D, F);
   }
   return e;
 }
 
 Tensor T5Encoder::position_bias(int64_t length) const {
+  constexpr size_t kCachedLengths = 4;
+  PositionBiasCache& cache = *bias_cache_;
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto& recent = cache.recent;
+  if (auto it = cache.by_length.find(length); it != cache.by_length.end()) {
+    recent.erase(std::find(recent.begin(), recent.end(), length));
+    recent.push_back(length);
+    return it->second;
+  }
+  Tensor bias = build_position_bias(length);
+  if (recent.size() == kCachedLengths) {
+    cache.by_length.erase(recent.front());
+    recent.erase(recent.begin());
+  }
+  cache.by_length.emplace(length, bias);
+  recent.push_back(length);
+  return bias;
+}
+
+Tensor T5Encoder::build_position_bias(int64_t length) const {
   const T5Config& c = config_;
   const int64_t H = c.num_heads;
   // T5Attention.compute_bias: bucket(key - query) -> embedding row -> [1, H, Lq, Lk].
@@ -259,22 +291,22 @@ Tensor T5Encoder::forward(const Tensor& input_ids) const {
 
   ops::AttentionOptions attn;
   attn.scale = 1.0f;                  // T5 folds the 1/sqrt(d_kv) into its initialisation
-  attn.bias = position_bias(Lseq);    // [1, H, L, L], computed once, used by every block
+  attn.bias = position_bias(Lseq);    // [1, H, L, L], cached per length, used by every block
 
   // T5Stack.embed_tokens (= shared)
   Tensor x = ops::embedding(shared_, input_ids, dt);  // [B, L, D]
   for (const Layer& L : layers_) {
     // T5LayerSelfAttention: x = x + o(attention(T5LayerNorm(x)))
     Tensor h = ops::t5_rms_norm(x, L.attn_norm, c.layer_norm_epsilon);  // [B, L, D]
-    Tensor q = ops::linear(h, *L.q).view({B, Lseq, H, Dkv});            // [B, L, H, Dkv]
-    Tensor k = ops::linear(h, *L.k).view({B, Lseq, H, Dkv});            // [B, L, H, Dkv]
-    Tensor v = ops::linear(h, *L.v).view({B, Lseq, H, Dkv});            // [B, L, H, Dkv]
-    Tensor a = ops::attention(q, k, v, attn).view({B, Lseq, H * Dkv});  // [B, L, H*Dkv]
-    ops::add_(x, ops::linear(a, *L.o));                                 // [B, L, D]
+    const Tensor qkv = ops::linear(h, *L.qkv).view({B, Lseq, 3, H, Dkv});  // [B, L, 3, H, Dkv]
+    Tensor a = ops::attention(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), attn)
+                   .view({B, Lseq, H * Dkv});                                  // [B, L, H*Dkv]
+    ops::add_(x, ops::linear(a, *L.o));                                        // [B, L, D]
     // T5LayerFF with T5DenseGatedActDense: x = x + wo(gelu_tanh(wi_0 h) * wi_1 h)
-    h = ops::t5_rms_norm(x, L.ff_norm, c.layer_norm_epsilon);                          // [B, L, D]
-    Tensor m = ops::gated_gelu(ops::linear(h, *L.wi_0), ops::linear(h, *L.wi_1));      // [B, L, F]
-    ops::add_(x, ops::linear(m, *L.wo));                                               // [B, L, D]
+    h = ops::t5_rms_norm(x, L.ff_norm, c.layer_norm_epsilon);                  // [B, L, D]
+    const Tensor wi = ops::linear(h, *L.wi);                                   // [B, L, 2F]
+    Tensor m = ops::gated_gelu(wi.narrow(2, 0, c.d_ff), wi.narrow(2, c.d_ff, c.d_ff));  // [B, L, F]
+    ops::add_(x, ops::linear(m, *L.wo));                                       // [B, L, D]
   }
   return ops::t5_rms_norm(x, final_norm_, c.layer_norm_epsilon);  // [B, L, D]
 }
@@ -293,7 +325,7 @@ double T5Encoder::flops(int64_t batch, int64_t length) const {
 size_t T5Encoder::weight_bytes() const {
   size_t total = (shared_.defined() ? shared_.nbytes() : 0) + (final_norm_.defined() ? final_norm_.nbytes() : 0);
   for (const Layer& L : layers_) {
-    for (const auto* p : {&L.q, &L.k, &L.v, &L.o, &L.wi_0, &L.wi_1, &L.wo})
+    for (const auto* p : {&L.qkv, &L.o, &L.wi, &L.wo})
       if (*p) total += (*p)->weight.nbytes();
     total += L.attn_norm.nbytes() + L.ff_norm.nbytes();
   }

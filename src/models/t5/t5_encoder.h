@@ -11,7 +11,9 @@
 // f32 the stream is plain, as here (float16 activations are not offered: T5 v1.1 overflows them).
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -64,7 +66,9 @@ class T5Encoder {
 
   // input_ids [B, L] (i32/i64, ids < vocab_size) -> last_hidden_state [B, L, d_model] in options.dtype.
   Tensor forward(const Tensor& input_ids) const;
-  // The position bias block 0 computes: [1, heads, L, L] f32 (exposed for tests).
+  // The position bias block 0 computes: [1, heads, L, L] f32 (exposed for tests). Built once per
+  // length and cached (it depends on nothing else): 64 MiB for T5-XXL at 512 tokens, so only the
+  // last few lengths are kept.
   Tensor position_bias(int64_t length) const;
 
   const T5Config& config() const { return config_; }
@@ -74,9 +78,12 @@ class T5Encoder {
   size_t weight_bytes() const;
 
  private:
+  // q, k, v are fused into one [3 inner, d_model] linear and wi_0, wi_1 into one [2 d_ff, d_model]
+  // at load (rows stacked in that order): one GEMM reads the normed activations instead of three
+  // (two); the outputs are used as strided views.
   struct Layer {
     Tensor attn_norm, ff_norm;  // [d_model]
-    std::shared_ptr<backend::PreparedLinear> q, k, v, o, wi_0, wi_1, wo;
+    std::shared_ptr<backend::PreparedLinear> qkv, o, wi, wo;
   };
   T5Encoder(T5Config config, T5EncoderOptions options);
   static void validate(const T5Config& config, const T5EncoderOptions& options);
@@ -86,6 +93,15 @@ class T5Encoder {
   T5EncoderOptions options_;
   Tensor shared_;                // [V, d_model], checkpoint dtype (the lookup converts rows)
   Tensor relative_bias_;         // [buckets, heads] f32
+  // position_bias() results by length, shared by copies of the encoder (same weights). Behind a
+  // pointer so the encoder stays movable; the mutex makes concurrent forwards safe.
+  struct PositionBiasCache {
+    std::mutex mutex;
+    std::map<int64_t, Tensor> by_length;
+    std::vector<int64_t> recent;  // least recently used first
+  };
+  std::shared_ptr<PositionBiasCache> bias_cache_ = std::make_shared<PositionBiasCache>();
+  Tensor build_position_bias(int64_t length) const;
   Tensor final_norm_;            // [d_model]
   std::vector<Layer> layers_;
 };
