@@ -124,22 +124,30 @@ void AdaLnImpl(const AdaLnArgs& args) {
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
     parallel_for(B * L, B * L * D, [&](int64_t r) {
-      thread_local std::vector<float> a;
-      a.resize(static_cast<size_t>(D));
       const T* x = xp + xi.offset(r);
       const int64_t b = r / L;
       float mean, var;
       RowMoments(x, D, &mean, &var);
       const float inv_std = 1.0f / std::sqrt(var + args.eps);
-      // a = inv_std * (1 + scale): per row, f32, L1-resident.
+      // y = (x - mean) * a + shift with a = inv_std * (1 + scale) formed in registers: a per-row
+      // `a` array would add a store and a load per element and push a 4096-wide row (x, a,
+      // scale, shift) out of L1. Same roundings as materialising a.
       const DF df;
       const int64_t N = static_cast<int64_t>(hn::Lanes(df));
       const float* s1 = scale1.data() + b * D;
-      const VF vi = hn::Set(df, inv_std);
+      const float* sh = shift.data() + b * D;
+      T* y = yp + yi.offset(r);
+      const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
       int64_t i = 0;
-      for (; i + N <= D; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, s1 + i), vi), df, a.data() + i);
-      for (; i < D; ++i) a[i] = s1[i] * inv_std;
-      RowAffine(x, yp + yi.offset(r), D, mean, a.data(), shift.data() + b * D);
+      for (; i + N <= D; i += N) {
+        const VF a = hn::Mul(hn::LoadU(df, s1 + i), vi);
+        StoreF(df, hn::MulAdd(hn::Sub(LoadF(df, x + i), vm), a, hn::LoadU(df, sh + i)), y + i);
+      }
+      if (i < D) {
+        const size_t n = static_cast<size_t>(D - i);
+        const VF a = hn::Mul(LoadFN(df, s1 + i, n), vi);
+        StoreFN(df, hn::MulAdd(hn::Sub(LoadFN(df, x + i, n), vm), a, LoadFN(df, sh + i, n)), y + i, n);
+      }
     });
   });
 }
