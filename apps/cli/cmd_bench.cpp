@@ -46,6 +46,12 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");
   cmd->add_flag("--synthetic", options.synthetic, "pipeline: random weights of the variant's real shapes (no files)");
   cmd->add_flag("--warmup", options.warmup, "pipeline: run the request once untimed first");
+  cmd->add_option("--tiling", options.tiling,
+                  "vae: auto (tiles when the untiled pass would exceed half the available memory), on or off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--tile-size", options.tile_size,
+                  "vae: tile edge in pixels, a multiple of 16, at least 64 (default 512; overlap a quarter of it)");
   return cmd;
 }
 
@@ -66,6 +72,8 @@ int run_bench(const BenchOptions& options) {
   request.json_path = options.json_path;
   request.synthetic = options.synthetic;
   request.warmup = options.warmup;
+  request.vae_tiling = options.tiling;
+  request.vae_tile_pixels = options.tile_size;
   if (options.component == "pipeline") return runtime::bench_pipeline(request);
   if (options.component == "transformer") return runtime::bench_transformer(request);
   if (options.component == "text-encoder") return runtime::bench_text_encoder(request);

@@ -28,6 +28,8 @@ struct BenchOptions {
   std::string json_path;
   bool synthetic = false;  // pipeline: random weights of the real shapes
   bool warmup = false;     // pipeline: one untimed request first
+  std::string tiling = "auto";  // vae: auto, on or off
+  int tile_size = 0;            // vae: tile edge in pixels (0: default)
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error

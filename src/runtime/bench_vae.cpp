@@ -2,8 +2,12 @@
 // real shapes (random, never zeros; no files needed). Times the pipeline-level decode
 // (BN de-normalisation, unpatchify, post_quant_conv + decoder) and encode (encoder, mode,
 // patchify, BN normalisation) at the requested size, and prints ms, GFLOP/s (convolutions and
-// mid-block attention), the ratio to the GEMM peak measured in the same run, whether the pass was
-// tiled, and the peak RSS. Two timed runs each (one 1024x1024 decode is ~10 TFLOP).
+// mid-block attention, counting the overlap a tiled pass recomputes), the ratio to the GEMM peak
+// measured in the same run, whether the pass was tiled and its tile grid, and the peak RSS. Two
+// timed runs each (one 1024x1024 decode is ~10 TFLOP).
+//
+// --tiling auto (default) tiles when the untiled estimate exceeds half of MemAvailable, as the
+// pipelines do; on / off force it. --tile-size sets the tile edge (overlap = a quarter of it).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -60,6 +64,17 @@ int bench_vae(const BenchRequest& request) {
   models::Flux2VaeOptions options;
   options.dtype = request.dtype;
   options.device = request.device;
+  models::TilingOptions& tiling = options.tiling;
+  if (request.vae_tiling == "on") tiling.mode = models::TilingMode::Always;
+  else if (request.vae_tiling == "off") tiling.mode = models::TilingMode::Never;
+  else if (request.vae_tiling == "auto") tiling.mode = models::TilingMode::Auto;
+  else fail(ErrorCode::InvalidArgument, "bench vae: --tiling {} (auto, on or off)", request.vae_tiling);
+  if (request.vae_tile_pixels != 0) {
+    FLUXRT_CHECK(request.vae_tile_pixels >= 64 && request.vae_tile_pixels % 16 == 0, ErrorCode::InvalidArgument,
+                 "bench vae: --tile-size {} must be a multiple of 16, at least 64", request.vae_tile_pixels);
+    tiling.tile_pixels = request.vae_tile_pixels;
+    tiling.overlap_pixels = request.vae_tile_pixels / 4 / 16 * 16;
+  }
   const size_t rss_before = process_peak_rss_bytes();
   const models::Flux2Vae vae =
       models::Flux2Vae::from_store(models::make_synthetic_flux2_vae(config, request.dtype, 1), config, options);
@@ -70,28 +85,56 @@ int bench_vae(const BenchRequest& request) {
 
   const Tensor z = uniform_tensor({B, config.packed_channels(), H / 16, W / 16}, request.dtype, 7, 1.7f);
   const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
+  auto describe = [&](const char* pass, const models::TilePlan& p) {
+    std::printf("%s: %s (untiled estimate %.2f GiB, budget %s)\n", pass,
+                p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px", p.rows, p.cols, p.tile_width,
+                                      p.tile_height, tiling.overlap_pixels)
+                              .c_str()
+                        : "untiled",
+                gib(p.estimate_bytes),
+                tiling.mode == models::TilingMode::Auto
+                    ? fmt::format("{:.2f} GiB{}", gib(p.budget_bytes), tiling.memory_budget_bytes ? "" : " = MemAvailable / 2").c_str()
+                    : (tiling.mode == models::TilingMode::Always ? "not used, --tiling on" : "not used, --tiling off"));
+  };
+  // FLOPs actually executed: every tile is a full untiled pass of its own size.
+  auto executed = [](const models::TilePlan& p, double image_flops, auto&& per_tile) {
+    return p.tiled && p.rows > 0 ? p.rows * p.cols * per_tile(p.tile_height, p.tile_width) : image_flops;
+  };
+  const models::TilePlan dplan = vae.decode_tile_plan(B, H, W), eplan = vae.encode_tile_plan(B, H, W);
+  describe("decode", dplan);
+  describe("encode", eplan);
+  const double dflops = executed(dplan, vae.decode_flops(B, H, W), [&](int64_t h, int64_t w) { return vae.decode_flops(B, h, w); });
+  const double eflops = executed(eplan, vae.encode_flops(B, H, W), [&](int64_t h, int64_t w) { return vae.encode_flops(B, h, w); });
+
   bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
-                      "vs peak", "peak RSS GiB"});
+                      "vs peak", "peak tensors GiB", "peak RSS GiB"});
   std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant + "\", \"width\": " +
                      std::to_string(W) + ", \"height\": " + std::to_string(H) + ", \"passes\": [";
-  auto run = [&](const char* name, bool tiled, double flops, const std::function<void()>& fn) {
+  auto run = [&](const char* name, const models::TilePlan& plan, double flops, const std::function<void()>& fn) {
+    const bool tiled = plan.tiled;
+    const std::string grid = tiled ? fmt::format("{}x{}", plan.rows, plan.cols) : "no";
+    reset_host_bytes_peak();
+    const size_t held = host_bytes_in_use();  // weights and inputs
     const bench::Timing t = bench::time_runs(fn, 0, 2, 1.0);
     const double gflops = flops / t.min_s * 1e-9, per_core = flops / t.min_cpu_s * 1e-9;
+    const double tensors = gib(host_bytes_peak() - held);
     const double rss = gib(process_peak_rss_bytes());
-    table.add({name, tiled ? "yes" : "no", fmt::format("{:.0f}", t.min_s * 1e3), fmt::format("{:.0f}", t.median_s * 1e3),
+    table.add({name, grid, fmt::format("{:.0f}", t.min_s * 1e3), fmt::format("{:.0f}", t.median_s * 1e3),
                std::to_string(t.runs), fmt::format("{:.0f}", flops * 1e-9), fmt::format("{:.1f}", gflops),
                fmt::format("{:.1f}", per_core),
                peak.gflops > 0 ? fmt::format("{:.2f}", gflops / peak.gflops) : std::string("-"),
-               fmt::format("{:.2f}", rss)});
-    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
-                        "\"peak_ratio\": {:.4f}, \"peak_rss_gib\": {:.3f}}}",
-                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", t.min_s, t.median_s, gflops,
-                        peak.gflops > 0 ? gflops / peak.gflops : 0.0, rss);
+               fmt::format("{:.2f}", tensors), fmt::format("{:.2f}", rss)});
+    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": {:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
+                        "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
+                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
+                        peak.gflops > 0 ? gflops / peak.gflops : 0.0, tensors, rss);
   };
-  run("decode", vae.decode_would_tile(B, H, W), vae.decode_flops(B, H, W), [&] { (void)vae.decode_latents(z); });
-  run("encode", vae.encode_would_tile(B, H, W), vae.encode_flops(B, H, W), [&] { (void)vae.encode_latents(x); });
+  run("decode", dplan, dflops, [&] { (void)vae.decode_latents(z); });
+  run("encode", eplan, eflops, [&] { (void)vae.encode_latents(x); });
   table.print();
-  std::printf("(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run)\n");
+  std::printf("(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run;\n"
+              " GFLOP counts what was executed, tile overlaps included; peak tensors: the pass's activations (tensor\n"
+              " allocator high-water mark above what was held before it); peak RSS: the process high-water mark so far)\n");
   if (!request.json_path.empty()) {
     std::ofstream f(request.json_path);
     f << json << fmt::format("], \"gemm_peak_gflops\": {:.2f}}}\n", peak.gflops);

@@ -499,18 +499,54 @@ size_t AutoencoderKL::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) con
   return impl_->encode_bytes(b, h, w);
 }
 
-bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const {
-  const auto& t = impl_->options.tiling;
-  if (t.mode == TilingMode::Never) return false;
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return false;  // one tile is the whole image
-  return t.mode == TilingMode::Always || estimate_decode_bytes(b, h, w) > t.memory_budget_bytes;
+size_t vae_auto_memory_budget_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (meminfo >> key >> kb) {
+    if (key == "MemAvailable:") return kb * 1024 / 2;
+    meminfo.ignore(256, '\n');
+  }
+  return size_t{6} << 30;
 }
-bool AutoencoderKL::encode_would_tile(int64_t b, int64_t h, int64_t w) const {
-  const auto& t = impl_->options.tiling;
-  if (t.mode == TilingMode::Never) return false;
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return false;
-  return t.mode == TilingMode::Always || estimate_encode_bytes(b, h, w) > t.memory_budget_bytes;
+
+// Tiled when forced, or (Auto) when the untiled estimate exceeds the budget; never when one tile
+// covers the image. `factor` converts image pixels to the tiled input's pixels (decode: the
+// latent grid, 1/8; encode: the image itself).
+static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, int64_t h, int64_t w, int64_t factor) {
+  TilePlan p;
+  p.tile_height = h;
+  p.tile_width = w;
+  p.estimate_bytes = estimate;
+  if (t.mode == TilingMode::Never) return p;
+  if (h <= t.tile_pixels && w <= t.tile_pixels) return p;  // one tile is the whole image
+  if (t.mode == TilingMode::Auto) {
+    p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes();
+    if (estimate <= p.budget_bytes) return p;
+  }
+  p.tiled = true;
+  if (t.tile_pixels % factor != 0 || t.overlap_pixels % factor != 0 || t.overlap_pixels >= t.tile_pixels ||
+      t.overlap_pixels < 0) {
+    p.rows = p.cols = 0;  // decode()/encode() reject these options with an error
+    return p;
+  }
+  const int64_t tile = t.tile_pixels / factor, overlap = t.overlap_pixels / factor;
+  p.rows = static_cast<int>(AutoencoderKL::Impl::tile_starts(h / factor, tile, overlap).size());
+  p.cols = static_cast<int>(AutoencoderKL::Impl::tile_starts(w / factor, tile, overlap).size());
+  p.tile_height = std::min<int64_t>(h, t.tile_pixels);
+  p.tile_width = std::min<int64_t>(w, t.tile_pixels);
+  return p;
 }
+
+TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
+  return make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w), h, w, impl_->config.spatial_factor());
+}
+TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const {
+  return make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w), h, w, 1);
+}
+
+bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return decode_tile_plan(b, h, w).tiled; }
+bool AutoencoderKL::encode_would_tile(int64_t b, int64_t h, int64_t w) const { return encode_tile_plan(b, h, w).tiled; }
 
 Tensor AutoencoderKL::decode(const Tensor& z, const char* what) const {
   FLUXRT_CHECK(z.defined() && z.dim() == 4 && z.size(1) == impl_->config.latent_channels, ErrorCode::InvalidArgument,

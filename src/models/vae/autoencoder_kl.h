@@ -57,8 +57,23 @@ struct TilingOptions {
   TilingMode mode = TilingMode::Auto;
   int tile_pixels = 512;    // tile edge in image pixels (multiple of 16)
   int overlap_pixels = 128; // overlap between neighbouring tiles in image pixels (multiple of 16)
-  // Auto tiles when the estimated untiled activation memory exceeds this (bytes).
-  size_t memory_budget_bytes = size_t{6} << 30;
+  // Auto tiles when the estimated untiled activation memory exceeds this (bytes); 0 derives it
+  // from the memory available when the pass starts (vae_auto_memory_budget_bytes).
+  size_t memory_budget_bytes = 0;
+};
+
+// Half of the memory the OS reports available (Linux MemAvailable) right now, or 6 GiB where that
+// is unknown: the activation budget of TilingMode::Auto when TilingOptions gives none. Half, since
+// the estimate covers activations only and other work (the next request, another process) needs room.
+size_t vae_auto_memory_budget_bytes();
+
+// How one decode or encode of a given size will run under the current tiling options.
+struct TilePlan {
+  bool tiled = false;
+  int rows = 1, cols = 1;                    // tile grid (1 x 1 when untiled)
+  int64_t tile_height = 0, tile_width = 0;   // image pixels of one tile (the whole image when untiled)
+  size_t estimate_bytes = 0;                 // estimated untiled peak activation bytes
+  size_t budget_bytes = 0;                   // the budget Auto compared it with
 };
 
 struct AutoencoderKLOptions {
@@ -100,6 +115,9 @@ class AutoencoderKL {
 
   bool decode_would_tile(int64_t batch, int64_t height, int64_t width) const;
   bool encode_would_tile(int64_t batch, int64_t height, int64_t width) const;
+  // The decision above with its grid and the numbers behind it (image sizes in pixels).
+  TilePlan decode_tile_plan(int64_t batch, int64_t height, int64_t width) const;
+  TilePlan encode_tile_plan(int64_t batch, int64_t height, int64_t width) const;
   // Estimated untiled peak activation bytes for an output/input image of this size.
   size_t estimate_decode_bytes(int64_t batch, int64_t height, int64_t width) const;
   size_t estimate_encode_bytes(int64_t batch, int64_t height, int64_t width) const;

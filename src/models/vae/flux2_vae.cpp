@@ -102,6 +102,8 @@ size_t Flux2Vae::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) const {
 }
 bool Flux2Vae::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return impl_->core.decode_would_tile(b, h, w); }
 bool Flux2Vae::encode_would_tile(int64_t b, int64_t h, int64_t w) const { return impl_->core.encode_would_tile(b, h, w); }
+TilePlan Flux2Vae::decode_tile_plan(int64_t b, int64_t h, int64_t w) const { return impl_->core.decode_tile_plan(b, h, w); }
+TilePlan Flux2Vae::encode_tile_plan(int64_t b, int64_t h, int64_t w) const { return impl_->core.encode_tile_plan(b, h, w); }
 double Flux2Vae::decode_flops(int64_t b, int64_t h, int64_t w) const { return impl_->core.decode_flops(b, h, w); }
 double Flux2Vae::encode_flops(int64_t b, int64_t h, int64_t w) const { return impl_->core.encode_flops(b, h, w); }
 

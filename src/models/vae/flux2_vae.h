@@ -75,6 +75,9 @@ class Flux2Vae {
   // Whether decode/encode of this size would tile under the current options.
   bool decode_would_tile(int64_t batch, int64_t height, int64_t width) const;
   bool encode_would_tile(int64_t batch, int64_t height, int64_t width) const;
+  // The same decision with the tile grid and the estimate/budget behind it (autoencoder_kl.h).
+  TilePlan decode_tile_plan(int64_t batch, int64_t height, int64_t width) const;
+  TilePlan encode_tile_plan(int64_t batch, int64_t height, int64_t width) const;
   // Estimated untiled peak activation bytes for an output/input image of this size.
   size_t estimate_decode_bytes(int64_t batch, int64_t height, int64_t width) const;
   size_t estimate_encode_bytes(int64_t batch, int64_t height, int64_t width) const;
