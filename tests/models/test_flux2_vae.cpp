@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/vae/flux2_vae.h"
@@ -150,6 +151,14 @@ TEST(Flux2Vae, TiledDecodeAndEncodeMatchUntiled) {
     const Tensor dec_full = vae.decode_latents(z), enc_full = vae.encode_mode(x);
     vae.set_tiling(forced);
     EXPECT_TRUE(vae.decode_would_tile(1, h, w));
+    EXPECT_TRUE(vae.encode_would_tile(1, h, w));
+    // Tiles flush with the far edge: 256 px -> 3 tiles, 208 px -> 2 (the last one overlapping more).
+    const TilePlan dp = vae.decode_tile_plan(1, h, w), ep = vae.encode_tile_plan(1, h, w);
+    EXPECT_EQ(dp.rows, 3);
+    EXPECT_EQ(dp.cols, w == 256 ? 3 : 2);
+    EXPECT_EQ(ep.rows, 3);
+    EXPECT_EQ(ep.cols, w == 256 ? 3 : 2);
+    EXPECT_EQ(dp.tile_width, 128);
     const Tensor dec_tiled = vae.decode_latents(z), enc_tiled = vae.encode_mode(x);
     ASSERT_EQ(dec_tiled.shape(), dec_full.shape());
     ASSERT_EQ(enc_tiled.shape(), enc_full.shape());
@@ -161,8 +170,84 @@ TEST(Flux2Vae, TiledDecodeAndEncodeMatchUntiled) {
     TilingOptions one = forced;
     one.tile_pixels = 256;
     vae.set_tiling(one);
+    EXPECT_FALSE(vae.encode_would_tile(1, h, w));
     EXPECT_TRUE(test::all_close(vae.decode_latents(z), dec_full, test::TolClass::Exact));
+    EXPECT_TRUE(test::all_close(vae.encode_mode(x), enc_full, test::TolClass::Exact));
   }
+}
+
+// The tiled path keeps memory bounded: no tensor of the full image size at a layer's channel
+// count, only the 3-channel (decode) or latent (encode) f32 accumulator. Measured with the tensor
+// allocator's high-water mark on the tiny VAE, where the untiled decode's widest tensors are 16
+// channels at the full 256x256.
+TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  const Tensor z = Tensor::full({1, 128, 16, 16}, DType::F32, 0.3);
+  const Tensor x = Tensor::full({1, 3, 256, 256}, DType::F32, 0.1);
+  auto peak_of = [&](const TilingOptions& t, bool decode) {
+    vae.set_tiling(t);
+    reset_host_bytes_peak();
+    const size_t base = host_bytes_in_use();
+    if (decode) (void)vae.decode_latents(z);
+    else (void)vae.encode_mode(x);
+    return host_bytes_peak() - base;
+  };
+  TilingOptions tiled;
+  tiled.mode = TilingMode::Always;
+  tiled.tile_pixels = 64;
+  tiled.overlap_pixels = 16;
+  for (bool decode : {true, false}) {
+    SCOPED_TRACE(decode ? "decode" : "encode");
+    const size_t full = peak_of(TilingOptions{TilingMode::Never}, decode);
+    const size_t tiles = peak_of(tiled, decode);
+    std::printf("[peak tensor bytes %s] untiled %zu, 64-px tiles %zu\n", decode ? "decode" : "encode", full, tiles);
+    EXPECT_LT(static_cast<double>(tiles), 0.4 * static_cast<double>(full));
+  }
+}
+
+// Batch elements are tiled independently: a tiled batch of two is each image tiled alone.
+TEST(Flux2Vae, TiledBatchMatchesTiledImages) {
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  TilingOptions forced;
+  forced.mode = TilingMode::Always;
+  forced.tile_pixels = 64;
+  forced.overlap_pixels = 16;
+  vae.set_tiling(forced);
+  std::vector<float> zv(size_t{2} * 128 * 6 * 5);
+  for (size_t i = 0; i < zv.size(); ++i) zv[i] = std::sin(0.37f * static_cast<float>(i));
+  const Tensor z = Tensor::from_vector(zv, {2, 128, 6, 5});  // 96x80 images: 2x2 tiles
+  const Tensor both = vae.decode_latents(z);
+  for (int64_t b = 0; b < 2; ++b) {
+    const Tensor one = vae.decode_latents(z.slice(0, b, b + 1).contiguous());
+    EXPECT_LT(rel_l2(both.slice(0, b, b + 1).contiguous(), one), 1e-6) << b;
+  }
+  const Tensor x = both.contiguous();  // two 96x80 images
+  const Tensor enc = vae.encode_mode(x);
+  for (int64_t b = 0; b < 2; ++b) {
+    const Tensor one = vae.encode_mode(x.slice(0, b, b + 1).contiguous());
+    EXPECT_LT(rel_l2(enc.slice(0, b, b + 1).contiguous(), one), 1e-6) << b;
+  }
+}
+
+// With no budget given, Auto compares the estimate with half of MemAvailable, read per pass.
+TEST(Flux2Vae, AutoTilingBudgetComesFromAvailableMemory) {
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  TilingOptions t;  // Auto, memory_budget_bytes 0
+  vae.set_tiling(t);
+  const size_t budget = vae_auto_memory_budget_bytes();
+  EXPECT_GT(budget, size_t{0});
+  const TilePlan small = vae.decode_tile_plan(1, 1024, 1024);
+  EXPECT_GT(small.budget_bytes, budget / 2);  // read again; the machine may be busy meanwhile
+  EXPECT_LT(small.budget_bytes, budget * 2);
+  EXPECT_EQ(small.tiled, small.estimate_bytes > small.budget_bytes);
+  // 65536 x 65536 needs terabytes untiled: tiled on any machine, 171 x 171 tiles of 512 px.
+  const TilePlan huge = vae.decode_tile_plan(1, 65536, 65536);
+  EXPECT_GT(huge.estimate_bytes, huge.budget_bytes);
+  EXPECT_TRUE(huge.tiled);
+  EXPECT_EQ(huge.rows, 171);
+  EXPECT_EQ(huge.tile_height, 512);
+  EXPECT_TRUE(vae.encode_tile_plan(1, 65536, 65536).tiled);
+  EXPECT_FALSE(vae.decode_tile_plan(1, 512, 512).tiled);  // one tile covers the image
 }
 
 TEST(Flux2Vae, AutoTilingFollowsTheMemoryBudget) {
