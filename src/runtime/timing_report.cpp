@@ -54,7 +54,10 @@ nlohmann::ordered_json load_json(const std::optional<LoadTimings>& l) {
 }
 
 nlohmann::ordered_json run_json(const RunTimings& r) {
+  auto optional_s = [](double s) { return s > 0 ? nlohmann::ordered_json(s) : nlohmann::ordered_json(nullptr); };
   nlohmann::ordered_json j = {{"text_encoding_s", r.text_encoding_s},
+                      {"clip_encoding_s", optional_s(r.clip_encoding_s)},
+                      {"t5_encoding_s", optional_s(r.t5_encoding_s)},
                       {"reference_encode_s", r.has_reference_images ? nlohmann::ordered_json(r.reference_encode_s) : nullptr},
                       {"denoise_total_s", r.denoise_total_s},
                       {"steps", r.steps},
@@ -64,6 +67,7 @@ nlohmann::ordered_json run_json(const RunTimings& r) {
                       {"it_per_s", r.steps_per_second()},
                       {"vae_decode_s", r.vae_decode_s},
                       {"load_s", r.load_s},
+                      {"load_detail", r.load_s > 0 ? load_json(r.loads) : nlohmann::ordered_json(nullptr)},
                       {"image_write_s", r.image_write_s},
                       {"total_s", r.total_s}};
   return j;
@@ -86,6 +90,8 @@ RunTimings run_timings_from(const Profiler& profiler) {
   const std::vector<ProfileEntry> entries = profiler.entries();
   RunTimings r;
   r.text_encoding_s = span_total(entries, pl::kSpanTextEncoding);
+  r.clip_encoding_s = span_total(entries, kSpanTextEncodingClip);
+  r.t5_encoding_s = span_total(entries, kSpanTextEncodingT5);
   if (const ProfileEntry* e = span(entries, pl::kSpanReferenceEncode)) {
     r.has_reference_images = true;
     r.reference_encode_s = e->total_seconds;
@@ -99,6 +105,7 @@ RunTimings run_timings_from(const Profiler& profiler) {
   r.vae_decode_s = span_total(entries, pl::kSpanVaeDecode);
   const LoadTimings in_run = load_timings_from(profiler);
   r.load_s = in_run.total_s;
+  r.loads = in_run;
   return r;
 }
 
@@ -112,8 +119,12 @@ std::string format_timing_report(const TimingReport& t) {
     out += line("warm-up run", ms(t.warmup->total_s),
                 fmt::format("{:.1f} ms/step, not included below", t.warmup->ms_per_step()));
   const RunTimings& r = t.run;
-  if (r.load_s > 0) out += line("load (in run)", ms(r.load_s), "--low-memory loads per request");
-  out += line("text encoding", ms(r.text_encoding_s));
+  if (r.load_s > 0)
+    out += line("load (in run)", ms(r.load_s), load_detail(r.loads) + "; --low-memory loads per request");
+  std::string text_detail;
+  if (r.clip_encoding_s > 0 || r.t5_encoding_s > 0)
+    text_detail = fmt::format("CLIP {:.1f}, T5 {:.1f} ms", r.clip_encoding_s * 1e3, r.t5_encoding_s * 1e3);
+  out += line("text encoding", ms(r.text_encoding_s), text_detail);
   out += line("reference encoding", r.has_reference_images ? ms(r.reference_encode_s) : fmt::format("{:>13}", "-"));
   out += line("denoising loop", ms(r.denoise_total_s),
               fmt::format("{:.1f} ms/step (min {:.1f}, max {:.1f}), {:.2f} it/s", r.ms_per_step(), r.step_min_s * 1e3,

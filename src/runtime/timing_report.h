@@ -14,6 +14,11 @@
 
 namespace fluxrt::runtime {
 
+// Optional sub-spans of pipelines::kSpanTextEncoding, reported when a pipeline records them: the
+// FLUX.1 encoders separately (CLIP-L pooled, T5-XXL).
+inline constexpr const char* kSpanTextEncodingClip = "text_encoding.clip";
+inline constexpr const char* kSpanTextEncodingT5 = "text_encoding.t5";
+
 struct LoadTimings {
   double total_s = 0;  // wall time of the whole (parallel) load
   double transformer_s = 0;
@@ -24,6 +29,8 @@ struct LoadTimings {
 // One generate call.
 struct RunTimings {
   double text_encoding_s = 0;
+  double clip_encoding_s = 0;  // kSpanTextEncodingClip / T5, 0 when not recorded
+  double t5_encoding_s = 0;
   double reference_encode_s = 0;
   bool has_reference_images = false;
   double denoise_total_s = 0;
@@ -32,6 +39,7 @@ struct RunTimings {
   double step_max_s = 0;
   double vae_decode_s = 0;
   double load_s = 0;         // loads inside the call (--low-memory loads per request), else 0
+  LoadTimings loads;         // their split per component
   double image_write_s = 0;  // set by the caller; 0 for a warm-up (nothing written)
   double total_s = 0;        // the generate call plus the image write, set by the caller
 

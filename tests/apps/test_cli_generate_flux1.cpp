@@ -1,7 +1,11 @@
 // `fluxrt generate` on a FLUX.1 folder picks the FLUX.1 pipeline: the tiny schnell folder
 // (tools/reference/dump_flux1_pipeline.py) with the settings of the schnell_64 golden case gives
 // diffusers' FluxPipeline image (bf16: SSIM >= 0.98, docs/numerics.md), and a FLUX.1-only misuse
-// (reference images) is a one-line error.
+// (reference images) is a one-line error. --init-image / --strength (img2img) and --true-cfg with
+// --negative-prompt on the tiny dev folder give the image Flux1Pipeline renders for the same
+// request, bit for bit, and diffusers' (f32: every pixel within 2/255); bad values and flags that
+// do not fit the model family are one-line errors that write nothing. `bench pipeline` runs the
+// FLUX.1 path on the flux.1-tiny shapes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +16,11 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "core/threads.h"
 #include "io/image.h"
+#include "pipelines/flux1_pipeline.h"
 #include "support/image_compare.h"
 
 namespace fs = std::filesystem;
@@ -22,6 +30,10 @@ namespace {
 const fs::path kBinary = fs::path(FLUXRT_BINARY_DIR) / "fluxrt";
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 const fs::path kSchnell = kData / "models" / "flux1-schnell-tiny";
+const fs::path kDev = kData / "models" / "flux1-dev-tiny";
+const fs::path kKlein = kData / "models" / "flux2-klein-tiny";
+const fs::path kGoldens = kData / "flux1_pipeline";
+const fs::path kInitImage = kGoldens / "inputs" / "init_64.png";
 
 std::string quote(const std::string& s) {
   std::string q = "'";
@@ -57,9 +69,41 @@ class CliGenerateFlux1 : public ::testing::Test {
     err_ = read_file(tmp_ / "stderr");
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  // Runs `fluxrt <args>` (not generate), for the bench.
+  int run_command(const std::string& args) {
+    const std::string cmd = quote(kBinary.string()) + " " + args + " >" + quote((tmp_ / "stdout").string()) + " 2>" +
+                            quote((tmp_ / "stderr").string());
+    const int status = std::system(cmd.c_str());
+    out_ = read_file(tmp_ / "stdout");
+    err_ = read_file(tmp_ / "stderr");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  // The first written path, read back.
+  fluxrt::io::Image written_image() const {
+    const fs::path written = out_.substr(0, out_.find('\n'));
+    EXPECT_TRUE(fs::exists(written)) << out_ << err_;
+    return fluxrt::io::read_png(written.string());
+  }
+  void expect_one_line_error(int code, const std::string& needle) {
+    EXPECT_NE(code, 0) << out_;
+    EXPECT_NE(err_.find(needle), std::string::npos) << err_;
+    EXPECT_EQ(err_.find('\n'), err_.size() - 1) << err_;  // one line
+    EXPECT_EQ(err_.rfind("fluxrt: error: ", 0), 0u) << err_;
+    EXPECT_TRUE(out_.empty()) << out_;
+    EXPECT_FALSE(fs::exists(tmp_ / "out") && !fs::is_empty(tmp_ / "out"));
+  }
   fs::path tmp_;
   std::string out_, err_;
 };
+
+// In this process, with the CLI runs' single thread (f32 sums in the same order: bit-identical).
+fluxrt::pipelines::GenerateResult render_directly(const fluxrt::pipelines::GenerateRequest& request, bool img2img) {
+  fluxrt::set_num_threads(1);
+  fluxrt::pipelines::PipelineOptions options;
+  options.dtype = fluxrt::DType::F32;
+  options.load_vae_encoder = img2img;
+  return fluxrt::pipelines::Flux1Pipeline::load(kDev, options)->generate(request);
+}
 
 TEST_F(CliGenerateFlux1, SchnellFolderRendersTheDiffusersImage) {
   const fs::path out = tmp_ / "out";
@@ -86,6 +130,116 @@ TEST_F(CliGenerateFlux1, ReferenceImagesAreAOneLineError) {
   EXPECT_NE(err_.find("reference"), std::string::npos) << err_;
   EXPECT_EQ(err_.find('\n'), err_.size() - 1) << err_;  // one line
   EXPECT_FALSE(fs::exists(tmp_ / "out") && !fs::is_empty(tmp_ / "out"));
+}
+
+// Golden case dev_img2img_s06 (manifest.json): FluxImg2ImgPipeline, strength 0.6 of 5 steps.
+TEST_F(CliGenerateFlux1, InitImageRendersTheImg2ImgImage) {
+  const int code = run("--model " + quote(kDev.string()) + " --prompt 'make it blue' --size 64x64 --steps 5 --seed 21"
+                       " --max-sequence-length 32 --dtype f32 --threads 1 --init-image " + quote(kInitImage.string()) +
+                       " --strength 0.6 --out " + quote((tmp_ / "out").string()));
+  ASSERT_EQ(code, 0) << err_;
+  EXPECT_NE(err_.find("strength 0.6, 3 of 5 steps run"), std::string::npos) << err_;
+  EXPECT_NE(out_.find("denoising loop"), std::string::npos) << out_;
+  const fluxrt::io::Image mine = written_image();
+
+  fluxrt::pipelines::GenerateRequest request;
+  request.prompts = {"make it blue"};
+  request.width = request.height = 64;
+  request.num_steps = 5;
+  request.seed = 21;
+  request.max_sequence_length = 32;
+  request.init_image = fluxrt::io::to_rgb(fluxrt::io::read_png(kInitImage.string()));
+  request.strength = 0.6f;
+  const fluxrt::pipelines::GenerateResult direct = render_directly(request, true);
+  EXPECT_EQ(direct.num_steps, 3);
+  const auto same = fluxrt::test::compare_images(mine, direct.images.at(0));
+  EXPECT_EQ(same.max_abs, 0) << same.str();
+
+  const auto golden = fluxrt::test::compare_images(
+      mine, fluxrt::io::read_png((kGoldens / "dev_img2img_s06_f32" / "image_0.png").string()));
+  EXPECT_LE(golden.max_abs, 2) << golden.str();
+}
+
+// Golden case dev_true_cfg: true_cfg_scale 4 with a negative prompt (two forwards per step).
+TEST_F(CliGenerateFlux1, TrueCfgWithNegativePromptRendersTheDiffusersImage) {
+  const int code = run("--model " + quote(kDev.string()) +
+                       " --prompt 'a lighthouse at dusk' --negative-prompt 'blurry, dark' --true-cfg 4 --size 64x64"
+                       " --steps 3 --seed 5 --max-sequence-length 48 --dtype f32 --threads 1 --quiet --out " +
+                       quote((tmp_ / "out").string()));
+  ASSERT_EQ(code, 0) << err_;
+  const fluxrt::io::Image mine = written_image();
+  const auto golden =
+      fluxrt::test::compare_images(mine, fluxrt::io::read_png((kGoldens / "dev_true_cfg_f32" / "image_0.png").string()));
+  EXPECT_LE(golden.max_abs, 2) << golden.str();
+
+  fluxrt::pipelines::GenerateRequest request;
+  request.prompts = {"a lighthouse at dusk"};
+  request.negative_prompt = "blurry, dark";
+  request.true_cfg_scale = 4.0f;
+  request.width = request.height = 64;
+  request.num_steps = 3;
+  request.seed = 5;
+  request.max_sequence_length = 48;
+  const auto same = fluxrt::test::compare_images(mine, render_directly(request, false).images.at(0));
+  EXPECT_EQ(same.max_abs, 0) << same.str();
+}
+
+// diffusers' do_true_cfg needs a negative prompt: --true-cfg alone changes nothing (a note says
+// so), and --vae-tiling on gives a result as well.
+TEST_F(CliGenerateFlux1, TrueCfgWithoutNegativePromptIsIgnoredAsInDiffusers) {
+  const std::string common = "--model " + quote(kDev.string()) +
+                             " --prompt 'a lighthouse at dusk' --size 64x64 --steps 2 --seed 5 --max-sequence-length 16"
+                             " --dtype f32 --threads 1 --out " + quote((tmp_ / "out").string());
+  ASSERT_EQ(run(common + " --true-cfg 4"), 0) << err_;
+  EXPECT_NE(err_.find("--true-cfg 4 has no effect without --negative-prompt"), std::string::npos) << err_;
+  const fluxrt::io::Image with_flag = written_image();
+  ASSERT_EQ(run(common + " --vae-tiling off --quiet"), 0) << err_;
+  const auto d = fluxrt::test::compare_images(with_flag, written_image());
+  EXPECT_EQ(d.max_abs, 0) << d.str();
+}
+
+TEST_F(CliGenerateFlux1, BadFlux1FlagsAreOneLineErrorsBeforeLoading) {
+  const std::string dev = "--model " + quote(kDev.string()) + " --prompt x --size 64x64 --steps 4 --quiet --out " +
+                          quote((tmp_ / "out").string());
+  const std::string init = " --init-image " + quote(kInitImage.string());
+  expect_one_line_error(run(dev + init + " --strength 0"), "--strength 0 must be in (0, 1]");
+  expect_one_line_error(run(dev + init + " --strength 1.5"), "must be in (0, 1]");
+  expect_one_line_error(run(dev + " --strength 0.5"), "--strength 0.5 needs --init-image");
+  expect_one_line_error(run(dev + " --init-image " + quote((tmp_ / "missing.png").string())), "missing.png");
+  std::ofstream(tmp_ / "not.png") << "not a png";
+  expect_one_line_error(run(dev + " --init-image " + quote((tmp_ / "not.png").string())), "--init-image");
+  expect_one_line_error(run(dev + " --true-cfg -1"), "--true-cfg -1 must be a non-negative number");
+  expect_one_line_error(run(dev + " --vae-tiling sometimes"), "--vae-tiling");
+
+  const std::string klein = "--model " + quote(kKlein.string()) + " --prompt x --size 64x64 --steps 1 --quiet --out " +
+                            quote((tmp_ / "out").string());
+  expect_one_line_error(run(klein + init), "--init-image is FLUX.1 img2img only");
+  expect_one_line_error(run(klein + " --strength 0.5"), "--strength is FLUX.1 img2img only");
+  expect_one_line_error(run(klein + " --true-cfg 3"), "--true-cfg is FLUX.1 only");
+
+  // A preset's key is checked the same way.
+  std::ofstream(tmp_ / "p.yaml") << "strength: 0.5\n";
+  expect_one_line_error(run(dev + " --config " + quote((tmp_ / "p.yaml").string())), "needs --init-image");
+}
+
+// `fluxrt bench pipeline` on the FLUX.1 path (flux.1-tiny shapes, low-memory order): the whole
+// table, loads inside the run.
+TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
+  const fs::path json = tmp_ / "bench.json";
+  ASSERT_EQ(run_command("bench pipeline --variant flux.1-tiny --synthetic --size 64x64 --steps 2 --skip-peak "
+                        "--dtype f32 --json " + quote(json.string())),
+            0)
+      << err_;
+  for (const char* needle : {"load (in run)", "text encoding", "denoising loop", "it/s", "loop throughput",
+                             "VAE decode", "run total", "peak RSS"})
+    EXPECT_NE(out_.find(needle), std::string::npos) << needle << "\n" << out_;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j["run"]["steps"], 2);
+  EXPECT_GT(j["run"]["load_s"].get<double>(), 0);
+  EXPECT_GT(j["run"]["load_detail"]["transformer_s"].get<double>(), 0);
+  EXPECT_GT(j["throughput"]["gflops"].get<double>(), 0);
+  EXPECT_NE(run_command("bench pipeline --variant flux.1-pro --synthetic --size 64x64"), 0);
+  EXPECT_NE(err_.find("flux.1-pro"), std::string::npos) << err_;
 }
 
 }  // namespace

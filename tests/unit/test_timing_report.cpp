@@ -83,6 +83,35 @@ TEST(TimingReport, ReadsProfilerSpans) {
   EXPECT_DOUBLE_EQ(l.vae_s, 0);
 }
 
+// --low-memory loads inside the run, with their split; the FLUX.1 encoders' optional sub-spans.
+TEST(TimingReport, LoadsInsideTheRunAndTextEncoderSplit) {
+  fluxrt::Profiler p;
+  p.add(pl::kSpanLoadTextEncoder, 1.0);
+  p.add(pl::kSpanLoadTransformer, 2.0);
+  p.add(pl::kSpanLoadVae, 0.5);
+  p.add(pl::kSpanTextEncoding, 0.75);
+  p.add(rt::kSpanTextEncodingClip, 0.25);
+  p.add(rt::kSpanTextEncodingT5, 0.5);
+  rt::TimingReport t = sample_report();
+  t.run = rt::run_timings_from(p);
+  EXPECT_DOUBLE_EQ(t.run.load_s, 3.5);
+  EXPECT_DOUBLE_EQ(t.run.loads.transformer_s, 2.0);
+  EXPECT_DOUBLE_EQ(t.run.clip_encoding_s, 0.25);
+  EXPECT_DOUBLE_EQ(t.run.t5_encoding_s, 0.5);
+  const std::string text = rt::format_timing_report(t);
+  for (const char* needle : {"load (in run)", "3500.0 ms", "transformer 2000.0, text encoder 1000.0, VAE 500.0 ms",
+                             "CLIP 250.0, T5 500.0 ms"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  const nlohmann::json j = nlohmann::json::parse(rt::timing_report_json(t));
+  EXPECT_DOUBLE_EQ(j["run"]["load_detail"]["vae_s"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["run"]["clip_encoding_s"].get<double>(), 0.25);
+  // Without them: no detail, nulls.
+  const nlohmann::json plain = nlohmann::json::parse(rt::timing_report_json(sample_report()));
+  EXPECT_TRUE(plain["run"]["load_detail"].is_null());
+  EXPECT_TRUE(plain["run"]["t5_encoding_s"].is_null());
+  EXPECT_EQ(rt::format_timing_report(sample_report()).find("CLIP"), std::string::npos);
+}
+
 TEST(TimingReport, TextTable) {
   rt::TimingReport t = sample_report();
   std::string text = rt::format_timing_report(t);

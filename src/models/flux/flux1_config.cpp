@@ -53,14 +53,22 @@ double Flux1Config::flops_per_forward(int64_t image_tokens, int64_t text_tokens)
   return double_blocks * dbl + single_blocks * sgl + io + vec;
 }
 
-Flux1Config flux1_preset(const std::string& variant) {
+Flux1Config flux1_preset(const std::string& name) {
   Flux1Config c;
+  const std::string suffix = kFlux1SharedBlocksSuffix;
+  std::string variant = name;
+  if (variant.size() > suffix.size() && variant.compare(variant.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    variant.resize(variant.size() - suffix.size());
+    c.shared_block_weights = true;
+  }
   if (variant == "flux.1-dev") {
     c.guidance = true;
   } else if (variant == "flux.1-schnell") {
     c.guidance = false;
   } else {
-    fail(ErrorCode::InvalidArgument, "unknown FLUX.1 variant '{}' (known: flux.1-dev, flux.1-schnell)", variant);
+    fail(ErrorCode::InvalidArgument,
+         "unknown FLUX.1 variant '{}' (known: flux.1-dev, flux.1-schnell, each also with {} for synthetic weights)",
+         name, suffix);
   }
   c.variant = variant;
   return c;

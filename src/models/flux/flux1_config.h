@@ -26,6 +26,11 @@ struct Flux1Config {
   std::vector<int64_t> axes_dim{16, 56, 56};
   double rope_theta = 10000.0;
   float eps = 1e-6f;
+  // Synthetic weights only (benchmarks of the real shapes on machines that cannot hold 12B
+  // parameters): every double block binds one shared weight set and every single block another.
+  // Same shapes, FLOPs and weight bytes streamed per block as the real model (a block's weights are
+  // hundreds of MB and never cache-resident), about 1 GB resident instead of 24 GB.
+  bool shared_block_weights = false;
 
   // Checks internal consistency (D = H * d, axes sum to d, ...); InvalidArgument naming `where`.
   void validate(const std::string& where) const;
@@ -35,7 +40,10 @@ struct Flux1Config {
   double flops_per_forward(int64_t image_tokens, int64_t text_tokens) const;
 };
 
-// Presets: "flux.1-dev", "flux.1-schnell". Unknown names are an InvalidArgument error listing them.
+// Presets: "flux.1-dev", "flux.1-schnell"; with kFlux1SharedBlocksSuffix appended (e.g.
+// "flux.1-dev-shared-blocks") the same shapes with shared_block_weights set and `variant` the base
+// name. Unknown names are an InvalidArgument error listing them.
+inline constexpr const char* kFlux1SharedBlocksSuffix = "-shared-blocks";
 Flux1Config flux1_preset(const std::string& variant);
 
 // diffusers FluxTransformer2DModel config.json. Format error naming the file on bad fields;

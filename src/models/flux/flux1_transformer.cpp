@@ -49,6 +49,8 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path
 std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore& raw, const Flux1Config& config,
                                                                const Flux1LoadOptions& options) {
   config.validate(raw.description());
+  FLUXRT_CHECK(!config.shared_block_weights, ErrorCode::InvalidArgument,
+               "{}: shared block weights are for synthetic weights only", raw.description());
   const TensorStore canonical = flux1_to_canonical(flux1_dequantize_fp8(raw));
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
@@ -114,8 +116,11 @@ void Flux1Transformer::bind(const Fetch& fetch) {
     guidance_in_ = {prepare(fetch, "guidance_in.in_layer", d, c.timestep_channels),
                     prepare(fetch, "guidance_in.out_layer", d, d)};
   vector_in_ = {prepare(fetch, "vector_in.in_layer", d, c.pooled_dim), prepare(fetch, "vector_in.out_layer", d, d)};
+  // Shared weights (synthetic benchmarks): bind block 0 only; the copies below share its tensors.
+  const int64_t distinct_double = c.shared_block_weights ? std::min<int64_t>(c.double_blocks, 1) : c.double_blocks;
+  const int64_t distinct_single = c.shared_block_weights ? std::min<int64_t>(c.single_blocks, 1) : c.single_blocks;
   double_.resize(static_cast<size_t>(c.double_blocks));
-  for (int64_t i = 0; i < c.double_blocks; ++i) {
+  for (int64_t i = 0; i < distinct_double; ++i) {
     for (const std::string stream : {"img", "txt"}) {
       Stream& s = stream == "img" ? double_[i].img : double_[i].txt;
       const std::string p = "double_blocks." + std::to_string(i) + "." + stream;
@@ -130,8 +135,9 @@ void Flux1Transformer::bind(const Fetch& fetch) {
       s.mlp_out = prepare(fetch, p + "_mlp.2", d, m);
     }
   }
+  for (int64_t i = distinct_double; i < c.double_blocks; ++i) double_[i] = double_[0];
   single_.resize(static_cast<size_t>(c.single_blocks));
-  for (int64_t i = 0; i < c.single_blocks; ++i) {
+  for (int64_t i = 0; i < distinct_single; ++i) {
     SingleBlock& s = single_[i];
     const std::string p = "single_blocks." + std::to_string(i) + ".";
     s.mod = prepare(fetch, p + "modulation.lin", 3 * d, d);
@@ -143,6 +149,7 @@ void Flux1Transformer::bind(const Fetch& fetch) {
     s.q_norm = vector(fetch, p + "norm.query_norm.scale", hd);
     s.k_norm = vector(fetch, p + "norm.key_norm.scale", hd);
   }
+  for (int64_t i = distinct_single; i < c.single_blocks; ++i) single_[i] = single_[0];
   final_shift_ = prepare(fetch, "final_layer.shift", d, d);
   final_scale_ = prepare(fetch, "final_layer.scale", d, d);
   final_linear_ = prepare(fetch, "final_layer.linear", c.out_channels, d);

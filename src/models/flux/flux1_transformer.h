@@ -45,7 +45,9 @@ class Flux1Transformer {
   // Throws Format listing every missing, mis-shaped and unused tensor.
   static std::unique_ptr<Flux1Transformer> from_store(const TensorStore& raw, const Flux1Config& config,
                                                       const Flux1LoadOptions& options = {});
-  // Random bf16 weights of the config's shapes (never zeros), generated one tensor at a time.
+  // Random bf16 weights of the config's shapes (never zeros), generated one tensor at a time. With
+  // config.shared_block_weights only double block 0 and single block 0 get weights; the other
+  // blocks run on those same tensors (weight_bytes() counts them once).
   static std::unique_ptr<Flux1Transformer> synthetic(const Flux1Config& config, uint64_t seed,
                                                      const Flux1LoadOptions& options = {});
 
