@@ -290,7 +290,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const int width = request.width.value_or(m.defaults.width);
   const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
   validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale,
-                MemoryCheck{m.weights.peak(m.options.low_memory)});
+                MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
   // latent grid: 2 * (H // (vae_scale_factor * 2)), even for the 2x2 packing
   const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
   const Shape noise_shape =

@@ -205,7 +205,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
   int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
-                    vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory)});
+                    vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
   const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
   const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
   if (request.initial_latents) {

@@ -55,8 +55,9 @@ void check_fits_in_memory(size_t activation_bytes, const MemoryCheck& check, con
   constexpr double kGiB = 1073741824.0;
   FLUXRT_CHECK(ram == 0 || need <= ram, ErrorCode::OutOfMemory,
                "{}: needs about {:.2f} GiB ({:.2f} GiB of resident weights + {:.2f} GiB of activations), more than "
-               "the {:.2f} GiB of RAM",
-               what, need / kGiB, check.weight_bytes / kGiB, activation_bytes / kGiB, ram / kGiB);
+               "the {:.2f} GiB of RAM{}",
+               what, need / kGiB, check.weight_bytes / kGiB, activation_bytes / kGiB, ram / kGiB,
+               check.suggest_low_memory ? " (--low-memory keeps one component resident at a time)" : "");
 }
 
 }  // namespace fluxrt::pipelines

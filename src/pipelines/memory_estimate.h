@@ -37,6 +37,8 @@ ResidentWeights pipeline_weight_bytes(const std::filesystem::path& root, DType d
 struct MemoryCheck {
   size_t weight_bytes = 0;  // weights resident while the activations live (ResidentWeights::peak)
   size_t ram_bytes = 0;     // 0: the machine's physical RAM (tests inject a small limit)
+  // Appended to the error when low-memory mode would need less (all components resident now).
+  bool suggest_low_memory = false;
 };
 
 // The machine's physical RAM in bytes (0 when unknown: the check is then skipped).

@@ -375,7 +375,7 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   }
   width = job.width.value_or(width);
   height = job.height.value_or(height);
-  const pipelines::MemoryCheck memory{job.resident_weight_bytes, in.ram_limit_bytes};
+  const pipelines::MemoryCheck memory{job.resident_weight_bytes, in.ram_limit_bytes, !job.low_memory};
   if (job.model.pipeline_class == "FluxPipeline" || job.model.pipeline_class == "FluxImg2ImgPipeline")
     pipelines::Flux1Pipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
   else

@@ -236,13 +236,14 @@ TEST(KleinPipeline, MemoryCheckCountsResidentWeights) {
   const size_t gib = size_t{1} << 30;
   EXPECT_NO_THROW(Flux2KleinPipeline::validate_size(64, 64, 1, 8, MemoryCheck{gib, 2 * gib}));
   try {
-    Flux2KleinPipeline::validate_size(64, 64, 1, 8, MemoryCheck{3 * gib, 2 * gib});  // weights alone too big
+    Flux2KleinPipeline::validate_size(64, 64, 1, 8, MemoryCheck{3 * gib, 2 * gib, true});  // weights alone too big
     ADD_FAILURE() << "3 GiB of weights fit in 2 GiB";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::OutOfMemory);
     const std::string m = e.what();
     EXPECT_NE(m.find("3.00 GiB of resident weights"), std::string::npos) << m;
     EXPECT_NE(m.find("2.00 GiB of RAM"), std::string::npos) << m;
+    EXPECT_NE(m.find("--low-memory"), std::string::npos) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
   // Activations that fit alone but not next to the weights.
