@@ -52,18 +52,8 @@ int bench_vae(const BenchRequest& request) {
     std::fprintf(stderr, "bench vae: only the CPU device is benchmarked here\n");
     return 2;
   }
-  const int64_t B = request.batch, H = request.height, W = request.width;
-  std::printf("%s\n", bench::machine_line().c_str());
-  bench::GemmPeak peak;
-  if (!request.skip_peak) {
-    peak = bench::measure_gemm_peak();
-    std::printf("GEMM peak: %.1f GFLOP/s (%s)\n", peak.gflops, peak.source.c_str());
-  }
-
-  const models::Flux2VaeConfig config;  // the FLUX.2 AE: (128, 256, 512, 512), z 32, GN 32
+  // Tiling options first, so a bad flag fails before the GEMM peak is measured.
   models::Flux2VaeOptions options;
-  options.dtype = request.dtype;
-  options.device = request.device;
   models::TilingOptions& tiling = options.tiling;
   if (request.vae_tiling == "on") tiling.mode = models::TilingMode::Always;
   else if (request.vae_tiling == "off") tiling.mode = models::TilingMode::Never;
@@ -75,6 +65,17 @@ int bench_vae(const BenchRequest& request) {
     tiling.tile_pixels = request.vae_tile_pixels;
     tiling.overlap_pixels = request.vae_tile_pixels / 4 / 16 * 16;
   }
+  const int64_t B = request.batch, H = request.height, W = request.width;
+  std::printf("%s\n", bench::machine_line().c_str());
+  bench::GemmPeak peak;
+  if (!request.skip_peak) {
+    peak = bench::measure_gemm_peak();
+    std::printf("GEMM peak: %.1f GFLOP/s (%s)\n", peak.gflops, peak.source.c_str());
+  }
+
+  const models::Flux2VaeConfig config;  // the FLUX.2 AE: (128, 256, 512, 512), z 32, GN 32
+  options.dtype = request.dtype;
+  options.device = request.device;
   const size_t rss_before = process_peak_rss_bytes();
   const models::Flux2Vae vae =
       models::Flux2Vae::from_store(models::make_synthetic_flux2_vae(config, request.dtype, 1), config, options);

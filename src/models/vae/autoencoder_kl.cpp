@@ -519,11 +519,10 @@ static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, int64_t 
   p.tile_width = w;
   p.estimate_bytes = estimate;
   if (t.mode == TilingMode::Never) return p;
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return p;  // one tile is the whole image
-  if (t.mode == TilingMode::Auto) {
+  if (t.mode == TilingMode::Auto)
     p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes();
-    if (estimate <= p.budget_bytes) return p;
-  }
+  if (h <= t.tile_pixels && w <= t.tile_pixels) return p;  // one tile is the whole image
+  if (t.mode == TilingMode::Auto && estimate <= p.budget_bytes) return p;
   p.tiled = true;
   if (t.tile_pixels % factor != 0 || t.overlap_pixels % factor != 0 || t.overlap_pixels >= t.tile_pixels ||
       t.overlap_pixels < 0) {
