@@ -53,7 +53,12 @@ def make_vae():
     return AutoencoderKLFlux2(
         in_channels=3,
         out_channels=3,
-        block_out_channels=(8, 16, 32, 32),  # four levels: the /8 factor the pipeline assumes
+        # Three levels (a /4 factor; the pipeline derives it from this list as diffusers does):
+        # 64x64 images become 8x8 = 64 tokens. Four levels left 4x4 tokens, too coarse to place a
+        # small shape, and a round trip that lost its colour.
+        block_out_channels=(16, 32, 64),
+        down_block_types=("DownEncoderBlock2D",) * 3,
+        up_block_types=("UpDecoderBlock2D",) * 3,
         layers_per_block=1,
         latent_channels=32,  # x 2x2 patch = the 128 channels the transformer expects
         norm_num_groups=4,
