@@ -46,6 +46,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");
   cmd->add_flag("--synthetic", options.synthetic, "pipeline: random weights of the variant's real shapes (no files)");
   cmd->add_flag("--warmup", options.warmup, "pipeline: run the request once untimed first");
+  cmd->add_flag("--low-memory", options.low_memory,
+                "pipeline: keep one component resident at a time (each made when used, then freed; FLUX.1 always)");
   cmd->add_option("--tiling", options.tiling,
                   "vae: auto (tiles when the untiled pass would exceed half the available memory), on or off")
       ->capture_default_str()
@@ -72,6 +74,7 @@ int run_bench(const BenchOptions& options) {
   request.json_path = options.json_path;
   request.synthetic = options.synthetic;
   request.warmup = options.warmup;
+  request.low_memory = options.low_memory;
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;
   if (options.component == "pipeline") return runtime::bench_pipeline(request);

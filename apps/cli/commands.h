@@ -28,6 +28,7 @@ struct BenchOptions {
   std::string json_path;
   bool synthetic = false;  // pipeline: random weights of the real shapes
   bool warmup = false;     // pipeline: one untimed request first
+  bool low_memory = false; // pipeline: one component resident at a time
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
 };

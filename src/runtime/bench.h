@@ -22,6 +22,7 @@ struct BenchRequest {
   std::string json_path;   // also write the figures as JSON when set
   bool synthetic = false;  // bench pipeline: random weights of the variant's real shapes (required for now)
   bool warmup = false;     // bench pipeline: one untimed request first (reported separately)
+  bool low_memory = false; // bench pipeline (klein): one component resident at a time; 9B needs it in 24 GiB
   std::string vae_tiling = "auto";  // bench vae: auto (budget from available memory), on or off
   int vae_tile_pixels = 0;          // bench vae: tile edge in pixels; 0 keeps the model's default (512)
 };

@@ -185,6 +185,7 @@ int bench_pipeline(const BenchRequest& r) {
   options.dtype = r.dtype;
   options.device = r.device;
   options.load_vae_encoder = false;
+  options.low_memory = r.low_memory;
   options.profiler = &profiler;
   Stopwatch load_watch;
   auto pipe = pipelines::Flux2KleinPipeline::synthetic(r.variant, tokenizer, options);

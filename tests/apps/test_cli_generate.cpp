@@ -315,6 +315,15 @@ TEST_F(CliGenerate, BenchPipelineTinySynthetic) {
   expect_one_line_error(run("bench pipeline --synthetic --variant flux.2-klein-tiny --size 60x64", false), "16");
 }
 
+// --low-memory: the components are made when used (their loads land inside the run, not before it).
+TEST_F(CliGenerate, BenchPipelineTinySyntheticLowMemory) {
+  const RunResult r = run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 "
+                          "--skip-peak --low-memory", false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--low-memory loads per request"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("denoising loop"), std::string::npos) << r.out;
+}
+
 // --reload and --warmup: a warm load and a warm-up run reported next to the timed run; the
 // warm-up writes nothing. --low-memory loads inside the request instead.
 TEST_F(CliGenerate, WarmLoadWarmupAndLowMemory) {
