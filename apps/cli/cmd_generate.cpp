@@ -187,6 +187,7 @@ int generate_and_write(const GenerateOptions& o) {
                                job.seed_was_random ? " (random)" : "", job.total_images(),
                                job.total_images() == 1 ? "" : "s"));
   for (const std::string& note : extra.notes) progress.message("note: " + note);
+  if (!job.low_memory_note.empty()) progress.message("note: " + job.low_memory_note);
 
   Profiler profiler;
   pipelines::PipelineOptions options;

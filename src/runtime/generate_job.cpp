@@ -360,8 +360,8 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   // Size and memory before anything is loaded: the size the run will have (given, else the first
   // reference image's as the klein pipeline crops it, else the pipelines' default 128 x factor),
   // its activations plus the weights resident at the same time.
-  job.resident_weight_bytes = pipelines::pipeline_weight_bytes(job.model.path, job.dtype, job.transformer_file)
-                                  .peak(job.low_memory);
+  const pipelines::ResidentWeights weights =
+      pipelines::pipeline_weight_bytes(job.model.path, job.dtype, job.transformer_file);
   const int multiple = 2 * job.vae_scale_factor;
   int width = 128 * job.vae_scale_factor, height = width;
   if (!job.reference_images.empty()) {
@@ -375,11 +375,28 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   }
   width = job.width.value_or(width);
   height = job.height.value_or(height);
-  const pipelines::MemoryCheck memory{job.resident_weight_bytes, in.ram_limit_bytes, !job.low_memory};
-  if (job.model.pipeline_class == "FluxPipeline" || job.model.pipeline_class == "FluxImg2ImgPipeline")
-    pipelines::Flux1Pipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
-  else
-    pipelines::Flux2KleinPipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
+  const bool flux1 = job.model.pipeline_class == "FluxPipeline" || job.model.pipeline_class == "FluxImg2ImgPipeline";
+  auto check_size = [&](bool low_memory) {
+    const pipelines::MemoryCheck memory{weights.peak(low_memory), in.ram_limit_bytes, !low_memory};
+    if (flux1)
+      pipelines::Flux1Pipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
+    else
+      pipelines::Flux2KleinPipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
+  };
+  try {
+    check_size(job.low_memory);
+  } catch (const Error& e) {
+    // A model whose components do not fit together (klein-9B, FLUX.1 with T5-XXL on 24 GiB) runs
+    // one component at a time rather than failing, unless low_memory was set to false explicitly.
+    if (e.code() != ErrorCode::OutOfMemory || job.low_memory || cfg.low_memory.has_value()) throw;
+    check_size(true);  // throws when even one component at a time does not fit
+    job.low_memory = true;
+    job.low_memory_note = fmt::format(
+        "the components need {:.1f} GiB of weights together, more than this machine has: running in low-memory "
+        "mode (one component resident at a time; --low-memory to ask for it, low_memory: false in a preset to refuse)",
+        static_cast<double>(weights.peak(false)) / 1073741824.0);
+  }
+  job.resident_weight_bytes = weights.peak(job.low_memory);
   try {
     const io::VariantInfo v = io::detect_variant(job.transformer_file.empty() ? job.model : given);
     job.variant = v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;

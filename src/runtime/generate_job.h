@@ -69,6 +69,7 @@ struct GenerateJob {
   Device device = Device::cpu();
   std::optional<int> threads;
   bool low_memory = false;
+  std::string low_memory_note;  // set when low-memory mode was chosen because the components do not fit
 
   std::filesystem::path out_dir;
   std::string filename_pattern;

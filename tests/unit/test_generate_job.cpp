@@ -196,3 +196,43 @@ TEST_F(GenerateJob, OneLineErrorsBeforeLoading) {
   EXPECT_EQ(e.find('\n'), std::string::npos);
   EXPECT_FALSE(fs::exists(tmp_ / "out"));
 }
+
+// Components that do not fit together but fit one at a time: low-memory mode is chosen (with a
+// note) unless low_memory was set to false explicitly, which keeps the one-line OutOfMemory error.
+TEST_F(GenerateJob, ChoosesLowMemoryWhenTheComponentsDoNotFitTogether) {
+  // The smallest RAM limit each mode accepts: weights resident at once + the activation estimate.
+  auto threshold = [&](bool low_memory) {
+    size_t lo = 1, hi = size_t{1} << 40;  // lo fails, hi passes
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      rt::GenerateInputs in = tiny_inputs();
+      in.flags.low_memory = low_memory;
+      in.ram_limit_bytes = mid;
+      (error_of(in).empty() ? hi : lo) = mid;
+    }
+    return hi;
+  };
+  const size_t low = threshold(true), all = threshold(false);
+  ASSERT_LT(low, all);
+
+  rt::GenerateInputs in = tiny_inputs();
+  in.ram_limit_bytes = low;
+  const rt::GenerateJob job = rt::resolve_generate_job(in);
+  EXPECT_TRUE(job.low_memory);
+  EXPECT_NE(job.low_memory_note.find("low-memory mode"), std::string::npos) << job.low_memory_note;
+
+  in.ram_limit_bytes = all;  // everything fits: stays all-resident, no note
+  const rt::GenerateJob resident = rt::resolve_generate_job(in);
+  EXPECT_FALSE(resident.low_memory);
+  EXPECT_TRUE(resident.low_memory_note.empty());
+
+  in.ram_limit_bytes = low;
+  in.flags.low_memory = false;  // asked for all-resident: refused, one line
+  const std::string error = error_of(in);
+  EXPECT_NE(error.find("GiB"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+
+  in.ram_limit_bytes = low - 1;  // not even one component at a time
+  in.flags.low_memory.reset();
+  EXPECT_FALSE(error_of(in).empty());
+}
