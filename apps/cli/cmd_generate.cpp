@@ -114,7 +114,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--steps", o.steps, "denoising steps (default: preset, else the model's)");
   cmd->add_option("--guidance", o.guidance, "guidance scale (base variants; default: preset, else the model's)");
-  cmd->add_option("--size", o.size, "WxH, multiples of 16 (default: preset, else reference image, else the model's)");
+  cmd->add_option("--size", o.size, "WxH, multiples of 2 x the VAE factor: 16 for FLUX, 8 for the demo model (default: preset, else reference image, else the model's)");
   cmd->add_option("--seed", o.seed, "noise seed (default: preset, else random; printed and stored in the PNG)");
   cmd->add_option("--batch,-n", o.batch, "images per prompt");
   cmd->add_option("--max-sequence-length", o.max_sequence_length, "text tokens, e.g. 512 (default) or 256");

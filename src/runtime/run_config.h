@@ -67,7 +67,7 @@ std::vector<std::filesystem::path> preset_search_dirs();
 std::filesystem::path find_preset(const std::string& name_or_path);
 
 // Parses "WxH" (e.g. 1024x768); InvalidArgument naming `what` otherwise. Only checks the syntax
-// and positivity; multiples of 16 and memory are the pipeline's validate_size.
+// and positivity; multiples of 2 x the VAE factor and memory are the pipeline's validate_size.
 void parse_size(const std::string& text, const std::string& what, int* width, int* height);
 
 // Folders shipped with fluxrt: the source tree (compile-time FLUXRT_SOURCE_DIR) and
