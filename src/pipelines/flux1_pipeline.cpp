@@ -213,15 +213,8 @@ Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height
 // Size checks
 
 void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor, const MemoryCheck& memory) {
-  FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
-               "VAE scale factor {} not in [1, 64]", vae_scale_factor);
+  check_image_size(width, height, batch, vae_scale_factor);
   const int multiple = 2 * vae_scale_factor;  // pixels per packed token side
-  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
-               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
-               height, multiple, vae_scale_factor);
-  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
-               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
-  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
   const models::Flux1Config c = models::flux1_preset("flux.1-dev");
   // Widest live activations of a block in f32 (the worst case): the MLP hidden, q/k/v/attention
   // and the residual streams, plus the decoder output and its conversions.

@@ -129,15 +129,7 @@ void Flux2KleinPipeline::validate_size(int width, int height, int batch, int vae
 
 void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor,
                        const MemoryCheck& memory) {
-  FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
-               "VAE scale factor {} not in [1, 64]", vae_scale_factor);
-  const int multiple = 2 * vae_scale_factor;  // pixels per latent token side
-  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
-               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
-               height, multiple, vae_scale_factor);
-  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
-               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
-  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
+  check_image_size(width, height, batch, vae_scale_factor);
   check_fits_in_memory(estimate_generate_bytes(width, height, batch, config, vae_scale_factor), memory,
                        fmt::format("image size {}x{} x {}", width, height, batch));
 }

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "io/image.h"
 #include "io/safetensors.h"
 
 namespace fluxrt::pipelines {
@@ -58,6 +59,18 @@ void check_fits_in_memory(size_t activation_bytes, const MemoryCheck& check, con
                "the {:.2f} GiB of RAM{}",
                what, need / kGiB, check.weight_bytes / kGiB, activation_bytes / kGiB, ram / kGiB,
                check.suggest_low_memory ? " (--low-memory keeps one component resident at a time)" : "");
+}
+
+void check_image_size(int width, int height, int batch, int vae_scale_factor) {
+  FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
+               "VAE scale factor {} not in [1, 64]", vae_scale_factor);
+  const int multiple = 2 * vae_scale_factor;
+  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
+               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
+               height, multiple, vae_scale_factor);
+  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
+               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
+  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
 }
 
 }  // namespace fluxrt::pipelines

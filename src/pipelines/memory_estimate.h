@@ -41,6 +41,11 @@ struct MemoryCheck {
   bool suggest_low_memory = false;
 };
 
+// The size checks every pipeline makes before estimating memory (InvalidArgument, one line): a VAE
+// factor in [1, 64], positive multiples of 2 x that factor (pixels per packed token side), at most
+// io::kMaxImageSide per side, a batch of at least one image.
+void check_image_size(int width, int height, int batch, int vae_scale_factor);
+
 // The machine's physical RAM in bytes (0 when unknown: the check is then skipped).
 size_t physical_ram_bytes();
 

@@ -61,6 +61,24 @@ pipelines::GenerateRequest bench_request(const BenchRequest& r) {
   return request;
 }
 
+// The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans.
+template <typename Pipeline>
+pipelines::GenerateResult warm_up_and_run(Pipeline& pipe, const pipelines::GenerateRequest& request, bool warmup,
+                                          Profiler& profiler, TimingReport& report) {
+  if (warmup) {
+    Stopwatch warm;
+    pipe.generate(request);
+    report.warmup = run_timings_from(profiler);
+    report.warmup->total_s = warm.seconds();
+    profiler.clear();
+  }
+  Stopwatch run_watch;
+  const pipelines::GenerateResult result = pipe.generate(request);
+  report.run = run_timings_from(profiler);
+  report.run.total_s = run_watch.seconds();
+  return result;
+}
+
 // The CLIP (vocab.json + merges.txt) and T5 (spiece.model) tokenizers checked in with the tiny
 // FLUX.1 test folder, or installed next to the executable.
 std::filesystem::path find_flux1_tokenizer(const char* name) {
@@ -131,17 +149,7 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   report.images = r.batch;
   report.threads = num_threads();
   report.writes_images = false;
-  if (r.warmup) {
-    Stopwatch warm;
-    pipe->generate(request);
-    report.warmup = run_timings_from(profiler);
-    report.warmup->total_s = warm.seconds();
-    profiler.clear();
-  }
-  Stopwatch run_watch;
-  const pipelines::GenerateResult result = pipe->generate(request);
-  report.run = run_timings_from(profiler);
-  report.run.total_s = run_watch.seconds();
+  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
 
   const models::Flux1Config& config = pipe->transformer_config();
   const int64_t image_tokens = static_cast<int64_t>(result.height / 16) * (result.width / 16);
@@ -218,17 +226,7 @@ int bench_pipeline(const BenchRequest& r) {
   report.cold_load = load;
   report.writes_images = false;
   profiler.clear();
-  if (r.warmup) {
-    Stopwatch warm;
-    pipe->generate(request);
-    report.warmup = run_timings_from(profiler);
-    report.warmup->total_s = warm.seconds();
-    profiler.clear();
-  }
-  Stopwatch run_watch;
-  const pipelines::GenerateResult result = pipe->generate(request);
-  report.run = run_timings_from(profiler);
-  report.run.total_s = run_watch.seconds();
+  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
 
   const models::Flux2Config& config = pipe->transformer_config();
   const int64_t image_tokens = static_cast<int64_t>(result.height / 16) * (result.width / 16);
