@@ -309,8 +309,14 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   {
     auto encoders = m.text_encoders_lease();
     ScopedTimer span(prof, kSpanTextEncoding);
+    // The two encoders timed apart (sub-spans of kSpanTextEncoding): T5-XXL costs orders of
+    // magnitude more than CLIP-L, and the report should say which one a slow encode is.
     auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
-      pool = repeat_rows(encoders->pooled(prompts), request.images_per_prompt);                 // [B, 768]
+      {
+        ScopedTimer clip_span(prof, kSpanTextEncodingClip);
+        pool = repeat_rows(encoders->pooled(prompts), request.images_per_prompt);  // [B, 768]
+      }
+      ScopedTimer t5_span(prof, kSpanTextEncodingT5);
       embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, request.images_per_prompt);  // [B, L, 4096]
     };
     encode(request.prompts, prompt_embeds, pooled);

@@ -90,8 +90,8 @@ RunTimings run_timings_from(const Profiler& profiler) {
   const std::vector<ProfileEntry> entries = profiler.entries();
   RunTimings r;
   r.text_encoding_s = span_total(entries, pl::kSpanTextEncoding);
-  r.clip_encoding_s = span_total(entries, kSpanTextEncodingClip);
-  r.t5_encoding_s = span_total(entries, kSpanTextEncodingT5);
+  r.clip_encoding_s = span_total(entries, pl::kSpanTextEncodingClip);
+  r.t5_encoding_s = span_total(entries, pl::kSpanTextEncodingT5);
   if (const ProfileEntry* e = span(entries, pl::kSpanReferenceEncode)) {
     r.has_reference_images = true;
     r.reference_encode_s = e->total_seconds;

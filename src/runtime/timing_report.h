@@ -14,11 +14,6 @@
 
 namespace fluxrt::runtime {
 
-// Optional sub-spans of pipelines::kSpanTextEncoding, reported when a pipeline records them: the
-// FLUX.1 encoders separately (CLIP-L pooled, T5-XXL).
-inline constexpr const char* kSpanTextEncodingClip = "text_encoding.clip";
-inline constexpr const char* kSpanTextEncodingT5 = "text_encoding.t5";
-
 struct LoadTimings {
   double total_s = 0;  // wall time of the whole (parallel) load
   double transformer_s = 0;
@@ -29,7 +24,8 @@ struct LoadTimings {
 // One generate call.
 struct RunTimings {
   double text_encoding_s = 0;
-  double clip_encoding_s = 0;  // kSpanTextEncodingClip / T5, 0 when not recorded
+  // pipelines::kSpanTextEncodingClip / T5 (FLUX.1's encoders inside text_encoding_s), 0 when not recorded
+  double clip_encoding_s = 0;
   double t5_encoding_s = 0;
   double reference_encode_s = 0;
   bool has_reference_images = false;

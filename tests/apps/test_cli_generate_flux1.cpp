@@ -4,8 +4,8 @@
 // (reference images) is a one-line error. --init-image / --strength (img2img) and --true-cfg with
 // --negative-prompt on the tiny dev folder give the image Flux1Pipeline renders for the same
 // request, bit for bit, and diffusers' (f32: every pixel within 2/255); bad values and flags that
-// do not fit the model family are one-line errors that write nothing. `bench pipeline` runs the
-// FLUX.1 path on the flux.1-tiny shapes.
+// do not fit the model family are one-line errors that write nothing. The timing table splits text
+// encoding into CLIP and T5. `bench pipeline` runs the FLUX.1 path on the flux.1-tiny shapes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,7 +139,8 @@ TEST_F(CliGenerateFlux1, InitImageRendersTheImg2ImgImage) {
                        " --strength 0.6 --out " + quote((tmp_ / "out").string()));
   ASSERT_EQ(code, 0) << err_;
   EXPECT_NE(err_.find("strength 0.6, 3 of 5 steps run"), std::string::npos) << err_;
-  EXPECT_NE(out_.find("denoising loop"), std::string::npos) << out_;
+  for (const char* needle : {"denoising loop", "CLIP ", ", T5 "})
+    EXPECT_NE(out_.find(needle), std::string::npos) << needle << "\n" << out_;
   const fluxrt::io::Image mine = written_image();
 
   fluxrt::pipelines::GenerateRequest request;
@@ -230,11 +231,18 @@ TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
                         "--dtype f32 --json " + quote(json.string())),
             0)
       << err_;
-  for (const char* needle : {"load (in run)", "text encoding", "denoising loop", "it/s", "loop throughput",
-                             "VAE decode", "run total", "peak RSS"})
+  for (const char* needle : {"load (in run)", "text encoding", "CLIP ", ", T5 ", "denoising loop", "it/s",
+                             "loop throughput", "VAE decode", "run total", "peak RSS"})
     EXPECT_NE(out_.find(needle), std::string::npos) << needle << "\n" << out_;
   const nlohmann::json j = nlohmann::json::parse(read_file(json));
   EXPECT_EQ(j["run"]["steps"], 2);
+  // The text-encoding split: both encoders recorded, inside the span that holds them.
+  ASSERT_TRUE(j["run"]["clip_encoding_s"].is_number()) << j["run"];
+  ASSERT_TRUE(j["run"]["t5_encoding_s"].is_number()) << j["run"];
+  const double clip = j["run"]["clip_encoding_s"], t5 = j["run"]["t5_encoding_s"];
+  EXPECT_GE(clip, 0.0);
+  EXPECT_GE(t5, 0.0);
+  EXPECT_LE(clip + t5, j["run"]["text_encoding_s"].get<double>());
   EXPECT_GT(j["run"]["load_s"].get<double>(), 0);
   EXPECT_GT(j["run"]["load_detail"]["transformer_s"].get<double>(), 0);
   EXPECT_GT(j["throughput"]["gflops"].get<double>(), 0);

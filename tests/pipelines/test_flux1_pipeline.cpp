@@ -220,6 +220,39 @@ TEST(Flux1PipelineTiny, LoadingModesGiveTheSameImageAndRecordSpans) {
   EXPECT_NE(prof_low.find(kSpanLoadTransformer), nullptr);
 }
 
+// CLIP-L and T5-XXL are timed apart inside the text-encoding span: once per encode_prompt call
+// (twice with true CFG: prompt and negative), never more than the span that holds them.
+TEST(Flux1PipelineTiny, TextEncodingSplitsIntoClipAndT5SubSpans) {
+  for (const bool true_cfg : {false, true}) {
+    Profiler prof;
+    PipelineOptions options = f32_options();
+    options.profiler = &prof;
+    GenerateRequest req = small_request();
+    if (true_cfg) {
+      req.negative_prompt = "blurry";
+      req.true_cfg_scale = 2.0f;
+    }
+    Flux1Pipeline::load(kDev, options)->generate(req);
+    const std::vector<ProfileEntry> entries = prof.entries();
+    auto entry = [&](const char* name) {
+      for (const ProfileEntry& e : entries)
+        if (e.name == name) return e;
+      ADD_FAILURE() << "no span " << name << (true_cfg ? " (true CFG)" : "");
+      return ProfileEntry{};
+    };
+    const ProfileEntry text = entry(kSpanTextEncoding), clip = entry(kSpanTextEncodingClip),
+                       t5 = entry(kSpanTextEncodingT5);
+    const int encodes = true_cfg ? 2 : 1;
+    EXPECT_EQ(text.count, 1);
+    EXPECT_EQ(clip.count, encodes);
+    EXPECT_EQ(t5.count, encodes);
+    EXPECT_GE(clip.min_seconds, 0.0);
+    EXPECT_GE(t5.min_seconds, 0.0);
+    EXPECT_GT(clip.total_seconds + t5.total_seconds, 0.0);
+    EXPECT_LE(clip.total_seconds + t5.total_seconds, text.total_seconds);
+  }
+}
+
 TEST(Flux1PipelineTiny, SeedAndPromptChangeTheImageGuidanceOnlyMattersForDev) {
   auto dev = Flux1Pipeline::load(kDev, f32_options());
   GenerateRequest req = small_request();

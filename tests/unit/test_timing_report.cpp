@@ -90,8 +90,8 @@ TEST(TimingReport, LoadsInsideTheRunAndTextEncoderSplit) {
   p.add(pl::kSpanLoadTransformer, 2.0);
   p.add(pl::kSpanLoadVae, 0.5);
   p.add(pl::kSpanTextEncoding, 0.75);
-  p.add(rt::kSpanTextEncodingClip, 0.25);
-  p.add(rt::kSpanTextEncodingT5, 0.5);
+  p.add(pl::kSpanTextEncodingClip, 0.25);
+  p.add(pl::kSpanTextEncodingT5, 0.5);
   rt::TimingReport t = sample_report();
   t.run = rt::run_timings_from(p);
   EXPECT_DOUBLE_EQ(t.run.load_s, 3.5);
