@@ -160,11 +160,6 @@ struct LoadedPipeline {
   int max_sequence_length() const {
     return flux1 ? flux1->defaults().max_sequence_length : klein->defaults().max_sequence_length;
   }
-  void validate_default_size(const runtime::GenerateJob& job) const {
-    const int w = flux1 ? flux1->defaults().width : klein->defaults().width;
-    const int h = flux1 ? flux1->defaults().height : klein->defaults().height;
-    pipelines::Flux2KleinPipeline::validate_size(job.width.value_or(w), job.height.value_or(h), job.total_images());
-  }
 };
 
 int generate_and_write(const GenerateOptions& o) {
@@ -225,13 +220,9 @@ int generate_and_write(const GenerateOptions& o) {
     profiler.clear();
     throw_if_cancelled();
   }
-  // Recorded in the PNGs as the value used, not as "the default".
+  // Recorded in the PNGs as the value used, not as "the default". (The size, default or not, was
+  // checked by resolve_generate_job with the model's VAE factor before loading.)
   if (!job.max_sequence_length) job.max_sequence_length = pipe.max_sequence_length();
-  // A size that comes from the model's defaults can only be checked now (no reference image
-  // sets it), still before anything is generated or written.
-  if (!(job.width && job.height) && job.reference_images.empty()) {
-    pipe.validate_default_size(job);
-  }
   if (extra.init_image) {
     // The steps may come from the model: checked now, still before anything runs.
     const int steps = job.steps.value_or(pipe.flux1->defaults().num_steps);
