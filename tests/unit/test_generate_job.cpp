@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "runtime/generate_job.h"
+#include "support/generate_job_fixture.h"
 
 namespace fs = std::filesystem;
 namespace rt = fluxrt::runtime;
@@ -21,39 +22,10 @@ namespace {
 
 const fs::path kTinyModel = fs::path(FLUXRT_TEST_DATA_DIR) / "models" / "flux2-klein-tiny";
 
-class GenerateJob : public ::testing::Test {
+class GenerateJob : public fluxrt::test::GenerateJobTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    tmp_ = fs::temp_directory_path() / (std::string("fluxrt_job_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(tmp_);
-    fs::create_directories(tmp_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(tmp_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(tmp_, ec);
-  }
-  rt::GenerateInputs tiny_inputs() const {
-    rt::GenerateInputs in;
-    in.flags.model = kTinyModel.string();
-    in.flags.width = 64;
-    in.flags.height = 64;
-    in.flags.steps = 2;
-    in.flags.seed = 7;
-    in.flags.out_dir = (tmp_ / "out").string();
-    in.prompt = "a red circle";
-    return in;
-  }
-  static std::string error_of(const rt::GenerateInputs& in) {
-    try {
-      rt::resolve_generate_job(in);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
-  fs::path tmp_;
+  GenerateJob() : GenerateJobTest("fluxrt_job_") {}
+  rt::GenerateInputs tiny_inputs() const { return small_inputs(kTinyModel); }
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "runtime/generate_job.h"
+#include "support/generate_job_fixture.h"
 
 namespace fs = std::filesystem;
 namespace rt = fluxrt::runtime;
@@ -30,38 +31,14 @@ const fs::path kSchnellFolder = kModels / "flux1-schnell-tiny";
 // Another tiny schnell transformer (other widths): a FLUX.1 file that does not fit the folder.
 const fs::path kOtherSchnellBflFile = kModels / "flux1-schnell-tiny-bfl.safetensors";
 
-class SingleFile : public ::testing::Test {
+class SingleFile : public fluxrt::test::GenerateJobTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    tmp_ = fs::temp_directory_path() / (std::string("fluxrt_single_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(tmp_);
-    fs::create_directories(tmp_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(tmp_, ec);
-  }
+  SingleFile() : GenerateJobTest("fluxrt_single_") {}
   rt::GenerateInputs inputs(const fs::path& model) const {
-    rt::GenerateInputs in;
-    in.flags.model = model.string();
-    in.flags.width = 64;
-    in.flags.height = 64;
-    in.flags.steps = 2;
-    in.flags.seed = 7;
+    rt::GenerateInputs in = small_inputs(model);
     in.flags.dtype = "f32";
     in.flags.max_sequence_length = 16;
-    in.flags.out_dir = (tmp_ / "out").string();
-    in.prompt = "a red circle";
     return in;
-  }
-  static std::string error_of(const rt::GenerateInputs& in) {
-    try {
-      rt::resolve_generate_job(in);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
   }
   // A hub-style repo root: the pipeline's components (links) next to a single transformer file.
   fs::path repo_with_file(const fs::path& folder, const fs::path& file) const {
@@ -74,7 +51,6 @@ class SingleFile : public ::testing::Test {
     fs::create_symlink(fs::absolute(file), repo / file.filename());
     return repo / file.filename();
   }
-  fs::path tmp_;
 };
 
 pl::PipelineOptions f32_options(const std::string& transformer_file = "") {
