@@ -220,7 +220,7 @@ int generate_and_write(const GenerateOptions& o) {
     profiler.clear();
     throw_if_cancelled();
   }
-  // Recorded in the PNGs as the value used, not as "the default". (The size, default or not, was
+  // Recorded in the PNGs as the values used, not as "the default". (The size, default or not, was
   // checked by resolve_generate_job with the model's VAE factor before loading.)
   if (!job.max_sequence_length) job.max_sequence_length = pipe.max_sequence_length();
   if (extra.init_image) {
@@ -229,7 +229,10 @@ int generate_and_write(const GenerateOptions& o) {
     const float strength = extra.strength.value_or(pipe.flux1->defaults().img2img_strength);
     progress.message(fmt::format("img2img from {}: strength {}, {} of {} steps run", extra.init_image_path, strength,
                                  extra.steps_run(steps, strength), steps));
+    job.init_image_path = extra.init_image_path;
+    job.strength = strength;
   }
+  if (extra.true_cfg_used) job.true_cfg = extra.true_cfg;
 
   pipelines::GenerateRequest request = runtime::make_generate_request(job);
   extra.apply_to(request);

@@ -442,6 +442,13 @@ io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::Generate
     for (const std::string& p : job.reference_paths) refs += (refs.empty() ? "" : ", ") + fs::path(p).filename().string();
     text.emplace_back("reference_images", refs);
   }
+  if (!job.init_image_path.empty()) {
+    text.emplace_back("init_image", fs::path(job.init_image_path).filename().string());
+    if (job.strength) text.emplace_back("strength", fmt::format("{}", *job.strength));
+    // "steps" is what ran; rerunning needs the schedule's length, which strength trims.
+    text.emplace_back("scheduled_steps", std::to_string(result.schedule.num_steps()));
+  }
+  if (job.true_cfg) text.emplace_back("true_cfg", fmt::format("{}", *job.true_cfg));
   return text;
 }
 

@@ -64,6 +64,12 @@ struct GenerateJob {
   bool seed_was_random = false;
   std::vector<std::string> reference_paths;
   std::vector<io::Image> reference_images;  // RGB
+  // FLUX.1 img2img and true CFG as they ran, for the PNG text chunks only (the request gets them
+  // from GenerateFlux1Options, which validates them; the caller copies them here once the model's
+  // defaults are known). Empty / unset: not used, and not recorded.
+  std::string init_image_path;
+  std::optional<float> strength;  // with init_image_path: the strength used (given or the model's)
+  std::optional<float> true_cfg;  // set only when true CFG ran (> 1 with a negative prompt)
 
   DType dtype = DType::BF16;
   Device device = Device::cpu();
@@ -127,7 +133,10 @@ std::string format_output_name(const std::string& pattern, const OutputNameField
 // taken, so concurrent writers and earlier runs are never overwritten; returns the reserved path.
 std::filesystem::path reserve_output_path(const std::filesystem::path& dir, const std::string& name);
 
-// The PNG text chunks of image `index` of a result.
+// The PNG text chunks of image `index` of a result: prompt, negative prompt, seed, steps run,
+// guidance, size, text length, model, variant, dtype, version; and only when used the reference
+// images (file names), the init image (file name) with its strength and the schedule's step count,
+// and the true CFG scale.
 io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index);
 
 // Writes every image of `result` into job.out_dir (created when missing) atomically and returns

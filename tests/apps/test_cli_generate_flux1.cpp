@@ -4,8 +4,9 @@
 // (reference images) is a one-line error. --init-image / --strength (img2img) and --true-cfg with
 // --negative-prompt on the tiny dev folder give the image Flux1Pipeline renders for the same
 // request, bit for bit, and diffusers' (f32: every pixel within 2/255); bad values and flags that
-// do not fit the model family are one-line errors that write nothing. The timing table splits text
-// encoding into CLIP and T5. `bench pipeline` runs the FLUX.1 path on the flux.1-tiny shapes.
+// do not fit the model family are one-line errors that write nothing; the PNGs record those settings
+// only when they ran. The timing table splits text encoding into CLIP and T5. `bench pipeline`
+// runs the FLUX.1 path on the flux.1-tiny shapes.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -84,6 +86,10 @@ class CliGenerateFlux1 : public ::testing::Test {
     EXPECT_TRUE(fs::exists(written)) << out_ << err_;
     return fluxrt::io::read_png(written.string());
   }
+  // The text chunks of the first written PNG.
+  std::map<std::string, std::string> written_text() const {
+    return fluxrt::io::read_png_text(out_.substr(0, out_.find('\n')));
+  }
   void expect_one_line_error(int code, const std::string& needle) {
     EXPECT_NE(code, 0) << out_;
     EXPECT_NE(err_.find(needle), std::string::npos) << err_;
@@ -142,6 +148,13 @@ TEST_F(CliGenerateFlux1, InitImageRendersTheImg2ImgImage) {
   for (const char* needle : {"denoising loop", "CLIP ", ", T5 "})
     EXPECT_NE(out_.find(needle), std::string::npos) << needle << "\n" << out_;
   const fluxrt::io::Image mine = written_image();
+  // The PNG says how to get it again: the init image, the strength and the untrimmed step count.
+  const auto text = written_text();
+  EXPECT_EQ(text.at("init_image"), "init_64.png");
+  EXPECT_EQ(text.at("strength"), "0.6");
+  EXPECT_EQ(text.at("steps"), "3");
+  EXPECT_EQ(text.at("scheduled_steps"), "5");
+  EXPECT_EQ(text.count("true_cfg"), 0u);
 
   fluxrt::pipelines::GenerateRequest request;
   request.prompts = {"make it blue"};
@@ -169,6 +182,11 @@ TEST_F(CliGenerateFlux1, TrueCfgWithNegativePromptRendersTheDiffusersImage) {
                        quote((tmp_ / "out").string()));
   ASSERT_EQ(code, 0) << err_;
   const fluxrt::io::Image mine = written_image();
+  const auto text = written_text();
+  EXPECT_EQ(text.at("true_cfg"), "4");
+  EXPECT_EQ(text.at("negative_prompt"), "blurry, dark");
+  for (const char* unused : {"init_image", "strength", "scheduled_steps"})
+    EXPECT_EQ(text.count(unused), 0u) << unused;
   const auto golden =
       fluxrt::test::compare_images(mine, fluxrt::io::read_png((kGoldens / "dev_true_cfg_f32" / "image_0.png").string()));
   EXPECT_LE(golden.max_abs, 2) << golden.str();
@@ -193,6 +211,7 @@ TEST_F(CliGenerateFlux1, TrueCfgWithoutNegativePromptIsIgnoredAsInDiffusers) {
                              " --dtype f32 --threads 1 --out " + quote((tmp_ / "out").string());
   ASSERT_EQ(run(common + " --true-cfg 4"), 0) << err_;
   EXPECT_NE(err_.find("--true-cfg 4 has no effect without --negative-prompt"), std::string::npos) << err_;
+  EXPECT_EQ(written_text().count("true_cfg"), 0u);  // recorded only when it ran
   const fluxrt::io::Image with_flag = written_image();
   ASSERT_EQ(run(common + " --vae-tiling off --quiet"), 0) << err_;
   const auto d = fluxrt::test::compare_images(with_flag, written_image());

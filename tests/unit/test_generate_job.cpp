@@ -1,6 +1,7 @@
 // `fluxrt generate` glue (runtime/generate_job.h): output names that never overwrite, prompts
 // files, output-folder checks, model-folder checks, and the up-front validation of a job (flags
-// over a preset, one-line errors before anything is loaded or written).
+// over a preset, one-line errors before anything is loaded or written), and the text chunks of
+// the PNGs it writes.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/image.h"
+#include "pipelines/flux2_klein_pipeline.h"
 #include "runtime/generate_job.h"
 #include "support/generate_job_fixture.h"
 
@@ -207,4 +210,45 @@ TEST_F(GenerateJob, ChoosesLowMemoryWhenTheComponentsDoNotFitTogether) {
   in.ram_limit_bytes = low - 1;  // not even one component at a time
   in.flags.low_memory.reset();
   EXPECT_FALSE(error_of(in).empty());
+}
+
+// What a written PNG records, read back from the file: always the basic settings; the reference
+// images, the FLUX.1 init image with its strength and untrimmed step count, and the true CFG scale
+// only when the run used them.
+TEST_F(GenerateJob, PngTextChunksRecordTheSettingsUsed) {
+  rt::GenerateJob job = rt::resolve_generate_job(tiny_inputs());
+  fluxrt::pipelines::GenerateResult result;
+  result.images = {fluxrt::io::Image{16, 16, 3, std::vector<uint8_t>(16 * 16 * 3, 50)}};
+  result.width = result.height = 16;
+  result.num_steps = 3;  // img2img: 3 of the 5 scheduled steps ran
+  result.guidance_scale = 3.5f;
+  result.schedule.timesteps.assign(5, 500.0f);
+  result.schedule.sigmas.assign(6, 0.5f);
+  auto write_and_read = [&] {
+    const std::vector<fs::path> paths = rt::write_generated_images(job, result);
+    EXPECT_EQ(paths.size(), 1u);
+    return fluxrt::io::read_png_text(paths.at(0).string());
+  };
+
+  const auto plain = write_and_read();
+  EXPECT_EQ(plain.at("prompt"), "a red circle");
+  EXPECT_EQ(plain.at("seed"), "7");
+  EXPECT_EQ(plain.at("steps"), "3");
+  EXPECT_EQ(plain.at("negative_prompt"), "");
+  for (const char* unused : {"init_image", "strength", "scheduled_steps", "true_cfg", "reference_images"})
+    EXPECT_EQ(plain.count(unused), 0u) << unused;
+
+  job.negative_prompt = "blurry";
+  job.init_image_path = (tmp_ / "inputs" / "start.png").string();
+  job.strength = 0.6f;
+  job.true_cfg = 4.0f;
+  job.reference_paths = {"a/ref one.png", "b/ref2.png"};
+  const auto used = write_and_read();
+  EXPECT_EQ(used.at("negative_prompt"), "blurry");
+  EXPECT_EQ(used.at("init_image"), "start.png");
+  EXPECT_EQ(used.at("strength"), "0.6");
+  EXPECT_EQ(used.at("steps"), "3");
+  EXPECT_EQ(used.at("scheduled_steps"), "5");
+  EXPECT_EQ(used.at("true_cfg"), "4");
+  EXPECT_EQ(used.at("reference_images"), "ref one.png, ref2.png");
 }
