@@ -21,6 +21,7 @@
 #include "core/timer.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/schedule.h"
 #include "runtime/bench.h"
 #include "runtime/bench_common.h"
 #include "runtime/generate_job.h"
@@ -152,7 +153,9 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
 
   const models::Flux1Config& config = pipe->transformer_config();
-  const int64_t image_tokens = static_cast<int64_t>(result.height / 16) * (result.width / 16);
+  // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
+  const int64_t image_tokens =
+      pipelines::packed_image_seq_len(result.height, result.width, pipe->vae_scale_factor());
   const double forwards_per_step = result.used_cfg ? 2.0 : 1.0;
   const double flop_per_step = forwards_per_step * r.batch * config.flops_per_forward(image_tokens, r.max_sequence_length);
   throughput.flop = flop_per_step * report.run.steps;
@@ -229,7 +232,9 @@ int bench_pipeline(const BenchRequest& r) {
   const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
 
   const models::Flux2Config& config = pipe->transformer_config();
-  const int64_t image_tokens = static_cast<int64_t>(result.height / 16) * (result.width / 16);
+  // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
+  const int64_t image_tokens =
+      pipelines::packed_image_seq_len(result.height, result.width, pipe->vae_scale_factor());
   const double forwards_per_step = result.used_cfg ? 2.0 : 1.0;
   const double flop_per_step =
       forwards_per_step * r.batch * config.flops_per_forward(image_tokens, r.max_sequence_length);
