@@ -18,13 +18,23 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Applies fn(v0, v1, ...) -> f32 lanes over columns [c0, c1) of rows of the same length, with a
-// partial vector at the tail.
+// Applies fn(v0, v1, ...) -> f32 lanes over n elements of rows of the same length, with a partial
+// vector at the tail. bf16 rows go through the pair layout (simd-inl.h), two vectors per step:
+// fn sees even and odd elements in separate calls, which an element-wise fn cannot tell apart.
 template <typename T, typename Fn>
 HWY_INLINE void MapRow1(const T* x, T* y, int64_t n, Fn fn) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR  // the pair layout of simd-inl.h
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      VF e, o;
+      LoadBf16Pairs(df, x + i, &e, &o);
+      StoreBf16Pairs(df, fn(e), fn(o), y + i);
+    }
+  }
+#endif
   for (; i + N <= n; i += N) StoreF(df, fn(LoadF(df, x + i)), y + i);
   if (i < n) StoreFN(df, fn(LoadFN(df, x + i, n - i)), y + i, n - i);
 }
@@ -33,6 +43,16 @@ HWY_INLINE void MapRow2(const T* a, const T* b, T* y, int64_t n, Fn fn) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR  // the pair layout of simd-inl.h
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      VF ae, ao, be, bo;
+      LoadBf16Pairs(df, a + i, &ae, &ao);
+      LoadBf16Pairs(df, b + i, &be, &bo);
+      StoreBf16Pairs(df, fn(ae, be), fn(ao, bo), y + i);
+    }
+  }
+#endif
   for (; i + N <= n; i += N) StoreF(df, fn(LoadF(df, a + i), LoadF(df, b + i)), y + i);
   if (i < n) StoreFN(df, fn(LoadFN(df, a + i, n - i), LoadFN(df, b + i, n - i)), y + i, n - i);
 }

@@ -1,0 +1,134 @@
+// The CPU activations on values the random conformance inputs never draw: infinities, NaN, zeros,
+// magnitudes around the exp clamp (|x| = 87) and far beyond it, in every position of a row so
+// the bf16 pair layout's even and odd lanes, the single-vector loop and the scalar tail all see
+// each value. Finite results must match ref within the Transcendental tolerance; a NaN input gives
+// NaN (bf16: torch's 0xFFFF pattern); +inf gives +inf. Run under every Highway target this binary
+// carries and this CPU supports (the reciprocal and the true-division paths clamp differently).
+#include "backend/cpu/hwy_targets.h"
+// (hwy_targets.h must precede the Highway headers so HWY_TARGETS matches the kernels')
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "conformance_common.h"
+#include "ops/elementwise.h"
+
+namespace fluxrt::test {
+namespace {
+
+const std::vector<float>& special_values() {
+  static const std::vector<float> v = {0.0f,  -0.0f,  1e-30f, -1e-30f, 1e-3f, -1e-3f, 5.5f,  -5.5f,
+                                       20.0f, -20.0f, 86.9f,  -86.9f,  87.0f, -87.0f, 87.5f, -87.5f,
+                                       88.8f, -88.8f, 100.0f, -100.0f, 1e10f, -1e10f, 3e38f, -3e38f};
+  return v;
+}
+
+// A row of length n with `value` at `pos` and ordinary values elsewhere.
+Tensor row_with(float value, int64_t pos, int64_t n, DType dt) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = 0.37f * static_cast<float>(i % 11) - 1.9f;
+  v[pos] = value;
+  return Tensor::from_vector(v, {1, n}, DType::F32).to(dt);
+}
+
+// Calls body() once under each target.
+template <typename Body>
+void for_each_target(Body body) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    body();
+    hwy::SetSupportedTargetsForTest(0);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+using UnaryFn = Tensor (*)(const Tensor&);
+
+struct Activation {
+  const char* name;
+  UnaryFn fn;
+};
+
+const std::vector<Activation>& activations() {
+  static const std::vector<Activation> a = {
+      {"silu", ops::silu}, {"gelu_tanh", ops::gelu_tanh}, {"quick_gelu", ops::quick_gelu}};
+  return a;
+}
+
+// 37 elements: on AVX2 one pair step (16), two single vectors (8 + 8) and a 5-element tail.
+constexpr int64_t kN = 37;
+
+TEST(CpuActivationSpecialValues, FiniteInputsMatchRef) {
+  for_each_target([&] {
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      for (const Activation& act : activations()) {
+        for (float value : special_values()) {
+          if (dt == DType::F16 && std::fabs(value) > 65504.0f) continue;  // not an f16 value
+          for (int64_t pos = 0; pos < kN; ++pos) {
+            const Tensor x = row_with(value, pos, kN, dt);
+            const Tensor r = run_on("ref", [&] { return act.fn(x); });
+            const Tensor y = run_on("cpu", [&] { return act.fn(x); });
+            ASSERT_TRUE(all_close(y, r, TolClass::Transcendental))
+                << act.name << " " << dtype_name(dt) << " x=" << value << " at " << pos;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(CpuActivationSpecialValues, NanAndInfinity) {
+  for_each_target([&] {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      for (const Activation& act : activations()) {
+        for (int64_t pos = 0; pos < kN; ++pos) {
+          const std::vector<float> yn =
+              run_on("cpu", [&] { return act.fn(row_with(nan, pos, kN, dt)); }).to_vector();
+          EXPECT_TRUE(std::isnan(yn[pos])) << act.name << " " << dtype_name(dt) << " NaN at " << pos;
+          if (dt == DType::BF16) {
+            const Tensor yb = run_on("cpu", [&] { return act.fn(row_with(nan, pos, kN, dt)); });
+            EXPECT_EQ(yb.data<uint16_t>()[pos], kBF16NaNFromF32) << act.name << " NaN at " << pos;
+          }
+          const std::vector<float> yp =
+              run_on("cpu", [&] { return act.fn(row_with(inf, pos, kN, dt)); }).to_vector();
+          EXPECT_EQ(yp[pos], inf) << act.name << " " << dtype_name(dt) << " +inf at " << pos;
+          // -inf: ref's x / (1 + exp(-x)) is -inf / inf = NaN; the kernel's clamped exp gives -inf
+          // or a NaN. Either way it must not leak into the neighbours.
+          const std::vector<float> ym =
+              run_on("cpu", [&] { return act.fn(row_with(-inf, pos, kN, dt)); }).to_vector();
+          EXPECT_TRUE(std::isnan(ym[pos]) || ym[pos] == -inf)
+              << act.name << " " << dtype_name(dt) << " -inf at " << pos << " gave " << ym[pos];
+          for (int64_t i = 0; i < kN; ++i) {
+            if (i != pos)
+              EXPECT_TRUE(std::isfinite(ym[i]) && std::isfinite(yn[i]) && std::isfinite(yp[i])) << i;
+          }
+        }
+      }
+    }
+  });
+}
+
+// SwiGLU through the two-input path: special values in the gate, ordinary values in up.
+TEST(CpuActivationSpecialValues, SwigluGateMatchesRef) {
+  for_each_target([&] {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      for (float value : special_values()) {
+        for (int64_t pos = 0; pos < kN; ++pos) {
+          const Tensor gate = row_with(value, pos, kN, dt), up = row_with(0.75f, (pos + 3) % kN, kN, dt);
+          const Tensor r = run_on("ref", [&] { return ops::silu_mul(gate, up); });
+          const Tensor y = run_on("cpu", [&] { return ops::silu_mul(gate, up); });
+          ASSERT_TRUE(all_close(y, r, TolClass::Transcendental))
+              << dtype_name(dt) << " gate=" << value << " at " << pos;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace fluxrt::test
