@@ -1,14 +1,14 @@
 #pragma once
 // Target-independent helpers shared by the CPU kernels: dtype dispatch, the f32 copies of small
 // broadcast vectors, and the OpenMP work split.
+#include <hwy/base.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
-
-#include <hwy/base.h>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -20,10 +20,17 @@ namespace fluxrt::backend::cpu {
 template <typename F>
 void dispatch_float(DType dtype, const char* op, F&& f) {
   switch (dtype) {
-    case DType::F32: f.template operator()<float>(); return;
-    case DType::BF16: f.template operator()<hwy::bfloat16_t>(); return;
-    case DType::F16: f.template operator()<hwy::float16_t>(); return;
-    default: fail(ErrorCode::Unsupported, "[{}] cpu kernel has no {} version", op, dtype_name(dtype));
+    case DType::F32:
+      f.template operator()<float>();
+      return;
+    case DType::BF16:
+      f.template operator()<hwy::bfloat16_t>();
+      return;
+    case DType::F16:
+      f.template operator()<hwy::float16_t>();
+      return;
+    default:
+      fail(ErrorCode::Unsupported, "[{}] cpu kernel has no {} version", op, dtype_name(dtype));
   }
 }
 
@@ -45,7 +52,9 @@ inline float to_f32(T v) {
 
 // A small per-channel or per-batch vector ([D] or [B, D], any strides) as contiguous f32; these
 // are converted once per call so the inner loops see one dtype.
-inline std::vector<float> f32_copy(const Tensor& t) { return t.defined() ? t.to_vector() : std::vector<float>{}; }
+inline std::vector<float> f32_copy(const Tensor& t) {
+  return t.defined() ? t.to_vector() : std::vector<float>{};
+}
 
 // Below this many elements a kernel runs on the calling thread: waking the pool costs more.
 inline constexpr int64_t kParallelMinElements = 1 << 15;
@@ -63,5 +72,57 @@ void parallel_for(int64_t units, int64_t elements, Fn&& fn) {
 
 // Element-wise ops split long rows into blocks so a few huge rows still use every thread.
 inline constexpr int64_t kColumnBlock = 8192;
+
+// Offsets of consecutive rows of a tensor viewed as [rows, D] (RowIndex's view), found with one
+// division per leading dim at seek() and none per row after: next() steps like an odometer.
+// Short rows (a QK norm's 128-wide heads of a strided qkv view) otherwise spend about as long in
+// RowIndex::offset's divisions as in their arithmetic.
+class RowCursor {
+ public:
+  explicit RowCursor(const Tensor& t) : lead_(t.dim() > 0 ? t.dim() - 1 : 0) {
+    for (int i = 0; i < lead_; ++i) {
+      extent_[i] = t.size(i);
+      stride_[i] = t.stride(i);
+    }
+  }
+  void seek(int64_t r) {
+    offset_ = 0;
+    for (int i = lead_ - 1; i >= 0; --i) {
+      index_[i] = r % extent_[i];
+      offset_ += index_[i] * stride_[i];
+      r /= extent_[i];
+    }
+  }
+  int64_t offset() const { return offset_; }
+  void next() {
+    for (int i = lead_ - 1; i >= 0; --i) {
+      offset_ += stride_[i];
+      if (++index_[i] < extent_[i]) return;
+      offset_ -= stride_[i] * extent_[i];
+      index_[i] = 0;
+    }
+  }
+
+ private:
+  int lead_;
+  int64_t extent_[kMaxDims] = {}, stride_[kMaxDims] = {}, index_[kMaxDims] = {};
+  int64_t offset_ = 0;
+};
+
+// Runs body(row, x_offset, y_offset) for every row of x and y ([rows, D] views of the same
+// shape), in blocks of consecutive rows (about 16K elements) split over the thread pool.
+template <typename Body>
+void for_each_row(const Tensor& x, const Tensor& y, int64_t rows, int64_t D, Body body) {
+  const int64_t per_block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(D, 1));
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  const RowCursor x_start(x), y_start(y);
+  parallel_for(blocks, rows * D, [&](int64_t blk) {
+    RowCursor xc = x_start, yc = y_start;
+    const int64_t r0 = blk * per_block, r1 = std::min(rows, r0 + per_block);
+    xc.seek(r0);
+    yc.seek(r0);
+    for (int64_t r = r0; r < r1; ++r, xc.next(), yc.next()) body(r, xc.offset(), yc.offset());
+  });
+}
 
 }  // namespace fluxrt::backend::cpu

@@ -7,6 +7,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -18,6 +19,75 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
+// Whether T's rows go through the pair layout of simd-inl.h on this target.
+template <typename T>
+inline constexpr bool kPairs = std::is_same_v<T, hwy::bfloat16_t>&& HWY_TARGET != HWY_SCALAR;
+
+// 2 Lanes consecutive elements as two f32 vectors, in the pair layout (even, odd) for bf16 and in
+// order otherwise: for sums over a row, where the order does not matter.
+template <typename T>
+HWY_INLINE void LoadTwo(DF df, const T* x, VF* v0, VF* v1) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kPairs<T>) {
+    LoadBf16Pairs(df, x, v0, v1);
+    return;
+  }
+#endif
+  *v0 = LoadF(df, x);
+  *v1 = LoadF(df, x + hn::Lanes(df));
+}
+
+// Per-column f32 vectors (weights, 1 + scale, shift) laid out the way MapRowColumns reads them:
+// for pair-layout rows every whole chunk of 2 Lanes columns holds its even columns, then its odd
+// ones; the columns after the last whole chunk, and all columns of other dtypes, keep their order.
+// `v` holds `count` vectors of D columns each, rearranged in place, once per call.
+template <typename T>
+void ArrangeColumns(std::vector<float>& v, int64_t D) {
+  if constexpr (kPairs<T>) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    std::vector<float> chunk(static_cast<size_t>(2 * N));
+    for (int64_t row = 0; row + D <= static_cast<int64_t>(v.size()); row += D) {
+      for (int64_t i = 0; i + 2 * N <= D; i += 2 * N) {
+        float* p = v.data() + row + i;
+        for (int64_t k = 0; k < N; ++k) {
+          chunk[k] = p[2 * k];
+          chunk[N + k] = p[2 * k + 1];
+        }
+        std::copy(chunk.begin(), chunk.end(), p);
+      }
+    }
+  } else {
+    (void)v;
+    (void)D;
+  }
+}
+
+// y = f(x, a, b) over a row of n elements, a and b f32 per-column vectors arranged by
+// ArrangeColumns<T> (an unused b may alias a: the loads the lambda ignores are dropped).
+template <typename T, typename Fn>
+HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const float* b, Fn f) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kPairs<T>) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      VF e, o;
+      LoadBf16Pairs(df, x + i, &e, &o);
+      const VF ye = f(e, hn::LoadU(df, a + i), hn::LoadU(df, b + i));
+      const VF yo = f(o, hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N));
+      StoreBf16Pairs(df, ye, yo, y + i);
+    }
+  }
+#endif
+  for (; i + N <= n; i += N)
+    StoreF(df, f(LoadF(df, x + i), hn::LoadU(df, a + i), hn::LoadU(df, b + i)), y + i);
+  if (i < n) {
+    const size_t r = static_cast<size_t>(n - i);
+    StoreFN(df, f(LoadFN(df, x + i, r), LoadFN(df, a + i, r), LoadFN(df, b + i, r)), y + i, r);
+  }
+}
+
 // Sum of (x - c)^2 over a row.
 template <typename T>
 HWY_INLINE float RowSqDev(const T* x, int64_t n, float c) {
@@ -27,7 +97,10 @@ HWY_INLINE float RowSqDev(const T* x, int64_t n, float c) {
   VF s0 = hn::Zero(df), s1 = hn::Zero(df);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    const VF d0 = hn::Sub(LoadF(df, x + i), vc), d1 = hn::Sub(LoadF(df, x + i + N), vc);
+    VF d0, d1;
+    LoadTwo(df, x + i, &d0, &d1);
+    d0 = hn::Sub(d0, vc);
+    d1 = hn::Sub(d1, vc);
     s0 = hn::MulAdd(d0, d0, s0);
     s1 = hn::MulAdd(d1, d1, s1);
   }
@@ -52,7 +125,10 @@ HWY_INLINE void RowShiftedSums(const T* x, int64_t n, float c, float* s1_out, fl
   VF a0 = hn::Zero(df), a1 = hn::Zero(df), q0 = hn::Zero(df), q1 = hn::Zero(df);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    const VF d0 = hn::Sub(LoadF(df, x + i), vc), d1 = hn::Sub(LoadF(df, x + i + N), vc);
+    VF d0, d1;
+    LoadTwo(df, x + i, &d0, &d1);
+    d0 = hn::Sub(d0, vc);
+    d1 = hn::Sub(d1, vc);
     a0 = hn::Add(a0, d0);
     a1 = hn::Add(a1, d1);
     q0 = hn::MulAdd(d0, d0, q0);
@@ -94,116 +170,82 @@ HWY_INLINE void RowMoments(const T* x, int64_t n, float* mean, float* var) {
   *var = std::max(v, 0.0f);
 }
 
-// y = (x - mean) * a[d] + b[d], a/b f32 per column (b may be null = 0). Centring before the
-// multiply (instead of x * a + (b - mean * a)) keeps f32 accuracy when |mean| >> std.
-template <typename T>
-HWY_INLINE void RowAffine(const T* x, T* y, int64_t n, float mean, const float* a, const float* b) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vm = hn::Set(df, mean);
-  int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const VF c = hn::Sub(LoadF(df, x + i), vm);
-    StoreF(df, b ? hn::MulAdd(c, hn::LoadU(df, a + i), hn::LoadU(df, b + i)) : hn::Mul(c, hn::LoadU(df, a + i)), y + i);
-  }
-  if (i < n) {
-    const size_t r = static_cast<size_t>(n - i);
-    const VF c = hn::Sub(LoadFN(df, x + i, r), vm);
-    const VF va = LoadFN(df, a + i, r);
-    StoreFN(df, b ? hn::MulAdd(c, va, LoadFN(df, b + i, r)) : hn::Mul(c, va), y + i, r);
-  }
-}
-
 void AdaLnImpl(const AdaLnArgs& args) {
   dispatch_float(args.x.dtype(), "adaln_modulate", [&]<typename T>() {
-    const int64_t B = args.x.size(0), L = args.x.size(1), D = args.x.size(2);
+    const int64_t L = args.x.size(1), D = args.x.size(2);
     // 1 + scale and shift as f32 [B, D], once per call (never per token).
     std::vector<float> scale1 = f32_copy(args.scale), shift = f32_copy(args.shift);
     for (float& s : scale1) s += 1.0f;
-    const RowIndex xi(args.x), yi(args.y);
+    ArrangeColumns<T>(scale1, D);
+    ArrangeColumns<T>(shift, D);
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
-    parallel_for(B * L, B * L * D, [&](int64_t r) {
-      const T* x = xp + xi.offset(r);
-      const int64_t b = r / L;
-      float mean, var;
-      RowMoments(x, D, &mean, &var);
-      const float inv_std = 1.0f / std::sqrt(var + args.eps);
-      // y = (x - mean) * a + shift with a = inv_std * (1 + scale) formed in registers: a per-row
-      // `a` array would add a store and a load per element and push a 4096-wide row (x, a,
-      // scale, shift) out of L1. Same roundings as materialising a.
-      const DF df;
-      const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-      const float* s1 = scale1.data() + b * D;
-      const float* sh = shift.data() + b * D;
-      T* y = yp + yi.offset(r);
-      const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
-      int64_t i = 0;
-      for (; i + N <= D; i += N) {
-        const VF a = hn::Mul(hn::LoadU(df, s1 + i), vi);
-        StoreF(df, hn::MulAdd(hn::Sub(LoadF(df, x + i), vm), a, hn::LoadU(df, sh + i)), y + i);
-      }
-      if (i < D) {
-        const size_t n = static_cast<size_t>(D - i);
-        const VF a = hn::Mul(LoadFN(df, s1 + i, n), vi);
-        StoreFN(df, hn::MulAdd(hn::Sub(LoadFN(df, x + i, n), vm), a, LoadFN(df, sh + i, n)), y + i, n);
-      }
-    });
+    const DF df;
+    for_each_row(
+        args.x, args.y, args.x.numel() / std::max<int64_t>(D, 1), D, [&](int64_t r, int64_t xo, int64_t yo) {
+          const T* x = xp + xo;
+          const int64_t b = r / L;
+          float mean, var;
+          RowMoments(x, D, &mean, &var);
+          const float inv_std = 1.0f / std::sqrt(var + args.eps);
+          // y = (x - mean) * a + shift with a = inv_std * (1 + scale) formed in registers: a per-row
+          // `a` array would add a store and a load per element and push a 4096-wide row (x, a,
+          // scale, shift) out of L1. Centring before the multiply keeps f32 accuracy when
+          // |mean| >> std.
+          const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
+          MapRowColumns(x, yp + yo, D, scale1.data() + b * D, shift.data() + b * D,
+                        [&](VF v, VF s1, VF sh) { return hn::MulAdd(hn::Sub(v, vm), hn::Mul(s1, vi), sh); });
+        });
   });
 }
 
 void LayerNormImpl(const LayerNormArgs& args) {
   dispatch_float(args.x.dtype(), "layer_norm", [&]<typename T>() {
-    const RowIndex xi(args.x), yi(args.y);
+    const RowIndex xi(args.x);
     const int64_t D = xi.cols();
-    const std::vector<float> w = args.weight.defined() ? f32_copy(args.weight) : std::vector<float>(D, 1.0f);
-    const std::vector<float> bias = f32_copy(args.bias);
+    std::vector<float> w = args.weight.defined() ? f32_copy(args.weight) : std::vector<float>(D, 1.0f);
+    std::vector<float> bias = f32_copy(args.bias);
+    ArrangeColumns<T>(w, D);
+    ArrangeColumns<T>(bias, D);
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
-    parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
-      thread_local std::vector<float> a;
-      a.resize(static_cast<size_t>(D));
-      const T* x = xp + xi.offset(r);
+    const DF df;
+    for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
+      const T* x = xp + xo;
       float mean, var;
       RowMoments(x, D, &mean, &var);
       const float inv_std = 1.0f / std::sqrt(var + args.eps);
-      for (int64_t i = 0; i < D; ++i) a[i] = w[i] * inv_std;
-      RowAffine(x, yp + yi.offset(r), D, mean, a.data(), bias.empty() ? nullptr : bias.data());
+      // (x - mean) * (w * inv_std) [+ b]: the same roundings as a per-row array of w * inv_std.
+      const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
+      if (bias.empty())
+        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
+                      [&](VF v, VF wv, VF) { return hn::Mul(hn::Sub(v, vm), hn::Mul(wv, vi)); });
+      else
+        MapRowColumns(x, yp + yo, D, w.data(), bias.data(),
+                      [&](VF v, VF wv, VF bv) { return hn::MulAdd(hn::Sub(v, vm), hn::Mul(wv, vi), bv); });
     });
   });
 }
 
-template <typename T, bool kRound>
-HWY_INLINE void RmsRow(const T* x, T* y, int64_t n, float inv, const float* w) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vi = hn::Set(df, inv);
-  auto f = [&](VF v, VF vw) {
-    VF h = hn::Mul(v, vi);
-    if constexpr (kRound) h = RoundTo<T>(df, h);
-    return hn::Mul(h, vw);
-  };
-  int64_t i = 0;
-  for (; i + N <= n; i += N) StoreF(df, f(LoadF(df, x + i), hn::LoadU(df, w + i)), y + i);
-  if (i < n) {
-    const size_t r = static_cast<size_t>(n - i);
-    StoreFN(df, f(LoadFN(df, x + i, r), LoadFN(df, w + i, r)), y + i, r);
-  }
-}
-
 void RmsNormImpl(const RmsNormArgs& args) {
   dispatch_float(args.x.dtype(), "rms_norm", [&]<typename T>() {
-    const RowIndex xi(args.x), yi(args.y);
+    const RowIndex xi(args.x);
     const int64_t D = xi.cols();
-    const std::vector<float> w = args.weight.defined() ? f32_copy(args.weight) : std::vector<float>(D, 1.0f);
+    std::vector<float> w = args.weight.defined() ? f32_copy(args.weight) : std::vector<float>(D, 1.0f);
+    ArrangeColumns<T>(w, D);
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
     const float inv_d = 1.0f / static_cast<float>(D);
-    parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
-      const T* x = xp + xi.offset(r);
-      const float inv = 1.0f / std::sqrt(RowSqDev(x, D, 0.0f) * inv_d + args.eps);
-      if (args.round_before_weight) RmsRow<T, true>(x, yp + yi.offset(r), D, inv, w.data());
-      else RmsRow<T, false>(x, yp + yi.offset(r), D, inv, w.data());
+    const DF df;
+    for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
+      const T* x = xp + xo;
+      const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSqDev(x, D, 0.0f) * inv_d + args.eps));
+      if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
+        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
+                      [&](VF v, VF wv, VF) { return hn::Mul(RoundTo<T>(df, hn::Mul(v, vi)), wv); });
+      else
+        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
+                      [&](VF v, VF wv, VF) { return hn::Mul(hn::Mul(v, vi), wv); });
     });
   });
 }

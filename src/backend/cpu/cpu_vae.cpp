@@ -31,6 +31,23 @@ void ShiftedSums(const T* x, int64_t n, float c, double* s1, double* s2) {
     const int64_t b1 = std::min(n, b0 + kBlock);
     VF a1 = hn::Zero(df), a2 = hn::Zero(df);
     int64_t i = b0;
+#if HWY_TARGET != HWY_SCALAR  // bf16 through the pair layout of simd-inl.h (cheaper widening)
+    if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+      VF c1 = hn::Zero(df), c2 = hn::Zero(df);
+      for (; i + 2 * N <= b1; i += 2 * N) {
+        VF e, o;
+        LoadBf16Pairs(df, x + i, &e, &o);
+        e = hn::Sub(e, vc);
+        o = hn::Sub(o, vc);
+        a1 = hn::Add(a1, e);
+        c1 = hn::Add(c1, o);
+        a2 = hn::MulAdd(e, e, a2);
+        c2 = hn::MulAdd(o, o, c2);
+      }
+      a1 = hn::Add(a1, c1);
+      a2 = hn::Add(a2, c2);
+    }
+#endif
     for (; i + N <= b1; i += N) {
       const VF d = hn::Sub(LoadF(df, x + i), vc);
       a1 = hn::Add(a1, d);
@@ -60,6 +77,15 @@ void PlaneAffine(const T* x, T* y, int64_t n, float mean, float a, float b) {
     else return t;
   };
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      VF e, o;
+      LoadBf16Pairs(df, x + i, &e, &o);
+      StoreBf16Pairs(df, f(e), f(o), y + i);
+    }
+  }
+#endif
   for (; i + N <= n; i += N) StoreF(df, f(LoadF(df, x + i)), y + i);
   if (i < n) StoreFN(df, f(LoadFN(df, x + i, static_cast<size_t>(n - i))), y + i, static_cast<size_t>(n - i));
 }

@@ -85,11 +85,27 @@ HWY_INLINE void StoreF(DF df, VF v, T* p) {
   }
 }
 
+// v rounded to nearest even bf16, in the upper half of each u32 lane; NaN lanes become all ones,
+// i.e. kBF16NaNFromF32 (0xFFFF) in the upper half, as Bf16BitsRne gives.
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16RneHigh(DF df, VF v) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto r = hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7FFFu)));
+  return hn::Or(r, hn::BitCast(du, hn::VecFromMask(df, hn::IsNaN(v))));
+}
+static_assert(kBF16NaNFromF32 == 0xFFFF, "Bf16RneHigh writes NaN as all ones");
+
 // Rounds f32 lanes to T's precision and back (for ops that round an intermediate, e.g. T5 norm).
 template <typename T>
 HWY_INLINE VF RoundTo(DF df, VF v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
+#if HWY_TARGET != HWY_SCALAR
+  } else if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {  // in registers: no store/reload
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(df, hn::And(Bf16RneHigh(df, v), hn::Set(du, 0xFFFF0000u)));
+#endif
   } else {
     HWY_ALIGN T tmp[hn::MaxLanes(df)];
     StoreF(df, v, tmp);
@@ -211,16 +227,6 @@ HWY_INLINE void LoadBf16Pairs(DF df, const hwy::bfloat16_t* p, VF* even, VF* odd
   *even = hn::BitCast(df, hn::ShiftLeft<16>(raw));
   *odd = hn::BitCast(df, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
 }
-// v rounded to nearest even bf16, in the upper half of each u32 lane; NaN lanes become all ones,
-// i.e. kBF16NaNFromF32 (0xFFFF) in the upper half, as Bf16BitsRne gives.
-HWY_INLINE hn::Vec<DU32> Bf16RneHigh(DF df, VF v) {
-  const DU32 du;
-  const auto u = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-  const auto r = hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7FFFu)));
-  return hn::Or(r, hn::BitCast(du, hn::VecFromMask(df, hn::IsNaN(v))));
-}
-static_assert(kBF16NaNFromF32 == 0xFFFF, "Bf16RneHigh writes NaN as all ones");
 HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
   const DU32 du;
   const hn::Repartition<uint16_t, DF> du16;
