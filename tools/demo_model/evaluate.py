@@ -19,10 +19,12 @@ import common
 import shapes
 
 
-def held_out_prompts(n: int, seed: int = 4000):
-    """n single-shape scenes whose colour pair is held out of training, with their captions."""
+def held_out_prompts(n: int, seed: int = 4000, held_out_pairs: bool = True):
+    """n single-shape scenes with their captions, cycling through the colour pairs held out of
+    training (or, held_out_pairs=False, through the pairs training draws)."""
     rng = np.random.default_rng(seed)
-    pairs = [(c, b) for c in shapes.COLOUR_NAMES for b in shapes.COLOUR_NAMES if shapes.is_held_out(c, b)]
+    pairs = [(c, b) for c in shapes.COLOUR_NAMES for b in shapes.COLOUR_NAMES
+             if c != b and shapes.is_held_out(c, b) == held_out_pairs]
     out = []
     for i in range(n):
         colour, background = pairs[i % len(pairs)]
@@ -90,6 +92,8 @@ def main():
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--guidance", type=float, default=4.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", choices=["held-out", "seen"], default="held-out",
+                        help="shape/background colour pairs of the prompts: never drawn in training, or drawn")
     parser.add_argument("--grid", type=common.Path, default=None, help="save the images as one PNG grid")
     parser.add_argument("--full-padding", action="store_true",
                         help="let the pipeline pad every prompt to 512 tokens itself (same images, ~10x slower)")
@@ -101,7 +105,7 @@ def main():
 
     pipe = Flux2KleinPipeline.from_pretrained(args.model, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-    cases = held_out_prompts(args.num)
+    cases = held_out_prompts(args.num, held_out_pairs=args.pairs == "held-out")
     short = None if args.full_padding else ShortPadding(pipe)
     if args.check_short_padding:
         prompts = [c[0] for c in cases[:2]]
