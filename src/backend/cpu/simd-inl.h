@@ -157,18 +157,25 @@ inline constexpr float kExpUpperClamp = 88.72f;
 // 1.6e-38 stands in for smaller values, which every caller here divides into, adds to 1 or zeroes.
 // Returns the polynomial p and the scale 2^n separately: exp(x) = p * 2^n, and 1 + exp(x) is one
 // FMA. The clamp's operand order (constant first) keeps a NaN input NaN on x86.
+// kNegated computes exp(-x) with the negation folded into the constants (SiLU saves an
+// operation): n = round(-x / ln2), r' = x + n ln2 = -r, and p(-r') is p with the odd
+// coefficients negated.
+template <bool kNegated = false>
 HWY_INLINE void ExpParts(DF df, VF x, VF* p_out, VF* scale_out) {
   const hn::RebindToUnsigned<DF> du;
-  x = hn::Min(hn::Set(df, kExpUpperClamp), hn::Max(hn::Set(df, -87.0f), x));
+  constexpr float kLo = kNegated ? -kExpUpperClamp : -87.0f, kHi = kNegated ? 87.0f : kExpUpperClamp;
+  constexpr float kOdd = kNegated ? -1.0f : 1.0f;  // sign of the odd coefficients
+  x = hn::Min(hn::Set(df, kHi), hn::Max(hn::Set(df, kLo), x));
   const VF magic = hn::Set(df, 12582912.0f + 127.0f);  // 1.5 * 2^23 + exponent bias
-  const VF t = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), magic);
+  const VF t = hn::MulAdd(x, hn::Set(df, kOdd * 1.44269504088896341f), magic);
   const VF n = hn::Sub(t, magic);
-  const VF r = hn::NegMulAdd(n, hn::Set(df, 0.693147180559945f), x);
-  VF p = hn::Set(df, 8.2885942453e-3f);
+  const VF ln2 = hn::Set(df, 0.693147180559945f);
+  const VF r = kNegated ? hn::MulAdd(n, ln2, x) : hn::NegMulAdd(n, ln2, x);
+  VF p = hn::Set(df, kOdd * 8.2885942453e-3f);
   p = hn::MulAdd(p, r, hn::Set(df, 4.1907231852e-2f));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.6667715778e-1f));
+  p = hn::MulAdd(p, r, hn::Set(df, kOdd * 1.6667715778e-1f));
   p = hn::MulAdd(p, r, hn::Set(df, 4.9999079964e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, 9.9999967039e-1f));
+  p = hn::MulAdd(p, r, hn::Set(df, kOdd * 9.9999967039e-1f));
   *p_out = hn::MulAdd(p, r, hn::Set(df, 1.0f));
   *scale_out = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(du, t)));
 }
@@ -177,9 +184,11 @@ HWY_INLINE VF ExpClamped(DF df, VF x) {
   ExpParts(df, x, &p, &s);
   return hn::Mul(p, s);
 }
+// 1 + exp(x), or 1 + exp(-x) with kNegated.
+template <bool kNegated = false>
 HWY_INLINE VF OnePlusExpClamped(DF df, VF x) {
   VF p, s;
-  ExpParts(df, x, &p, &s);
+  ExpParts<kNegated>(df, x, &p, &s);
   return hn::MulAdd(p, s, hn::Set(df, 1.0f));
 }
 
@@ -203,7 +212,7 @@ HWY_INLINE VF DivByAtLeastOne(DF df, VF x, VF d) {
 HWY_INLINE VF SiluK(DF df, VF x, float k) {
   return DivByAtLeastOne(df, x, OnePlusExpClamped(df, hn::Mul(x, hn::Set(df, -k))));
 }
-HWY_INLINE VF Silu(DF df, VF x) { return DivByAtLeastOne(df, x, OnePlusExpClamped(df, hn::Neg(x))); }
+HWY_INLINE VF Silu(DF df, VF x) { return DivByAtLeastOne(df, x, OnePlusExpClamped<true>(df, x)); }
 
 // GELU-tanh written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the same function as
 // 0.5 x (1 + tanh(u)) without the cancellation of 1 + tanh(u) for negative x. The exponent -2u is
