@@ -167,35 +167,47 @@ HWY_INLINE VF ExpNonPositive(DF df, VF x) {
 
 void SoftmaxImpl(const SoftmaxArgs& a) {
   dispatch_float(a.x.dtype(), "softmax", [&]<typename T>() {
+    constexpr bool kF32 = std::is_same_v<T, float>;
     const RowIndex xi(a.x), yi(a.y);
     const int64_t D = xi.cols();
     const T* xp = a.x.data<T>();
     T* yp = a.y.data<T>();
     parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
-      thread_local std::vector<float> buf;
-      buf.resize(static_cast<size_t>(D) + hn::MaxLanes(DF()));
       const DF df;
       const int64_t N = static_cast<int64_t>(hn::Lanes(df));
       const T* x = xp + xi.offset(r);
       T* y = yp + yi.offset(r);
-      float* e = buf.data();
-      // Widen once into f32 scratch, then max, exp-and-sum, scale: the row stays in L1.
+      // f32 rows: max over x, exps written straight into y and scaled there (y may alias x: each
+      // pass reads an element before writing it). Other dtypes: widened once into f32 scratch.
+      // Either way the row stays in L1 between the passes.
+      thread_local std::vector<float> buf;
+      float* e;
+      const float* src;
+      if constexpr (kF32) {
+        e = y;
+        src = x;
+      } else {
+        buf.resize(static_cast<size_t>(D) + hn::MaxLanes(DF()));
+        e = buf.data();
+        src = e;
+      }
       VF vmax = hn::Set(df, -HUGE_VALF);
       int64_t i = 0;
       for (; i + N <= D; i += N) {
         const VF v = LoadF(df, x + i);
-        hn::StoreU(v, df, e + i);
+        if constexpr (!kF32) hn::StoreU(v, df, e + i);
         vmax = hn::Max(vmax, v);
       }
       float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
       for (; i < D; ++i) {
-        e[i] = to_f32(x[i]);
-        m = std::max(m, e[i]);
+        const float v = to_f32(x[i]);
+        if constexpr (!kF32) e[i] = v;
+        m = std::max(m, v);
       }
       const VF vm = hn::Set(df, m);
       VF vsum = hn::Zero(df);
       for (i = 0; i + N <= D; i += N) {
-        const VF v = ExpNonPositive(df, hn::Sub(hn::LoadU(df, e + i), vm));
+        const VF v = ExpNonPositive(df, hn::Sub(hn::LoadU(df, src + i), vm));
         hn::StoreU(v, df, e + i);
         vsum = hn::Add(vsum, v);
       }
@@ -203,7 +215,7 @@ void SoftmaxImpl(const SoftmaxArgs& a) {
       if (i < D) {
         const size_t n = static_cast<size_t>(D - i);
         HWY_ALIGN float tail[hn::MaxLanes(df)];
-        for (size_t k = 0; k < hn::Lanes(df); ++k) tail[k] = k < n ? e[i + k] - m : -HUGE_VALF;
+        for (size_t k = 0; k < hn::Lanes(df); ++k) tail[k] = k < n ? src[i + k] - m : -HUGE_VALF;
         const VF v = ExpNonPositive(df, hn::Load(df, tail));
         hn::Store(v, df, tail);
         for (size_t k = 0; k < n; ++k) {
@@ -213,7 +225,7 @@ void SoftmaxImpl(const SoftmaxArgs& a) {
       }
       const VF inv = hn::Set(df, 1.0f / s);
       for (i = 0; i + N <= D; i += N) StoreF(df, hn::Mul(hn::LoadU(df, e + i), inv), y + i);
-      if (i < D) StoreFN(df, hn::Mul(hn::LoadU(df, e + i), inv), y + i, static_cast<size_t>(D - i));
+      if (i < D) StoreFN(df, hn::Mul(LoadFN(df, e + i, static_cast<size_t>(D - i)), inv), y + i, static_cast<size_t>(D - i));
     });
   });
 }
