@@ -137,10 +137,11 @@ TEST(Flux1Vae, PostprocessMatchesVaeImageProcessor) {
 }
 
 // Tiled vs untiled at 256x256 and 256x208 with 128-pixel tiles and 32 pixels of overlap, forced.
-// GroupNorm statistics and the mid-block attention only see their tile, so tiled != untiled; the
-// tiny random VAE is far less local than a trained one (the FLUX.2 test measures diffusers' own
-// tiling of such a model at rel-L2 0.44 / 0.24), so the bounds are those of the FLUX.2 test. A
-// tile that covers the image gives the untiled pass exactly.
+// The mid block and the low-resolution levels run on the whole image (TilePlan::whole_image_stages,
+// as in the FLUX.2 test); the tiled full-resolution levels' per-tile GroupNorm statistics and
+// limited context at tile borders remain, on a tiny random VAE far less local than a trained one.
+// Measured decode 0.066 / 0.049, encode 0.043 / 0.056. A tile that covers the image gives the
+// untiled pass exactly.
 TEST(Flux1Vae, TiledDecodeAndEncodeMatchUntiled) {
   Flux1Vae vae = Flux1Vae::load((kDir / "model").string(), opts(DType::F32));
   TilingOptions forced;
@@ -169,8 +170,8 @@ TEST(Flux1Vae, TiledDecodeAndEncodeMatchUntiled) {
     ASSERT_EQ(enc_tiled.shape(), enc_full.shape());
     const double dr = rel_l2(dec_tiled, dec_full), er = rel_l2(enc_tiled, enc_full);
     std::printf("[tiling 256x%d] decode rel-L2 %.3g, encode rel-L2 %.3g\n", w, dr, er);
-    EXPECT_LT(dr, 0.4);
-    EXPECT_LT(er, 0.25);
+    EXPECT_LT(dr, 0.09);
+    EXPECT_LT(er, 0.07);
     TilingOptions one = forced;
     one.tile_pixels = 256;
     vae.set_tiling(one);

@@ -208,33 +208,87 @@ struct AutoencoderKL::Impl {
   }
 
   // diffusers Decoder.forward (+ post_quant_conv): z [B, z, h, w] -> [B, 3, 8h, 8w].
-  Tensor decode_untiled(const Tensor& z_in) const {
+  Tensor decode_untiled(const Tensor& z) const { return decode_tail(decode_head(z, 0), 0); }
+
+  // The decoder up to the split point: post_quant_conv, conv_in, the mid block, then the resnets of
+  // up levels [0, levels) with the upsamplers between them (not the last one's).
+  // z [B, z, h, w] -> [B, Ci, h * 2^(levels-1), w * 2^(levels-1)] (levels 0: [B, C3, h, w]).
+  Tensor decode_head(const Tensor& z_in, int levels) const {
     Tensor z = z_in.to(options.dtype);                                        // [B, z, h, w]
     if (post_quant_conv) z = ops::conv2d(z, *post_quant_conv);                // [B, z, h, w]
     Tensor h = ops::conv2d(z, *dec_conv_in, ops::Conv2dOptions::same(3));     // [B, C3, h, w]
     h = mid(h, dec_mid);                                                      // [B, C3, h, w]
-    for (const Level& lvl : up) {  // UpDecoderBlock2D: resnets, then nearest 2x + conv
-      for (const Resnet& r : lvl.resnets) h = resnet(h, r);                   // [B, Ci, h', w']
-      if (lvl.resample) h = ops::conv2d(h, *lvl.resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
+    for (int i = 0; i < levels; ++i) {  // UpDecoderBlock2D: resnets, then nearest 2x + conv
+      for (const Resnet& r : up[i].resnets) h = resnet(h, r);                 // [B, Ci, h', w']
+      if (i + 1 < levels && up[i].resample)
+        h = ops::conv2d(h, *up[i].resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
+    }
+    return h;
+  }
+  // The rest of the decoder from decode_head(z, levels)'s output: [B, Ci, h', w'] -> [B, 3, H, W].
+  Tensor decode_tail(Tensor h, int levels) const {
+    if (levels > 0 && up[levels - 1].resample)
+      h = ops::conv2d(h, *up[levels - 1].resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
+    for (size_t i = static_cast<size_t>(levels); i < up.size(); ++i) {
+      for (const Resnet& r : up[i].resnets) h = resnet(h, r);                 // [B, Ci, h', w']
+      if (up[i].resample) h = ops::conv2d(h, *up[i].resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
     }
     h = group_norm(h, dec_norm_out, true);                                    // [B, C0, H, W]
     return ops::conv2d(h, *dec_conv_out, ops::Conv2dOptions::same(3));        // [B, 3, H, W]
   }
+  // Pixels of decode_head(z, levels)'s output per latent pixel is 1 / this.
+  int64_t decode_head_factor(int levels) const {
+    return config.spatial_factor() >> std::max(0, levels - 1);
+  }
 
   // diffusers Encoder.forward (+ quant_conv), then DiagonalGaussianDistribution.mode() = mean:
-  // x [B, 3, H, W] -> [B, z, H/8, W/8].
-  Tensor encode_untiled(const Tensor& x_in) const {
+  // x [B, 3, H, W] -> [B, 2z, H/8, W/8] (mean | logvar).
+  Tensor encode_untiled(const Tensor& x) const {
+    const int n = static_cast<int>(down.size());
+    return encode_tail(encode_head(x, n), n);
+  }
+  // The encoder up to the split point: conv_in, then down levels [0, levels) (resnets and
+  // downsamplers). x [B, 3, H, W] -> [B, Ci, H / 2^min(levels, n-1), W / ...].
+  Tensor encode_head(const Tensor& x_in, int levels) const {
     Tensor x = x_in.to(options.dtype);                                        // [B, 3, H, W]
     Tensor h = ops::conv2d(x, *enc_conv_in, ops::Conv2dOptions::same(3));     // [B, C0, H, W]
-    for (const Level& lvl : down) {  // DownEncoderBlock2D: resnets, then pad (0,1,0,1) + stride-2 conv
-      for (const Resnet& r : lvl.resnets) h = resnet(h, r);                   // [B, Ci, H', W']
-      if (lvl.resample) h = ops::conv2d(h, *lvl.resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
+    for (int i = 0; i < levels; ++i) {  // DownEncoderBlock2D: resnets, then pad (0,1,0,1) + stride-2 conv
+      for (const Resnet& r : down[i].resnets) h = resnet(h, r);               // [B, Ci, H', W']
+      if (down[i].resample) h = ops::conv2d(h, *down[i].resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
+    }
+    return h;
+  }
+  // The rest from encode_head(x, levels)'s output: down levels [levels, n), the mid block,
+  // conv_norm_out, conv_out, quant_conv -> [B, 2z, H/8, W/8].
+  Tensor encode_tail(Tensor h, int levels) const {
+    for (size_t i = static_cast<size_t>(levels); i < down.size(); ++i) {
+      for (const Resnet& r : down[i].resnets) h = resnet(h, r);               // [B, Ci, H', W']
+      if (down[i].resample) h = ops::conv2d(h, *down[i].resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
     }
     h = mid(h, enc_mid);                                                      // [B, C3, H/8, W/8]
     h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
     h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 2z, H/8, W/8]
     if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 2z, H/8, W/8]
     return h;                                                                 // [B, 2z, H/8, W/8]: mean | logvar
+  }
+  // Image pixels per pixel of encode_head(x, levels)'s output.
+  int64_t encode_head_factor(int levels) const {
+    return int64_t{1} << std::min<int>(levels, static_cast<int>(down.size()) - 1);
+  }
+
+  // Tiled encode under `plan`: the tiled levels per tile, blended at their output resolution, then
+  // the whole-image stages; -> [B, 2z, H/8, W/8].
+  Tensor encode_tiled(const Tensor& image, const TilePlan& plan) const {
+    const auto& t = options.tiling;
+    const int n = static_cast<int>(down.size());
+    if (plan.whole_image_stages == 0)  // even the mid block alone would need more than a tile
+      return tiled(image, t.tile_pixels, t.overlap_pixels, 1, config.spatial_factor(),
+                   [&](const Tensor& tile) { return encode_untiled(tile); });  // [B, 2z, H/8, W/8]
+    const int levels = n + 1 - plan.whole_image_stages;  // down levels run per tile
+    const int64_t hf = encode_head_factor(levels);
+    const Tensor h = tiled(image, t.tile_pixels, t.overlap_pixels, 1, hf,
+                           [&](const Tensor& tile) { return encode_head(tile, levels); });  // [B, Ci, H/hf, W/hf]
+    return encode_tail(h, levels);                                            // [B, 2z, H/8, W/8]
   }
 
   // Tile starts along one axis of length n (tile t, overlap o): stride t - o, the last tile flush
@@ -329,6 +383,89 @@ struct AutoencoderKL::Impl {
     int64_t widest = 0;
     for (size_t i = 0; i < ch.size(); ++i) widest = std::max(widest, (h >> i) * (w >> i) * int64_t{ch[i]});
     return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
+  }
+
+  // The passes as stages, for the split between the whole-image part and the tiles.
+  // Decode stages: 0 = post_quant_conv, conv_in, mid block; k = 1..n: up level k-1's resnets
+  // (after the previous level's upsampler); n+1 = conv_norm_out, conv_out. decode_head(z, k - 1)
+  // runs stages [0, k), decode_tail(., k - 1) the rest.
+  // Encode stages: k = 0..n-1: down level k (conv_in before level 0, its downsampler after);
+  // n = mid block, conv_norm_out, conv_out, quant_conv. encode_head(x, t) runs stages [0, t).
+  //
+  // Widest tensor of each stage in elements per batch element, for an h x w image.
+  std::vector<int64_t> decode_stage_widest(int64_t h, int64_t w) const {
+    const auto& ch = config.decoder_channels();
+    const int n = static_cast<int>(ch.size());
+    std::vector<int64_t> v(static_cast<size_t>(n) + 2);
+    v[0] = (h >> (n - 1)) * (w >> (n - 1)) * ch[n - 1];
+    for (int i = 0; i < n; ++i) {  // level i (deepest first) runs at 1/2^(n-1-i) resolution
+      const int64_t prev = i == 0 ? ch[n - 1] : ch[n - i];
+      v[i + 1] = (h >> (n - 1 - i)) * (w >> (n - 1 - i)) * std::max<int64_t>(ch[n - 1 - i], prev);
+    }
+    v[n + 1] = h * w * ch[0];
+    return v;
+  }
+  std::vector<int64_t> encode_stage_widest(int64_t h, int64_t w) const {
+    const auto& ch = config.block_out_channels;
+    const int n = static_cast<int>(ch.size());
+    std::vector<int64_t> v(static_cast<size_t>(n) + 1);
+    for (int i = 0; i < n; ++i)
+      v[i] = (h >> i) * (w >> i) * std::max<int64_t>(ch[i], i == 0 ? ch[0] : ch[i - 1]);
+    v[n] = (h >> (n - 1)) * (w >> (n - 1)) * ch[n - 1];
+    return v;
+  }
+
+  // MACs of each stage (same numbering) for an h x w image, batch 1.
+  std::vector<double> decode_stage_macs(int64_t h, int64_t w) const {
+    const auto& dch = config.decoder_channels();
+    const int n = static_cast<int>(dch.size());
+    const double f = config.spatial_factor(), z = config.latent_channels;
+    std::vector<double> macs(static_cast<size_t>(n) + 2, 0.0);
+    double area = (static_cast<double>(h) / f) * (static_cast<double>(w) / f);
+    auto resnet = [](double cin, double cout, double a) {
+      return a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
+    };
+    const double c3 = dch[n - 1];
+    if (config.use_post_quant_conv) macs[0] += area * z * z;
+    macs[0] += area * 9 * z * c3 + 2 * resnet(c3, c3, area);
+    if (config.mid_block_add_attention) macs[0] += area * 4 * c3 * c3 + 2 * area * area * c3;
+    double prev = c3;
+    for (int i = 0; i < n; ++i) {
+      const double out = dch[n - 1 - i];
+      if (i > 0) {  // the previous level's nearest-2x upsampler conv, at this level's resolution
+        area *= 4;
+        macs[i + 1] += area * 9 * prev * prev;
+      }
+      for (int j = 0; j <= config.layers_per_block; ++j) macs[i + 1] += resnet(j == 0 ? prev : out, out, area);
+      prev = out;
+    }
+    macs[n + 1] = area * 9 * dch[0] * config.out_channels;
+    return macs;
+  }
+  std::vector<double> encode_stage_macs(int64_t h, int64_t w) const {
+    const auto& ech = config.block_out_channels;
+    const int n = static_cast<int>(ech.size());
+    std::vector<double> macs(static_cast<size_t>(n) + 1, 0.0);
+    double area = static_cast<double>(h) * static_cast<double>(w);
+    auto resnet = [](double cin, double cout, double a) {
+      return a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
+    };
+    macs[0] += area * 9 * config.in_channels * ech[0];
+    double prev = ech[0];
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < config.layers_per_block; ++j) macs[i] += resnet(j == 0 ? prev : ech[i], ech[i], area);
+      if (i + 1 < n) {
+        area /= 4;
+        macs[i] += area * 9 * ech[i] * ech[i];
+      }
+      prev = ech[i];
+    }
+    const double cm = ech[n - 1], z = config.latent_channels;
+    macs[n] += 2 * resnet(cm, cm, area);
+    if (config.mid_block_add_attention) macs[n] += area * 4 * cm * cm + 2 * area * area * cm;
+    macs[n] += area * 9 * cm * 2 * z;
+    if (config.use_quant_conv) macs[n] += area * 4.0 * z * z;
+    return macs;
   }
 };
 
@@ -537,11 +674,83 @@ static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, int64_t 
   return p;
 }
 
-TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  return make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w), h, w, impl_->config.spatial_factor());
+// The whole-image part of a tiled pass: stages from the deep end (the mid block first) join it while
+// each one's widest whole-image tensor is no larger than the widest tensor of one tile, so the tiled
+// pass still needs about one tile's memory; those stages see every pixel (the mid block's attention,
+// their GroupNorm statistics) and so match the untiled pass. `order` lists the stage indices
+// deepest first; the estimate and executed FLOPs follow from the split.
+struct StageSplit {
+  int whole = 0;  // stages in the whole-image part
+  size_t peak_bytes = 0;
+  double macs = 0;
+};
+static StageSplit split_stages(const std::vector<int64_t>& whole_widest, const std::vector<int64_t>& tile_widest,
+                               const std::vector<double>& whole_macs, const std::vector<double>& tile_macs,
+                               const std::vector<int>& order, int64_t tiles, int64_t batch, size_t elem,
+                               size_t output_acc_bytes) {
+  StageSplit r;
+  const int64_t tile_max = *std::max_element(tile_widest.begin(), tile_widest.end());
+  while (r.whole < static_cast<int>(order.size()) && whole_widest[order[r.whole]] <= tile_max) ++r.whole;
+  const size_t es = std::max<size_t>(elem, 4);  // f32 accumulations, as the untiled estimate
+  int64_t head = 0, tail = 0;
+  std::vector<bool> in_whole(whole_widest.size(), false);
+  for (int i = 0; i < r.whole; ++i) in_whole[order[i]] = true;
+  for (size_t j = 0; j < whole_widest.size(); ++j) {
+    if (in_whole[j]) {
+      head = std::max(head, whole_widest[j]);
+      r.macs += whole_macs[j];
+    } else {
+      tail = std::max(tail, tile_widest[j]);
+      r.macs += static_cast<double>(tiles) * tile_macs[j];
+    }
+  }
+  // The whole-image part's result (at most its widest tensor, in the pass dtype) is held while the tiles run.
+  const size_t head_peak = static_cast<size_t>(6 * batch * head) * es;
+  const size_t tile_peak = static_cast<size_t>(6 * batch * tail) * es + static_cast<size_t>(batch * head) * elem;
+  r.peak_bytes = std::max(head_peak, tile_peak) + output_acc_bytes;
+  return r;
 }
+
+TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
+  const auto& c = impl_->config;
+  const int64_t f = c.spatial_factor();
+  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w), h, w, f);
+  if (!p.tiled || p.rows == 0) {
+    p.executed_flops = decode_flops(b, h, w);
+    return p;
+  }
+  const int n = static_cast<int>(c.decoder_channels().size());
+  std::vector<int> order;  // mid block, then up levels 0 .. n-2 (the full-resolution level always tiles)
+  for (int k = 0; k < n; ++k) order.push_back(k);
+  const size_t acc = static_cast<size_t>(b * c.out_channels * h * w + h * w) * 4;  // f32 blend sums
+  const StageSplit s = split_stages(impl_->decode_stage_widest(h, w), impl_->decode_stage_widest(p.tile_height, p.tile_width),
+                                    impl_->decode_stage_macs(h, w), impl_->decode_stage_macs(p.tile_height, p.tile_width),
+                                    order, int64_t{p.rows} * p.cols, b, impl_->elem(), acc);
+  p.whole_image_stages = s.whole;
+  p.tiled_estimate_bytes = s.peak_bytes;
+  p.executed_flops = 2 * s.macs * static_cast<double>(b);
+  return p;
+}
+
 TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  return make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w), h, w, 1);
+  const auto& c = impl_->config;
+  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w), h, w, 1);
+  if (!p.tiled || p.rows == 0) {
+    p.executed_flops = encode_flops(b, h, w);
+    return p;
+  }
+  const int n = static_cast<int>(c.block_out_channels.size());
+  std::vector<int> order;  // mid block and outputs, then down levels n-1 .. 1 (level 0 always tiles)
+  for (int k = n; k >= 1; --k) order.push_back(k);
+  const int64_t f = c.spatial_factor();
+  const size_t acc = static_cast<size_t>(b * c.block_out_channels.back() * (h / f) * (w / f) * 4 + (h / f) * (w / f) * 4);
+  const StageSplit s = split_stages(impl_->encode_stage_widest(h, w), impl_->encode_stage_widest(p.tile_height, p.tile_width),
+                                    impl_->encode_stage_macs(h, w), impl_->encode_stage_macs(p.tile_height, p.tile_width),
+                                    order, int64_t{p.rows} * p.cols, b, impl_->elem(), acc);
+  p.whole_image_stages = s.whole;
+  p.tiled_estimate_bytes = s.peak_bytes;
+  p.executed_flops = 2 * s.macs * static_cast<double>(b);
+  return p;
 }
 
 bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return decode_tile_plan(b, h, w).tiled; }
@@ -552,13 +761,20 @@ Tensor AutoencoderKL::decode(const Tensor& z, const char* what) const {
                "{}: z must be [B, {}, h, w], got {}", what, impl_->config.latent_channels,
                z.defined() ? z.shape().str() : "undefined");
   const int64_t f = impl_->config.spatial_factor();
-  if (!decode_would_tile(z.size(0), z.size(2) * f, z.size(3) * f)) return impl_->decode_untiled(z);
+  const TilePlan plan = decode_tile_plan(z.size(0), z.size(2) * f, z.size(3) * f);
+  if (!plan.tiled) return impl_->decode_untiled(z);
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
-  return impl_->tiled(z, t.tile_pixels / f, t.overlap_pixels / f, f, 1,
-                      [&](const Tensor& tile) { return impl_->decode_untiled(tile); });  // [B, 3, H, W]
+  const int whole = plan.whole_image_stages;
+  if (whole == 0)  // the mid block on the whole latent would need more than a tile: all of it per tile
+    return impl_->tiled(z, t.tile_pixels / f, t.overlap_pixels / f, f, 1,
+                        [&](const Tensor& tile) { return impl_->decode_untiled(tile); });  // [B, 3, H, W]
+  const Tensor h = impl_->decode_head(z, whole - 1);                          // [B, Ci, h', w']
+  const int64_t hf = impl_->decode_head_factor(whole - 1);
+  return impl_->tiled(h, t.tile_pixels / hf, t.overlap_pixels / hf, hf, 1,
+                      [&](const Tensor& tile) { return impl_->decode_tail(tile, whole - 1); });  // [B, 3, H, W]
 }
 
 Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
@@ -569,15 +785,13 @@ Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
                ErrorCode::InvalidArgument, "{}: image must be [B, {}, H, W] with H, W multiples of {}, got {}", what,
                impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
   const int64_t z = impl_->config.latent_channels;
-  if (!encode_would_tile(image.size(0), image.size(2), image.size(3)))
-    return impl_->encode_untiled(image).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
+  const TilePlan plan = encode_tile_plan(image.size(0), image.size(2), image.size(3));
+  if (!plan.tiled) return impl_->encode_untiled(image).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
-  return impl_->tiled(image, t.tile_pixels, t.overlap_pixels, 1, f, [&](const Tensor& tile) {
-    return impl_->encode_untiled(tile).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8]
-  });
+  return impl_->encode_tiled(image, plan).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
 }
 
 Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) const {
@@ -587,68 +801,24 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) cons
                    image.size(2) % f == 0 && image.size(3) % f == 0,
                ErrorCode::InvalidArgument, "{}: image must be [B, {}, H, W] with H, W multiples of {}, got {}", what,
                impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
-  if (!encode_would_tile(image.size(0), image.size(2), image.size(3))) return impl_->encode_untiled(image);
+  const TilePlan plan = encode_tile_plan(image.size(0), image.size(2), image.size(3));
+  if (!plan.tiled) return impl_->encode_untiled(image);
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
-  return impl_->tiled(image, t.tile_pixels, t.overlap_pixels, 1, f,
-                      [&](const Tensor& tile) { return impl_->encode_untiled(tile); });  // [B, 2z, H/8, W/8]
+  return impl_->encode_tiled(image, plan);  // [B, 2z, H/8, W/8]
 }
 
 double AutoencoderKL::decode_flops(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  const auto& dch = c.decoder_channels();
-  const int n = static_cast<int>(dch.size());
-  const double f = c.spatial_factor();
-  double area = (h / f) * (w / f), macs = 0;
-  const double z = c.latent_channels;
-  auto resnet = [&](double cin, double cout, double a) {
-    macs += a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-  };
-  if (c.use_post_quant_conv) macs += area * z * z;
-  macs += area * 9 * z * dch[n - 1];
-  resnet(dch[n - 1], dch[n - 1], area);
-  if (c.mid_block_add_attention) macs += area * 4 * dch[n - 1] * dch[n - 1] + 2 * area * area * dch[n - 1];
-  resnet(dch[n - 1], dch[n - 1], area);
-  double prev = dch[n - 1];
-  for (int i = 0; i < n; ++i) {
-    const double out = dch[n - 1 - i];
-    for (int j = 0; j <= c.layers_per_block; ++j) resnet(j == 0 ? prev : out, out, area);
-    if (i + 1 < n) {
-      area *= 4;
-      macs += area * 9 * out * out;
-    }
-    prev = out;
-  }
-  macs += area * 9 * dch[0] * c.out_channels;
+  double macs = 0;
+  for (double m : impl_->decode_stage_macs(h, w)) macs += m;
   return 2 * macs * static_cast<double>(b);
 }
 
 double AutoencoderKL::encode_flops(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  const auto& ech = c.block_out_channels;
-  const int n = static_cast<int>(ech.size());
-  double area = static_cast<double>(h) * static_cast<double>(w), macs = 0;
-  auto resnet = [&](double cin, double cout, double a) {
-    macs += a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-  };
-  macs += area * 9 * c.in_channels * ech[0];
-  double prev = ech[0];
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < c.layers_per_block; ++j) resnet(j == 0 ? prev : ech[i], ech[i], area);
-    if (i + 1 < n) {
-      area /= 4;
-      macs += area * 9 * ech[i] * ech[i];
-    }
-    prev = ech[i];
-  }
-  const double cm = ech[n - 1];
-  resnet(cm, cm, area);
-  if (c.mid_block_add_attention) macs += area * 4 * cm * cm + 2 * area * area * cm;
-  resnet(cm, cm, area);
-  macs += area * 9 * cm * 2 * c.latent_channels;
-  if (c.use_quant_conv) macs += area * 4.0 * c.latent_channels * c.latent_channels;
+  double macs = 0;
+  for (double m : impl_->encode_stage_macs(h, w)) macs += m;
   return 2 * macs * static_cast<double>(b);
 }
 

@@ -53,6 +53,8 @@ enum class TilingMode { Auto, Always, Never };
 
 // Overlapping tiles, blended with linear ramps over the overlap (weights normalised per pixel,
 // so the seam is a smooth cross-fade rather than diffusers' crop-and-blend of half the overlap).
+// Only the high-resolution stages run per tile: the mid block (its attention over all pixels) and
+// the low-resolution levels next to it run once on the whole image (TilePlan::whole_image_stages).
 struct TilingOptions {
   TilingMode mode = TilingMode::Auto;
   int tile_pixels = 512;    // tile edge in image pixels (multiple of 16)
@@ -74,6 +76,15 @@ struct TilePlan {
   int64_t tile_height = 0, tile_width = 0;   // image pixels of one tile (the whole image when untiled)
   size_t estimate_bytes = 0;                 // estimated untiled peak activation bytes
   size_t budget_bytes = 0;                   // the budget Auto compared it with
+  // Stages of a tiled pass that run once on the whole image, counted from the deepest: the mid block
+  // (decode: with post_quant_conv and conv_in; encode: with conv_norm_out, conv_out, quant_conv),
+  // then whole up levels from the deepest (decode) or down levels from the deepest (encode). A stage
+  // joins while its widest whole-image tensor is no larger than one tile's widest, so a tiled pass
+  // still needs about one tile's memory; the full-resolution level always runs per tile. 0: every
+  // stage runs per tile (the whole latent is larger than a tile's widest tensor).
+  int whole_image_stages = 0;
+  size_t tiled_estimate_bytes = 0;           // estimated peak of the tiled pass (0 when untiled)
+  double executed_flops = 0;                 // FLOPs the pass runs (tile overlaps included)
 };
 
 struct AutoencoderKLOptions {
