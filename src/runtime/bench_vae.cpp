@@ -88,8 +88,9 @@ int bench_vae(const BenchRequest& request) {
   const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
   auto describe = [&](const char* pass, const models::TilePlan& p) {
     std::printf("%s: %s (untiled estimate %.2f GiB, budget %s)\n", pass,
-                p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px", p.rows, p.cols, p.tile_width,
-                                      p.tile_height, tiling.overlap_pixels)
+                p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px, {} stages on the whole image, "
+                                      "tiled estimate {:.2f} GiB", p.rows, p.cols, p.tile_width, p.tile_height,
+                                      tiling.overlap_pixels, p.whole_image_stages, gib(p.tiled_estimate_bytes))
                               .c_str()
                         : "untiled",
                 gib(p.estimate_bytes),
@@ -97,15 +98,11 @@ int bench_vae(const BenchRequest& request) {
                     ? fmt::format("{:.2f} GiB{}", gib(p.budget_bytes), tiling.memory_budget_bytes ? "" : " = MemAvailable / 2").c_str()
                     : (tiling.mode == models::TilingMode::Always ? "not used, --tiling on" : "not used, --tiling off"));
   };
-  // FLOPs actually executed: every tile is a full untiled pass of its own size.
-  auto executed = [](const models::TilePlan& p, double image_flops, auto&& per_tile) {
-    return p.tiled && p.rows > 0 ? p.rows * p.cols * per_tile(p.tile_height, p.tile_width) : image_flops;
-  };
   const models::TilePlan dplan = vae.decode_tile_plan(B, H, W), eplan = vae.encode_tile_plan(B, H, W);
   describe("decode", dplan);
   describe("encode", eplan);
-  const double dflops = executed(dplan, vae.decode_flops(B, H, W), [&](int64_t h, int64_t w) { return vae.decode_flops(B, h, w); });
-  const double eflops = executed(eplan, vae.encode_flops(B, H, W), [&](int64_t h, int64_t w) { return vae.encode_flops(B, h, w); });
+  // FLOPs actually executed: the whole-image stages once, the tiled ones per tile (overlaps included).
+  const double dflops = dplan.executed_flops, eflops = eplan.executed_flops;
 
   bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
                       "vs peak", "peak tensors GiB", "peak RSS GiB"});
