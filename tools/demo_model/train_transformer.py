@@ -26,16 +26,20 @@ import torch.nn.functional as F
 import common
 import shapes
 
-ROPE_TEXT_AXIS = slice(96, 128)  # axes_dims_rope (32, 32, 32, 32): the 4th axis is the text position
+def text_rope_dims(config) -> slice:
+    """The RoPE dims of the 4th axis (the text position): the last axes_dims_rope[3] of a head."""
+    head_dim = config.attention_head_dim
+    return slice(head_dim - config.axes_dims_rope[3], head_dim)
 
 
 def zero_text_rope(transformer):
     """Hold the q/k norm scales of the text-position RoPE dims at zero: q.k then ignores where
     a text token sits (image tokens have position 0 on that axis, so they lose nothing)."""
+    text_dims = text_rope_dims(transformer.config)
     with torch.no_grad():
         for name, p in transformer.named_parameters():
             if any(name.endswith(f"{n}.weight") for n in ("norm_q", "norm_k", "norm_added_q", "norm_added_k")):
-                p[ROPE_TEXT_AXIS] = 0.0
+                p[text_dims] = 0.0
 
 
 class TextBatch:
@@ -171,6 +175,9 @@ def main():
     parser.add_argument("--train-text-encoder", action="store_true",
                         help="train the Qwen3 text encoder jointly (all but its zero query projections)")
     parser.add_argument("--text-lr", type=float, default=2e-3, help="peak learning rate of the text encoder")
+    parser.add_argument("--heads", type=int, default=1,
+                        help="attention heads of a fresh transformer (hidden stays 128: head dim 128 / heads, "
+                             "four equal RoPE axes)")
     parser.add_argument("--seed", type=int, default=0, help="data/noise seed (0: the stage default)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -197,7 +204,9 @@ def main():
             text_encoder = Qwen3ForCausalLM.from_pretrained(args.resume / "text_encoder", dtype=torch.float32).eval()
             text = TextBatch(tokenizer, text_encoder)
     else:
-        transformer = common.make_transformer().train()
+        head_dim = 128 // args.heads
+        transformer = common.make_transformer(num_attention_heads=args.heads, attention_head_dim=head_dim,
+                                              axes_dims_rope=(head_dim // 4,) * 4).train()
     zero_text_rope(transformer)
     check_padding_equivalence(transformer, text, log)
     ema = copy.deepcopy(transformer).eval().requires_grad_(False)
