@@ -88,29 +88,26 @@ HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const
   }
 }
 
-// Sum of (x - c)^2 over a row.
+// Sum of x^2 over a row (RMSNorm's statistic; RowShiftedSums is the centred one).
 template <typename T>
-HWY_INLINE float RowSqDev(const T* x, int64_t n, float c) {
+HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vc = hn::Set(df, c);
   VF s0 = hn::Zero(df), s1 = hn::Zero(df);
   int64_t i = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
     VF d0, d1;
     LoadTwo(df, x + i, &d0, &d1);
-    d0 = hn::Sub(d0, vc);
-    d1 = hn::Sub(d1, vc);
     s0 = hn::MulAdd(d0, d0, s0);
     s1 = hn::MulAdd(d1, d1, s1);
   }
   for (; i + N <= n; i += N) {
-    const VF d = hn::Sub(LoadF(df, x + i), vc);
+    const VF d = LoadF(df, x + i);
     s0 = hn::MulAdd(d, d, s0);
   }
   float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
   for (; i < n; ++i) {
-    const float d = to_f32(x[i]) - c;
+    const float d = to_f32(x[i]);
     s += d * d;
   }
   return s;
@@ -239,7 +236,7 @@ void RmsNormImpl(const RmsNormArgs& args) {
     const DF df;
     for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
       const T* x = xp + xo;
-      const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSqDev(x, D, 0.0f) * inv_d + args.eps));
+      const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSumSquares(x, D) * inv_d + args.eps));
       if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
         MapRowColumns(x, yp + yo, D, w.data(), w.data(),
                       [&](VF v, VF wv, VF) { return hn::Mul(RoundTo<T>(df, hn::Mul(v, vi)), wv); });
