@@ -229,6 +229,9 @@ HWY_INLINE VF GeluTanh(DF df, VF x) {
 // (odd), and narrow back with one blend; PromoteTo / DemoteTo need lane-crossing shuffles on x86.
 // Element order inside the pair layout is the same on every target (little-endian lanes), so
 // callers may apply any per-element function, and per-column data must use the same split.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the bf16 pair layout assumes little-endian lanes"
+#endif
 using DU32 = hn::RebindToUnsigned<DF>;
 HWY_INLINE void LoadBf16Pairs(DF df, const hwy::bfloat16_t* p, VF* even, VF* odd) {
   const DU32 du;
@@ -242,13 +245,6 @@ HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
   const auto lo = hn::ShiftRight<16>(Bf16RneHigh(df, even));
   const auto both = hn::OddEven(hn::BitCast(du16, Bf16RneHigh(df, odd)), hn::BitCast(du16, lo));
   hn::StoreU(hn::BitCast(du, both), du, reinterpret_cast<uint32_t*>(p));
-}
-// Splits 2 Lanes(df) consecutive f32 values (a per-column vector) into the pair layout's even and
-// odd lanes, so that they line up with LoadBf16Pairs.
-HWY_INLINE void LoadF32Pairs(DF df, const float* p, VF* even, VF* odd) {
-  const VF a = hn::LoadU(df, p), b = hn::LoadU(df, p + hn::Lanes(df));
-  *even = hn::ConcatEven(df, b, a);
-  *odd = hn::ConcatOdd(df, b, a);
 }
 #endif
 
