@@ -233,18 +233,19 @@ HWY_INLINE VF GeluTanh(DF df, VF x) {
 #error "the bf16 pair layout assumes little-endian lanes"
 #endif
 using DU32 = hn::RebindToUnsigned<DF>;
+// Loads and stores go through u16 lanes: a bf16 row is only 2-byte aligned.
 HWY_INLINE void LoadBf16Pairs(DF df, const hwy::bfloat16_t* p, VF* even, VF* odd) {
   const DU32 du;
-  const auto raw = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  const hn::Repartition<uint16_t, DF> du16;
+  const auto raw = hn::BitCast(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
   *even = hn::BitCast(df, hn::ShiftLeft<16>(raw));
   *odd = hn::BitCast(df, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
 }
 HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
-  const DU32 du;
   const hn::Repartition<uint16_t, DF> du16;
   const auto lo = hn::ShiftRight<16>(Bf16RneHigh(df, even));
   const auto both = hn::OddEven(hn::BitCast(du16, Bf16RneHigh(df, odd)), hn::BitCast(du16, lo));
-  hn::StoreU(hn::BitCast(du, both), du, reinterpret_cast<uint32_t*>(p));
+  hn::StoreU(both, du16, reinterpret_cast<uint16_t*>(p));
 }
 #endif
 
