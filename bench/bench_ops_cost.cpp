@@ -9,6 +9,7 @@
 // a second thread on a busy machine adds waits, not speed. Prints a table; never asserts.
 //
 //   bench_ops_cost [--threads N] [--reps N] [--filter SUBSTRING]
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -19,8 +20,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "backend/kernel_table.h"
 #include "core/tensor.h"
@@ -47,7 +46,8 @@ double fastest_ns(const std::function<void()>& fn, int reps) {
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -67,7 +67,8 @@ std::vector<Case> make_cases() {
   std::vector<Case> cases;
   const DType bf = DType::BF16;
   auto like = [](const Tensor& t) { return Tensor::empty(t.shape(), t.dtype()); };
-  for (auto [D, dt] : {std::pair{int64_t{3072}, bf}, std::pair{int64_t{3072}, DType::F32}, std::pair{int64_t{4096}, bf}}) {
+  for (auto [D, dt] :
+       {std::pair{int64_t{3072}, bf}, std::pair{int64_t{3072}, DType::F32}, std::pair{int64_t{4096}, bf}}) {
     const Tensor x = filled({1, 48, D}, dt), mod = filled({1, 6 * D}, dt), y = like(x);
     AdaLnArgs a{x, mod.narrow(1, 0, D), mod.narrow(1, D, D), y, 1e-6f};
     cases.push_back({fmt::format("adaln_modulate {} [1,48,{}]", dtype_name(dt), D), double(x.numel()),
@@ -76,7 +77,8 @@ std::vector<Case> make_cases() {
   {
     const Tensor x = filled({1, 16, 3072}, bf), y = filled({1, 16, 3072}, bf), gate = filled({1, 3072}, bf);
     GatedResidualArgs a{x, gate, y, x};
-    cases.push_back({"gated_residual (in place) bf16 [1,16,3072]", double(x.numel()), 6.0, [=, &k] { k.gated_residual(a); }});
+    cases.push_back({"gated_residual (in place) bf16 [1,16,3072]", double(x.numel()), 6.0,
+                     [=, &k] { k.gated_residual(a); }});
   }
   {
     const Tensor x = filled({1, 48, 3072}, bf);
@@ -85,14 +87,16 @@ std::vector<Case> make_cases() {
     const Tensor qkv = filled({1, 16, 3 * 3072}, bf), w = filled({128}, bf);
     const Tensor q = qkv.narrow(2, 0, 3072).reshape({1, 16, 24, 128});
     RmsNormArgs rq{q, w, Tensor::empty(q.shape(), bf), 1e-6f, false};
-    cases.push_back({"rms_norm/head bf16 [1,16,24,128]", double(q.numel()), 4.0, [=, &k] { k.rms_norm(rq); }});
+    cases.push_back(
+        {"rms_norm/head bf16 [1,16,24,128]", double(q.numel()), 4.0, [=, &k] { k.rms_norm(rq); }});
     const Tensor t5 = filled({1, 16, 4096}, bf), wt = filled({4096}, bf);
     RmsNormArgs rt{t5, wt, like(t5), 1e-6f, true};
     cases.push_back({"t5_rms_norm bf16 [1,16,4096]", double(t5.numel()), 4.0, [=, &k] { k.rms_norm(rt); }});
   }
   {
     const Tensor h = filled({1, 4, 18432}, bf);
-    GluArgs sw{GluActivation::Silu, h.narrow(-1, 0, 9216), h.narrow(-1, 9216, 9216), Tensor::empty({1, 4, 9216}, bf)};
+    GluArgs sw{GluActivation::Silu, h.narrow(-1, 0, 9216), h.narrow(-1, 9216, 9216),
+               Tensor::empty({1, 4, 9216}, bf)};
     cases.push_back({"swiglu bf16 [1,4,18432]->9216", 4.0 * 9216, 6.0, [=, &k] { k.glu(sw); }});
     const Tensor g = filled({1, 4, 12288}, bf);
     UnaryArgs ge{UnaryOp::GeluTanh, 1.0f, g, like(g)};
@@ -111,7 +115,8 @@ std::vector<Case> make_cases() {
   {  // group norm: 32 groups of 4 channels of 32x32 (the real groups are 4 x 512^2 / 16 x 128^2)
     const Tensor x = filled({1, 128, 32, 32}, bf), w = filled({128}, bf), b = filled({128}, bf);
     GroupNormArgs g1{x, w, b, like(x), 32, 1e-6f, true};
-    cases.push_back({"group_norm+silu bf16 [1,128,32,32]", double(x.numel()), 4.0, [=, &k] { k.group_norm(g1); }});
+    cases.push_back(
+        {"group_norm+silu bf16 [1,128,32,32]", double(x.numel()), 4.0, [=, &k] { k.group_norm(g1); }});
   }
   return cases;
 }
@@ -124,7 +129,8 @@ double memcpy_ns_per_byte(int reps) {
       [&] {
 #pragma omp parallel
         {
-          const size_t t = static_cast<size_t>(omp_get_thread_num()), nt = static_cast<size_t>(omp_get_num_threads());
+          const size_t t = static_cast<size_t>(omp_get_thread_num()),
+                       nt = static_cast<size_t>(omp_get_num_threads());
           std::memcpy(dst.data() + n * t / nt, src.data() + n * t / nt, n * (t + 1) / nt - n * t / nt);
         }
       },
@@ -143,9 +149,12 @@ int main(int argc, char** argv) {
   set_num_threads(1);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) set_num_threads(std::atoi(argv[++i]));
-    else if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+    if (a == "--threads" && i + 1 < argc)
+      set_num_threads(std::atoi(argv[++i]));
+    else if (a == "--reps" && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--filter" && i + 1 < argc)
+      filter = argv[++i];
     else {
       std::fprintf(stderr, "usage: bench_ops_cost [--threads N] [--reps N] [--filter SUBSTRING]\n");
       return 2;
@@ -159,7 +168,8 @@ int main(int argc, char** argv) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
     const double ns = fastest_ns(c.run, reps) / c.elements, copy = mc * c.bytes_per_elem / 2.0;
     // memcpy moves each byte twice (read + write) in the bytes bench_ops counts, hence the / 2.
-    table.add({c.name, fmt::format("{:.3f}", ns), fmt::format("{:.3f}", copy), fmt::format("{:.2f}x", ns / copy)});
+    table.add(
+        {c.name, fmt::format("{:.3f}", ns), fmt::format("{:.3f}", copy), fmt::format("{:.2f}x", ns / copy)});
   }
   table.print();
   return 0;
