@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/vae/banded_conv.h"
 #include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
@@ -276,6 +277,72 @@ struct AutoencoderKL::Impl {
     return int64_t{1} << std::min<int>(levels, static_cast<int>(down.size()) - 1);
   }
 
+  // ---- The lean exact pass (TilingMode::Lean): the same computation as decode_untiled /
+  // encode_untiled on whole-image tensors (whole-image GroupNorm statistics, the mid block's
+  // attention as before), with the convolutions banded (banded_conv.h) and each tensor dropped
+  // after its last use, so a resnet holds at most its input, one normed tensor and one conv output.
+
+  int64_t band_rows(int64_t cin, int64_t cout, int64_t width, int64_t batch) const {
+    if (options.tiling.band_rows > 0) return options.tiling.band_rows;
+    return band_rows_for(cin, cout, width, batch, kLeanBandBytes);
+  }
+  Tensor conv_lean(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& o) const {
+    const int64_t up = o.upsample_nearest_2x ? 2 : 1;
+    return conv2d_banded(x, w, o, band_rows(w.weight.size(1), w.weight.size(0), x.size(3) * up / o.stride, x.size(0)));
+  }
+
+  // resnet() with the same arithmetic; takes its input by value so that, without a shortcut conv,
+  // conv2's residual is added in place into the input's buffer (the caller must hold no other
+  // reference to it).
+  Tensor resnet_lean(Tensor x, const Resnet& r) const {
+    const int64_t B = x.size(0), W = x.size(3), cout = r.conv1->weight.size(0);
+    Tensor h = group_norm(x, r.norm1, true);                                  // [B, Cin, H, W]
+    Tensor c1 = conv_lean(h, *r.conv1, ops::Conv2dOptions::same(3));          // [B, Cout, H, W]
+    h = Tensor();
+    h = group_norm(c1, r.norm2, true);                                        // [B, Cout, H, W]
+    c1 = Tensor();
+    Tensor out = r.shortcut ? conv_lean(x, *r.shortcut, {}) : std::move(x);   // [B, Cout, H, W]
+    x = Tensor();
+    conv2d_banded(h, *r.conv2, ops::Conv2dOptions::same(3), out, out, band_rows(cout, cout, W, B));  // [B, Cout, H, W]
+    return out;
+  }
+
+  Tensor mid_lean(Tensor x, const MidBlock& m) const {
+    Tensor h = resnet_lean(std::move(x), m.res0);                             // [B, C, h, w]
+    if (m.attn) h = attention(h, *m.attn);                                    // [B, C, h, w]
+    return resnet_lean(std::move(h), m.res1);                                 // [B, C, h, w]
+  }
+
+  // decode_untiled, lean: z [B, z, h, w] -> [B, 3, 8h, 8w].
+  Tensor decode_lean(const Tensor& z_in) const {
+    Tensor z = z_in.to(options.dtype);                                        // [B, z, h, w]
+    if (post_quant_conv) z = ops::conv2d(z, *post_quant_conv);                // [B, z, h, w]
+    Tensor h = conv_lean(z, *dec_conv_in, ops::Conv2dOptions::same(3));       // [B, C3, h, w]
+    z = Tensor();
+    h = mid_lean(std::move(h), dec_mid);                                      // [B, C3, h, w]
+    for (const Level& level : up) {
+      for (const Resnet& r : level.resnets) h = resnet_lean(std::move(h), r); // [B, Ci, h', w']
+      if (level.resample) h = conv_lean(h, *level.resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
+    }
+    Tensor normed = group_norm(h, dec_norm_out, true);                        // [B, C0, H, W]
+    h = Tensor();
+    return conv_lean(normed, *dec_conv_out, ops::Conv2dOptions::same(3));     // [B, 3, H, W]
+  }
+
+  // encode_untiled, lean: x [B, 3, H, W] -> [B, 2z, H/8, W/8] (mean | logvar).
+  Tensor encode_lean(const Tensor& x_in) const {
+    Tensor h = conv_lean(x_in.to(options.dtype), *enc_conv_in, ops::Conv2dOptions::same(3));  // [B, C0, H, W]
+    for (const Level& level : down) {
+      for (const Resnet& r : level.resnets) h = resnet_lean(std::move(h), r); // [B, Ci, H', W']
+      if (level.resample) h = conv_lean(h, *level.resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
+    }
+    h = mid_lean(std::move(h), enc_mid);                                      // [B, C3, H/8, W/8]
+    h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
+    h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 2z, H/8, W/8]
+    if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 2z, H/8, W/8]
+    return h;
+  }
+
   // Tiled encode under `plan`: the tiled levels per tile, blended at their output resolution, then
   // the whole-image stages; -> [B, 2z, H/8, W/8].
   Tensor encode_tiled(const Tensor& image, const TilePlan& plan) const {
@@ -383,6 +450,55 @@ struct AutoencoderKL::Impl {
     int64_t widest = 0;
     for (size_t i = 0; i < ch.size(); ++i) widest = std::max(widest, (h >> i) * (w >> i) * int64_t{ch[i]});
     return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
+  }
+
+  // Peak estimate of the lean pass: the largest set of whole-image tensors alive at once (a resnet:
+  // input + normed input + conv1 output, or input + two outputs; an upsampler: input + output; the
+  // mid block's attention: about nine C x h x w tensors), in the pass dtype, plus the band copies
+  // of one convolution (the backend's blocked input and output and the upsampled rows, each about
+  // one band). Measured peaks stay under it (Flux2Vae.LeanPassMatchesUntiledWithBoundedMemory).
+  size_t lean_band_bytes(int64_t b, int64_t widest_row) const {
+    const int64_t rows = options.tiling.band_rows > 0 ? options.tiling.band_rows : 1;
+    const size_t band = options.tiling.band_rows > 0 ? size_t{0} : kLeanBandBytes;
+    return 3 * std::max(band, static_cast<size_t>(b * widest_row * (rows + 2)) * 4);
+  }
+  size_t lean_decode_bytes(int64_t b, int64_t h, int64_t w) const {
+    const auto& ch = config.decoder_channels();
+    const int n = static_cast<int>(ch.size());
+    const int64_t c3 = ch[n - 1], a0 = (h >> (n - 1)) * (w >> (n - 1));
+    int64_t peak = (config.mid_block_add_attention ? 9 : 3) * c3 * a0, widest_row = c3 * (w >> (n - 1));
+    int64_t prev = c3;
+    for (int i = 0; i < n; ++i) {  // level i (deepest first) at 1/2^(n-1-i) resolution
+      const int64_t area = (h >> (n - 1 - i)) * (w >> (n - 1 - i)), out = ch[n - 1 - i];
+      if (i > 0) peak = std::max(peak, prev * (area / 4 + area));  // the previous level's upsampler
+      for (int j = 0; j <= config.layers_per_block; ++j) {
+        const int64_t cin = j == 0 ? prev : out;
+        peak = std::max(peak, std::max(2 * cin + out, cin + 2 * out) * area);
+      }
+      widest_row = std::max(widest_row, std::max(prev, out) * (w >> (n - 1 - i)));
+      prev = out;
+    }
+    peak = std::max(peak, (2 * ch[0] + config.out_channels) * h * w);  // conv_norm_out, conv_out
+    return static_cast<size_t>(b * peak) * elem() + lean_band_bytes(b, widest_row);
+  }
+  size_t lean_encode_bytes(int64_t b, int64_t h, int64_t w) const {
+    const auto& ch = config.block_out_channels;
+    const int n = static_cast<int>(ch.size());
+    int64_t peak = (config.in_channels + ch[0]) * h * w, widest_row = ch[0] * w;
+    int64_t prev = ch[0];
+    for (int i = 0; i < n; ++i) {
+      const int64_t area = (h >> i) * (w >> i), out = ch[i];
+      for (int j = 0; j < config.layers_per_block; ++j) {
+        const int64_t cin = j == 0 ? prev : out;
+        peak = std::max(peak, std::max(2 * cin + out, cin + 2 * out) * area);
+      }
+      if (i + 1 < n) peak = std::max(peak, out * (area + area / 4));  // downsampler
+      widest_row = std::max(widest_row, std::max(prev, out) * (w >> i));
+      prev = out;
+    }
+    const int64_t am = (h >> (n - 1)) * (w >> (n - 1));
+    peak = std::max(peak, (config.mid_block_add_attention ? 9 : 3) * ch[n - 1] * am);
+    return static_cast<size_t>(b * peak) * elem() + lean_band_bytes(b, widest_row);
   }
 
   // The passes as stages, for the split between the whole-image part and the tiles.
@@ -647,19 +763,33 @@ size_t vae_auto_memory_budget_bytes() {
   return size_t{6} << 30;
 }
 
-// Tiled when forced, or (Auto) when the untiled estimate exceeds the budget; never when one tile
-// covers the image. `factor` converts image pixels to the tiled input's pixels (decode: the
-// latent grid, 1/8; encode: the image itself).
-static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, int64_t h, int64_t w, int64_t factor) {
+// Tiled when forced, or (Auto) when neither the plain pass's nor the lean pass's estimate fits the
+// budget; never when one tile covers the image. `factor` converts image pixels to the tiled input's
+// pixels (decode: the latent grid, 1/8; encode: the image itself).
+static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, size_t lean_estimate, int64_t h, int64_t w,
+                               int64_t factor) {
   TilePlan p;
   p.tile_height = h;
   p.tile_width = w;
   p.estimate_bytes = estimate;
+  p.lean_estimate_bytes = lean_estimate;
   if (t.mode == TilingMode::Never) return p;
-  if (t.mode == TilingMode::Auto)
+  if (t.mode == TilingMode::Lean) {
+    p.lean = true;
+    return p;
+  }
+  if (t.mode == TilingMode::Auto) {
     p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes();
-  if (h <= t.tile_pixels && w <= t.tile_pixels) return p;  // one tile is the whole image
-  if (t.mode == TilingMode::Auto && estimate <= p.budget_bytes) return p;
+    if (estimate <= p.budget_bytes) return p;
+    if (lean_estimate <= p.budget_bytes) {
+      p.lean = true;
+      return p;
+    }
+  }
+  if (h <= t.tile_pixels && w <= t.tile_pixels) {  // one tile is the whole image: the leanest exact pass
+    p.lean = t.mode == TilingMode::Auto;
+    return p;
+  }
   p.tiled = true;
   if (t.tile_pixels % factor != 0 || t.overlap_pixels % factor != 0 || t.overlap_pixels >= t.tile_pixels ||
       t.overlap_pixels < 0) {
@@ -714,7 +844,8 @@ static StageSplit split_stages(const std::vector<int64_t>& whole_widest, const s
 TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
   const auto& c = impl_->config;
   const int64_t f = c.spatial_factor();
-  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w), h, w, f);
+  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w),
+                              impl_->lean_decode_bytes(b, h, w), h, w, f);
   if (!p.tiled || p.rows == 0) {
     p.executed_flops = decode_flops(b, h, w);
     return p;
@@ -734,7 +865,8 @@ TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const 
 
 TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const {
   const auto& c = impl_->config;
-  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w), h, w, 1);
+  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w),
+                              impl_->lean_encode_bytes(b, h, w), h, w, 1);
   if (!p.tiled || p.rows == 0) {
     p.executed_flops = encode_flops(b, h, w);
     return p;
@@ -762,6 +894,7 @@ Tensor AutoencoderKL::decode(const Tensor& z, const char* what) const {
                z.defined() ? z.shape().str() : "undefined");
   const int64_t f = impl_->config.spatial_factor();
   const TilePlan plan = decode_tile_plan(z.size(0), z.size(2) * f, z.size(3) * f);
+  if (plan.lean) return impl_->decode_lean(z);
   if (!plan.tiled) return impl_->decode_untiled(z);
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
@@ -786,6 +919,7 @@ Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
                impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
   const int64_t z = impl_->config.latent_channels;
   const TilePlan plan = encode_tile_plan(image.size(0), image.size(2), image.size(3));
+  if (plan.lean) return impl_->encode_lean(image).slice(1, 0, z).contiguous();           // [B, z, H/8, W/8] (mean)
   if (!plan.tiled) return impl_->encode_untiled(image).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
@@ -802,6 +936,7 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) cons
                ErrorCode::InvalidArgument, "{}: image must be [B, {}, H, W] with H, W multiples of {}, got {}", what,
                impl_->config.in_channels, f, image.defined() ? image.shape().str() : "undefined");
   const TilePlan plan = encode_tile_plan(image.size(0), image.size(2), image.size(3));
+  if (plan.lean) return impl_->encode_lean(image);
   if (!plan.tiled) return impl_->encode_untiled(image);
   const auto& t = impl_->options.tiling;
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,

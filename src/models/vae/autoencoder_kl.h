@@ -49,7 +49,13 @@ struct AutoencoderKLConfig {
   void validate(const std::string& origin) const;
 };
 
-enum class TilingMode { Auto, Always, Never };
+// Never: the plain whole-image pass. Lean: the memory-lean exact pass: the same whole-image
+// computation (every GroupNorm sees the whole image, the result is the untiled one to f32
+// rounding), with each convolution run over bands of output rows and every tensor released after
+// its last use, so its peak is a few tensors of the widest level instead of about six plus the
+// convolution backend's image-sized copies. Always: blended tiles. Auto: the plain pass when its
+// estimate fits the budget, else the lean pass when its estimate fits, else blended tiles.
+enum class TilingMode { Auto, Always, Never, Lean };
 
 // Overlapping tiles, blended with linear ramps over the overlap (weights normalised per pixel,
 // so the seam is a smooth cross-fade rather than diffusers' crop-and-blend of half the overlap).
@@ -62,7 +68,14 @@ struct TilingOptions {
   // Auto tiles when the estimated untiled activation memory exceeds this (bytes); 0 derives it
   // from the memory available when the pass starts (vae_auto_memory_budget_bytes).
   size_t memory_budget_bytes = 0;
+  // Output rows per convolution band in the lean pass; 0 sizes each band to about
+  // kLeanBandBytes of its widest side (tests set a few rows to exercise the band seams).
+  int band_rows = 0;
 };
+
+// About this much per convolution band in the lean pass (f32-counted): small against the image's
+// tensors, large enough that oneDNN still runs long rows of output per call.
+inline constexpr size_t kLeanBandBytes = size_t{64} << 20;
 
 // Half of the memory the OS reports available (Linux MemAvailable) right now, or 6 GiB where that
 // is unknown: the activation budget of TilingMode::Auto when TilingOptions gives none. Half, since
@@ -72,10 +85,12 @@ size_t vae_auto_memory_budget_bytes();
 // How one decode or encode of a given size will run under the current tiling options.
 struct TilePlan {
   bool tiled = false;
+  bool lean = false;                         // the lean exact pass (untiled result, bounded memory)
   int rows = 1, cols = 1;                    // tile grid (1 x 1 when untiled)
   int64_t tile_height = 0, tile_width = 0;   // image pixels of one tile (the whole image when untiled)
   size_t estimate_bytes = 0;                 // estimated untiled peak activation bytes
   size_t budget_bytes = 0;                   // the budget Auto compared it with
+  size_t lean_estimate_bytes = 0;            // estimated peak of the lean exact pass (any mode)
   // Stages of a tiled pass that run once on the whole image, counted from the deepest: the mid block
   // (decode: with post_quant_conv and conv_in; encode: with conv_norm_out, conv_out, quant_conv),
   // then whole up levels from the deepest (decode) or down levels from the deepest (encode). A stage
