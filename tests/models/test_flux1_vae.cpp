@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/vae/flux1_vae.h"
@@ -176,6 +177,45 @@ TEST(Flux1Vae, TiledDecodeAndEncodeMatchUntiled) {
     one.tile_pixels = 256;
     vae.set_tiling(one);
     EXPECT_TRUE(test::all_close(vae.decode_latents(z), dec_full, test::TolClass::Exact));
+  }
+}
+
+// The lean exact pass (TilingMode::Lean, see the FLUX.2 test) on the FLUX.1 layout (no quant
+// convs, 16 latent channels), batch 2, 5-row bands on 136x120 (5 divides no level's height): the
+// untiled result to f32 rounding, with a tracked peak no larger than the untiled pass's and within
+// the lean estimate.
+TEST(Flux1Vae, LeanPassMatchesUntiled) {
+  Flux1Vae vae = Flux1Vae::load((kDir / "model").string(), opts(DType::F32));
+  const int64_t B = 2, h = 136, w = 120;
+  std::vector<float> zv(static_cast<size_t>(B * 16 * (h / 8) * (w / 8))), xv(static_cast<size_t>(B * 3 * h * w));
+  for (size_t i = 0; i < zv.size(); ++i) zv[i] = 1.5f * std::sin(0.61f * static_cast<float>(i));
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.037f * static_cast<float>(i));
+  const Tensor z = Tensor::from_vector(zv, {B, 16, h / 8, w / 8});
+  const Tensor x = Tensor::from_vector(xv, {B, 3, h, w});
+  TilingOptions lean{TilingMode::Lean};
+  lean.band_rows = 5;
+  for (bool decode : {true, false}) {
+    SCOPED_TRACE(decode ? "decode" : "encode");
+    auto run = [&](const TilingOptions& t, size_t& peak) {
+      vae.set_tiling(t);
+      reset_host_bytes_peak();
+      const size_t base = host_bytes_in_use();
+      Tensor out = decode ? vae.decode_latents(z) : vae.encode_latents(x);
+      peak = host_bytes_peak() - base;
+      return out;
+    };
+    size_t full_peak = 0, lean_peak = 0;
+    const Tensor full = run(TilingOptions{TilingMode::Never}, full_peak);
+    const Tensor banded = run(lean, lean_peak);
+    const TilePlan plan = decode ? vae.core().decode_tile_plan(B, h, w) : vae.core().encode_tile_plan(B, h, w);
+    ASSERT_TRUE(plan.lean);
+    ASSERT_EQ(banded.shape(), full.shape());
+    const double r = rel_l2(banded, full);
+    std::printf("[lean %s] rel-L2 vs untiled %.3g, peak tensor bytes untiled %zu, lean %zu, lean estimate %zu\n",
+                decode ? "decode" : "encode", r, full_peak, lean_peak, plan.lean_estimate_bytes);
+    EXPECT_LE(r, 1e-5);
+    EXPECT_LE(lean_peak, full_peak);
+    EXPECT_LE(lean_peak, plan.lean_estimate_bytes);
   }
 }
 

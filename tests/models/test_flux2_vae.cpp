@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "models/vae/flux2_vae.h"
 #include "support/compare.h"
+#include "support/rss_peak.h"
 
 namespace fluxrt::models {
 namespace {
@@ -213,6 +214,91 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
     std::printf("[peak tensor bytes %s] untiled %zu, 64-px tiles %zu\n", decode ? "decode" : "encode", full, tiles);
     EXPECT_LT(static_cast<double>(tiles), 0.4 * static_cast<double>(full));
   }
+}
+
+// The lean exact pass (TilingMode::Lean) is the untiled computation with banded convolutions and
+// early releases: it must give the untiled result to f32 rounding, with 7-row bands on a 128x176
+// image (7 divides no level's height, so every band seam, the image borders and a short last band
+// are exercised, in the plain, upsampling and stride-2 convolutions). Auto picks it when only its
+// estimate fits the budget. Memory: the tensor allocator's high-water mark, bounded by the lean
+// estimate, and the process's resident peak (which also sees oneDNN's blocked copies).
+TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
+  uint64_t state = 777;
+  auto uniform = [&]() {  // LCG, [-1, 1)
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>((state >> 40) * 0x1.0p-24 * 2.0 - 1.0);
+  };
+  TilingOptions lean{TilingMode::Lean};
+  lean.band_rows = 7;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(dtype));
+    {
+      const int h = 128, w = 176;
+      std::vector<float> zv(size_t{128} * (h / 16) * (w / 16)), xv(size_t{3} * h * w);
+      for (auto& v : zv) v = 1.7f * uniform();
+      for (auto& v : xv) v = uniform();
+      const Tensor z = Tensor::from_vector(zv, {1, 128, h / 16, w / 16});
+      const Tensor x = Tensor::from_vector(xv, {1, 3, h, w});
+      struct Peaks {
+        size_t tensors = 0, rss = 0;
+      };
+      auto peaks_of = [&](const TilingOptions& t, bool decode, Tensor& out) {
+        vae.set_tiling(t);
+        out = decode ? vae.decode_latents(z) : vae.encode_mode(x);  // warm: oneDNN primitives exist
+        Peaks p;
+        p.rss = test::rss_peak_during([&] {
+          reset_host_bytes_peak();
+          const size_t base = host_bytes_in_use();
+          out = Tensor();
+          out = decode ? vae.decode_latents(z) : vae.encode_mode(x);
+          p.tensors = host_bytes_peak() - base;
+        });
+        return p;
+      };
+      for (bool decode : {true, false}) {
+        SCOPED_TRACE(decode ? "decode" : "encode");
+        Tensor full, banded;
+        const Peaks fp = peaks_of(TilingOptions{TilingMode::Never}, decode, full);
+        const Peaks lp = peaks_of(lean, decode, banded);
+        const TilePlan plan = decode ? vae.decode_tile_plan(1, h, w) : vae.encode_tile_plan(1, h, w);
+        EXPECT_TRUE(plan.lean);
+        EXPECT_FALSE(plan.tiled);
+        ASSERT_EQ(banded.shape(), full.shape());
+        const double r = rel_l2(banded, full);
+        std::printf("[lean %s %dx%d %s] rel-L2 vs untiled %.3g; peak tensor bytes untiled %zu, lean %zu (ratio %.2f); "
+                    "peak RSS growth untiled %zu, lean %zu (ratio %.2f); estimates lean %zu, untiled %zu\n",
+                    std::string(dtype_name(dtype)).c_str(), h, w, decode ? "decode" : "encode", r, fp.tensors,
+                    lp.tensors, static_cast<double>(lp.tensors) / static_cast<double>(fp.tensors), fp.rss, lp.rss,
+                    fp.rss ? static_cast<double>(lp.rss) / static_cast<double>(fp.rss) : 0.0,
+                    plan.lean_estimate_bytes, plan.estimate_bytes);
+        if (dtype == DType::F32) EXPECT_LE(r, 1e-5);
+        else EXPECT_LE(r, 1e-2);  // bf16 roundings at the same places: differences only from oneDNN's per-shape kernels
+        EXPECT_LE(lp.tensors, fp.tensors);
+        EXPECT_LE(lp.tensors, plan.lean_estimate_bytes);  // the estimate bounds what was measured
+        EXPECT_LT(plan.lean_estimate_bytes, plan.estimate_bytes);
+        // Auto with a budget between the two estimates runs the lean pass, and blended tiles below that.
+        TilingOptions autot = lean;
+        autot.mode = TilingMode::Auto;
+        autot.memory_budget_bytes = plan.lean_estimate_bytes;
+        autot.tile_pixels = 128;
+        autot.overlap_pixels = 32;
+        vae.set_tiling(autot);
+        const TilePlan chosen = decode ? vae.decode_tile_plan(1, h, w) : vae.encode_tile_plan(1, h, w);
+        EXPECT_TRUE(chosen.lean);
+        EXPECT_FALSE(chosen.tiled);
+        autot.memory_budget_bytes = plan.lean_estimate_bytes - 1;
+        vae.set_tiling(autot);
+        EXPECT_TRUE(decode ? vae.decode_would_tile(1, h, w) : vae.encode_would_tile(1, h, w));
+      }
+    }
+  }
+  // Bands sized by kLeanBandBytes (one band here) are the plain pass's convolutions exactly.
+  Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
+  const Tensor z = golden("dec_in_48x80");
+  const Tensor plain = vae.decode_latents(z);
+  vae.set_tiling(TilingOptions{TilingMode::Lean});
+  EXPECT_TRUE(test::all_close(vae.decode_latents(z), plain, test::TolClass::Exact));
+  EXPECT_TRUE(test::all_close(vae.decode_latents(z), golden("dec_out_48x80"), test::TolClass::ModuleGolden));
 }
 
 // Batch elements are tiled independently: a tiled batch of two is each image tiled alone.
