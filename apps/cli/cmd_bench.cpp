@@ -49,9 +49,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_flag("--low-memory", options.low_memory,
                 "pipeline: keep one component resident at a time (each made when used, then freed; FLUX.1 always)");
   cmd->add_option("--tiling", options.tiling,
-                  "vae: auto (tiles when the untiled pass would exceed half the available memory), on or off")
+                  "vae: auto (plain pass, else the lean exact pass, else tiles, by half the available memory), on, off or lean")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "on", "off"}));
+      ->check(CLI::IsMember({"auto", "on", "off", "lean"}));
   cmd->add_option("--tile-size", options.tile_size,
                   "vae: tile edge in pixels, a multiple of 16, at least 64 (default 512; overlap a quarter of it)");
   return cmd;

@@ -6,8 +6,9 @@
 // measured in the same run, whether the pass was tiled and its tile grid, and the peak RSS. Two
 // timed runs each (one 1024x1024 decode is ~10 TFLOP).
 //
-// --tiling auto (default) tiles when the untiled estimate exceeds half of MemAvailable, as the
-// pipelines do; on / off force it. --tile-size sets the tile edge (overlap = a quarter of it).
+// --tiling auto (default) runs the plain pass when its estimate fits half of MemAvailable, else the
+// lean exact pass when its estimate fits, else tiles, as the pipelines do; on / off / lean force
+// tiles / the plain pass / the lean pass. --tile-size sets the tile edge (overlap = a quarter of it).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -58,7 +59,8 @@ int bench_vae(const BenchRequest& request) {
   if (request.vae_tiling == "on") tiling.mode = models::TilingMode::Always;
   else if (request.vae_tiling == "off") tiling.mode = models::TilingMode::Never;
   else if (request.vae_tiling == "auto") tiling.mode = models::TilingMode::Auto;
-  else fail(ErrorCode::InvalidArgument, "bench vae: --tiling {} (auto, on or off)", request.vae_tiling);
+  else if (request.vae_tiling == "lean") tiling.mode = models::TilingMode::Lean;
+  else fail(ErrorCode::InvalidArgument, "bench vae: --tiling {} (auto, on, off or lean)", request.vae_tiling);
   if (request.vae_tile_pixels != 0) {
     FLUXRT_CHECK(request.vae_tile_pixels >= 64 && request.vae_tile_pixels % 16 == 0, ErrorCode::InvalidArgument,
                  "bench vae: --tile-size {} must be a multiple of 16, at least 64", request.vae_tile_pixels);
@@ -87,16 +89,19 @@ int bench_vae(const BenchRequest& request) {
   const Tensor z = uniform_tensor({B, config.packed_channels(), H / 16, W / 16}, request.dtype, 7, 1.7f);
   const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
   auto describe = [&](const char* pass, const models::TilePlan& p) {
-    std::printf("%s: %s (untiled estimate %.2f GiB, budget %s)\n", pass,
+    const char* forced = tiling.mode == models::TilingMode::Always ? "not used, --tiling on"
+                         : tiling.mode == models::TilingMode::Lean ? "not used, --tiling lean"
+                                                                   : "not used, --tiling off";
+    std::printf("%s: %s (untiled estimate %.2f GiB, lean estimate %.2f GiB, budget %s)\n", pass,
                 p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px, {} stages on the whole image, "
                                       "tiled estimate {:.2f} GiB", p.rows, p.cols, p.tile_width, p.tile_height,
                                       tiling.overlap_pixels, p.whole_image_stages, gib(p.tiled_estimate_bytes))
                               .c_str()
-                        : "untiled",
-                gib(p.estimate_bytes),
+                        : (p.lean ? "untiled, lean exact pass (banded convolutions)" : "untiled"),
+                gib(p.estimate_bytes), gib(p.lean_estimate_bytes),
                 tiling.mode == models::TilingMode::Auto
                     ? fmt::format("{:.2f} GiB{}", gib(p.budget_bytes), tiling.memory_budget_bytes ? "" : " = MemAvailable / 2").c_str()
-                    : (tiling.mode == models::TilingMode::Always ? "not used, --tiling on" : "not used, --tiling off"));
+                    : forced);
   };
   const models::TilePlan dplan = vae.decode_tile_plan(B, H, W), eplan = vae.encode_tile_plan(B, H, W);
   describe("decode", dplan);
@@ -110,7 +115,7 @@ int bench_vae(const BenchRequest& request) {
                      std::to_string(W) + ", \"height\": " + std::to_string(H) + ", \"passes\": [";
   auto run = [&](const char* name, const models::TilePlan& plan, double flops, const std::function<void()>& fn) {
     const bool tiled = plan.tiled;
-    const std::string grid = tiled ? fmt::format("{}x{}", plan.rows, plan.cols) : "no";
+    const std::string grid = tiled ? fmt::format("{}x{}", plan.rows, plan.cols) : (plan.lean ? "lean" : "no");
     reset_host_bytes_peak();
     const size_t held = host_bytes_in_use();  // weights and inputs
     const bench::Timing t = bench::time_runs(fn, 0, 2, 1.0);
@@ -122,9 +127,9 @@ int bench_vae(const BenchRequest& request) {
                fmt::format("{:.1f}", per_core),
                peak.gflops > 0 ? fmt::format("{:.2f}", gflops / peak.gflops) : std::string("-"),
                fmt::format("{:.2f}", tensors), fmt::format("{:.2f}", rss)});
-    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": {:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
+    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"lean\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": {:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
                         "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
-                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
+                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.lean ? "true" : "false", plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
                         peak.gflops > 0 ? gflops / peak.gflops : 0.0, tensors, rss);
   };
   run("decode", dplan, dflops, [&] { (void)vae.decode_latents(z); });

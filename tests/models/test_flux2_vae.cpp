@@ -271,6 +271,7 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
                     lp.tensors, static_cast<double>(lp.tensors) / static_cast<double>(fp.tensors), fp.rss, lp.rss,
                     fp.rss ? static_cast<double>(lp.rss) / static_cast<double>(fp.rss) : 0.0,
                     plan.lean_estimate_bytes, plan.estimate_bytes);
+        if (lp.rss && fp.rss) EXPECT_LT(static_cast<double>(lp.rss), (dtype == DType::F32 ? 0.9 : 0.6) * static_cast<double>(fp.rss));
         if (dtype == DType::F32) EXPECT_LE(r, 1e-5);
         else EXPECT_LE(r, 1e-2);  // bf16 roundings at the same places: differences only from oneDNN's per-shape kernels
         EXPECT_LE(lp.tensors, fp.tensors);
@@ -427,6 +428,28 @@ TEST(Flux2Vae, TilePlansOfTheRealShapes) {
   const TilePlan big = vae.decode_tile_plan(1, 4096, 4096);
   EXPECT_EQ(big.whole_image_stages, 0);
   EXPECT_DOUBLE_EQ(big.executed_flops, big.rows * big.cols * vae.decode_flops(1, 512, 512));
+  // What Auto picks on a 24 GiB box (vae_auto_memory_budget_bytes: half of MemAvailable, ~22 GiB
+  // there, so an 11 GiB budget): at 2048x2048 the plain pass's estimate (24 GiB decode) does not fit but the
+  // lean exact pass's (5.2 GiB decode: a full-resolution resnet's 256-channel input, its normed copy
+  // and a 128-channel conv output in bf16, plus the bands; encode 3.2 GiB) does; at 4096x4096 neither
+  // does (lean 20.2 / 12.2 GiB), so blended tiles.
+  TilingOptions automatic;
+  automatic.memory_budget_bytes = size_t{11} << 30;
+  vae.set_tiling(automatic);
+  for (int64_t size : {2048, 4096}) {
+    for (bool decode : {true, false}) {
+      const TilePlan a = decode ? vae.decode_tile_plan(1, size, size) : vae.encode_tile_plan(1, size, size);
+      std::printf("[auto, 11 GiB budget, %lld^2 %s] %s; estimates: plain %.2f GiB, lean %.2f GiB%s\n",
+                  static_cast<long long>(size), decode ? "decode" : "encode",
+                  a.tiled ? "blended tiles" : (a.lean ? "lean exact pass" : "plain pass"),
+                  a.estimate_bytes / 1073741824.0, a.lean_estimate_bytes / 1073741824.0,
+                  a.tiled ? (", " + std::to_string(a.rows) + "x" + std::to_string(a.cols) + " tiles, tiled estimate " +
+                             std::to_string(a.tiled_estimate_bytes / 1073741824.0) + " GiB").c_str() : "");
+      EXPECT_EQ(a.lean, size == 2048);
+      EXPECT_EQ(a.tiled, size == 4096);
+    }
+  }
+  EXPECT_LT(vae.decode_tile_plan(1, 2048, 2048).lean_estimate_bytes, size_t{6} << 30);
   // Untiled: the estimate is the untiled one and the FLOPs are the image's.
   vae.set_tiling(TilingOptions{TilingMode::Never});
   const TilePlan u = vae.decode_tile_plan(1, 2048, 2048);
