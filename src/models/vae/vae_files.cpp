@@ -1,0 +1,109 @@
+// The AutoencoderKL helpers that need no model: finding and loading a VAE checkpoint, synthetic
+// weights of given shapes, and the 8-bit post-processing of decoded images.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/vae/autoencoder_kl.h"
+
+namespace fluxrt::models {
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+TensorStore load_vae_store(const std::string& path, std::string& config_json, const char* what) {
+  std::string weights = path;
+  config_json.clear();
+  if (fs::is_directory(path)) {
+    if (fs::exists(fs::path(path) / "model_index.json") && fs::is_directory(fs::path(path) / "vae"))
+      weights = (fs::path(path) / "vae").string();
+    if (fs::exists(fs::path(weights) / "config.json")) config_json = (fs::path(weights) / "config.json").string();
+  }
+  const io::Checkpoint ckpt = io::Checkpoint::open(weights);
+  TensorStore store = TensorStore::from_checkpoint(ckpt);
+  // A full BFL/ComfyUI file may carry the VAE under a prefix.
+  if (!store.contains("decoder.conv_in.weight")) {
+    for (const char* prefix : {"vae.", "first_stage_model.", "ae."}) {
+      TensorStore s = TensorStore::from_checkpoint(ckpt, prefix);
+      if (s.contains("decoder.conv_in.weight")) {
+        store = std::move(s);
+        break;
+      }
+    }
+  }
+  FLUXRT_CHECK(store.contains("decoder.conv_in.weight"), ErrorCode::Format,
+               "{}: no decoder.conv_in.weight, not a {} checkpoint", weights, what);
+  return store;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic weights
+
+float synthetic_uniform(uint64_t& state) {  // splitmix64 -> uniform [-1, 1)
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+}
+
+void add_synthetic_vae_tensors(TensorStore& store, const std::vector<std::pair<std::string, Shape>>& shapes,
+                               DType dtype, uint64_t& state) {
+  for (const auto& [name, shape] : shapes) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    float* p = t.data<float>();
+    const int64_t n = t.numel();
+    const bool is_bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = name.find("norm") != std::string::npos;
+    if (is_norm && !is_bias) {
+      for (int64_t i = 0; i < n; ++i) p[i] = 1.0f + 0.1f * synthetic_uniform(state);
+    } else if (is_bias) {
+      for (int64_t i = 0; i < n; ++i) p[i] = 0.02f * synthetic_uniform(state);
+    } else {
+      const int64_t fan_in = n / shape[0];
+      const float s = 1.0f / std::sqrt(static_cast<float>(fan_in));
+      for (int64_t i = 0; i < n; ++i) p[i] = s * synthetic_uniform(state);
+    }
+    store.add(name, t.to(dtype), "synthetic");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Post-processing (VaeImageProcessor.postprocess + numpy_to_pil's rounding)
+
+Tensor postprocess_to_uint8(const Tensor& image) {
+  FLUXRT_CHECK(image.defined() && image.dim() == 4, ErrorCode::InvalidArgument,
+               "postprocess_to_uint8: image must be [B, C, H, W], got {}",
+               image.defined() ? image.shape().str() : "undefined");
+  const int64_t B = image.size(0), C = image.size(1), H = image.size(2), W = image.size(3);
+  const DType dt = image.dtype();
+  const Tensor x = image.to(DType::F32).contiguous();                        // [B, C, H, W]
+  Tensor out = Tensor::empty({B, H, W, C}, DType::U8);                        // [B, H, W, C]
+  const float* src = x.data<float>();
+  uint8_t* dst = out.data<uint8_t>();
+  // Rounds an f32 to the image's dtype, as each torch op on a bf16/f16 tensor does.
+  auto in_dtype = [dt](float v) {
+    if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(v));
+    if (dt == DType::F16) {
+      Tensor t = Tensor::from_vector({v}, {1}, DType::F32).to(DType::F16).to(DType::F32);
+      return t.data<float>()[0];
+    }
+    return v;
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < H * W; ++i) {
+        float v = src[(b * C + c) * H * W + i];
+        v = in_dtype(in_dtype(v * 0.5f) + 0.5f);        // images * 0.5 + 0.5 (two torch ops)
+        v = std::min(std::max(v, 0.0f), 1.0f);          // .clamp(0, 1); NaN stays NaN
+        const float s = v * 255.0f;                     // numpy f32 multiply
+        const float r = std::nearbyint(s);              // np.round: half to even
+        dst[((b * H) + i / W) * W * C + (i % W) * C + c] = static_cast<uint8_t>(std::isnan(r) ? 0 : r);
+      }
+  return out;
+}
+
+}  // namespace fluxrt::models
