@@ -65,8 +65,8 @@ struct TilingOptions {
   TilingMode mode = TilingMode::Auto;
   int tile_pixels = 512;    // tile edge in image pixels (multiple of 16)
   int overlap_pixels = 128; // overlap between neighbouring tiles in image pixels (multiple of 16)
-  // Auto tiles when the estimated untiled activation memory exceeds this (bytes); 0 derives it
-  // from the memory available when the pass starts (vae_auto_memory_budget_bytes).
+  // Auto's budget (bytes) for the plain pass's, then the lean pass's estimate (tiles when neither
+  // fits); 0 derives it from the memory available when the pass starts (vae_auto_memory_budget_bytes).
   size_t memory_budget_bytes = 0;
   // Output rows per convolution band in the lean pass; 0 sizes each band to about
   // kLeanBandBytes of its widest side (tests set a few rows to exercise the band seams).
@@ -85,11 +85,11 @@ size_t vae_auto_memory_budget_bytes();
 // How one decode or encode of a given size will run under the current tiling options.
 struct TilePlan {
   bool tiled = false;
-  bool lean = false;                         // the lean exact pass (untiled result, bounded memory)
+  bool lean = false;                         // the lean exact pass (untiled result, bounded memory; not tiled)
   int rows = 1, cols = 1;                    // tile grid (1 x 1 when untiled)
   int64_t tile_height = 0, tile_width = 0;   // image pixels of one tile (the whole image when untiled)
-  size_t estimate_bytes = 0;                 // estimated untiled peak activation bytes
-  size_t budget_bytes = 0;                   // the budget Auto compared it with
+  size_t estimate_bytes = 0;                 // estimated peak activation bytes of the plain untiled pass
+  size_t budget_bytes = 0;                   // the budget Auto compared the estimates with
   size_t lean_estimate_bytes = 0;            // estimated peak of the lean exact pass (any mode)
   // Stages of a tiled pass that run once on the whole image, counted from the deepest: the mid block
   // (decode: with post_quant_conv and conv_in; encode: with conv_norm_out, conv_out, quant_conv),
