@@ -76,7 +76,9 @@ TEST(DemoModel, FolderDescribesABaseModelWithGuidance) {
   const auto& defaults = pipe->defaults();
   EXPECT_FALSE(defaults.is_distilled);  // trained with caption dropout for classifier-free guidance
   EXPECT_GT(defaults.guidance_scale, 1.0f);
-  EXPECT_EQ(pipe->transformer_config().head_dim, 128);
+  // 4 heads x 32 (hidden 128): with one 128-wide head the model scored 40/100, with four 69/100
+  EXPECT_EQ(pipe->transformer_config().heads * pipe->transformer_config().head_dim, 128);
+  EXPECT_EQ(pipe->transformer_config().heads, 4);
   EXPECT_EQ(pipe->transformer_config().in_channels, 128);
 }
 

@@ -13,8 +13,8 @@ cd "$here"
 # 1. VAE (three levels, shape pixels weighted up): its own round trip of the held-out evaluation
 #    scenes passes the classifier 99/100.
 "$py" train_vae.py --work "$work" --steps 2000 --full-steps 300 --shape-weight 4 --checkpoint-every 500 --threads 2
-# 2. Transformer + text encoder (all but its zero query projections), EMA of both exported.
-"$py" train_transformer.py --work "$work" --train-text-encoder --schedule-steps "${JOINT_STEPS:-3000}" \
+# 2. Transformer (4 heads) + text encoder (all but its zero query projections), EMA of both exported.
+"$py" train_transformer.py --work "$work" --heads 4 --train-text-encoder --schedule-steps "${JOINT_STEPS:-3400}" \
   --export-minutes 10 --threads 2
 # 3. Bundle and score.
 rm -rf "$repo/models/demo.new" && cp -r "$work/pipeline" "$repo/models/demo.new"
