@@ -18,26 +18,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Applies fn(v0, v1, ...) -> f32 lanes over n elements of rows of the same length, with a partial
-// vector at the tail. bf16 rows go through the pair layout (simd-inl.h), two vectors per step:
-// fn sees even and odd elements in separate calls, which an element-wise fn cannot tell apart.
-template <typename T, typename Fn>
-HWY_INLINE void MapRow1(const T* x, T* y, int64_t n, Fn fn) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-#if HWY_TARGET != HWY_SCALAR  // the pair layout of simd-inl.h
-  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
-    for (; i + 2 * N <= n; i += 2 * N) {
-      VF e, o;
-      LoadBf16Pairs(df, x + i, &e, &o);
-      StoreBf16Pairs(df, fn(e), fn(o), y + i);
-    }
-  }
-#endif
-  for (; i + N <= n; i += N) StoreF(df, fn(LoadF(df, x + i)), y + i);
-  if (i < n) StoreFN(df, fn(LoadFN(df, x + i, n - i)), y + i, n - i);
-}
+// MapRow1 (one row in, one out) is in simd-inl.h, shared with the VAE kernels.
 template <typename T, typename Fn>
 HWY_INLINE void MapRow2(const T* a, const T* b, T* y, int64_t n, Fn fn) {
   const DF df;

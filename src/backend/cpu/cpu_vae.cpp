@@ -69,25 +69,13 @@ void ShiftedSums(const T* x, int64_t n, float c, double* s1, double* s2) {
 template <typename T, bool kSilu>
 void PlaneAffine(const T* x, T* y, int64_t n, float mean, float a, float b) {
   const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const VF vm = hn::Set(df, mean), va = hn::Set(df, a), vb = hn::Set(df, b);
   auto f = [&](VF v) {
     const VF t = hn::MulAdd(hn::Sub(v, vm), va, vb);
     if constexpr (kSilu) return Silu(df, t);
     else return t;
   };
-  int64_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
-    for (; i + 2 * N <= n; i += 2 * N) {
-      VF e, o;
-      LoadBf16Pairs(df, x + i, &e, &o);
-      StoreBf16Pairs(df, f(e), f(o), y + i);
-    }
-  }
-#endif
-  for (; i + N <= n; i += N) StoreF(df, f(LoadF(df, x + i)), y + i);
-  if (i < n) StoreFN(df, f(LoadFN(df, x + i, static_cast<size_t>(n - i))), y + i, static_cast<size_t>(n - i));
+  MapRow1(x, y, n, f);
 }
 
 void GroupNormImpl(const GroupNormArgs& args) {

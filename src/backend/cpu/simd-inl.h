@@ -249,6 +249,27 @@ HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
 }
 #endif
 
+// y[i] = fn(x[i]) over n elements in f32 lanes, with a partial vector at the tail. bf16 rows go
+// through the pair layout above, two vectors per step:
+// fn sees even and odd elements in separate calls, which an element-wise fn cannot tell apart.
+template <typename T, typename Fn>
+HWY_INLINE void MapRow1(const T* x, T* y, int64_t n, Fn fn) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR  // the pair layout
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    for (; i + 2 * N <= n; i += 2 * N) {
+      VF e, o;
+      LoadBf16Pairs(df, x + i, &e, &o);
+      StoreBf16Pairs(df, fn(e), fn(o), y + i);
+    }
+  }
+#endif
+  for (; i + N <= n; i += N) StoreF(df, fn(LoadF(df, x + i)), y + i);
+  if (i < n) StoreFN(df, fn(LoadFN(df, x + i, n - i)), y + i, n - i);
+}
+
 }  // namespace fluxrt::backend::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
