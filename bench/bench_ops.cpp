@@ -21,20 +21,10 @@
 #include <fmt/format.h>
 
 #include "backend/kernel_table.h"
+#include "bench_inputs.h"
 
 namespace fluxrt::bench {
 namespace {
-
-Tensor filled(const Shape& shape, DType dtype, float lo = -2.0f) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  float* p = t.data<float>();
-  uint32_t s = 12345;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    p[i] = lo + 4.0f * static_cast<float>(s >> 8) / static_cast<float>(1u << 24);
-  }
-  return t.to(dtype);
-}
 
 // memcpy of `bytes` split over the thread pool (reads bytes, writes bytes).
 struct Memcpy {
