@@ -104,8 +104,9 @@ TEST(CpuActivationSpecialValues, NanAndInfinity) {
           EXPECT_TRUE(std::isnan(ym[pos]) || ym[pos] == -inf)
               << act.name << " " << dtype_name(dt) << " -inf at " << pos << " gave " << ym[pos];
           for (int64_t i = 0; i < kN; ++i) {
-            if (i != pos)
+            if (i != pos) {
               EXPECT_TRUE(std::isfinite(ym[i]) && std::isfinite(yn[i]) && std::isfinite(yp[i])) << i;
+            }
           }
         }
       }
