@@ -1,14 +1,13 @@
 // The AutoencoderKL body shared by the FLUX.1 and FLUX.2 autoencoders: BFL name map, blocks,
-// decoder, encoder, the lean exact pass, tiling, FLOP/memory estimates (loading, synthetic weights
-// and post-processing: vae_files.cpp).
+// decoder, encoder, the lean exact pass and the tiled passes (the plan that picks between them and
+// its FLOP/memory estimates: vae_tiling_plan.cpp; loading, synthetic weights and post-processing:
+// vae_files.cpp).
 #include "models/vae/autoencoder_kl.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -357,21 +356,6 @@ struct AutoencoderKL::Impl {
     return encode_tail(h, levels);                                            // [B, 2z, H/8, W/8]
   }
 
-  // Tile starts along one axis of length n (tile t, overlap o): stride t - o, the last tile flush
-  // with the end so every tile has full size.
-  static std::vector<int64_t> tile_starts(int64_t n, int64_t t, int64_t o) {
-    if (n <= t) return {0};
-    std::vector<int64_t> s;
-    for (int64_t p = 0;; p += t - o) {
-      if (p + t >= n) {
-        s.push_back(n - t);
-        break;
-      }
-      s.push_back(p);
-    }
-    return s;
-  }
-
   // Linear ramp weights of one tile along an axis: ramps of `ramp` samples on the sides that
   // have a neighbour; (i + 0.5) / ramp keeps every weight positive.
   static std::vector<float> ramp_weights(int64_t len, int64_t ramp, bool left, bool right) {
@@ -391,7 +375,7 @@ struct AutoencoderKL::Impl {
   template <typename Fn>
   Tensor tiled(const Tensor& x, int64_t tile, int64_t overlap, int64_t out_num, int64_t out_den, Fn fn) const {
     const int64_t B = x.size(0), H = x.size(2), W = x.size(3);
-    const auto ys = tile_starts(H, tile, overlap), xs = tile_starts(W, tile, overlap);
+    const auto ys = vae_tile_starts(H, tile, overlap), xs = vae_tile_starts(W, tile, overlap);
     const int64_t OH = H * out_num / out_den, OW = W * out_num / out_den;
     const int64_t ramp = overlap * out_num / out_den;
     Tensor acc, wsum = Tensor::zeros({OH, OW}, DType::F32);
@@ -427,165 +411,6 @@ struct AutoencoderKL::Impl {
     for (int64_t bc = 0; bc < B * OC; ++bc)
       for (int64_t p = 0; p < OH * OW; ++p) dst[bc * OH * OW + p] /= ws[p];
     return acc.to(options.dtype);                                             // [B, OC, OH, OW]
-  }
-
-  size_t elem() const { return dtype_size(options.dtype); }
-
-  // Peak activation estimate: the widest full-resolution stage holds about six tensors at once
-  // (input, norm output, conv output, skip, and the conv backend's blocked input/output copies).
-  size_t decode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.decoder_channels();
-    int64_t widest = 0;
-    const int n = static_cast<int>(ch.size());
-    for (int i = 0; i < n; ++i) {  // level i (deepest first) runs at 1/2^(n-1-i) resolution
-      const int64_t area = (h >> (n - 1 - i)) * (w >> (n - 1 - i));
-      const int64_t prev = i == 0 ? ch[n - 1] : ch[n - i];
-      widest = std::max(widest, area * std::max<int64_t>(ch[n - 1 - i], prev));
-    }
-    return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
-  }
-  size_t encode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.block_out_channels;
-    int64_t widest = 0;
-    for (size_t i = 0; i < ch.size(); ++i) widest = std::max(widest, (h >> i) * (w >> i) * int64_t{ch[i]});
-    return static_cast<size_t>(6 * b * widest) * std::max<size_t>(elem(), 4);
-  }
-
-  // Peak estimate of the lean pass: the largest set of whole-image tensors alive at once (a resnet:
-  // input + normed input + conv1 output, or input + two outputs; an upsampler: input + output; the
-  // mid block's attention: about nine C x h x w tensors), in the pass dtype, plus the band copies
-  // of one convolution (the backend's blocked input and output and the upsampled rows, each about
-  // one band). The tensor allocator's measured peak stays under it (Flux2Vae.LeanPassMatches-
-  // UntiledWithBoundedMemory); the process's resident peak does not: real klein shapes, bf16,
-  // 256x256, 16-row bands: +157 MiB against 93.5 estimated (the plain pass: +429 against 384), the
-  // rest being oneDNN's own buffers, which is what Auto's budget of half of MemAvailable leaves room for.
-  // `widest_row`: channels x width of the widest level's row; a band is never more than the image.
-  size_t lean_band_bytes(int64_t b, int64_t widest_row, int64_t height) const {
-    const int64_t rows = options.tiling.band_rows > 0 ? options.tiling.band_rows : 1;
-    const size_t band = options.tiling.band_rows > 0 ? size_t{0} : kLeanBandBytes;
-    const size_t image = static_cast<size_t>(b * widest_row * (height + 2)) * 4;
-    return 3 * std::min(image, std::max(band, static_cast<size_t>(b * widest_row * (rows + 2)) * 4));
-  }
-  size_t lean_decode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.decoder_channels();
-    const int n = static_cast<int>(ch.size());
-    const int64_t c3 = ch[n - 1], a0 = (h >> (n - 1)) * (w >> (n - 1));
-    int64_t peak = (config.mid_block_add_attention ? 9 : 3) * c3 * a0, widest_row = c3 * (w >> (n - 1));
-    int64_t prev = c3;
-    for (int i = 0; i < n; ++i) {  // level i (deepest first) at 1/2^(n-1-i) resolution
-      const int64_t area = (h >> (n - 1 - i)) * (w >> (n - 1 - i)), out = ch[n - 1 - i];
-      if (i > 0) peak = std::max(peak, prev * (area / 4 + area));  // the previous level's upsampler
-      for (int j = 0; j <= config.layers_per_block; ++j) {
-        const int64_t cin = j == 0 ? prev : out;
-        peak = std::max(peak, std::max(2 * cin + out, cin + 2 * out) * area);
-      }
-      widest_row = std::max(widest_row, std::max(prev, out) * (w >> (n - 1 - i)));
-      prev = out;
-    }
-    peak = std::max(peak, (2 * ch[0] + config.out_channels) * h * w);  // conv_norm_out, conv_out
-    return static_cast<size_t>(b * peak) * elem() + lean_band_bytes(b, widest_row, h);
-  }
-  size_t lean_encode_bytes(int64_t b, int64_t h, int64_t w) const {
-    const auto& ch = config.block_out_channels;
-    const int n = static_cast<int>(ch.size());
-    int64_t peak = (config.in_channels + ch[0]) * h * w, widest_row = ch[0] * w;
-    int64_t prev = ch[0];
-    for (int i = 0; i < n; ++i) {
-      const int64_t area = (h >> i) * (w >> i), out = ch[i];
-      for (int j = 0; j < config.layers_per_block; ++j) {
-        const int64_t cin = j == 0 ? prev : out;
-        peak = std::max(peak, std::max(2 * cin + out, cin + 2 * out) * area);
-      }
-      if (i + 1 < n) peak = std::max(peak, out * (area + area / 4));  // downsampler
-      widest_row = std::max(widest_row, std::max(prev, out) * (w >> i));
-      prev = out;
-    }
-    const int64_t am = (h >> (n - 1)) * (w >> (n - 1));
-    peak = std::max(peak, (config.mid_block_add_attention ? 9 : 3) * ch[n - 1] * am);
-    return static_cast<size_t>(b * peak) * elem() + lean_band_bytes(b, widest_row, h);
-  }
-
-  // The passes as stages, for the split between the whole-image part and the tiles.
-  // Decode stages: 0 = post_quant_conv, conv_in, mid block; k = 1..n: up level k-1's resnets
-  // (after the previous level's upsampler); n+1 = conv_norm_out, conv_out. decode_head(z, k - 1)
-  // runs stages [0, k), decode_tail(., k - 1) the rest.
-  // Encode stages: k = 0..n-1: down level k (conv_in before level 0, its downsampler after);
-  // n = mid block, conv_norm_out, conv_out, quant_conv. encode_head(x, t) runs stages [0, t).
-  //
-  // Widest tensor of each stage in elements per batch element, for an h x w image.
-  std::vector<int64_t> decode_stage_widest(int64_t h, int64_t w) const {
-    const auto& ch = config.decoder_channels();
-    const int n = static_cast<int>(ch.size());
-    std::vector<int64_t> v(static_cast<size_t>(n) + 2);
-    v[0] = (h >> (n - 1)) * (w >> (n - 1)) * ch[n - 1];
-    for (int i = 0; i < n; ++i) {  // level i (deepest first) runs at 1/2^(n-1-i) resolution
-      const int64_t prev = i == 0 ? ch[n - 1] : ch[n - i];
-      v[i + 1] = (h >> (n - 1 - i)) * (w >> (n - 1 - i)) * std::max<int64_t>(ch[n - 1 - i], prev);
-    }
-    v[n + 1] = h * w * ch[0];
-    return v;
-  }
-  std::vector<int64_t> encode_stage_widest(int64_t h, int64_t w) const {
-    const auto& ch = config.block_out_channels;
-    const int n = static_cast<int>(ch.size());
-    std::vector<int64_t> v(static_cast<size_t>(n) + 1);
-    for (int i = 0; i < n; ++i)
-      v[i] = (h >> i) * (w >> i) * std::max<int64_t>(ch[i], i == 0 ? ch[0] : ch[i - 1]);
-    v[n] = (h >> (n - 1)) * (w >> (n - 1)) * ch[n - 1];
-    return v;
-  }
-
-  // MACs of each stage (same numbering) for an h x w image, batch 1.
-  std::vector<double> decode_stage_macs(int64_t h, int64_t w) const {
-    const auto& dch = config.decoder_channels();
-    const int n = static_cast<int>(dch.size());
-    const double f = config.spatial_factor(), z = config.latent_channels;
-    std::vector<double> macs(static_cast<size_t>(n) + 2, 0.0);
-    double area = (static_cast<double>(h) / f) * (static_cast<double>(w) / f);
-    auto resnet = [](double cin, double cout, double a) {
-      return a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-    };
-    const double c3 = dch[n - 1];
-    if (config.use_post_quant_conv) macs[0] += area * z * z;
-    macs[0] += area * 9 * z * c3 + 2 * resnet(c3, c3, area);
-    if (config.mid_block_add_attention) macs[0] += area * 4 * c3 * c3 + 2 * area * area * c3;
-    double prev = c3;
-    for (int i = 0; i < n; ++i) {
-      const double out = dch[n - 1 - i];
-      if (i > 0) {  // the previous level's nearest-2x upsampler conv, at this level's resolution
-        area *= 4;
-        macs[i + 1] += area * 9 * prev * prev;
-      }
-      for (int j = 0; j <= config.layers_per_block; ++j) macs[i + 1] += resnet(j == 0 ? prev : out, out, area);
-      prev = out;
-    }
-    macs[n + 1] = area * 9 * dch[0] * config.out_channels;
-    return macs;
-  }
-  std::vector<double> encode_stage_macs(int64_t h, int64_t w) const {
-    const auto& ech = config.block_out_channels;
-    const int n = static_cast<int>(ech.size());
-    std::vector<double> macs(static_cast<size_t>(n) + 1, 0.0);
-    double area = static_cast<double>(h) * static_cast<double>(w);
-    auto resnet = [](double cin, double cout, double a) {
-      return a * (9 * cin * cout + 9 * cout * cout + (cin != cout ? cin * cout : 0));
-    };
-    macs[0] += area * 9 * config.in_channels * ech[0];
-    double prev = ech[0];
-    for (int i = 0; i < n; ++i) {
-      for (int j = 0; j < config.layers_per_block; ++j) macs[i] += resnet(j == 0 ? prev : ech[i], ech[i], area);
-      if (i + 1 < n) {
-        area /= 4;
-        macs[i] += area * 9 * ech[i] * ech[i];
-      }
-      prev = ech[i];
-    }
-    const double cm = ech[n - 1], z = config.latent_channels;
-    macs[n] += 2 * resnet(cm, cm, area);
-    if (config.mid_block_add_attention) macs[n] += area * 4 * cm * cm + 2 * area * area * cm;
-    macs[n] += area * 9 * cm * 2 * z;
-    if (config.use_quant_conv) macs[n] += area * 4.0 * z * z;
-    return macs;
   }
 };
 
@@ -750,143 +575,17 @@ void AutoencoderKL::set_tiling(const TilingOptions& tiling) { impl_->options.til
 bool AutoencoderKL::has_encoder() const { return impl_->has_encoder; }
 
 size_t AutoencoderKL::estimate_decode_bytes(int64_t b, int64_t h, int64_t w) const {
-  return impl_->decode_bytes(b, h, w);
+  return vae_decode_estimate_bytes(impl_->config, impl_->options.dtype, b, h, w);
 }
 size_t AutoencoderKL::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) const {
-  return impl_->encode_bytes(b, h, w);
-}
-
-size_t vae_auto_memory_budget_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  while (meminfo >> key >> kb) {
-    if (key == "MemAvailable:") return kb * 1024 / 2;
-    meminfo.ignore(256, '\n');
-  }
-  return size_t{6} << 30;
-}
-
-// Tiled when forced, or (Auto) when neither the plain pass's nor the lean pass's estimate fits the
-// budget; never when one tile covers the image. `factor` converts image pixels to the tiled input's
-// pixels (decode: the latent grid, 1/8; encode: the image itself).
-static TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, size_t lean_estimate, int64_t h, int64_t w,
-                               int64_t factor) {
-  TilePlan p;
-  p.tile_height = h;
-  p.tile_width = w;
-  p.estimate_bytes = estimate;
-  p.lean_estimate_bytes = lean_estimate;
-  if (t.mode == TilingMode::Never) return p;
-  if (t.mode == TilingMode::Lean) {
-    p.lean = true;
-    return p;
-  }
-  if (t.mode == TilingMode::Auto) {
-    p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes();
-    if (estimate <= p.budget_bytes) return p;
-    if (lean_estimate <= p.budget_bytes) {
-      p.lean = true;
-      return p;
-    }
-  }
-  if (h <= t.tile_pixels && w <= t.tile_pixels) {  // one tile is the whole image: the leanest exact pass
-    p.lean = t.mode == TilingMode::Auto;
-    return p;
-  }
-  p.tiled = true;
-  if (t.tile_pixels % factor != 0 || t.overlap_pixels % factor != 0 || t.overlap_pixels >= t.tile_pixels ||
-      t.overlap_pixels < 0) {
-    p.rows = p.cols = 0;  // decode()/encode() reject these options with an error
-    return p;
-  }
-  const int64_t tile = t.tile_pixels / factor, overlap = t.overlap_pixels / factor;
-  p.rows = static_cast<int>(AutoencoderKL::Impl::tile_starts(h / factor, tile, overlap).size());
-  p.cols = static_cast<int>(AutoencoderKL::Impl::tile_starts(w / factor, tile, overlap).size());
-  p.tile_height = std::min<int64_t>(h, t.tile_pixels);
-  p.tile_width = std::min<int64_t>(w, t.tile_pixels);
-  return p;
-}
-
-// The whole-image part of a tiled pass: stages from the deep end (the mid block first) join it while
-// each one's widest whole-image tensor is no larger than the widest tensor of one tile, so the tiled
-// pass still needs about one tile's memory; those stages see every pixel (the mid block's attention,
-// their GroupNorm statistics) and so match the untiled pass. `order` lists the stage indices
-// deepest first; the estimate and executed FLOPs follow from the split.
-struct StageSplit {
-  int whole = 0;  // stages in the whole-image part
-  size_t peak_bytes = 0;
-  double macs = 0;
-};
-static StageSplit split_stages(const std::vector<int64_t>& whole_widest, const std::vector<int64_t>& tile_widest,
-                               const std::vector<double>& whole_macs, const std::vector<double>& tile_macs,
-                               const std::vector<int>& order, int64_t tiles, int64_t batch, size_t elem,
-                               size_t output_acc_bytes) {
-  StageSplit r;
-  const int64_t tile_max = *std::max_element(tile_widest.begin(), tile_widest.end());
-  while (r.whole < static_cast<int>(order.size()) && whole_widest[order[r.whole]] <= tile_max) ++r.whole;
-  const size_t es = std::max<size_t>(elem, 4);  // f32 accumulations, as the untiled estimate
-  int64_t head = 0, tail = 0;
-  std::vector<bool> in_whole(whole_widest.size(), false);
-  for (int i = 0; i < r.whole; ++i) in_whole[order[i]] = true;
-  for (size_t j = 0; j < whole_widest.size(); ++j) {
-    if (in_whole[j]) {
-      head = std::max(head, whole_widest[j]);
-      r.macs += whole_macs[j];
-    } else {
-      tail = std::max(tail, tile_widest[j]);
-      r.macs += static_cast<double>(tiles) * tile_macs[j];
-    }
-  }
-  // The whole-image part's result (at most its widest tensor, in the pass dtype) is held while the tiles run.
-  const size_t head_peak = static_cast<size_t>(6 * batch * head) * es;
-  const size_t tile_peak = static_cast<size_t>(6 * batch * tail) * es + static_cast<size_t>(batch * head) * elem;
-  r.peak_bytes = std::max(head_peak, tile_peak) + output_acc_bytes;
-  return r;
+  return vae_encode_estimate_bytes(impl_->config, impl_->options.dtype, b, h, w);
 }
 
 TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  const int64_t f = c.spatial_factor();
-  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_decode_bytes(b, h, w),
-                              impl_->lean_decode_bytes(b, h, w), h, w, f);
-  if (!p.tiled || p.rows == 0) {
-    p.executed_flops = decode_flops(b, h, w);
-    return p;
-  }
-  const int n = static_cast<int>(c.decoder_channels().size());
-  std::vector<int> order;  // mid block, then up levels 0 .. n-2 (the full-resolution level always tiles)
-  for (int k = 0; k < n; ++k) order.push_back(k);
-  const size_t acc = static_cast<size_t>(b * c.out_channels * h * w + h * w) * 4;  // f32 blend sums
-  const StageSplit s = split_stages(impl_->decode_stage_widest(h, w), impl_->decode_stage_widest(p.tile_height, p.tile_width),
-                                    impl_->decode_stage_macs(h, w), impl_->decode_stage_macs(p.tile_height, p.tile_width),
-                                    order, int64_t{p.rows} * p.cols, b, impl_->elem(), acc);
-  p.whole_image_stages = s.whole;
-  p.tiled_estimate_bytes = s.peak_bytes;
-  p.executed_flops = 2 * s.macs * static_cast<double>(b);
-  return p;
+  return plan_vae_decode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w);
 }
-
 TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  const auto& c = impl_->config;
-  TilePlan p = make_tile_plan(impl_->options.tiling, estimate_encode_bytes(b, h, w),
-                              impl_->lean_encode_bytes(b, h, w), h, w, 1);
-  if (!p.tiled || p.rows == 0) {
-    p.executed_flops = encode_flops(b, h, w);
-    return p;
-  }
-  const int n = static_cast<int>(c.block_out_channels.size());
-  std::vector<int> order;  // mid block and outputs, then down levels n-1 .. 1 (level 0 always tiles)
-  for (int k = n; k >= 1; --k) order.push_back(k);
-  const int64_t f = c.spatial_factor();
-  const size_t acc = static_cast<size_t>(b * c.block_out_channels.back() * (h / f) * (w / f) * 4 + (h / f) * (w / f) * 4);
-  const StageSplit s = split_stages(impl_->encode_stage_widest(h, w), impl_->encode_stage_widest(p.tile_height, p.tile_width),
-                                    impl_->encode_stage_macs(h, w), impl_->encode_stage_macs(p.tile_height, p.tile_width),
-                                    order, int64_t{p.rows} * p.cols, b, impl_->elem(), acc);
-  p.whole_image_stages = s.whole;
-  p.tiled_estimate_bytes = s.peak_bytes;
-  p.executed_flops = 2 * s.macs * static_cast<double>(b);
-  return p;
+  return plan_vae_encode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w);
 }
 
 bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return decode_tile_plan(b, h, w).tiled; }
@@ -950,15 +649,10 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) cons
 }
 
 double AutoencoderKL::decode_flops(int64_t b, int64_t h, int64_t w) const {
-  double macs = 0;
-  for (double m : impl_->decode_stage_macs(h, w)) macs += m;
-  return 2 * macs * static_cast<double>(b);
+  return vae_decode_flops(impl_->config, b, h, w);
 }
-
 double AutoencoderKL::encode_flops(int64_t b, int64_t h, int64_t w) const {
-  double macs = 0;
-  for (double m : impl_->encode_stage_macs(h, w)) macs += m;
-  return 2 * macs * static_cast<double>(b);
+  return vae_encode_flops(impl_->config, b, h, w);
 }
 
 }  // namespace fluxrt::models

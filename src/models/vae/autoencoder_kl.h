@@ -2,7 +2,7 @@
 // The AutoencoderKL body that the FLUX.1 and FLUX.2 autoencoders share (flux-reference.md 4.1),
 // NCHW: diffusers Encoder / Decoder with ResnetBlock2D levels, the UNetMidBlock2D (resnet, one-head
 // attention over all pixels, resnet), asymmetric-pad downsampling, nearest-2x upsampling, optional
-// quant_conv / post_quant_conv, and tiling. The model wrappers (flux1_vae.h, flux2_vae.h) add their
+// quant_conv / post_quant_conv, and tiling (how a pass runs: vae_tiling_plan.h). The model wrappers (flux1_vae.h, flux2_vae.h) add their
 // latent (de)normalisation and layout around it.
 //
 // Canonical tensor names are the diffusers ones; BFL `ae.safetensors` names go through
@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "models/vae/vae_tiling_plan.h"
 #include "models/weight_binder.h"
 
 namespace fluxrt::models {
@@ -47,59 +48,6 @@ struct AutoencoderKLConfig {
   // validates them; Format / Unsupported errors name `origin`.
   void read_json_fields(const nlohmann::json& j, const std::string& origin);
   void validate(const std::string& origin) const;
-};
-
-// Never: the plain whole-image pass. Lean: the memory-lean exact pass: the same whole-image
-// computation (every GroupNorm sees the whole image, the result is the untiled one to f32
-// rounding), with each convolution run over bands of output rows and every tensor released after
-// its last use, so its peak is a few tensors of the widest level instead of about six plus the
-// convolution backend's image-sized copies. Always: blended tiles. Auto: the plain pass when its
-// estimate fits the budget, else the lean pass when its estimate fits, else blended tiles.
-enum class TilingMode { Auto, Always, Never, Lean };
-
-// Overlapping tiles, blended with linear ramps over the overlap (weights normalised per pixel,
-// so the seam is a smooth cross-fade rather than diffusers' crop-and-blend of half the overlap).
-// Only the high-resolution stages run per tile: the mid block (its attention over all pixels) and
-// the low-resolution levels next to it run once on the whole image (TilePlan::whole_image_stages).
-struct TilingOptions {
-  TilingMode mode = TilingMode::Auto;
-  int tile_pixels = 512;    // tile edge in image pixels (multiple of 16)
-  int overlap_pixels = 128; // overlap between neighbouring tiles in image pixels (multiple of 16)
-  // Auto's budget (bytes) for the plain pass's, then the lean pass's estimate (tiles when neither
-  // fits); 0 derives it from the memory available when the pass starts (vae_auto_memory_budget_bytes).
-  size_t memory_budget_bytes = 0;
-  // Output rows per convolution band in the lean pass; 0 sizes each band to about
-  // kLeanBandBytes of its widest side (tests set a few rows to exercise the band seams).
-  int band_rows = 0;
-};
-
-// About this much per convolution band in the lean pass (f32-counted): small against the image's
-// tensors, large enough that oneDNN still runs long rows of output per call.
-inline constexpr size_t kLeanBandBytes = size_t{64} << 20;
-
-// Half of the memory the OS reports available (Linux MemAvailable) right now, or 6 GiB where that
-// is unknown: the activation budget of TilingMode::Auto when TilingOptions gives none. Half, since
-// the estimate covers activations only and other work (the next request, another process) needs room.
-size_t vae_auto_memory_budget_bytes();
-
-// How one decode or encode of a given size will run under the current tiling options.
-struct TilePlan {
-  bool tiled = false;
-  bool lean = false;                         // the lean exact pass (untiled result, bounded memory; not tiled)
-  int rows = 1, cols = 1;                    // tile grid (1 x 1 when untiled)
-  int64_t tile_height = 0, tile_width = 0;   // image pixels of one tile (the whole image when untiled)
-  size_t estimate_bytes = 0;                 // estimated peak activation bytes of the plain untiled pass
-  size_t budget_bytes = 0;                   // the budget Auto compared the estimates with
-  size_t lean_estimate_bytes = 0;            // estimated peak of the lean exact pass (any mode)
-  // Stages of a tiled pass that run once on the whole image, counted from the deepest: the mid block
-  // (decode: with post_quant_conv and conv_in; encode: with conv_norm_out, conv_out, quant_conv),
-  // then whole up levels from the deepest (decode) or down levels from the deepest (encode). A stage
-  // joins while its widest whole-image tensor is no larger than one tile's widest, so a tiled pass
-  // still needs about one tile's memory; the full-resolution level always runs per tile. 0: every
-  // stage runs per tile (the whole latent is larger than a tile's widest tensor).
-  int whole_image_stages = 0;
-  size_t tiled_estimate_bytes = 0;           // estimated peak of the tiled pass (0 when untiled)
-  double executed_flops = 0;                 // FLOPs the pass runs (tile overlaps included)
 };
 
 struct AutoencoderKLOptions {
