@@ -26,7 +26,7 @@ struct Prompt {
   int horizontal, vertical;
 };
 
-// evaluate.held_out_prompts(10), seeds 0..9.
+// evaluate.evaluation_prompts(10) (held-out pairs), seeds 0..9.
 constexpr Prompt kPrompts[] = {
     {"a large red diamond at the bottom on an orange background", "red", "orange", 0, 1},
     {"a large blue diamond at the bottom right on a black background", "blue", "black", 1, 1},

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Scores the demo model: renders held-out prompts with diffusers' own Flux2KleinPipeline and
+"""Scores the demo model: renders evaluation prompts with diffusers' own Flux2KleinPipeline and
 checks each image with the pixel classifier of shapes.py (background colour, shape colour,
-rough position). The prompts use shape/background colour pairs that training never drew
-(shapes.is_held_out), so they test composition, not memory.
+rough position). By default (--pairs held-out) the prompts use shape/background colour pairs that
+training never drew (shapes.is_held_out), so they test composition, not memory; --pairs seen
+draws the pairs training saw instead.
 
   python tools/demo_model/evaluate.py [--model models/demo] [--num 100] [--steps 50] [--grid out.png]
 
@@ -19,7 +20,7 @@ import common
 import shapes
 
 
-def held_out_prompts(n: int, seed: int = 4000, held_out_pairs: bool = True):
+def evaluation_prompts(n: int, seed: int = 4000, held_out_pairs: bool = True):
     """n single-shape scenes with their captions, cycling through the colour pairs held out of
     training (or, held_out_pairs=False, through the pairs training draws)."""
     rng = np.random.default_rng(seed)
@@ -105,7 +106,7 @@ def main():
 
     pipe = Flux2KleinPipeline.from_pretrained(args.model, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-    cases = held_out_prompts(args.num, held_out_pairs=args.pairs == "held-out")
+    cases = evaluation_prompts(args.num, held_out_pairs=args.pairs == "held-out")
     short = None if args.full_padding else ShortPadding(pipe)
     if args.check_short_padding:
         prompts = [c[0] for c in cases[:2]]
