@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from diffusers import AutoencoderKLFlux2
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline
+
+from make_tiny_models import tiny_flux2_vae
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [(64, 64), (48, 80)]
@@ -68,9 +69,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    torch.manual_seed(1234)
-    vae = AutoencoderKLFlux2(block_out_channels=(8, 16, 16, 16), norm_num_groups=4, latent_channels=32,
-                             layers_per_block=2, sample_size=32).eval()
+    vae = tiny_flux2_vae((8, 16, 16, 16), seed=1234, sample_size=32).eval()
     with torch.no_grad():
         for name, p in vae.named_parameters():
             if "norm" in name and name.endswith("weight"):

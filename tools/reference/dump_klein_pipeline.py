@@ -246,9 +246,7 @@ def make_vae3_folder() -> None:
     """The distilled tiny pipeline with a 3-level AutoencoderKLFlux2 (block_out_channels of three
     entries, so diffusers' vae_scale_factor is 4). Deterministic: fixed seeds, so a rerun writes the
     same weights."""
-    from diffusers import AutoencoderKLFlux2
-
-    from make_tiny_models import perturb_constants
+    from make_tiny_models import perturb_constants, tiny_flux2_vae
 
     VAE3.mkdir(parents=True, exist_ok=True)
     index = json.loads((DISTILLED / "model_index.json").read_text())
@@ -261,24 +259,7 @@ def make_vae3_folder() -> None:
         if link.is_symlink() or link.exists():
             raise SystemExit(f"{link} exists and is not the expected symlink to {target}")
         link.symlink_to(target, target_is_directory=True)
-    torch.manual_seed(2031)
-    vae = AutoencoderKLFlux2(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 3,
-        up_block_types=("UpDecoderBlock2D",) * 3,
-        block_out_channels=(8, 16, 16),  # three levels: spatial factor 4
-        layers_per_block=2,
-        latent_channels=32,  # 32 x 2x2 = the 128 packed channels the transformer needs
-        norm_num_groups=4,
-        sample_size=64,
-        use_quant_conv=True,
-        use_post_quant_conv=True,
-        mid_block_add_attention=True,
-        batch_norm_eps=1e-4,
-        batch_norm_momentum=0.1,
-        patch_size=(2, 2),
-    )
+    vae = tiny_flux2_vae((8, 16, 16), seed=2031)  # three levels: spatial factor 4
     perturb_constants(vae, 2032)
     if (VAE3 / "vae").exists():
         shutil.rmtree(VAE3 / "vae")

@@ -128,18 +128,27 @@ def make_qwen3_text_encoder():
     return model.to(torch.bfloat16).eval()
 
 
-def make_klein_vae():
+def tiny_flux2_vae(block_out_channels: tuple, seed: int, sample_size: int = 64):
+    """The tiny AutoencoderKLFlux2 of the reference dumps (this folder's klein VAE, the 3-level VAE
+    of dump_klein_pipeline.py, the VAE module golden of dump_flux2_vae.py): the released klein
+    VAE's structure (quant convs, mid-block attention, batch-norm statistics, 2x2 patches) at 4 norm
+    groups. block_out_channels sets the levels (four keep the /8 spatial factor, three give /4);
+    sample_size is only recorded in config.json. Built right after torch.manual_seed(seed), so a
+    rerun gives the same weights."""
     from diffusers import AutoencoderKLFlux2
 
-    torch.manual_seed(2021)
-    model = AutoencoderKLFlux2(
+    levels = len(block_out_channels)
+    torch.manual_seed(seed)
+    return AutoencoderKLFlux2(
         in_channels=3,
         out_channels=3,
-        block_out_channels=(8, 16, 16, 16),  # four levels keep the /8 spatial factor
+        down_block_types=("DownEncoderBlock2D",) * levels,
+        up_block_types=("UpDecoderBlock2D",) * levels,
+        block_out_channels=block_out_channels,
         layers_per_block=2,
         latent_channels=32,  # 32 x 2x2 = the 128 packed channels the transformer needs
         norm_num_groups=4,
-        sample_size=64,
+        sample_size=sample_size,
         use_quant_conv=True,
         use_post_quant_conv=True,
         mid_block_add_attention=True,
@@ -147,6 +156,10 @@ def make_klein_vae():
         batch_norm_momentum=0.1,
         patch_size=(2, 2),
     )
+
+
+def make_klein_vae():
+    model = tiny_flux2_vae((8, 16, 16, 16), seed=2021)  # four levels keep the /8 spatial factor
     perturb_constants(model, 2022)
     return model.eval()  # float32, like BFL's ae.safetensors
 
