@@ -11,6 +11,7 @@
 #include "io/model_discovery.h"
 #include "io/safetensors.h"
 #include "models/flux/flux1_names.h"
+#include "pipelines/spans.h"
 
 namespace fluxrt::pipelines {
 namespace fs = std::filesystem;

@@ -15,6 +15,7 @@
 #include "ops/elementwise.h"
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/spans.h"
 
 namespace fluxrt::pipelines {
 namespace {

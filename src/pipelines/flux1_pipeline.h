@@ -14,9 +14,9 @@
 // diffusers' retrieve_latents), (z - shift) * scale, the schedule trimmed by strength
 // (t_start = int(N - min(N * strength, N))), and noised with sigma_{t_start} (scale_noise).
 //
-// It reuses the request / result / options types and the profiler span names of the klein
-// pipeline (flux2_klein_pipeline.h), so the CLI and the benchmarks drive both the same way; inside
-// kSpanTextEncoding it also records CLIP-L and T5-XXL apart (kSpanTextEncodingClip / T5).
+// It reuses the request / result / options types of the klein pipeline (flux2_klein_pipeline.h)
+// and the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
+// same way; inside kSpanTextEncoding it also records CLIP-L and T5-XXL apart (kSpanTextEncodingClip / T5).
 // Fields that mean nothing for FLUX.1 (reference_images) are refused with a one-line error.
 //
 //   auto pipe = Flux1Pipeline::load("models/flux1-schnell", {});

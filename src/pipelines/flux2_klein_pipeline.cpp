@@ -15,6 +15,7 @@
 #include "pipelines/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/spans.h"
 
 namespace fluxrt::pipelines {
 namespace {

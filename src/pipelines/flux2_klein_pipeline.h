@@ -13,8 +13,8 @@
 //   GenerateRequest req; req.prompts = {"a red circle"}; req.seed = 7;
 //   GenerateResult out = pipe->generate(req);   // out.images[i]: RGB 8-bit
 //
-// Timings go to the Profiler given in the options under the span names below, so the CLI and the
-// benchmarks build their reports from one source.
+// Timings go to the Profiler given in the options under the span names of pipelines/spans.h, so
+// the CLI and the benchmarks build their reports from one source.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -40,20 +40,6 @@ class Flux2Transformer;
 }
 
 namespace fluxrt::pipelines {
-
-// Span names recorded in PipelineOptions::profiler.
-inline constexpr const char* kSpanLoadTransformer = "load.transformer";
-inline constexpr const char* kSpanLoadTextEncoder = "load.text_encoder";
-inline constexpr const char* kSpanLoadVae = "load.vae";
-inline constexpr const char* kSpanLoadTotal = "load.total";  // wall time of the parallel load
-inline constexpr const char* kSpanTextEncoding = "text_encoding";
-// FLUX.1's two encoders inside kSpanTextEncoding (CLIP-L pooled, T5-XXL); klein records neither.
-inline constexpr const char* kSpanTextEncodingClip = "text_encoding.clip";
-inline constexpr const char* kSpanTextEncodingT5 = "text_encoding.t5";
-inline constexpr const char* kSpanReferenceEncode = "reference_encode";
-inline constexpr const char* kSpanDenoiseStep = "denoise.step";  // one per step (all CFG forwards)
-inline constexpr const char* kSpanDenoiseTotal = "denoise.total";
-inline constexpr const char* kSpanVaeDecode = "vae_decode";
 
 // Flux2KleinPipeline::synthetic variant with the shapes of tests/data/models/flux2-klein-tiny.
 inline constexpr const char* kKleinTinySyntheticVariant = "flux.2-klein-tiny";
@@ -86,7 +72,7 @@ struct PipelineOptions {
   // transformer's text width and latent channels the folder's (Unsupported otherwise).
   std::filesystem::path transformer_file;
   models::TilingOptions vae_tiling;
-  Profiler* profiler = nullptr;  // spans above; may be null
+  Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 };
 
 // Called after each denoising step (step is 1-based) with the wall time of that step.

@@ -12,6 +12,7 @@
 #include "io/model_discovery.h"
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
+#include "pipelines/spans.h"
 #include "tokenizers/bpe_tokenizer.h"
 
 namespace fluxrt::pipelines {

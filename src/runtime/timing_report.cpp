@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "fluxrt/version.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/spans.h"
 
 namespace fluxrt::runtime {
 namespace fs = std::filesystem;

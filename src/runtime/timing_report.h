@@ -3,8 +3,9 @@
 // load (cold: the first load of the process; warm: a second load with the files in the page
 // cache), the warm-up request when there is one, then the timed request split into text encoding,
 // reference encoding, denoising loop (ms per step, it/s), VAE decode and image write, the total and
-// the peak RSS. Built from the pipeline's Profiler spans (pipelines::kSpan*), so the CLI, the
-// benchmark and a future server report the same figures; the same data as JSON for --profile.
+// the peak RSS. Built from the pipeline's Profiler spans (pipelines::kSpan*, pipelines/spans.h), so
+// the CLI, the benchmark and a future server report the same figures; the same data as JSON for
+// --profile.
 #include <cstddef>
 #include <filesystem>
 #include <optional>

@@ -17,6 +17,7 @@
 #include "core/timer.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/noise.h"
+#include "pipelines/spans.h"
 
 namespace fluxrt::pipelines {
 namespace {

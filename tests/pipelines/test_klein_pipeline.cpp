@@ -20,6 +20,7 @@
 #include "pipelines/memory_estimate.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/spans.h"
 #include "support/compare.h"
 
 namespace fluxrt::pipelines {

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/spans.h"
 #include "runtime/progress.h"
 #include "runtime/timing_report.h"
 
