@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "models/vae/flux1_vae.h"
 #include "support/compare.h"
+#include "support/vae_tiling.h"
 
 namespace fluxrt::models {
 namespace {
@@ -145,10 +146,7 @@ TEST(Flux1Vae, PostprocessMatchesVaeImageProcessor) {
 // untiled pass exactly.
 TEST(Flux1Vae, TiledDecodeAndEncodeMatchUntiled) {
   Flux1Vae vae = Flux1Vae::load((kDir / "model").string(), opts(DType::F32));
-  TilingOptions forced;
-  forced.mode = TilingMode::Always;
-  forced.tile_pixels = 128;
-  forced.overlap_pixels = 32;
+  const TilingOptions forced = test::forced_tiles(128, 32);
   uint64_t state = 54321;
   auto uniform = [&]() {  // LCG, [-1, 1)
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -173,9 +171,7 @@ TEST(Flux1Vae, TiledDecodeAndEncodeMatchUntiled) {
     std::printf("[tiling 256x%d] decode rel-L2 %.3g, encode rel-L2 %.3g\n", w, dr, er);
     EXPECT_LT(dr, 0.09);
     EXPECT_LT(er, 0.07);
-    TilingOptions one = forced;
-    one.tile_pixels = 256;
-    vae.set_tiling(one);
+    vae.set_tiling(test::forced_tiles(256, 32));
     EXPECT_TRUE(test::all_close(vae.decode_latents(z), dec_full, test::TolClass::Exact));
   }
 }
@@ -192,8 +188,7 @@ TEST(Flux1Vae, LeanPassMatchesUntiled) {
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.037f * static_cast<float>(i));
   const Tensor z = Tensor::from_vector(zv, {B, 16, h / 8, w / 8});
   const Tensor x = Tensor::from_vector(xv, {B, 3, h, w});
-  TilingOptions lean{TilingMode::Lean};
-  lean.band_rows = 5;
+  const TilingOptions lean = test::lean_bands(5);
   for (bool decode : {true, false}) {
     SCOPED_TRACE(decode ? "decode" : "encode");
     auto run = [&](const TilingOptions& t, size_t& peak) {

@@ -12,6 +12,7 @@
 #include "models/vae/flux2_vae.h"
 #include "support/compare.h"
 #include "support/rss_peak.h"
+#include "support/vae_tiling.h"
 
 namespace fluxrt::models {
 namespace {
@@ -139,10 +140,7 @@ TEST(Flux2Vae, PostprocessOfOurDecodeWithinOneLevel) {
 // With one tile covering the image the result is the untiled pass exactly.
 TEST(Flux2Vae, TiledDecodeAndEncodeMatchUntiled) {
   Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
-  TilingOptions forced;
-  forced.mode = TilingMode::Always;
-  forced.tile_pixels = 128;
-  forced.overlap_pixels = 32;
+  const TilingOptions forced = test::forced_tiles(128, 32);
   uint64_t state = 12345;
   auto uniform = [&]() {  // LCG, [-1, 1)
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -178,9 +176,7 @@ TEST(Flux2Vae, TiledDecodeAndEncodeMatchUntiled) {
     EXPECT_LT(dr, 0.15);
     EXPECT_LT(er, 0.06);
     // A tile that covers the whole image is the untiled pass.
-    TilingOptions one = forced;
-    one.tile_pixels = 256;
-    vae.set_tiling(one);
+    vae.set_tiling(test::forced_tiles(256, 32));
     EXPECT_FALSE(vae.encode_would_tile(1, h, w));
     EXPECT_TRUE(test::all_close(vae.decode_latents(z), dec_full, test::TolClass::Exact));
     EXPECT_TRUE(test::all_close(vae.encode_mode(x), enc_full, test::TolClass::Exact));
@@ -203,10 +199,7 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
     else (void)vae.encode_mode(x);
     return host_bytes_peak() - base;
   };
-  TilingOptions tiled;
-  tiled.mode = TilingMode::Always;
-  tiled.tile_pixels = 64;
-  tiled.overlap_pixels = 16;
+  const TilingOptions tiled = test::forced_tiles(64, 16);
   for (bool decode : {true, false}) {
     SCOPED_TRACE(decode ? "decode" : "encode");
     const size_t full = peak_of(TilingOptions{TilingMode::Never}, decode);
@@ -228,8 +221,7 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<float>((state >> 40) * 0x1.0p-24 * 2.0 - 1.0);
   };
-  TilingOptions lean{TilingMode::Lean};
-  lean.band_rows = 7;
+  const TilingOptions lean = test::lean_bands(7);
   for (DType dtype : {DType::F32, DType::BF16}) {
     Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(dtype));
     {
@@ -271,18 +263,17 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
                     lp.tensors, static_cast<double>(lp.tensors) / static_cast<double>(fp.tensors), fp.rss, lp.rss,
                     fp.rss ? static_cast<double>(lp.rss) / static_cast<double>(fp.rss) : 0.0,
                     plan.lean_estimate_bytes, plan.estimate_bytes);
-        if (lp.rss && fp.rss) EXPECT_LT(static_cast<double>(lp.rss), (dtype == DType::F32 ? 0.9 : 0.6) * static_cast<double>(fp.rss));
+        if (lp.rss && fp.rss) {  // braces: gtest's macro is an if/else (-Wdangling-else)
+          EXPECT_LT(static_cast<double>(lp.rss), (dtype == DType::F32 ? 0.9 : 0.6) * static_cast<double>(fp.rss));
+        }
         if (dtype == DType::F32) EXPECT_LE(r, 1e-5);
         else EXPECT_LE(r, 1e-2);  // bf16 roundings at the same places: differences only from oneDNN's per-shape kernels
         EXPECT_LE(lp.tensors, fp.tensors);
         EXPECT_LE(lp.tensors, plan.lean_estimate_bytes);  // the estimate bounds what was measured
         EXPECT_LT(plan.lean_estimate_bytes, plan.estimate_bytes);
         // Auto with a budget between the two estimates runs the lean pass, and blended tiles below that.
-        TilingOptions autot = lean;
-        autot.mode = TilingMode::Auto;
-        autot.memory_budget_bytes = plan.lean_estimate_bytes;
-        autot.tile_pixels = 128;
-        autot.overlap_pixels = 32;
+        TilingOptions autot = test::auto_tiles(plan.lean_estimate_bytes, 128, 32);
+        autot.band_rows = lean.band_rows;  // the bands the lean estimate above was made for
         vae.set_tiling(autot);
         const TilePlan chosen = decode ? vae.decode_tile_plan(1, h, w) : vae.encode_tile_plan(1, h, w);
         EXPECT_TRUE(chosen.lean);
@@ -305,11 +296,7 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
 // Batch elements are tiled independently: a tiled batch of two is each image tiled alone.
 TEST(Flux2Vae, TiledBatchMatchesTiledImages) {
   Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
-  TilingOptions forced;
-  forced.mode = TilingMode::Always;
-  forced.tile_pixels = 64;
-  forced.overlap_pixels = 16;
-  vae.set_tiling(forced);
+  vae.set_tiling(test::forced_tiles(64, 16));
   std::vector<float> zv(size_t{2} * 128 * 6 * 5);
   for (size_t i = 0; i < zv.size(); ++i) zv[i] = std::sin(0.37f * static_cast<float>(i));
   const Tensor z = Tensor::from_vector(zv, {2, 128, 6, 5});  // 96x80 images: 2x2 tiles
@@ -353,11 +340,7 @@ TEST(Flux2Vae, AutoTilingBudgetComesFromAvailableMemory) {
 
 TEST(Flux2Vae, AutoTilingFollowsTheMemoryBudget) {
   Flux2Vae vae = Flux2Vae::load((kDir / "model").string(), opts(DType::F32));
-  TilingOptions t;
-  t.mode = TilingMode::Auto;
-  t.tile_pixels = 32;
-  t.overlap_pixels = 16;
-  t.memory_budget_bytes = size_t{1} << 40;
+  TilingOptions t = test::auto_tiles(size_t{1} << 40, 32, 16);
   vae.set_tiling(t);
   EXPECT_FALSE(vae.decode_would_tile(1, 64, 64));
   t.memory_budget_bytes = 1024;
