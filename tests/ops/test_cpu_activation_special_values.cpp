@@ -4,12 +4,14 @@
 // each value. Finite results must match ref within the Transcendental tolerance; a NaN input gives
 // NaN (bf16: torch's 0xFFFF pattern); +inf gives +inf. Run under every Highway target this binary
 // carries and this CPU supports (the reciprocal and the true-division paths clamp differently).
+// bf16 outputs take the cheaper Accuracy::Bf16 math; one test sweeps every finite bf16 input.
 #include "backend/cpu/hwy_targets.h"
 // (hwy_targets.h must precede the Highway headers so HWY_TARGETS matches the kernels')
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -111,6 +113,29 @@ TEST(CpuActivationSpecialValues, NanAndInfinity) {
         }
       }
     }
+  });
+}
+
+// bf16 results use the cheaper Accuracy::Bf16 math (degree-3 exp, reciprocal without its Newton
+// step): every finite bf16 value, as input to each activation and as SwiGLU's gate, must stay
+// within the bf16 tolerance of ref. The 65536 patterns run as one row, so every lane position
+// and the tail see values of every magnitude.
+TEST(CpuActivationSpecialValues, EveryBf16InputMatchesRef) {
+  std::vector<uint16_t> bits;
+  for (uint32_t b = 0; b < 0x10000u; ++b)
+    if (std::isfinite(bf16_to_f32(static_cast<uint16_t>(b)))) bits.push_back(static_cast<uint16_t>(b));
+  Tensor x = Tensor::empty({1, static_cast<int64_t>(bits.size())}, DType::BF16);
+  std::memcpy(x.raw_data(), bits.data(), bits.size() * 2);
+  const Tensor up = row_with(0.75f, 0, x.size(1), DType::BF16);
+  for_each_target([&] {
+    for (const Activation& act : activations()) {
+      const Tensor r = run_on("ref", [&] { return act.fn(x); });
+      const Tensor y = run_on("cpu", [&] { return act.fn(x); });
+      EXPECT_TRUE(all_close(y, r, TolClass::Transcendental)) << act.name;
+    }
+    const Tensor r = run_on("ref", [&] { return ops::silu_mul(x, up); });
+    const Tensor y = run_on("cpu", [&] { return ops::silu_mul(x, up); });
+    EXPECT_TRUE(all_close(y, r, TolClass::Transcendental)) << "silu_mul";
   });
 }
 

@@ -2,12 +2,15 @@
 // Target-independent helpers shared by the CPU kernels: dtype dispatch, the f32 copies of small
 // broadcast vectors, and the OpenMP work split.
 #include <hwy/base.h>
+#include <hwy/cache_control.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -60,14 +63,61 @@ inline std::vector<float> f32_copy(const Tensor& t) {
 inline constexpr int64_t kParallelMinElements = 1 << 15;
 
 // Runs fn(unit) for unit in [0, units) on the OpenMP pool when the total work is large enough.
+// Each thread fences its non-temporal stores (simd-inl.h) after its share, before the region's
+// closing barrier, so whatever fn streamed is visible to every thread once parallel_for returns
+// (an sfence costs nothing measurable when no streamed line is pending).
 template <typename Fn>
 void parallel_for(int64_t units, int64_t elements, Fn&& fn) {
   if (elements < kParallelMinElements || units < 2) {
     for (int64_t u = 0; u < units; ++u) fn(u);
+    hwy::FlushStream();
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t u = 0; u < units; ++u) fn(u);
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t u = 0; u < units; ++u) fn(u);
+    hwy::FlushStream();
+  }
+}
+
+// Outputs at least this large are written with non-temporal stores. An ordinary store first
+// reads its line from DRAM (read-for-ownership), so a streaming op moves read + RFO + write, 3
+// units to memcpy's 2; a non-temporal store skips the read but leaves the line out of cache. That
+// only costs something when the next op could have found the output in the last-level cache:
+// once input + output exceed it (32 MiB per Zen3 CCX; 30-60 MiB on one socket of common x86
+// servers), a sequential pass has already evicted the output's start by the time it ends.
+inline constexpr size_t kStreamMinOutputBytes = size_t{16} << 20;
+
+// The bytes [first, last) a CPU tensor's elements can touch (strides are never negative).
+inline std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const char* first = static_cast<const char*>(t.raw_data());
+  int64_t last = 0;
+  for (int d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {first, first + (last + 1) * static_cast<int64_t>(t.element_size())};
+}
+
+// Whether a kernel writes y with non-temporal stores: y is large (kStreamMinOutputBytes) and no
+// input overlaps it (an in-place op's lines were just read into cache, where ordinary stores
+// cost no extra read).
+inline bool stream_output(const Tensor& y, std::initializer_list<const Tensor*> inputs) {
+  if (y.numel() == 0 || y.nbytes() < kStreamMinOutputBytes) return false;
+  const auto [y0, y1] = byte_span(y);
+  for (const Tensor* x : inputs) {
+    if (x == nullptr || !x->defined() || x->numel() == 0) continue;
+    const auto [x0, x1] = byte_span(*x);
+    if (x0 < y1 && y0 < x1) return false;
+  }
+  return true;
+}
+
+// Calls f.template operator()<kStream>() with kStream = stream.
+template <typename F>
+void with_stream(bool stream, F&& f) {
+  if (stream)
+    f.template operator()<true>();
+  else
+    f.template operator()<false>();
 }
 
 // Element-wise ops split long rows into blocks so a few huge rows still use every thread.

@@ -18,12 +18,29 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// MapRow1 (one row in, one out) is in simd-inl.h, shared with the VAE kernels.
-template <typename T, typename Fn>
+// MapRow1 (one row in, one out) is in simd-inl.h, shared with the VAE kernels; MapRow2 is its
+// two-input form, with the same streaming option.
+template <bool kStream = false, typename T, typename Fn>
 HWY_INLINE void MapRow2(const T* a, const T* b, T* y, int64_t n, Fn fn) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kStream && kStreamable<T>) {
+    i = ElementsBeforeAlignment(y, n);
+    MapRow2<false>(a, b, y, i, fn);
+    if constexpr (std::is_same_v<T, float>) {
+      for (; i + N <= n; i += N) hn::Stream(fn(LoadF(df, a + i), LoadF(df, b + i)), df, y + i);
+    } else {
+      for (; i + 2 * N <= n; i += 2 * N) {
+        VF ae, ao, be, bo;
+        LoadBf16Pairs(df, a + i, &ae, &ao);
+        LoadBf16Pairs(df, b + i, &be, &bo);
+        hn::Stream(PackBf16Pairs(df, fn(ae, be), fn(ao, bo)), DU16(), reinterpret_cast<uint16_t*>(y + i));
+      }
+    }
+  }
+#endif
 #if HWY_TARGET != HWY_SCALAR  // the pair layout of simd-inl.h
   if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
     for (; i + 2 * N <= n; i += 2 * N) {
@@ -48,6 +65,7 @@ void ForBlocks(int64_t rows, int64_t cols, Body body) {
   });
 }
 
+// The activations of a bf16 output use the cheaper Accuracy::Bf16 math (simd-inl.h).
 void UnaryImpl(const UnaryArgs& a) {
   dispatch_float(a.x.dtype(), "unary", [&]<typename T>() {
     const RowIndex xi(a.x), yi(a.y);
@@ -55,15 +73,27 @@ void UnaryImpl(const UnaryArgs& a) {
     T* yp = a.y.data<T>();
     const DF df;
     const float alpha = a.alpha;
-    ForBlocks(xi.rows(), xi.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
-      const T* x = xp + xi.offset(r) + c0;
-      T* y = yp + yi.offset(r) + c0;
-      switch (a.op) {
-        case UnaryOp::Silu: MapRow1(x, y, c1 - c0, [&](VF v) { return Silu(df, v); }); break;
-        case UnaryOp::GeluTanh: MapRow1(x, y, c1 - c0, [&](VF v) { return GeluTanh(df, v); }); break;
-        case UnaryOp::QuickGelu: MapRow1(x, y, c1 - c0, [&](VF v) { return SiluK(df, v, 1.702f); }); break;
-        case UnaryOp::Scale: MapRow1(x, y, c1 - c0, [&](VF v) { return hn::Mul(v, hn::Set(df, alpha)); }); break;
-      }
+    constexpr Accuracy kAcc = kAccuracyFor<T>;
+    with_stream(stream_output(a.y, {&a.x}), [&]<bool kS>() {
+      ForBlocks(xi.rows(), xi.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
+        const T* x = xp + xi.offset(r) + c0;
+        T* y = yp + yi.offset(r) + c0;
+        const int64_t n = c1 - c0;
+        switch (a.op) {
+          case UnaryOp::Silu:
+            MapRow1<kS>(x, y, n, [&](VF v) { return Silu<kAcc>(df, v); });
+            break;
+          case UnaryOp::GeluTanh:
+            MapRow1<kS>(x, y, n, [&](VF v) { return GeluTanh<kAcc>(df, v); });
+            break;
+          case UnaryOp::QuickGelu:
+            MapRow1<kS>(x, y, n, [&](VF v) { return SiluK<kAcc>(df, v, 1.702f); });
+            break;
+          case UnaryOp::Scale:
+            MapRow1<kS>(x, y, n, [&](VF v) { return hn::Mul(v, hn::Set(df, alpha)); });
+            break;
+        }
+      });
     });
   });
 }
@@ -77,18 +107,24 @@ void BinaryImpl(const BinaryArgs& a) {
     const DF df;
     const bool add = a.op == BinaryOp::Add;
     const bool b_scalar_per_row = bi.col_stride() == 0;
-    ForBlocks(ai.rows(), ai.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
-      const T* x = ap + ai.offset(r) + c0;
-      T* y = yp + yi.offset(r) + c0;
-      if (b_scalar_per_row) {
-        const VF s = hn::Set(df, to_f32(bp[bi.offset(r)]));
-        if (add) MapRow1(x, y, c1 - c0, [&](VF v) { return hn::Add(v, s); });
-        else MapRow1(x, y, c1 - c0, [&](VF v) { return hn::Mul(v, s); });
-        return;
-      }
-      const T* w = bp + bi.offset(r) + c0;
-      if (add) MapRow2(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Add(p, q); });
-      else MapRow2(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Mul(p, q); });
+    with_stream(stream_output(a.y, {&a.a, &a.b}), [&]<bool kS>() {
+      ForBlocks(ai.rows(), ai.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
+        const T* x = ap + ai.offset(r) + c0;
+        T* y = yp + yi.offset(r) + c0;
+        if (b_scalar_per_row) {
+          const VF s = hn::Set(df, to_f32(bp[bi.offset(r)]));
+          if (add)
+            MapRow1<kS>(x, y, c1 - c0, [&](VF v) { return hn::Add(v, s); });
+          else
+            MapRow1<kS>(x, y, c1 - c0, [&](VF v) { return hn::Mul(v, s); });
+          return;
+        }
+        const T* w = bp + bi.offset(r) + c0;
+        if (add)
+          MapRow2<kS>(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Add(p, q); });
+        else
+          MapRow2<kS>(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Mul(p, q); });
+      });
     });
   });
 }
@@ -100,14 +136,17 @@ void GluImpl(const GluArgs& a) {
     const T* up = a.up.data<T>();
     T* yp = a.y.data<T>();
     const DF df;
-    ForBlocks(gi.rows(), gi.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
-      const T* g = gp + gi.offset(r) + c0;
-      const T* u = up + ui.offset(r) + c0;
-      T* y = yp + yi.offset(r) + c0;
-      if (a.act == GluActivation::Silu)
-        MapRow2(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(Silu(df, p), q); });
-      else
-        MapRow2(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(GeluTanh(df, p), q); });
+    constexpr Accuracy kAcc = kAccuracyFor<T>;
+    with_stream(stream_output(a.y, {&a.gate, &a.up}), [&]<bool kS>() {
+      ForBlocks(gi.rows(), gi.cols(), [&](int64_t r, int64_t c0, int64_t c1) {
+        const T* g = gp + gi.offset(r) + c0;
+        const T* u = up + ui.offset(r) + c0;
+        T* y = yp + yi.offset(r) + c0;
+        if (a.act == GluActivation::Silu)
+          MapRow2<kS>(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(Silu<kAcc>(df, p), q); });
+        else
+          MapRow2<kS>(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(GeluTanh<kAcc>(df, p), q); });
+      });
     });
   });
 }
@@ -153,60 +192,74 @@ void SoftmaxImpl(const SoftmaxArgs& a) {
     const int64_t D = xi.cols();
     const T* xp = a.x.data<T>();
     T* yp = a.y.data<T>();
-    parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
-      const DF df;
-      const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-      const T* x = xp + xi.offset(r);
-      T* y = yp + yi.offset(r);
-      // f32 rows: max over x, exps written straight into y and scaled there (y may alias x: each
-      // pass reads an element before writing it). Other dtypes: widened once into f32 scratch.
-      // Either way the row stays in L1 between the passes.
-      thread_local std::vector<float> buf;
-      float* e;
-      const float* src;
-      if constexpr (kF32) {
-        e = y;
-        src = x;
-      } else {
-        buf.resize(static_cast<size_t>(D) + hn::MaxLanes(DF()));
-        e = buf.data();
-        src = e;
-      }
-      VF vmax = hn::Set(df, -HUGE_VALF);
-      int64_t i = 0;
-      for (; i + N <= D; i += N) {
-        const VF v = LoadF(df, x + i);
-        if constexpr (!kF32) hn::StoreU(v, df, e + i);
-        vmax = hn::Max(vmax, v);
-      }
-      float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
-      for (; i < D; ++i) {
-        const float v = to_f32(x[i]);
-        if constexpr (!kF32) e[i] = v;
-        m = std::max(m, v);
-      }
-      const VF vm = hn::Set(df, m);
-      VF vsum = hn::Zero(df);
-      for (i = 0; i + N <= D; i += N) {
-        const VF v = ExpNonPositive(df, hn::Sub(hn::LoadU(df, src + i), vm));
-        hn::StoreU(v, df, e + i);
-        vsum = hn::Add(vsum, v);
-      }
-      float s = hn::GetLane(hn::SumOfLanes(df, vsum));
-      if (i < D) {
-        const size_t n = static_cast<size_t>(D - i);
-        HWY_ALIGN float tail[hn::MaxLanes(df)];
-        for (size_t k = 0; k < hn::Lanes(df); ++k) tail[k] = k < n ? src[i + k] - m : -HUGE_VALF;
-        const VF v = ExpNonPositive(df, hn::Load(df, tail));
-        hn::Store(v, df, tail);
-        for (size_t k = 0; k < n; ++k) {
-          e[i + k] = tail[k];
-          s += tail[k];
+    // Large f32 outputs (not in place) are streamed by the last pass (cpu_common.h).
+    with_stream(kF32 && stream_output(a.y, {&a.x}), [&]<bool kS>() {
+      parallel_for(xi.rows(), xi.rows() * D, [&](int64_t r) {
+        const DF df;
+        const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+        const T* x = xp + xi.offset(r);
+        T* y = yp + yi.offset(r);
+        // f32 rows: max over x, exps written straight into y and scaled there (y may alias x:
+        // each pass reads an element before writing it); a streamed y is written once, by the
+        // last pass, so its exps go to scratch. Other dtypes: widened once into f32 scratch.
+        // Either way the row stays in L1 between the passes.
+        constexpr bool kExpsInY = kF32 && !kS;
+        thread_local std::vector<float> buf;
+        float* e;
+        const float* src;
+        if constexpr (kExpsInY) {
+          e = y;
+          src = x;
+        } else {
+          buf.resize(static_cast<size_t>(D) + hn::MaxLanes(DF()));
+          e = buf.data();
+          if constexpr (kF32)
+            src = x;
+          else
+            src = e;
         }
-      }
-      const VF inv = hn::Set(df, 1.0f / s);
-      for (i = 0; i + N <= D; i += N) StoreF(df, hn::Mul(hn::LoadU(df, e + i), inv), y + i);
-      if (i < D) StoreFN(df, hn::Mul(LoadFN(df, e + i, static_cast<size_t>(D - i)), inv), y + i, static_cast<size_t>(D - i));
+        VF vmax = hn::Set(df, -HUGE_VALF);
+        int64_t i = 0;
+        for (; i + N <= D; i += N) {
+          const VF v = LoadF(df, x + i);
+          if constexpr (!kF32) hn::StoreU(v, df, e + i);
+          vmax = hn::Max(vmax, v);
+        }
+        float m = hn::GetLane(hn::MaxOfLanes(df, vmax));
+        for (; i < D; ++i) {
+          const float v = to_f32(x[i]);
+          if constexpr (!kF32) e[i] = v;
+          m = std::max(m, v);
+        }
+        const VF vm = hn::Set(df, m);
+        VF vsum = hn::Zero(df);
+        for (i = 0; i + N <= D; i += N) {
+          const VF v = ExpNonPositive(df, hn::Sub(hn::LoadU(df, src + i), vm));
+          hn::StoreU(v, df, e + i);
+          vsum = hn::Add(vsum, v);
+        }
+        float s = hn::GetLane(hn::SumOfLanes(df, vsum));
+        if (i < D) {
+          const size_t n = static_cast<size_t>(D - i);
+          HWY_ALIGN float tail[hn::MaxLanes(df)];
+          for (size_t k = 0; k < hn::Lanes(df); ++k) tail[k] = k < n ? src[i + k] - m : -HUGE_VALF;
+          const VF v = ExpNonPositive(df, hn::Load(df, tail));
+          hn::Store(v, df, tail);
+          for (size_t k = 0; k < n; ++k) {
+            e[i + k] = tail[k];
+            s += tail[k];
+          }
+        }
+        const VF inv = hn::Set(df, 1.0f / s);
+        if constexpr (kF32 && kS) {
+          MapRow1<true>(static_cast<const float*>(e), y, D, [&](VF v) { return hn::Mul(v, inv); });
+        } else {
+          for (i = 0; i + N <= D; i += N) StoreF(df, hn::Mul(hn::LoadU(df, e + i), inv), y + i);
+          if (i < D)
+            StoreFN(df, hn::Mul(LoadFN(df, e + i, static_cast<size_t>(D - i)), inv), y + i,
+                    static_cast<size_t>(D - i));
+        }
+      });
     });
   });
 }
@@ -241,8 +294,10 @@ void embedding(const EmbeddingArgs& a) {
     const int64_t id = i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
     const char* src = tp + static_cast<size_t>(id * a.table.stride(0)) * te;
     char* dst = op + static_cast<size_t>(i * a.out.stride(0)) * oe;
-    if (a.table.dtype() == a.out.dtype()) std::memcpy(dst, src, static_cast<size_t>(D) * te);
-    else convert(src, a.table.dtype(), dst, a.out.dtype(), static_cast<size_t>(D));
+    if (a.table.dtype() == a.out.dtype())
+      std::memcpy(dst, src, static_cast<size_t>(D) * te);
+    else
+      convert(src, a.table.dtype(), dst, a.out.dtype(), static_cast<size_t>(D));
   });
 }
 

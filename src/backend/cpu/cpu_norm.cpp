@@ -64,11 +64,31 @@ void ArrangeColumns(std::vector<float>& v, int64_t D) {
 
 // y = f(x, a, b) over a row of n elements, a and b f32 per-column vectors arranged by
 // ArrangeColumns<T> (an unused b may alias a: the loads the lambda ignores are dropped).
-template <typename T, typename Fn>
+// kStream: non-temporal stores (simd-inl.h) when y starts vector-aligned (the column arrangement
+// leaves no room for an unaligned head), ordinary ones otherwise and for the partial tail.
+template <bool kStream = false, typename T, typename Fn>
 HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const float* b, Fn f) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kStream && kStreamable<T>) {
+    if (ElementsBeforeAlignment(y, n) == 0) {
+      if constexpr (kPairs<T>) {
+        for (; i + 2 * N <= n; i += 2 * N) {
+          VF e, o;
+          LoadBf16Pairs(df, x + i, &e, &o);
+          const VF ye = f(e, hn::LoadU(df, a + i), hn::LoadU(df, b + i));
+          const VF yo = f(o, hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N));
+          hn::Stream(PackBf16Pairs(df, ye, yo), DU16(), reinterpret_cast<uint16_t*>(y + i));
+        }
+      } else {
+        for (; i + N <= n; i += N)
+          hn::Stream(f(LoadF(df, x + i), hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, y + i);
+      }
+    }
+  }
+#endif
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (kPairs<T>) {
     for (; i + 2 * N <= n; i += 2 * N) {
@@ -178,21 +198,24 @@ void AdaLnImpl(const AdaLnArgs& args) {
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
     const DF df;
-    for_each_row(
-        args.x, args.y, args.x.numel() / std::max<int64_t>(D, 1), D, [&](int64_t r, int64_t xo, int64_t yo) {
-          const T* x = xp + xo;
-          const int64_t b = r / L;
-          float mean, var;
-          RowMoments(x, D, &mean, &var);
-          const float inv_std = 1.0f / std::sqrt(var + args.eps);
-          // y = (x - mean) * a + shift with a = inv_std * (1 + scale) formed in registers: a per-row
-          // `a` array would add a store and a load per element and push a 4096-wide row (x, a,
-          // scale, shift) out of L1. Centring before the multiply keeps f32 accuracy when
-          // |mean| >> std.
-          const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
-          MapRowColumns(x, yp + yo, D, scale1.data() + b * D, shift.data() + b * D,
-                        [&](VF v, VF s1, VF sh) { return hn::MulAdd(hn::Sub(v, vm), hn::Mul(s1, vi), sh); });
-        });
+    with_stream(stream_output(args.y, {&args.x}), [&]<bool kS>() {
+      for_each_row(args.x, args.y, args.x.numel() / std::max<int64_t>(D, 1), D,
+                   [&](int64_t r, int64_t xo, int64_t yo) {
+                     const T* x = xp + xo;
+                     const int64_t b = r / L;
+                     float mean, var;
+                     RowMoments(x, D, &mean, &var);
+                     const float inv_std = 1.0f / std::sqrt(var + args.eps);
+                     // y = (x - mean) * a + shift with a = inv_std * (1 + scale) formed in registers: a
+                     // per-row `a` array would add a store and a load per element and push a 4096-wide row
+                     // (x, a, scale, shift) out of L1. Centring before the multiply keeps f32 accuracy when
+                     // |mean| >> std.
+                     const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
+                     MapRowColumns<kS>(
+                         x, yp + yo, D, scale1.data() + b * D, shift.data() + b * D,
+                         [&](VF v, VF s1, VF sh) { return hn::MulAdd(hn::Sub(v, vm), hn::Mul(s1, vi), sh); });
+                   });
+    });
   });
 }
 
@@ -207,19 +230,22 @@ void LayerNormImpl(const LayerNormArgs& args) {
     const T* xp = args.x.data<T>();
     T* yp = args.y.data<T>();
     const DF df;
-    for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
-      const T* x = xp + xo;
-      float mean, var;
-      RowMoments(x, D, &mean, &var);
-      const float inv_std = 1.0f / std::sqrt(var + args.eps);
-      // (x - mean) * (w * inv_std) [+ b]: the same roundings as a per-row array of w * inv_std.
-      const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
-      if (bias.empty())
-        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
-                      [&](VF v, VF wv, VF) { return hn::Mul(hn::Sub(v, vm), hn::Mul(wv, vi)); });
-      else
-        MapRowColumns(x, yp + yo, D, w.data(), bias.data(),
-                      [&](VF v, VF wv, VF bv) { return hn::MulAdd(hn::Sub(v, vm), hn::Mul(wv, vi), bv); });
+    with_stream(stream_output(args.y, {&args.x}), [&]<bool kS>() {
+      for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
+        const T* x = xp + xo;
+        float mean, var;
+        RowMoments(x, D, &mean, &var);
+        const float inv_std = 1.0f / std::sqrt(var + args.eps);
+        // (x - mean) * (w * inv_std) [+ b]: the same roundings as a per-row array of w * inv_std.
+        const VF vi = hn::Set(df, inv_std), vm = hn::Set(df, mean);
+        if (bias.empty())
+          MapRowColumns<kS>(x, yp + yo, D, w.data(), w.data(),
+                            [&](VF v, VF wv, VF) { return hn::Mul(hn::Sub(v, vm), hn::Mul(wv, vi)); });
+        else
+          MapRowColumns<kS>(x, yp + yo, D, w.data(), bias.data(), [&](VF v, VF wv, VF bv) {
+            return hn::MulAdd(hn::Sub(v, vm), hn::Mul(wv, vi), bv);
+          });
+      });
     });
   });
 }
@@ -234,15 +260,17 @@ void RmsNormImpl(const RmsNormArgs& args) {
     T* yp = args.y.data<T>();
     const float inv_d = 1.0f / static_cast<float>(D);
     const DF df;
-    for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
-      const T* x = xp + xo;
-      const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSumSquares(x, D) * inv_d + args.eps));
-      if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
-        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
-                      [&](VF v, VF wv, VF) { return hn::Mul(RoundTo<T>(df, hn::Mul(v, vi)), wv); });
-      else
-        MapRowColumns(x, yp + yo, D, w.data(), w.data(),
-                      [&](VF v, VF wv, VF) { return hn::Mul(hn::Mul(v, vi), wv); });
+    with_stream(stream_output(args.y, {&args.x}), [&]<bool kS>() {
+      for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
+        const T* x = xp + xo;
+        const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSumSquares(x, D) * inv_d + args.eps));
+        if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
+          MapRowColumns<kS>(x, yp + yo, D, w.data(), w.data(),
+                            [&](VF v, VF wv, VF) { return hn::Mul(RoundTo<T>(df, hn::Mul(v, vi)), wv); });
+        else
+          MapRowColumns<kS>(x, yp + yo, D, w.data(), w.data(),
+                            [&](VF v, VF wv, VF) { return hn::Mul(hn::Mul(v, vi), wv); });
+      });
     });
   });
 }

@@ -9,10 +9,12 @@
 #define FLUXRT_BACKEND_CPU_SIMD_INL_H_
 #endif
 
-#include <cstring>
-
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 
@@ -160,7 +162,18 @@ inline constexpr float kExpUpperClamp = 88.72f;
 // kNegated computes exp(-x) with the negation folded into the constants (SiLU saves an
 // operation): n = round(-x / ln2), r' = x + n ln2 = -r, and p(-r') is p with the odd
 // coefficients negated.
-template <bool kNegated = false>
+//
+// Accuracy::Bf16 is for results that are rounded to bf16 (half an ulp: 2^-9 = 2.0e-3 relative):
+// a degree-3 polynomial (max relative error 1.1e-4 on the same range; two FMAs fewer) and, in
+// DivByAtLeastOne, the hardware reciprocal without its Newton step (relative error below 2^-11 on
+// x86; two operations fewer). Together they stay below a quarter of bf16's rounding step, far
+// inside the bf16 element-wise tolerance (1e-2, numerics.md). f32 and f16 results keep the exact
+// path: f16's half ulp (2^-11) is too close to the reciprocal's error.
+enum class Accuracy { F32, Bf16 };
+template <typename T>
+inline constexpr Accuracy kAccuracyFor = std::is_same_v<T, hwy::bfloat16_t> ? Accuracy::Bf16 : Accuracy::F32;
+
+template <bool kNegated = false, Accuracy kAcc = Accuracy::F32>
 HWY_INLINE void ExpParts(DF df, VF x, VF* p_out, VF* scale_out) {
   const hn::RebindToUnsigned<DF> du;
   constexpr float kLo = kNegated ? -kExpUpperClamp : -87.0f, kHi = kNegated ? 87.0f : kExpUpperClamp;
@@ -171,11 +184,18 @@ HWY_INLINE void ExpParts(DF df, VF x, VF* p_out, VF* scale_out) {
   const VF n = hn::Sub(t, magic);
   const VF ln2 = hn::Set(df, 0.693147180559945f);
   const VF r = kNegated ? hn::MulAdd(n, ln2, x) : hn::NegMulAdd(n, ln2, x);
-  VF p = hn::Set(df, kOdd * 8.2885942453e-3f);
-  p = hn::MulAdd(p, r, hn::Set(df, 4.1907231852e-2f));
-  p = hn::MulAdd(p, r, hn::Set(df, kOdd * 1.6667715778e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, 4.9999079964e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, kOdd * 9.9999967039e-1f));
+  VF p;
+  if constexpr (kAcc == Accuracy::Bf16) {  // relative minimax fit on the same range
+    p = hn::Set(df, kOdd * 1.6512088632e-1f);
+    p = hn::MulAdd(p, r, hn::Set(df, 5.0429662162e-1f));
+    p = hn::MulAdd(p, r, hn::Set(df, kOdd * 1.0002118429e+0f));
+  } else {
+    p = hn::Set(df, kOdd * 8.2885942453e-3f);
+    p = hn::MulAdd(p, r, hn::Set(df, 4.1907231852e-2f));
+    p = hn::MulAdd(p, r, hn::Set(df, kOdd * 1.6667715778e-1f));
+    p = hn::MulAdd(p, r, hn::Set(df, 4.9999079964e-1f));
+    p = hn::MulAdd(p, r, hn::Set(df, kOdd * 9.9999967039e-1f));
+  }
   *p_out = hn::MulAdd(p, r, hn::Set(df, 1.0f));
   *scale_out = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(du, t)));
 }
@@ -185,21 +205,24 @@ HWY_INLINE VF ExpClamped(DF df, VF x) {
   return hn::Mul(p, s);
 }
 // 1 + exp(x), or 1 + exp(-x) with kNegated.
-template <bool kNegated = false>
+template <bool kNegated = false, Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF OnePlusExpClamped(DF df, VF x) {
   VF p, s;
-  ExpParts<kNegated>(df, x, &p, &s);
+  ExpParts<kNegated, kAcc>(df, x, &p, &s);
   return hn::MulAdd(p, s, hn::Set(df, 1.0f));
 }
 
 // x / d for d >= 1 without the divider (vdivps is the slowest instruction of the activations on
 // AVX2: ~1 per 5 cycles for 8 lanes): the 12-bit hardware reciprocal and one Newton step
-// r (2 - d r), relative error ~2^-22 (well inside the Transcendental tolerance, numerics.md).
-// d must be finite (inf * 0 would be NaN): ExpParts' clamp sees to it. Where the divider is as
-// fast as the rest (scalar / emulated targets) plain division is kept.
+// r (2 - d r), relative error ~2^-22 (well inside the Transcendental tolerance, numerics.md);
+// Accuracy::Bf16 skips the Newton step. d must be finite (inf * 0 would be NaN): ExpParts' clamp
+// sees to it. Where the divider is as fast as the rest (scalar / emulated targets) plain division
+// is kept.
+template <Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF DivByAtLeastOne(DF df, VF x, VF d) {
 #if FLUXRT_CPU_RCP_DIVIDE
   const VF r0 = hn::ApproximateReciprocal(d);
+  if constexpr (kAcc == Accuracy::Bf16) return hn::Mul(x, r0);
   return hn::Mul(hn::Mul(x, r0), hn::NegMulAdd(d, r0, hn::Set(df, 2.0f)));
 #else
   (void)df;
@@ -209,18 +232,23 @@ HWY_INLINE VF DivByAtLeastOne(DF df, VF x, VF d) {
 
 // x * sigmoid(k x) = x / (1 + exp(-k x)); for very negative x the result is 0 or a value below
 // 1e-36 where the exact one underflows.
+template <Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF SiluK(DF df, VF x, float k) {
-  return DivByAtLeastOne(df, x, OnePlusExpClamped(df, hn::Mul(x, hn::Set(df, -k))));
+  return DivByAtLeastOne<kAcc>(df, x, OnePlusExpClamped<false, kAcc>(df, hn::Mul(x, hn::Set(df, -k))));
 }
-HWY_INLINE VF Silu(DF df, VF x) { return DivByAtLeastOne(df, x, OnePlusExpClamped<true>(df, x)); }
+template <Accuracy kAcc = Accuracy::F32>
+HWY_INLINE VF Silu(DF df, VF x) {
+  return DivByAtLeastOne<kAcc>(df, x, OnePlusExpClamped<true, kAcc>(df, x));
+}
 
 // GELU-tanh written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the same function as
 // 0.5 x (1 + tanh(u)) without the cancellation of 1 + tanh(u) for negative x. The exponent -2u is
 // formed as x (a + b x^2) with the constants folded (three operations instead of four).
+template <Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF GeluTanh(DF df, VF x) {
   constexpr float kA = -2.0f * 0.7978845608028654f, kB = -2.0f * 0.7978845608028654f * 0.044715f;
   const VF arg = hn::Mul(hn::MulAdd(hn::Mul(x, x), hn::Set(df, kB), hn::Set(df, kA)), x);
-  return DivByAtLeastOne(df, x, OnePlusExpClamped(df, arg));
+  return DivByAtLeastOne<kAcc>(df, x, OnePlusExpClamped<false, kAcc>(df, arg));
 }
 
 #if HWY_TARGET != HWY_SCALAR
@@ -241,22 +269,69 @@ HWY_INLINE void LoadBf16Pairs(DF df, const hwy::bfloat16_t* p, VF* even, VF* odd
   *even = hn::BitCast(df, hn::ShiftLeft<16>(raw));
   *odd = hn::BitCast(df, hn::And(raw, hn::Set(du, 0xFFFF0000u)));
 }
-HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
-  const hn::Repartition<uint16_t, DF> du16;
+using DU16 = hn::Repartition<uint16_t, DF>;
+// Even and odd lanes rounded to bf16 and interleaved back into element order.
+HWY_INLINE hn::Vec<DU16> PackBf16Pairs(DF df, VF even, VF odd) {
+  const DU16 du16;
   const auto lo = hn::ShiftRight<16>(Bf16RneHigh(df, even));
-  const auto both = hn::OddEven(hn::BitCast(du16, Bf16RneHigh(df, odd)), hn::BitCast(du16, lo));
-  hn::StoreU(both, du16, reinterpret_cast<uint16_t*>(p));
+  return hn::OddEven(hn::BitCast(du16, Bf16RneHigh(df, odd)), hn::BitCast(du16, lo));
+}
+HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
+  hn::StoreU(PackBf16Pairs(df, even, odd), DU16(), reinterpret_cast<uint16_t*>(p));
 }
 #endif
+
+// Non-temporal ("streaming") stores, for outputs far larger than the last-level cache (see
+// kStreamMinOutputBytes in cpu_common.h): they write whole lines without first reading them
+// (read-for-ownership), so a streaming op moves read + write instead of read + RFO + write. They
+// need vector-aligned addresses, and the writing thread must fence (hwy::FlushStream) before
+// another thread reads the data: parallel_for does so at the end of each thread's share.
+// Streamed dtypes: f32 (one vector) and bf16 through the pair layout (one vector of u16); other
+// dtypes keep ordinary stores.
+#if HWY_TARGET != HWY_SCALAR
+template <typename T>
+inline constexpr bool kStreamable = std::is_same_v<T, float> || std::is_same_v<T, hwy::bfloat16_t>;
+#else
+template <typename T>
+inline constexpr bool kStreamable = false;
+#endif
+
+// Elements before the first vector-aligned element at or after y (all n when y's address is not
+// a multiple of sizeof(T), so that no element starts on the boundary).
+template <typename T>
+HWY_INLINE int64_t ElementsBeforeAlignment(const T* y, int64_t n) {
+  const size_t bytes = hn::Lanes(DF()) * sizeof(float);
+  const size_t mis = reinterpret_cast<uintptr_t>(y) % bytes;
+  if (mis % sizeof(T) != 0) return n;
+  return std::min<int64_t>(n, static_cast<int64_t>((bytes - mis) % bytes / sizeof(T)));
+}
 
 // y[i] = fn(x[i]) over n elements in f32 lanes, with a partial vector at the tail. bf16 rows go
 // through the pair layout above, two vectors per step:
 // fn sees even and odd elements in separate calls, which an element-wise fn cannot tell apart.
-template <typename T, typename Fn>
+// kStream: non-temporal stores from the first vector-aligned element of y on (ordinary ones for
+// the unaligned head and the partial tail).
+template <bool kStream = false, typename T, typename Fn>
 HWY_INLINE void MapRow1(const T* x, T* y, int64_t n, Fn fn) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kStream && kStreamable<T>) {
+    i = ElementsBeforeAlignment(y, n);
+    MapRow1<false>(x, y, i, fn);
+    if constexpr (std::is_same_v<T, float>) {
+      for (; i + N <= n; i += N) hn::Stream(fn(LoadF(df, x + i)), df, y + i);
+    } else {
+      for (; i + 2 * N <= n; i += 2 * N) {
+        VF e, o;
+        LoadBf16Pairs(df, x + i, &e, &o);
+        hn::Stream(PackBf16Pairs(df, fn(e), fn(o)), DU16(), reinterpret_cast<uint16_t*>(y + i));
+      }
+    }
+  }
+  // The unstreamed rest (everything without kStream) continues below.
+#endif
 #if HWY_TARGET != HWY_SCALAR  // the pair layout
   if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
     for (; i + 2 * N <= n; i += 2 * N) {
