@@ -7,12 +7,13 @@
 namespace fluxrt {
 
 std::string Device::str() const {
-  if (type == DeviceType::CPU) return "cpu";
+  if (type == DeviceType::CPU) return index == 0 ? "cpu" : "cpu:" + std::to_string(index);
   return index == 0 ? "cuda" : "cuda:" + std::to_string(index);
 }
 
 Device Device::parse(const std::string& text) {
-  if (text == "cpu") return cpu();
+  if (text == "cpu" || text == "cpu:0") return cpu();
+  if (text == "cpu:1") return placement_check();
   if (text == "cuda" || text == "gpu") return cuda(0);
   if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
     int index = 0;
@@ -23,7 +24,7 @@ Device Device::parse(const std::string& text) {
     }
     return cuda(index);
   }
-  fail(ErrorCode::InvalidArgument, "invalid device '{}' (expected cpu, cuda or cuda:N)", text);
+  fail(ErrorCode::InvalidArgument, "invalid device '{}' (expected cpu, cpu:1, cuda or cuda:N)", text);
 }
 
 }  // namespace fluxrt

@@ -167,7 +167,7 @@ void* Tensor::raw_data() const {
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   return fmt::format("Tensor({}, {}{})", dtype_name(dtype_), shape_.str(),
-                     device().is_cpu() ? "" : ", " + device().str());
+                     device() == Device::cpu() ? "" : ", " + device().str());
 }
 
 // ---------------------------------------------------------------- views
