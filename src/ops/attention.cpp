@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "ops/dispatch.h"
+#include "ops/op_utils.h"
 
 namespace fluxrt::ops {
 namespace {
@@ -55,8 +56,16 @@ void validate_attention(const AttentionArgs& a) {
                "[attention] {} query heads are not a multiple of {} kv heads", H, Hkv);
   FLUXRT_CHECK(a.out.shape() == a.q.shape(), ErrorCode::InvalidArgument, "[attention] out {} must match q {}",
                a.out.shape().str(), a.q.shape().str());
-  FLUXRT_CHECK(a.q.device() == a.k.device() && a.q.device() == a.v.device() && a.q.device() == a.out.device(),
-               ErrorCode::InvalidArgument, "[attention] q, k, v, out on different devices");
+  const Device dev = a.q.device();
+  detail::check_on_device(a.k, dev, "attention", "k");
+  detail::check_on_device(a.v, dev, "attention", "v");
+  detail::check_on_device(a.out, dev, "attention", "out");
+  detail::check_on_device(a.rope_cos, dev, "attention", "rope_cos");
+  detail::check_on_device(a.rope_sin, dev, "attention", "rope_sin");
+  detail::check_on_device(a.rope_q_cos, dev, "attention", "rope_q_cos");
+  detail::check_on_device(a.rope_q_sin, dev, "attention", "rope_q_sin");
+  detail::check_on_device(a.key_padding_mask, dev, "attention", "key_padding_mask");
+  detail::check_on_device(a.bias, dev, "attention", "bias");
   FLUXRT_CHECK(std::isfinite(a.scale), ErrorCode::InvalidArgument, "[attention] scale {} is not finite", a.scale);
   if (a.rope != RopeLayout::None) {
     FLUXRT_CHECK(D % 2 == 0, ErrorCode::InvalidArgument, "[attention] RoPE needs an even head dim, got {}", D);

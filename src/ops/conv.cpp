@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "ops/dispatch.h"
+#include "ops/op_utils.h"
 
 namespace fluxrt::ops {
 namespace {
@@ -21,10 +22,15 @@ std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, co
                  "[conv2d] bias {} does not match Cout = {}", bias.shape().str(), weight.size(0));
   const Tensor b = bias.defined() ? bias.reshape({weight.size(0)}) : bias;
   const auto& table = kernels_for(device);
-  if (table.prepare_conv2d) return table.prepare_conv2d(weight, b);
-  auto p = std::make_shared<backend::PreparedConv2d>();
-  p->weight = weight;
-  p->bias = b;
+  std::shared_ptr<backend::PreparedConv2d> p;
+  if (table.prepare_conv2d) {
+    p = table.prepare_conv2d(weight, b);
+  } else {
+    p = std::make_shared<backend::PreparedConv2d>();
+    p->weight = weight;
+    p->bias = b;
+  }
+  p->device = device;
   return p;
 }
 
@@ -54,6 +60,10 @@ void conv2d_into(const Tensor& x, const backend::PreparedConv2d& w, const Conv2d
   if (residual.defined())
     FLUXRT_CHECK(residual.shape() == out, ErrorCode::InvalidArgument, "[conv2d] residual {} should be {}",
                  residual.shape().str(), out.str());
+  FLUXRT_CHECK(x.device() == w.device, ErrorCode::InvalidArgument, "[conv2d] tensors on {} and {} (x, weight)",
+               x.device().str(), w.device.str());
+  detail::check_on_device(y, x.device(), "conv2d", "y");
+  detail::check_on_device(residual, x.device(), "conv2d", "residual");
   backend::Conv2dArgs a;
   a.x = x;
   a.w = &w;

@@ -210,6 +210,7 @@ Tensor concat(const std::vector<Tensor>& xs, int dim) {
   for (size_t i = 0; i < xs.size(); ++i) {
     const Tensor& t = xs[i];
     detail::check_defined(t, "concat", "input");
+    detail::check_on_device(t, first.device(), "concat", "input " + std::to_string(i));
     bool ok = t.dim() == nd && t.dtype() == first.dtype() && t.device() == first.device();
     for (int j = 0; ok && j < nd; ++j) ok = j == d || t.size(j) == first.size(j);
     FLUXRT_CHECK(ok, ErrorCode::InvalidArgument, "[concat] input {} is {}, incompatible with {} along dim {}", i,

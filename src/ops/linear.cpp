@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "ops/dispatch.h"
+#include "ops/op_utils.h"
 
 namespace fluxrt::ops {
 namespace {
@@ -45,6 +46,10 @@ void run(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate, 
                dtype_name(y.dtype()));
   FLUXRT_CHECK(x.device() == y.device(), ErrorCode::InvalidArgument, "[linear] x on {} but y on {}",
                x.device().str(), y.device().str());
+  FLUXRT_CHECK(x.device() == w.device, ErrorCode::InvalidArgument, "[linear] tensors on {} and {} (x, weight)",
+               x.device().str(), w.device.str());
+  detail::check_on_device(gate, x.device(), "linear", "gate");
+  detail::check_on_device(residual, x.device(), "linear", "residual");
   backend::LinearArgs args;
   args.x = as_rows(x);
   args.w = &w;
@@ -79,11 +84,15 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
                  "[linear] bias {} does not match N = {}", bias.shape().str(), weight.size(0));
   const auto& table = kernels_for(device);
   const Tensor b = bias.defined() ? bias.reshape({weight.size(0)}) : bias;
-  if (table.prepare_linear) return table.prepare_linear(weight, b);
-  // A backend without a preparation step uses the weight as is.
-  auto p = std::make_shared<backend::PreparedLinear>();
-  p->weight = weight;
-  p->bias = b;
+  std::shared_ptr<backend::PreparedLinear> p;
+  if (table.prepare_linear) {
+    p = table.prepare_linear(weight, b);
+  } else {  // a backend without a preparation step uses the weight as is
+    p = std::make_shared<backend::PreparedLinear>();
+    p->weight = weight;
+    p->bias = b;
+  }
+  p->device = device;
   return p;
 }
 

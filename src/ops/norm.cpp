@@ -41,6 +41,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
   FLUXRT_CHECK(x.dim() >= 1, ErrorCode::InvalidArgument, "[layer_norm] x must have a last dim, got {}", x.str());
   if (weight.defined()) detail::check_vector(weight, x.size(-1), kOp, "weight");
   if (bias.defined()) detail::check_vector(bias, x.size(-1), kOp, "bias");
+  detail::check_on_device(weight, x.device(), kOp, "weight");
+  detail::check_on_device(bias, x.device(), kOp, "bias");
   const Tensor xs = detail::rows_ready(x);
   Tensor y = detail::empty_like(xs);
   if (x.numel() == 0) return y;
@@ -55,6 +57,8 @@ void run_rms_norm(const Tensor& x, const Tensor& weight, float eps, RmsRounding 
   detail::check_float(x, kOp, "x");
   FLUXRT_CHECK(x.dim() >= 1, ErrorCode::InvalidArgument, "[rms_norm] x must have a last dim, got {}", x.str());
   if (weight.defined()) detail::check_vector(weight, x.size(-1), kOp, "weight");
+  detail::check_on_device(weight, x.device(), kOp, "weight");
+  detail::check_on_device(y, x.device(), kOp, "y");
   if (x.numel() == 0) return;
   const auto& k = kernels_for(x);
   require_kernel(k.rms_norm, kOp, k)(

@@ -25,6 +25,14 @@ inline void check_same_device(const Tensor& a, const Tensor& b, std::string_view
                a.device().str(), b.device().str());
 }
 
+// A parameter or side input (weight, table, mask) must live where the op runs (`device`, the
+// input's). Undefined tensors pass. Same message as check_same_device plus the tensor's role, so a
+// run on the placement-check device cpu:1 names what was left behind.
+inline void check_on_device(const Tensor& t, Device device, std::string_view op, std::string_view name) {
+  FLUXRT_CHECK(!t.defined() || t.device() == device, ErrorCode::InvalidArgument, "[{}] tensors on {} and {} ({})",
+               op, device.str(), t.device().str(), name);
+}
+
 // The kernels' stride contract: last dim stride 1 (leading dims free). Copies otherwise.
 inline Tensor rows_ready(const Tensor& t) {
   if (t.dim() == 0) return t.reshape({1});

@@ -13,6 +13,8 @@ Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int
                "[group_norm] x {} must be [N, C, *] with C divisible by groups = {}", x.shape().str(), groups);
   if (weight.defined()) detail::check_vector(weight, x.size(1), kOp, "weight");
   if (bias.defined()) detail::check_vector(bias, x.size(1), kOp, "bias");
+  detail::check_on_device(weight, x.device(), kOp, "weight");
+  detail::check_on_device(bias, x.device(), kOp, "bias");
   const Tensor xs = detail::contiguous_ready(x);
   Tensor y = detail::empty_like(xs);
   if (x.numel() == 0) return y;
@@ -80,6 +82,8 @@ Tensor channel_norm(const Tensor& x, const Tensor& mean, const Tensor& var, floa
   FLUXRT_CHECK(x.dim() >= 2, ErrorCode::InvalidArgument, "[{}] x must be [B, C, *], got {}", op, x.shape().str());
   detail::check_vector(mean, x.size(1), op, "running_mean");
   detail::check_vector(var, x.size(1), op, "running_var");
+  detail::check_on_device(mean, x.device(), op, "running_mean");
+  detail::check_on_device(var, x.device(), op, "running_var");
   const Tensor xs = detail::contiguous_ready(x);
   Tensor y = detail::empty_like(xs);
   if (x.numel() == 0) return y;

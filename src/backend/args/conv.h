@@ -10,6 +10,7 @@ struct PreparedConv2d {
   Tensor weight;  // [Cout, Cin, KH, KW]
   Tensor bias;    // [Cout] or undefined
   std::shared_ptr<void> state;
+  Device device;  // the device it was prepared for (set by ops::prepare_conv2d): inputs must be on it
 };
 
 struct Conv2dArgs {
