@@ -1,4 +1,8 @@
 // Conformance of the normalisation ops (AdaLN, LayerNorm, RMSNorm) on every backend against ref.
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "conformance_common.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -73,7 +77,7 @@ TEST_P(LayerNorm, MatchesRef) {
   const OpCase& c = GetParam();
   const int64_t D = c.dims.back();
   Tensor x = c.variant == "strided" ? random_strided(c.shape(), c.dtype, 21)
-                                          : random_normal(c.shape(), c.dtype, 21, -0.5, 3.0);
+                                    : random_normal(c.shape(), c.dtype, 21, -0.5, 3.0);
   if (c.variant == "outlier" && D > 1) x.narrow(-1, 0, 1).fill(250.0);  // massive activation in channel 0
   Tensor w, b;
   if (c.variant != "plain" && c.variant != "outlier") {
@@ -88,7 +92,8 @@ TEST_P(LayerNorm, MatchesRef) {
 std::vector<OpCase> layer_norm_cases() {
   auto shapes = edge_rows(3);
   shapes.push_back({1, 77, 768});  // CLIP-L
-  return make_cases(shapes, {"R", "D"}, {DType::F32, DType::BF16, DType::F16}, {"affine", "plain", "strided", "outlier"});
+  return make_cases(shapes, {"R", "D"}, {DType::F32, DType::BF16, DType::F16},
+                    {"affine", "plain", "strided", "outlier"});
 }
 INSTANTIATE_TEST_SUITE_P(Conformance, LayerNorm, ::testing::ValuesIn(layer_norm_cases()), case_name);
 
@@ -132,6 +137,36 @@ TEST(RmsNormContract, T5RoundingDiffersFromSingleRounding) {
   const Tensor once = ops::rms_norm(x, w, 1e-6f, ops::RmsRounding::Once);
   const Tensor t5 = ops::t5_rms_norm(x, w);
   EXPECT_GT(compare(once, t5).max_abs, 0.0);
+}
+
+// T5's intermediate rounding of a bf16 row skips RoundTo's NaN select (cpu_norm.cpp): a row with
+// an infinity (inv_rms = 0: inf * 0 = NaN there, zeros elsewhere) or a NaN (NaN everywhere) must
+// give ref's NaNs and values, the NaNs as torch's bf16 pattern, at every position of a row that
+// covers the pair layout, single vectors and the tail.
+TEST(RmsNormContract, T5NonFiniteRowsMatchRef) {
+  const int64_t D = 45;
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    for (int64_t pos = 0; pos < D; ++pos) {
+      std::vector<float> v(static_cast<size_t>(3 * D));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = 0.31f * static_cast<float>(i % 13) - 1.7f;
+      v[static_cast<size_t>(D + pos)] = bad;  // the middle of three rows
+      const Tensor x = Tensor::from_vector(v, {3, D}, DType::F32).to(DType::BF16);
+      const Tensor w = random_normal({D}, DType::BF16, 43, 1.0, 0.5);
+      const Tensor r = run_on("ref", [&] { return ops::t5_rms_norm(x, w); });
+      const Tensor y = run_on("cpu", [&] { return ops::t5_rms_norm(x, w); });
+      std::vector<float> rv = r.to_vector(), yv = y.to_vector();
+      for (size_t i = 0; i < rv.size(); ++i) {
+        if (!std::isnan(rv[i])) continue;
+        EXPECT_EQ(y.data<uint16_t>()[i], kBF16NaNFromF32)
+            << "x=" << bad << " at " << pos << ", element " << i;
+        rv[i] = yv[i] = 0.0f;  // the finite rest is compared below
+      }
+      EXPECT_TRUE(all_close(Tensor::from_vector(yv, {3, D}, DType::F32).to(DType::BF16),
+                            Tensor::from_vector(rv, {3, D}, DType::F32).to(DType::BF16), TolClass::Norm))
+          << "x=" << bad << " at " << pos;
+    }
+  }
 }
 
 }  // namespace

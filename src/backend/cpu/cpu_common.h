@@ -159,10 +159,11 @@ class RowCursor {
   int64_t offset_ = 0;
 };
 
-// Runs body(row, x_offset, y_offset) for every row of x and y ([rows, D] views of the same
-// shape), in blocks of consecutive rows (about 16K elements) split over the thread pool.
+// Runs body(r0, r1, x_cursor, y_cursor) over blocks [r0, r1) of consecutive rows of x and y
+// ([rows, D] views of the same shape; about 16K elements a block) split over the thread pool, the
+// cursors at row r0.
 template <typename Body>
-void for_each_row(const Tensor& x, const Tensor& y, int64_t rows, int64_t D, Body body) {
+void for_each_row_block(const Tensor& x, const Tensor& y, int64_t rows, int64_t D, Body body) {
   const int64_t per_block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(D, 1));
   const int64_t blocks = (rows + per_block - 1) / per_block;
   const RowCursor x_start(x), y_start(y);
@@ -171,6 +172,14 @@ void for_each_row(const Tensor& x, const Tensor& y, int64_t rows, int64_t D, Bod
     const int64_t r0 = blk * per_block, r1 = std::min(rows, r0 + per_block);
     xc.seek(r0);
     yc.seek(r0);
+    body(r0, r1, xc, yc);
+  });
+}
+
+// Runs body(row, x_offset, y_offset) for every row of x and y, as for_each_row_block splits them.
+template <typename Body>
+void for_each_row(const Tensor& x, const Tensor& y, int64_t rows, int64_t D, Body body) {
+  for_each_row_block(x, y, rows, D, [&](int64_t r0, int64_t r1, RowCursor& xc, RowCursor& yc) {
     for (int64_t r = r0; r < r1; ++r, xc.next(), yc.next()) body(r, xc.offset(), yc.offset());
   });
 }

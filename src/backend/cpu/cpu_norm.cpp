@@ -108,13 +108,25 @@ HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const
   }
 }
 
+// The row statistics keep four independent accumulator chains: with two, a 4096-wide row's sum
+// waited on the FMA latency (4 cycles per 16 elements) rather than on the loads.
+
 // Sum of x^2 over a row (RMSNorm's statistic; RowShiftedSums is the centred one).
 template <typename T>
 HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  VF s0 = hn::Zero(df), s1 = hn::Zero(df);
+  VF s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
   int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    VF d0, d1, d2, d3;
+    LoadTwo(df, x + i, &d0, &d1);
+    LoadTwo(df, x + i + 2 * N, &d2, &d3);
+    s0 = hn::MulAdd(d0, d0, s0);
+    s1 = hn::MulAdd(d1, d1, s1);
+    s2 = hn::MulAdd(d2, d2, s2);
+    s3 = hn::MulAdd(d3, d3, s3);
+  }
   for (; i + 2 * N <= n; i += 2 * N) {
     VF d0, d1;
     LoadTwo(df, x + i, &d0, &d1);
@@ -123,9 +135,9 @@ HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
   }
   for (; i + N <= n; i += N) {
     const VF d = LoadF(df, x + i);
-    s0 = hn::MulAdd(d, d, s0);
+    s2 = hn::MulAdd(d, d, s2);
   }
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
   for (; i < n; ++i) {
     const float d = to_f32(x[i]);
     s += d * d;
@@ -133,14 +145,32 @@ HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
   return s;
 }
 
-// Shifted sums of a row: s1 = sum(x - c), s2 = sum((x - c)^2), f32 lanes, two accumulators.
+// Shifted sums of a row: s1 = sum(x - c), s2 = sum((x - c)^2), f32 lanes.
 template <typename T>
 HWY_INLINE void RowShiftedSums(const T* x, int64_t n, float c, float* s1_out, float* s2_out) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const VF vc = hn::Set(df, c);
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df), q0 = hn::Zero(df), q1 = hn::Zero(df);
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  VF q0 = hn::Zero(df), q1 = hn::Zero(df), q2 = hn::Zero(df), q3 = hn::Zero(df);
   int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    VF d0, d1, d2, d3;
+    LoadTwo(df, x + i, &d0, &d1);
+    LoadTwo(df, x + i + 2 * N, &d2, &d3);
+    d0 = hn::Sub(d0, vc);
+    d1 = hn::Sub(d1, vc);
+    d2 = hn::Sub(d2, vc);
+    d3 = hn::Sub(d3, vc);
+    a0 = hn::Add(a0, d0);
+    a1 = hn::Add(a1, d1);
+    a2 = hn::Add(a2, d2);
+    a3 = hn::Add(a3, d3);
+    q0 = hn::MulAdd(d0, d0, q0);
+    q1 = hn::MulAdd(d1, d1, q1);
+    q2 = hn::MulAdd(d2, d2, q2);
+    q3 = hn::MulAdd(d3, d3, q3);
+  }
   for (; i + 2 * N <= n; i += 2 * N) {
     VF d0, d1;
     LoadTwo(df, x + i, &d0, &d1);
@@ -153,11 +183,11 @@ HWY_INLINE void RowShiftedSums(const T* x, int64_t n, float c, float* s1_out, fl
   }
   for (; i + N <= n; i += N) {
     const VF d = hn::Sub(LoadF(df, x + i), vc);
-    a0 = hn::Add(a0, d);
-    q0 = hn::MulAdd(d, d, q0);
+    a2 = hn::Add(a2, d);
+    q2 = hn::MulAdd(d, d, q2);
   }
-  float s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-  float s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(q0, q1)));
+  float s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  float s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(q0, q1), hn::Add(q2, q3))));
   for (; i < n; ++i) {
     const float d = to_f32(x[i]) - c;
     s1 += d;
@@ -250,6 +280,25 @@ void LayerNormImpl(const LayerNormArgs& args) {
   });
 }
 
+// T5's intermediate rounding of x * inv_rms to T before the weight. For bf16 rows the NaN select
+// of RoundTo is not needed (two of its seven operations): every NaN here is a bf16 input's
+// (low half zero, and the multiply keeps the payload) or the hardware's default NaN (low half
+// zero, from inf * 0), and adding at most 0x8000 to a zero low half never carries into the upper
+// half, so the rounded value is the same NaN.
+template <typename T>
+HWY_INLINE VF RoundIntermediate(DF df, VF v) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto u = hn::BitCast(du, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+    const auto r = hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7FFFu)));
+    return hn::BitCast(df, hn::And(r, hn::Set(du, 0xFFFF0000u)));
+  }
+#endif
+  return RoundTo<T>(df, v);
+}
+
 void RmsNormImpl(const RmsNormArgs& args) {
   dispatch_float(args.x.dtype(), "rms_norm", [&]<typename T>() {
     const RowIndex xi(args.x);
@@ -260,17 +309,36 @@ void RmsNormImpl(const RmsNormArgs& args) {
     T* yp = args.y.data<T>();
     const float inv_d = 1.0f / static_cast<float>(D);
     const DF df;
+    // Rows go in groups of four: each row's statistic ends in a chain of dependent steps (the
+    // horizontal sum, square root, division) that a short row (a QK norm's 128-wide heads) spent
+    // about as long waiting on as on its elements; the four chains of a group overlap.
+    constexpr int64_t kGroup = 4;
     with_stream(stream_output(args.y, {&args.x}), [&]<bool kS>() {
-      for_each_row(args.x, args.y, xi.rows(), D, [&](int64_t, int64_t xo, int64_t yo) {
-        const T* x = xp + xo;
-        const VF vi = hn::Set(df, 1.0f / std::sqrt(RowSumSquares(x, D) * inv_d + args.eps));
-        if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
-          MapRowColumns<kS>(x, yp + yo, D, w.data(), w.data(),
-                            [&](VF v, VF wv, VF) { return hn::Mul(RoundTo<T>(df, hn::Mul(v, vi)), wv); });
-        else
-          MapRowColumns<kS>(x, yp + yo, D, w.data(), w.data(),
-                            [&](VF v, VF wv, VF) { return hn::Mul(hn::Mul(v, vi), wv); });
-      });
+      for_each_row_block(
+          args.x, args.y, xi.rows(), D, [&](int64_t r0, int64_t r1, RowCursor& xc, RowCursor& yc) {
+            for (int64_t r = r0; r < r1; r += kGroup) {
+              const int64_t g = std::min(kGroup, r1 - r);
+              int64_t xo[kGroup], yo[kGroup];
+              float inv[kGroup];
+              for (int64_t k = 0; k < g; ++k, xc.next(), yc.next()) {
+                xo[k] = xc.offset();
+                yo[k] = yc.offset();
+              }
+              for (int64_t k = 0; k < g; ++k) inv[k] = RowSumSquares(xp + xo[k], D);
+              for (int64_t k = 0; k < g; ++k) inv[k] = 1.0f / std::sqrt(inv[k] * inv_d + args.eps);
+              for (int64_t k = 0; k < g; ++k) {
+                const T* x = xp + xo[k];
+                const VF vi = hn::Set(df, inv[k]);
+                if (args.round_before_weight)  // T5: the normalised row is rounded to T before the weight
+                  MapRowColumns<kS>(x, yp + yo[k], D, w.data(), w.data(), [&](VF v, VF wv, VF) {
+                    return hn::Mul(RoundIntermediate<T>(df, hn::Mul(v, vi)), wv);
+                  });
+                else
+                  MapRowColumns<kS>(x, yp + yo[k], D, w.data(), w.data(),
+                                    [&](VF v, VF wv, VF) { return hn::Mul(hn::Mul(v, vi), wv); });
+              }
+            }
+          });
     });
   });
 }
