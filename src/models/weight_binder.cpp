@@ -8,6 +8,13 @@
 
 namespace fluxrt::models {
 
+Tensor to_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  Tensor moved = Tensor::empty(t.shape(), t.dtype(), device);
+  moved.copy_from(t);
+  return moved;
+}
+
 TensorStore TensorStore::from_checkpoint(const io::Checkpoint& checkpoint, const std::string& prefix) {
   TensorStore store;
   store.description_ = checkpoint.path();

@@ -44,6 +44,12 @@ class TensorStore {
   std::string description_;
 };
 
+// `t` on `device`: `t` itself when it is already there (or undefined), else a copy (an upload or a
+// download). Models call it once at load for every tensor an op reads besides prepared linears and
+// convolutions (norm weights, embedding tables, biases applied by hand), and per call for the small
+// host-built inputs (ids, RoPE tables, masks, timestep projections).
+Tensor to_device(const Tensor& t, Device device);
+
 class WeightBinder {
  public:
   // `component` names the model part in errors ("transformer", "text_encoder", "vae").

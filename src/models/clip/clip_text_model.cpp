@@ -161,6 +161,16 @@ void ClipTextModel::bind(const TensorStore& store) {
   // Older transformers saved the (constant) position_ids buffer with the weights.
   binder.ignore_prefix("embeddings.position_ids");
   binder.finish();
+  place_all();
+}
+
+// The parameters the ops read directly (embeddings, LayerNorm weights and biases) go to the
+// model's device once; prepared linears were placed by prepare_linear.
+void ClipTextModel::place_all() {
+  std::vector<Tensor*> params{&token_embedding_, &position_embedding_, &final_ln_weight_, &final_ln_bias_};
+  for (Layer& L : layers_)
+    for (Tensor* t : {&L.ln1_weight, &L.ln1_bias, &L.ln2_weight, &L.ln2_bias}) params.push_back(t);
+  for (Tensor* t : params) *t = to_device(*t, options_.device);
 }
 
 ClipTextModel ClipTextModel::from_store(const ClipTextConfig& config, const TensorStore& store,
@@ -209,13 +219,14 @@ ClipTextModel ClipTextModel::synthetic(const ClipTextConfig& config, const ClipT
   }
   m.final_ln_weight_ = norm_weight();
   m.final_ln_bias_ = norm_bias();
+  m.place_all();
   return m;
 }
 
 std::vector<int64_t> ClipTextModel::pooled_positions(const Tensor& input_ids) const {
   if (input_ids.dim() != 2 || (input_ids.dtype() != DType::I32 && input_ids.dtype() != DType::I64))
     fail(ErrorCode::InvalidArgument, "clip: input_ids must be [B, L] i32/i64, got {}", input_ids.str());
-  const Tensor ids = input_ids.to(DType::I64).contiguous();
+  const Tensor ids = to_device(input_ids, Device::cpu()).to(DType::I64).contiguous();  // read on the host
   const int64_t B = ids.size(0), L = ids.size(1);
   const int64_t* data = ids.data<int64_t>();
   std::vector<int64_t> positions(static_cast<size_t>(B), 0);
@@ -251,7 +262,7 @@ ClipTextOutput ClipTextModel::forward(const Tensor& input_ids) const {
   attn.scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   // CLIPTextEmbeddings: token_embedding(ids) + position_embedding(0..L-1)
-  Tensor x = ops::embedding(token_embedding_, input_ids, dt);  // [B, L, H]
+  Tensor x = ops::embedding(token_embedding_, to_device(input_ids, options_.device), dt);  // [B, L, H]
   ops::add_(x, position_embedding_.narrow(0, 0, Lseq));         // [B, L, H]
   for (const Layer& L : layers_) {
     // CLIPEncoderLayer: x = x + out_proj(attn(layer_norm1(x)))
@@ -267,7 +278,7 @@ ClipTextOutput ClipTextModel::forward(const Tensor& input_ids) const {
   }
   ClipTextOutput out;
   out.last_hidden_state = ops::layer_norm(x, final_ln_weight_, final_ln_bias_, c.layer_norm_eps);  // [B, L, H]
-  out.pooled = Tensor::empty({B, H}, dt);                                                           // [B, H]
+  out.pooled = Tensor::empty({B, H}, dt, options_.device);                                          // [B, H]
   for (int64_t b = 0; b < B; ++b)
     out.pooled.select(0, b).copy_from(out.last_hidden_state.select(0, b).select(0, pool_at[static_cast<size_t>(b)]));
   return out;

@@ -86,6 +86,7 @@ class ClipTextModel {
   ClipTextModel(ClipTextConfig config, ClipTextOptions options);
   static void validate(const ClipTextConfig& config, const ClipTextOptions& options);
   void bind(const TensorStore& store);
+  void place_all();  // embeddings and LayerNorm parameters onto options_.device
 
   ClipTextConfig config_;
   ClipTextOptions options_;

@@ -97,7 +97,8 @@ Flux1Transformer::Linear Flux1Transformer::prepare(const Fetch& fetch, const std
   Tensor b = vector(fetch, prefix + ".bias", n);
   if (!w.defined() || !b.defined()) return nullptr;
   weight_bytes_ += w.nbytes();
-  w = flux_to_device(w, options_.device);
+  // No copy to the device first: prepare_linear uploads what the backend needs (the CUDA backend
+  // keeps its own device copy), and a moved source would hold every weight twice there.
   auto prepared = ops::prepare_linear(w, b, options_.device);
   if (options_.release_prepared_sources) {
     // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
@@ -286,7 +287,10 @@ Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   Tensor txt = ops::linear(flux_to_device(ctx.to(dt).contiguous(), options_.device), *txt_in_);  // [B, Lt, D]
 
   // 3. RoPE over [text ; image] positions (text first).
-  const Tensor ids = ops::concat({ctx_ids.to(DType::F32), x_ids.to(DType::F32)}, ctx_ids.dim() - 2);  // [(B,) L, 3]
+  // Ids are read on the host (small); the tables go to the device once per forward.
+  const Tensor ids = ops::concat({flux_to_device(ctx_ids, Device::cpu()).to(DType::F32),
+                                  flux_to_device(x_ids, Device::cpu()).to(DType::F32)},
+                                 ctx_ids.dim() - 2);  // [(B,) L, 3]
   const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
   const Tensor rope_cos = flux_to_device(rope.cos, options_.device);
   const Tensor rope_sin = flux_to_device(rope.sin, options_.device);

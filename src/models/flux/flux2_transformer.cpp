@@ -74,11 +74,8 @@ Flux2Transformer::Linear Flux2Transformer::prepare(const Fetch& fetch, const std
   Tensor w = fetch(name, shape);
   if (!w.defined()) return nullptr;
   weight_bytes_ += w.nbytes();
-  if (w.device() != options_.device) {
-    Tensor moved = Tensor::empty(w.shape(), w.dtype(), options_.device);
-    moved.copy_from(w);
-    w = moved;
-  }
+  // No copy to the device first: prepare_linear uploads what the backend needs (the CUDA backend
+  // keeps its own device copy), and a moved source would hold every weight twice there.
   auto prepared = ops::prepare_linear(w, Tensor(), options_.device);
   if (options_.release_prepared_sources) {
     // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
@@ -93,12 +90,7 @@ void Flux2Transformer::bind(const Fetch& fetch) {
   auto norm = [&](const std::string& name) {
     Tensor t = fetch(name, {hd});
     if (t.defined()) weight_bytes_ += t.nbytes();
-    if (t.defined() && t.device() != options_.device) {
-      Tensor moved = Tensor::empty(t.shape(), t.dtype(), options_.device);
-      moved.copy_from(t);
-      t = moved;
-    }
-    return t;
+    return to_device(t, options_.device);
   };
   img_in_ = prepare(fetch, "img_in.weight", {d, c.in_channels});
   txt_in_ = prepare(fetch, "txt_in.weight", {d, c.context_dim});
@@ -142,8 +134,9 @@ void Flux2Transformer::bind(const Fetch& fetch) {
 // Flux2Transformer2DModel.forward's `timestep.to(dtype) * 1000` (flux-reference.md 2.4).
 Tensor Flux2Transformer::timestep_embedding(const Tensor& timesteps) const {
   // [B, 256] rounded to the model dtype, as `timesteps_proj.to(timestep.dtype)`.
-  const Tensor proj = flux_to_device(flux_sinusoidal_embedding(timesteps, config_.timestep_channels, options_.dtype),
-                                     options_.device);
+  const Tensor proj = to_device(
+      flux_sinusoidal_embedding(to_device(timesteps, Device::cpu()), config_.timestep_channels, options_.dtype),
+      options_.device);
   const Tensor h = ops::linear(proj, *time_in_1_, backend::Activation::Silu);  // [B, D]
   return ops::linear(h, *time_in_2_);                                           // [B, D] temb
 }
@@ -239,13 +232,16 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   const Tensor mod_single = ops::linear(temb_act, *mod_single_);     // [B, 3D]
 
   // 2. Input projections.
-  Tensor img = ops::linear(x.to(dt), *img_in_);                      // [B, Li, D]
-  Tensor txt = ops::linear(ctx.to(dt), *txt_in_);                    // [B, Lt, D]
+  // Latents and text embeddings may come from the host (moved here) or already be on the device.
+  Tensor img = ops::linear(to_device(x, options_.device).to(dt), *img_in_);    // [B, Li, D]
+  Tensor txt = ops::linear(to_device(ctx, options_.device).to(dt), *txt_in_);  // [B, Lt, D]
 
   // 3. RoPE over [text ; image] positions (diffusers concatenates the two tables, text first).
-  const Tensor ids = ops::concat({ctx_ids.to(DType::F32), x_ids.to(DType::F32)}, ctx_ids.dim() - 2);  // [(B,) L, 4]
+  // Ids are read on the host (small); the tables go to the device once per forward.
+  const Tensor ids = ops::concat({to_device(ctx_ids, Device::cpu()).to(DType::F32), to_device(x_ids, Device::cpu()).to(DType::F32)},
+                                 ctx_ids.dim() - 2);  // [(B,) L, 4]
   const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
-  const Tensor rope_cos = flux_to_device(rope.cos, options_.device), rope_sin = flux_to_device(rope.sin, options_.device);
+  const Tensor rope_cos = to_device(rope.cos, options_.device), rope_sin = to_device(rope.sin, options_.device);
 
   // 4. Double-stream blocks.
   for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope_cos, rope_sin);

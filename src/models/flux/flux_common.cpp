@@ -4,12 +4,13 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "models/weight_binder.h"
 #include "ops/linear.h"
 
 namespace fluxrt::models {
 
 Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType dtype) {
-  const Tensor v = values.to(DType::F32).contiguous();
+  const Tensor v = to_device(values, Device::cpu()).to(DType::F32).contiguous();  // read on the host
   const int64_t b = v.numel(), half = channels / 2;
   std::vector<float> emb(static_cast<size_t>(b * 2 * half));
   const float neg_log = static_cast<float>(-std::log(10000.0));
@@ -30,10 +31,7 @@ Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType d
 }
 
 Tensor flux_to_device(const Tensor& host, Device device) {
-  if (device == Device::cpu() || host.device() == device) return host;
-  Tensor t = Tensor::empty(host.shape(), host.dtype(), device);
-  t.copy_from(host);
-  return t;
+  return to_device(host, device);
 }
 
 Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {

@@ -167,7 +167,7 @@ void Qwen3Encoder::bind(const TensorStore& store) {
   // Weights keep the checkpoint dtype in bf16 mode; the f32 mode widens them once here.
   const std::optional<DType> wdtype =
       options_.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
-  embed_tokens_ = binder.require("embed_tokens.weight", {c.vocab_size, H});
+  embed_tokens_ = to_device(binder.require("embed_tokens.weight", {c.vocab_size, H}), options_.device);
   auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<backend::PreparedLinear> {
     Tensor w = binder.require(name, {n, k}, wdtype);
     return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
@@ -177,10 +177,10 @@ void Qwen3Encoder::bind(const TensorStore& store) {
   for (int64_t i = 0; i < computed; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
     Layer& L = layers_[static_cast<size_t>(i)];
-    L.input_norm = binder.require(p + "input_layernorm.weight", {H}, wdtype);
-    L.post_norm = binder.require(p + "post_attention_layernorm.weight", {H}, wdtype);
-    L.q_norm = binder.require(p + "self_attn.q_norm.weight", {D}, wdtype);
-    L.k_norm = binder.require(p + "self_attn.k_norm.weight", {D}, wdtype);
+    L.input_norm = to_device(binder.require(p + "input_layernorm.weight", {H}, wdtype), options_.device);
+    L.post_norm = to_device(binder.require(p + "post_attention_layernorm.weight", {H}, wdtype), options_.device);
+    L.q_norm = to_device(binder.require(p + "self_attn.q_norm.weight", {D}, wdtype), options_.device);
+    L.k_norm = to_device(binder.require(p + "self_attn.k_norm.weight", {D}, wdtype), options_.device);
     L.q = lin(p + "self_attn.q_proj.weight", c.num_heads * D, H);
     L.k = lin(p + "self_attn.k_proj.weight", c.num_kv_heads * D, H);
     L.v = lin(p + "self_attn.v_proj.weight", c.num_kv_heads * D, H);
@@ -230,8 +230,8 @@ Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3Encod
     p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
     return p;
   };
-  auto norm = [&](int64_t n) { return random_tensor({n}, wd, 0.1f, 1.0f, ++s); };
-  e.embed_tokens_ = random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s);  // [V, H]
+  auto norm = [&](int64_t n) { return to_device(random_tensor({n}, wd, 0.1f, 1.0f, ++s), options.device); };
+  e.embed_tokens_ = to_device(random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s), options.device);  // [V, H]
   e.layers_.resize(static_cast<size_t>(options.taps.back()));
   for (Layer& L : e.layers_) {
     L.input_norm = norm(H);
@@ -262,15 +262,19 @@ Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_ma
   // the real tokens at 0..n-1). Qwen3RotaryEmbedding: rotate-half tables in f32.
   ops::AttentionOptions attn;
   attn.rope = backend::RopeLayout::HalfSplit;
-  attn.rope_table = ops::rope_rotate_half(Lseq, D, c.rope_theta);
+  // ids, mask and RoPE tables are built on the host; they move to the device once per forward.
+  const Device dev = options_.device;
+  const ops::RopeTable rope = ops::rope_rotate_half(Lseq, D, c.rope_theta);
+  attn.rope_table = {to_device(rope.cos, dev), to_device(rope.sin, dev)};
   attn.causal = true;  // transformers' causal mask combined with the padding mask
-  attn.key_padding_mask = attention_mask.dtype() == DType::U8 ? attention_mask : attention_mask.to(DType::U8);
+  attn.key_padding_mask =
+      to_device(attention_mask.dtype() == DType::U8 ? attention_mask : attention_mask.to(DType::U8), dev);
   attn.scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   // Qwen3Model.embed_tokens
-  Tensor x = ops::embedding(embed_tokens_, input_ids, dt);  // [B, L, H]
+  Tensor x = ops::embedding(embed_tokens_, to_device(input_ids, dev), dt);  // [B, L, H]
   const int64_t ntaps = static_cast<int64_t>(options_.taps.size());
-  Tensor out = Tensor::empty({B, Lseq, ntaps, H}, dt);  // [B, L, taps, H]
+  Tensor out = Tensor::empty({B, Lseq, ntaps, H}, dt, dev);  // [B, L, taps, H]
   size_t next_tap = 0;
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];

@@ -194,7 +194,18 @@ void T5Encoder::bind(const TensorStore& store) {
                                {c.relative_attention_num_buckets, c.num_heads});
   final_norm_ = binder.require("encoder.final_layer_norm.weight", {D}, wdtype);
   binder.finish();
-  relative_bias_ = bias.to(DType::F32).contiguous();  // [buckets, heads]
+  relative_bias_ = bias.to(DType::F32).contiguous();  // [buckets, heads], read on the host
+  place_all();
+}
+
+void T5Encoder::place_all() {
+  const Device device = options_.device;
+  shared_ = to_device(shared_, device);
+  final_norm_ = to_device(final_norm_, device);
+  for (Layer& L : layers_) {
+    L.attn_norm = to_device(L.attn_norm, device);
+    L.ff_norm = to_device(L.ff_norm, device);
+  }
 }
 
 T5Encoder T5Encoder::from_store(const T5Config& config, const TensorStore& store, const T5EncoderOptions& options) {
@@ -237,6 +248,7 @@ T5Encoder T5Encoder::synthetic(const T5Config& config, const T5EncoderOptions& o
     L.wi = lin(2 * F, D);  // wi_0, wi_1
     L.wo = lin(D, F);
   }
+  e.place_all();
   return e;
 }
 
@@ -275,7 +287,7 @@ Tensor T5Encoder::build_position_bias(int64_t length) const {
     for (int64_t i = 0; i < length; ++i)
       for (int64_t j = 0; j < length; ++j)
         out[(h * length + i) * length + j] = table[bucket_of[static_cast<size_t>(j - i + length - 1)] * H + h];
-  return bias;
+  return to_device(bias, options_.device);  // cached there: one upload per length
 }
 
 Tensor T5Encoder::forward(const Tensor& input_ids) const {
@@ -294,7 +306,7 @@ Tensor T5Encoder::forward(const Tensor& input_ids) const {
   attn.bias = position_bias(Lseq);    // [1, H, L, L], cached per length, used by every block
 
   // T5Stack.embed_tokens (= shared)
-  Tensor x = ops::embedding(shared_, input_ids, dt);  // [B, L, D]
+  Tensor x = ops::embedding(shared_, to_device(input_ids, options_.device), dt);  // [B, L, D]
   for (const Layer& L : layers_) {
     // T5LayerSelfAttention: x = x + o(attention(T5LayerNorm(x)))
     Tensor h = ops::t5_rms_norm(x, L.attn_norm, c.layer_norm_epsilon);  // [B, L, D]

@@ -88,6 +88,7 @@ class T5Encoder {
   T5Encoder(T5Config config, T5EncoderOptions options);
   static void validate(const T5Config& config, const T5EncoderOptions& options);
   void bind(const TensorStore& store);
+  void place_all();  // embedding table and norm weights onto options_.device
 
   T5Config config_;
   T5EncoderOptions options_;

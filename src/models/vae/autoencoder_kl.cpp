@@ -385,7 +385,8 @@ struct AutoencoderKL::Impl {
       for (size_t ix = 0; ix < xs.size(); ++ix) {
         const int64_t th = std::min(tile, H), tw = std::min(tile, W);
         Tensor in = x.slice(2, ys[iy], ys[iy] + th).slice(3, xs[ix], xs[ix] + tw).contiguous();  // [B, C, th, tw]
-        Tensor out = fn(in).to(DType::F32).contiguous();                      // [B, OC, oth, otw]
+        // Blended on the host in f32 (a download per tile on a GPU; tiling is the low-memory path).
+        Tensor out = to_device(fn(in), Device::cpu()).to(DType::F32).contiguous();  // [B, OC, oth, otw]
         if (!acc.defined()) {
           OC = out.size(1);
           acc = Tensor::zeros({B, OC, OH, OW}, DType::F32);
@@ -410,7 +411,7 @@ struct AutoencoderKL::Impl {
     float* dst = acc.data<float>();
     for (int64_t bc = 0; bc < B * OC; ++bc)
       for (int64_t p = 0; p < OH * OW; ++p) dst[bc * OH * OW + p] /= ws[p];
-    return acc.to(options.dtype);                                             // [B, OC, OH, OW]
+    return to_device(acc.to(options.dtype), options.device);                 // [B, OC, OH, OW]
   }
 };
 
@@ -458,8 +459,8 @@ struct Walk {
   }
   Norm norm(const std::string& p, int64_t c) {
     Norm n;
-    n.weight = get(p + ".weight", {c}, dtype);
-    n.bias = get(p + ".bias", {c}, dtype);
+    n.weight = to_device(get(p + ".weight", {c}, dtype), device);
+    n.bias = to_device(get(p + ".bias", {c}, dtype), device);
     return n;
   }
   Resnet resnet(const std::string& p, int64_t cin, int64_t cout) {
@@ -591,10 +592,11 @@ TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const 
 bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return decode_tile_plan(b, h, w).tiled; }
 bool AutoencoderKL::encode_would_tile(int64_t b, int64_t h, int64_t w) const { return encode_tile_plan(b, h, w).tiled; }
 
-Tensor AutoencoderKL::decode(const Tensor& z, const char* what) const {
-  FLUXRT_CHECK(z.defined() && z.dim() == 4 && z.size(1) == impl_->config.latent_channels, ErrorCode::InvalidArgument,
-               "{}: z must be [B, {}, h, w], got {}", what, impl_->config.latent_channels,
-               z.defined() ? z.shape().str() : "undefined");
+Tensor AutoencoderKL::decode(const Tensor& z_in, const char* what) const {
+  FLUXRT_CHECK(z_in.defined() && z_in.dim() == 4 && z_in.size(1) == impl_->config.latent_channels,
+               ErrorCode::InvalidArgument, "{}: z must be [B, {}, h, w], got {}", what, impl_->config.latent_channels,
+               z_in.defined() ? z_in.shape().str() : "undefined");
+  const Tensor z = to_device(z_in, impl_->options.device);  // host latents are uploaded; the result stays there
   const int64_t f = impl_->config.spatial_factor();
   const TilePlan plan = decode_tile_plan(z.size(0), z.size(2) * f, z.size(3) * f);
   if (plan.lean) return impl_->decode_lean(z);
@@ -613,8 +615,9 @@ Tensor AutoencoderKL::decode(const Tensor& z, const char* what) const {
                       [&](const Tensor& tile) { return impl_->decode_tail(tile, whole - 1); });  // [B, 3, H, W]
 }
 
-Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
+Tensor AutoencoderKL::encode_mode(const Tensor& image_in, const char* what) const {
   FLUXRT_CHECK(impl_->has_encoder, ErrorCode::InvalidArgument, "{}: loaded without the encoder", what);
+  const Tensor image = to_device(image_in, impl_->options.device);
   const int64_t f = impl_->config.spatial_factor();
   FLUXRT_CHECK(image.defined() && image.dim() == 4 && image.size(1) == impl_->config.in_channels &&
                    image.size(2) % f == 0 && image.size(3) % f == 0,
@@ -631,8 +634,9 @@ Tensor AutoencoderKL::encode_mode(const Tensor& image, const char* what) const {
   return impl_->encode_tiled(image, plan).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
 }
 
-Tensor AutoencoderKL::encode_moments(const Tensor& image, const char* what) const {
+Tensor AutoencoderKL::encode_moments(const Tensor& image_in, const char* what) const {
   FLUXRT_CHECK(impl_->has_encoder, ErrorCode::InvalidArgument, "{}: loaded without the encoder", what);
+  const Tensor image = to_device(image_in, impl_->options.device);
   const int64_t f = impl_->config.spatial_factor();
   FLUXRT_CHECK(image.defined() && image.dim() == 4 && image.size(1) == impl_->config.in_channels &&
                    image.size(2) % f == 0 && image.size(3) % f == 0,

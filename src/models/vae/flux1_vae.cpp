@@ -64,13 +64,14 @@ Flux1Vae Flux1Vae::load(const std::string& path, const Flux1VaeOptions& options,
 Tensor Flux1Vae::unscale_latents(const Tensor& z) const {
   const DType dt = z.dtype();
   Tensor y = ops::scale(z.to(DType::F32), 1.0f / config_.scaling_factor).to(dt).to(DType::F32);  // [B, 16, h, w]
-  ops::add_(y, Tensor::full({1}, DType::F32, config_.shift_factor));                           // [B, 16, h, w]
+  ops::add_(y, to_device(Tensor::full({1}, DType::F32, config_.shift_factor), y.device()));                           // [B, 16, h, w]
   return y.to(dt);
 }
 
 Tensor Flux1Vae::scale_latents(const Tensor& z) const {
   const DType dt = z.dtype();
-  Tensor y = ops::add(z.to(DType::F32), Tensor::full({1}, DType::F32, -config_.shift_factor)).to(dt);  // [B, 16, h, w]
+  const Tensor shift = to_device(Tensor::full({1}, DType::F32, -config_.shift_factor), z.device());
+  Tensor y = ops::add(z.to(DType::F32), shift).to(dt);  // [B, 16, h, w]
   return ops::scale(y.to(DType::F32), config_.scaling_factor).to(dt);                                 // [B, 16, h, w]
 }
 

@@ -72,7 +72,8 @@ Flux2Vae Flux2Vae::from_store(const TensorStore& raw, const Flux2VaeConfig& conf
   Tensor bn_var = binder.require("bn.running_var", {config.packed_channels()}, DType::F32);
   binder.ignore_prefix("bn.num_batches_tracked");
   binder.finish();
-  return Flux2Vae(std::make_unique<Impl>(Impl{config, std::move(core), bn_mean, bn_var}));
+  return Flux2Vae(std::make_unique<Impl>(
+      Impl{config, std::move(core), to_device(bn_mean, options.device), to_device(bn_var, options.device)}));
 }
 
 Flux2Vae Flux2Vae::load(const std::string& path, const Flux2VaeOptions& options, std::optional<Flux2VaeConfig> config) {
@@ -88,10 +89,10 @@ void Flux2Vae::set_tiling(const TilingOptions& tiling) { impl_->core.set_tiling(
 bool Flux2Vae::has_encoder() const { return impl_->core.has_encoder(); }
 
 Tensor Flux2Vae::normalize_latents(const Tensor& z) const {
-  return ops::latent_normalize(z, impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
+  return ops::latent_normalize(to_device(z, impl_->bn_mean.device()), impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
 }
 Tensor Flux2Vae::denormalize_latents(const Tensor& z) const {
-  return ops::latent_denormalize(z, impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
+  return ops::latent_denormalize(to_device(z, impl_->bn_mean.device()), impl_->bn_mean, impl_->bn_var, impl_->config.batch_norm_eps);  // [B, 128, h, w]
 }
 
 size_t Flux2Vae::estimate_decode_bytes(int64_t b, int64_t h, int64_t w) const {

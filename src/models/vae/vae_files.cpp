@@ -80,7 +80,7 @@ Tensor postprocess_to_uint8(const Tensor& image) {
                image.defined() ? image.shape().str() : "undefined");
   const int64_t B = image.size(0), C = image.size(1), H = image.size(2), W = image.size(3);
   const DType dt = image.dtype();
-  const Tensor x = image.to(DType::F32).contiguous();                        // [B, C, H, W]
+  const Tensor x = to_device(image, Device::cpu()).to(DType::F32).contiguous();  // [B, C, H, W], on the host
   Tensor out = Tensor::empty({B, H, W, C}, DType::U8);                        // [B, H, W, C]
   const float* src = x.data<float>();
   uint8_t* dst = out.data<uint8_t>();
