@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "models/weight_binder.h"
 #include "ops/elementwise.h"
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
@@ -153,14 +154,16 @@ Tensor flux1_scale_noise(const Tensor& sample, const Tensor& noise, float sigma)
   check_elementwise_dtype(dt, "scale_noise");
   // scheduler.sigmas.to(sample.dtype): sigma and 1 - sigma are tensors of that dtype.
   const float s = round_to(sigma, dt), one_minus = round_to(1.0f - s, dt);
-  const Tensor x = sample.to(DType::F32).contiguous(), n = noise.to(DType::F32).contiguous();
+  // On the host (once per request); the result goes to the sample's device.
+  const Tensor x = models::to_device(sample, Device::cpu()).to(DType::F32).contiguous();
+  const Tensor n = models::to_device(noise, Device::cpu()).to(DType::F32).contiguous();
   Tensor out = Tensor::empty(sample.shape(), DType::F32);
   const float* xp = x.data<float>();
   const float* np_ = n.data<float>();
   float* op = out.data<float>();
   for (int64_t i = 0; i < x.numel(); ++i)
     op[i] = round_to(round_to(s * np_[i], dt) + round_to(one_minus * xp[i], dt), dt);
-  return out.to(dt);
+  return models::to_device(out.to(dt), sample.device());
 }
 
 Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) {
@@ -170,7 +173,7 @@ Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) 
   const DType dt = moments.dtype();
   check_elementwise_dtype(dt, "posterior sample");
   const int64_t b = moments.size(0), c = moments.size(1) / 2, hw = moments.size(2) * moments.size(3);
-  const Tensor m = moments.to(DType::F32).contiguous();
+  const Tensor m = models::to_device(moments, Device::cpu()).to(DType::F32).contiguous();  // on the host
   // randn_tensor(mean.shape, generator, dtype=parameters.dtype)
   const Tensor eps = randn_tensor({b, c, moments.size(2), moments.size(3)}, dt, generator).to(DType::F32).contiguous();
   Tensor out = Tensor::empty({b, c, moments.size(2), moments.size(3)}, DType::F32);
@@ -189,7 +192,7 @@ Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) 
         o[k] = round_to(mean[k] + round_to(stddev * e[k], dt), dt);
       }
     }
-  return out.to(dt);
+  return models::to_device(out.to(dt), moments.device());
 }
 
 Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height) {
@@ -355,7 +358,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
                                          : randn_tensor(noise_shape, dtype, generator);
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
-  Tensor latents = flux1_pack_latents(noise);  // [B, (h/2)(w/2), 64]
+  // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
+  Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]
   const Tensor latent_ids = flux1_image_ids(lh, lw);
 
   // guidance: torch.full([1], guidance_scale, float32).expand(B), dev only
@@ -391,12 +395,13 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   check_cancel(request, "before VAE decode");
 
   // 7. unpack, z / scaling + shift, decode, 8-bit conversion
-  result.final_latents = flux1_unpack_latents(latents, lh, lw);  // [B, 16, h, w]
+  const Tensor final_latents = flux1_unpack_latents(latents, lh, lw);  // [B, 16, h, w] on the device
+  result.final_latents = models::to_device(final_latents, Device::cpu());
   {
     auto vae = m.vae_lease(/*with_encoder=*/false);
     ScopedTimer span(prof, kSpanVaeDecode);
-    const Tensor image = vae->decode_latents(result.final_latents);  // [B, 3, H, W]
-    result.images = to_images(models::postprocess_to_uint8(image));
+    const Tensor image = vae->decode_latents(final_latents);  // [B, 3, H, W] on the device
+    result.images = to_images(models::postprocess_to_uint8(image));  // downloads
   }
   return result;
 }

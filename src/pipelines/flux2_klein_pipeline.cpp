@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "models/weight_binder.h"
 #include "models/flux/flux2_transformer.h"
 #include "ops/elementwise.h"
 #include "pipelines/klein_components.h"
@@ -223,7 +224,8 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   TorchGenerator generator(request.seed);
   const Tensor noise =
       request.initial_latents ? request.initial_latents->to(dtype).contiguous() : randn_tensor(noise_shape, dtype, generator);
-  Tensor latents = pack_latents(noise);  // [B, Li, 128]
+  // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
+  Tensor latents = models::to_device(pack_latents(noise), m.options.device);  // [B, Li, 128]
   Tensor latent_ids = klein_image_ids(lh, lw);
 
   // Reference tokens (prepare_image_latents): VAE mode latents, BN-normalised, packed, appended
@@ -279,12 +281,13 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   check_cancel(request, "before VAE decode");
 
   // unpack, BN-denormalise, unpatchify, decode, 8-bit conversion
-  result.final_latents = unpack_latents(latents, lh, lw);  // [B, 128, h, w]
+  const Tensor final_latents = unpack_latents(latents, lh, lw);  // [B, 128, h, w] on the device
+  result.final_latents = models::to_device(final_latents, Device::cpu());
   {
     ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/false);
     ScopedTimer span(prof, kSpanVaeDecode);
-    const Tensor image = vae->decode_latents(result.final_latents);  // [B, 3, H, W]
-    result.images = to_images(models::postprocess_to_uint8(image));
+    const Tensor image = vae->decode_latents(final_latents);  // [B, 3, H, W] on the device
+    result.images = to_images(models::postprocess_to_uint8(image));  // downloads
   }
   return result;
 }

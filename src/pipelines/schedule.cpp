@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/weight_binder.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -246,8 +247,9 @@ Tensor euler_step(const Tensor& sample, const Tensor& model_output, float sigma,
   FLUXRT_CHECK(is_step_dtype(sample.dtype()) && is_step_dtype(model_output.dtype()), ErrorCode::Unsupported,
                "euler_step: dtypes {} / {} not supported (f32, bf16, f16)", dtype_name(sample.dtype()),
                dtype_name(model_output.dtype()));
-  const Tensor x = sample.to(DType::F32).contiguous();
-  const Tensor v = model_output.contiguous();
+  // The update runs on the host (a few MB per step); the result goes back to the sample's device.
+  const Tensor x = models::to_device(sample, Device::cpu()).to(DType::F32).contiguous();
+  const Tensor v = models::to_device(model_output, Device::cpu()).contiguous();
   const DType out_dtype = model_output.dtype();
   Tensor out = Tensor::empty(sample.shape(), out_dtype);
   const int64_t n = x.numel();
@@ -268,7 +270,7 @@ Tensor euler_step(const Tensor& sample, const Tensor& model_output, float sigma,
       o[i] = to_narrow(xs[i] + product, out_dtype);
     }
   }
-  return out;
+  return models::to_device(out, sample.device());
 }
 
 Tensor euler_step(const Tensor& sample, const Tensor& model_output, const Schedule& schedule, int index) {

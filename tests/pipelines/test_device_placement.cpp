@@ -1,0 +1,231 @@
+// Placement on a non-default device without a GPU: the test device cpu:1 (core/device.h) runs the
+// CPU kernels on host memory but is a different device for every same-device check, so a model or
+// pipeline that leaves a weight, table or activation on cpu fails here with "[op] tensors on cpu
+// and cpu:1", as it would on CUDA. Outputs must be bitwise those of cpu (same kernels, same RNG).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "models/vae/flux1_vae.h"
+#include "models/vae/flux2_vae.h"
+#include "ops/elementwise.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "support/vae_tiling.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+const bool kSingleThreaded = [] {
+  set_num_threads(1);
+  return true;
+}();
+
+const fs::path kData = FLUXRT_TEST_DATA_DIR;
+const Device kCheck = Device::placement_check();
+
+PipelineOptions options_on(Device device, DType dtype) {
+  PipelineOptions o;
+  o.dtype = dtype;
+  o.device = device;
+  o.parallel_load = false;
+  return o;
+}
+
+GenerateRequest tiny_request(uint64_t seed) {
+  GenerateRequest r;
+  r.prompts = {"a red circle", "stripes"};
+  r.seed = seed;
+  r.width = 64;
+  r.height = 64;
+  r.num_steps = 2;
+  r.max_sequence_length = 32;
+  return r;
+}
+
+void expect_same_images(const GenerateResult& a, const GenerateResult& b) {
+  ASSERT_EQ(a.images.size(), b.images.size());
+  for (size_t i = 0; i < a.images.size(); ++i) {
+    EXPECT_EQ(a.images[i].width, b.images[i].width);
+    EXPECT_EQ(a.images[i].height, b.images[i].height);
+    EXPECT_TRUE(a.images[i].pixels == b.images[i].pixels) << "image " << i << " differs";
+  }
+  ASSERT_TRUE(a.final_latents.defined() && b.final_latents.defined());
+  EXPECT_EQ(b.final_latents.device(), Device::cpu()) << "final latents must come back to the host";
+  const Tensor x = a.final_latents.contiguous(), y = b.final_latents.contiguous();
+  ASSERT_EQ(x.shape(), y.shape());
+  ASSERT_EQ(x.dtype(), y.dtype());
+  EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PlacementDevice, ParsesPrintsAndDiffersFromCpu) {
+  EXPECT_EQ(Device::parse("cpu:1"), kCheck);
+  EXPECT_EQ(kCheck.str(), "cpu:1");
+  EXPECT_EQ(Device::parse("cpu:0"), Device::cpu());
+  EXPECT_TRUE(kCheck.is_cpu());
+  EXPECT_NE(kCheck, Device::cpu());
+  EXPECT_THROW(Device::parse("cpu:2"), Error);
+  EXPECT_THROW(Device::parse("cpu:"), Error);
+}
+
+TEST(PlacementDevice, HostCopiesBetweenCpuAndCpu1Work) {
+  const Tensor host = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor dev = Tensor::empty(host.shape(), DType::BF16, kCheck);
+  dev.copy_from(host.transpose(0, 1).transpose(0, 1));
+  EXPECT_EQ(dev.device(), kCheck);
+  EXPECT_EQ(dev.clone().device(), kCheck);
+  Tensor back = Tensor::empty(host.shape(), DType::F32);
+  back.copy_from(dev);
+  EXPECT_EQ(back.to_vector(), host.to_vector());
+}
+
+// The checker can fail: an op mixing a cpu tensor with a cpu:1 one names both devices in one line.
+TEST(PlacementDevice, UnplacedTensorGivesTheDeviceMismatchError) {
+  const Tensor a = Tensor::from_vector({1, 2, 3}, {3});
+  Tensor b = Tensor::empty({3}, DType::F32, kCheck);
+  b.copy_from(a);
+  const std::string msg = error_of([&] { (void)ops::add(a, b); });
+  EXPECT_NE(msg.find("tensors on cpu and cpu:1"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(ops::add(b, b).device(), kCheck);
+}
+
+Tensor ramp(const Shape& shape, float scale) {
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int64_t>((i * 7919) % 97) - 48) / 48.0f;
+  return Tensor::from_vector(v, shape);
+}
+
+void expect_bitwise_on_host(const Tensor& want, const Tensor& got_on_device) {
+  ASSERT_EQ(got_on_device.device(), kCheck) << "the model's output should stay on its device";
+  Tensor got = Tensor::empty(got_on_device.shape(), got_on_device.dtype());
+  got.copy_from(got_on_device);
+  const Tensor w = want.contiguous();
+  ASSERT_EQ(w.shape(), got.shape());
+  EXPECT_EQ(0, std::memcmp(w.raw_data(), got.raw_data(), w.nbytes()));
+}
+
+// The VAEs' three decode/encode paths (whole image, lean bands, blended tiles: host blending) on
+// cpu:1, with host inputs (uploaded by the VAE) and with inputs already on the device.
+TEST(PlacementVae, BothVaesEveryTilingModeOnCpu1MatchCpu) {
+  const std::vector<std::pair<const char*, models::TilingOptions>> modes = {
+      {"whole", models::TilingOptions{}}, {"lean", test::lean_bands(3)}, {"tiles", test::forced_tiles(64, 16)}};
+  for (const auto& [mode, tiling] : modes) {
+    SCOPED_TRACE(mode);
+    models::AutoencoderKLOptions o;
+    o.dtype = DType::F32;
+    o.tiling = tiling;
+    if (std::string(mode) == "whole") o.tiling.mode = models::TilingMode::Never;
+    models::AutoencoderKLOptions od = o;
+    od.device = kCheck;
+    {
+      const std::string dir = (kData / "flux2_vae" / "model").string();
+      const models::Flux2Vae cpu = models::Flux2Vae::load(dir, o), dev = models::Flux2Vae::load(dir, od);
+      const Tensor z = ramp({1, cpu.config().packed_channels(), 6, 5}, 1.5f);
+      expect_bitwise_on_host(cpu.decode_latents(z), dev.decode_latents(z));
+      const Tensor image = ramp({1, 3, 96, 80}, 1.0f);
+      Tensor image_dev = Tensor::empty(image.shape(), image.dtype(), kCheck);
+      image_dev.copy_from(image);
+      expect_bitwise_on_host(cpu.encode_latents(image), dev.encode_latents(image_dev));
+    }
+    {
+      const std::string dir = (kData / "flux1_vae" / "model").string();
+      const models::Flux1Vae cpu = models::Flux1Vae::load(dir, o), dev = models::Flux1Vae::load(dir, od);
+      const Tensor z = ramp({1, cpu.config().latent_channels, 12, 10}, 1.5f);
+      expect_bitwise_on_host(cpu.decode_latents(z), dev.decode_latents(z));
+      const Tensor image = ramp({1, 3, 96, 80}, 1.0f);
+      expect_bitwise_on_host(cpu.encode_latents(image), dev.encode_latents(image));
+    }
+  }
+}
+
+TEST(PlacementKlein, GenerateOnCpu1MatchesCpuBitwise) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), dtype));
+    auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, dtype));
+    const GenerateResult want = cpu->generate(tiny_request(7));
+    GenerateResult got;
+    ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(7)); }));
+    expect_same_images(want, got);
+  }
+}
+
+TEST(PlacementKlein, BaseVariantCfgAndReferenceImageOnCpu1MatchCpu) {
+  const fs::path model = kData / "models" / "flux2-klein-base-tiny";
+  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
+  auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, DType::F32));
+  GenerateRequest r = tiny_request(3);
+  r.prompts = {"a cat"};
+  r.guidance_scale = 4.0f;
+  io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
+  for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
+  r.reference_images = {ref};
+  const GenerateResult want = cpu->generate(r);
+  GenerateResult got;
+  ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
+  expect_same_images(want, got);
+}
+
+TEST(PlacementKlein, LowMemoryLoadingPlacesToo) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  PipelineOptions o = options_on(kCheck, DType::F32);
+  o.low_memory = true;
+  auto dev = Flux2KleinPipeline::load(model, o);
+  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
+  GenerateResult got;
+  ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(5)); }));
+  expect_same_images(cpu->generate(tiny_request(5)), got);
+}
+
+TEST(PlacementFlux1, DevAndSchnellOnCpu1MatchCpuBitwise) {
+  for (const char* name : {"flux1-dev-tiny", "flux1-schnell-tiny"}) {
+    SCOPED_TRACE(name);
+    const fs::path model = kData / "models" / name;
+    auto cpu = Flux1Pipeline::load(model, options_on(Device::cpu(), DType::F32));
+    auto dev = Flux1Pipeline::load(model, options_on(kCheck, DType::F32));
+    const GenerateResult want = cpu->generate(tiny_request(11));
+    GenerateResult got;
+    ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(11)); }));
+    expect_same_images(want, got);
+  }
+}
+
+TEST(PlacementFlux1, TrueCfgAndImg2ImgOnCpu1MatchCpu) {
+  const fs::path model = kData / "models" / "flux1-dev-tiny";
+  auto cpu = Flux1Pipeline::load(model, options_on(Device::cpu(), DType::BF16));
+  auto dev = Flux1Pipeline::load(model, options_on(kCheck, DType::BF16));
+  GenerateRequest r = tiny_request(13);
+  r.prompts = {"a dog"};
+  r.true_cfg_scale = 2.0f;
+  r.negative_prompt = "blurry";
+  io::Image init{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
+  for (size_t i = 0; i < init.pixels.size(); ++i) init.pixels[i] = static_cast<uint8_t>((i * 13) % 256);
+  r.init_image = init;
+  r.strength = 0.7f;
+  r.num_steps = 3;
+  const GenerateResult want = cpu->generate(r);
+  GenerateResult got;
+  ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
+  expect_same_images(want, got);
+}
+
+}  // namespace
+}  // namespace fluxrt::pipelines
