@@ -38,7 +38,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--batch", options.batch, "images per call")->capture_default_str();
   cmd->add_option("--max-sequence-length", options.max_sequence_length,
                   "text tokens (default: the variant's, 512; flux.1-schnell 256)");
-  cmd->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--device", options.device, "cpu, cuda, cuda:N, or cpu:1 (placement check, docs/cuda.md)")->capture_default_str();
   cmd->add_option("--dtype", options.dtype, "bf16 or f32")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));

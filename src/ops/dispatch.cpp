@@ -45,6 +45,10 @@ const backend::KernelTable& kernels_for(Device device) {
 
 const backend::KernelTable& kernels_for(const Tensor& t) { return kernels_for(t.device()); }
 
+void synchronize(Device device) {
+  if (!device.is_cpu()) cuda::synchronize(device.index);
+}
+
 ScopedKernelTable::ScopedKernelTable(const backend::KernelTable& table) : previous_(t_forced) {
   t_forced = &table;
 }

@@ -19,6 +19,10 @@ namespace fluxrt::ops {
 const backend::KernelTable& kernels_for(Device device);
 const backend::KernelTable& kernels_for(const Tensor& t);
 
+// Waits until the work queued on `device` has finished (a no-op on the CPU devices, whose kernels
+// are synchronous). Timers call it before reading the clock; device errors surface here.
+void synchronize(Device device);
+
 // Forces every op called on this thread to use `table` (e.g. backend::ref_kernels()) while alive.
 // Nests; restores the previous choice on destruction.
 class ScopedKernelTable {

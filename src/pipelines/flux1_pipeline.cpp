@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "models/weight_binder.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
@@ -319,9 +320,11 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
       {
         ScopedTimer clip_span(prof, kSpanTextEncodingClip);
         pool = repeat_rows(encoders->pooled(prompts), request.images_per_prompt);  // [B, 768]
+        ops::synchronize(m.options.device);  // each span ends when the device has finished
       }
       ScopedTimer t5_span(prof, kSpanTextEncodingT5);
       embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, request.images_per_prompt);  // [B, L, 4096]
+      ops::synchronize(m.options.device);
     };
     encode(request.prompts, prompt_embeds, pooled);
     if (do_true_cfg) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/weight_binder.h"
 #include "models/flux/flux2_transformer.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/noise.h"
@@ -216,6 +217,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     ScopedTimer span(prof, kSpanTextEncoding);
     prompt_embeds = repeat_rows(embedder->embed(request.prompts, max_len).embeds, request.images_per_prompt);
     if (cfg) negative_embeds = broadcast_batch(embedder->embed({request.negative_prompt}, max_len).embeds, batch);
+    ops::synchronize(m.options.device);  // the span ends when the device has finished
   }
   const Tensor text_ids = klein_text_ids(prompt_embeds.size(1));
   const DType dtype = prompt_embeds.dtype();

@@ -26,6 +26,8 @@
 #include "core/threads.h"
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/t5/t5_encoder.h"
+#include "models/weight_binder.h"
+#include "ops/dispatch.h"
 #include "runtime/bench.h"
 
 #if __has_include("runtime/bench_common.h")
@@ -87,7 +89,6 @@ size_t mem_available_bytes() {
 }
 
 int bench_t5_encoder(const BenchRequest& request) {
-  if (!request.device.is_cpu()) fail(ErrorCode::Unsupported, "bench text-encoder: only the CPU device for now");
   models::T5Config config = models::T5Config::t5_v1_1_xxl();
   const int64_t full_layers = config.num_layers;
   const int64_t D = config.d_model, inner = config.num_heads * config.d_kv, F = config.d_ff;
@@ -160,7 +161,10 @@ int bench_t5_encoder(const BenchRequest& request) {
       const int64_t pos = i % L;
       ids.data<int32_t>()[i] = pos < real - 1 ? static_cast<int32_t>(3 + (pos * 7919) % 32000) : (pos == real - 1 ? 1 : 0);
     }
-    RunTiming t = time_encoder([&] { (void)encoder.forward(ids); }, 5, 60.0);
+    RunTiming t = time_encoder([&] {
+      (void)encoder.forward(ids);
+      ops::synchronize(request.device);
+    }, 5, 60.0);
     const double gflop = encoder.flops(B, L) * 1e-9;
     const double rate = gflop / t.min_s, rate_cpu = gflop / t.min_cpu_s;
     std::string ratio = peak > 0 ? fmt::format("{:.1f}", 100.0 * rate / peak) : "-";
@@ -204,7 +208,6 @@ int bench_text_encoder(const BenchRequest& request) {
          "bench text-encoder: unknown variant {} (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell)",
          request.variant);
   }
-  if (!request.device.is_cpu()) fail(ErrorCode::Unsupported, "bench text-encoder: only the CPU device for now");
   models::Qwen3EncoderOptions options;
   options.dtype = request.dtype;
   options.device = request.device;
@@ -252,7 +255,10 @@ int bench_text_encoder(const BenchRequest& request) {
       ids.data<int32_t>()[i] = pos < real ? static_cast<int32_t>((pos * 7919) % 151643) : 151643;
       mask.data<int32_t>()[i] = pos < real ? 1 : 0;
     }
-    RunTiming t = time_encoder([&] { (void)encoder.forward(ids, mask); }, 5, 60.0);
+    RunTiming t = time_encoder([&] {
+      (void)encoder.forward(ids, mask);
+      ops::synchronize(request.device);
+    }, 5, 60.0);
     const double gflop = encoder.flops(B, L) * 1e-9;
     const double rate = gflop / t.min_s;
     const double rate_cpu = gflop / t.min_cpu_s;

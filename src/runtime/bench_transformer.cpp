@@ -20,6 +20,8 @@
 #include "core/threads.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/weight_binder.h"
+#include "ops/dispatch.h"
 #include "runtime/bench.h"
 
 #if __has_include("runtime/bench_common.h")
@@ -112,8 +114,9 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   };
   auto st = std::make_shared<State>();
   st->model = models::Flux2Transformer::synthetic(config, 1234, opt);
-  st->x = models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype);
-  st->ctx = models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype);
+  // Inputs on the device once (ids and timesteps stay on the host: the model reads them there).
+  st->x = models::to_device(models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype), r.device);
   st->x_ids = grid_ids(gh, gw);
   st->ctx_ids = text_ids(lt);
   BenchModel m;
@@ -144,8 +147,8 @@ BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   };
   auto st = std::make_shared<State>();
   st->model = models::Flux1Transformer::synthetic(config, 1234, opt);
-  st->x = models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype);
-  st->ctx = models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype);
+  st->x = models::to_device(models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype), r.device);
   st->pooled = models::flux2_random_tensor({b, config.pooled_dim}, 13, 1.0f).to(r.dtype);
   st->x_ids = grid_ids3(gh, gw);
   st->ctx_ids = Tensor::zeros({lt, 3}, DType::F32);
@@ -223,6 +226,7 @@ int bench_transformer(const BenchRequest& r) {
     const float sigma = 1.0f - static_cast<float>(s) / static_cast<float>(r.steps);
     const double w0 = wall_seconds(), c0 = cpu_seconds();
     model.step(sigma);
+    ops::synchronize(r.device);  // the clock stops when the device has finished the forward
     wall.push_back((wall_seconds() - w0) * scale);
     cpu.push_back((cpu_seconds() - c0) * scale);
     std::printf("  step %d: %.1f ms (cpu %.1f s)\n", s + 1, wall.back() * 1e3, cpu.back());
