@@ -1,4 +1,4 @@
-// The CPU kernels' non-temporal store path (outputs of at least kStreamMinOutputBytes, see
+// The CPU kernels' non-temporal store path (outputs of at least stream_min_output_bytes(), see
 // backend/cpu/cpu_common.h): every op that streams gives, bit for bit, what it gives on the same
 // data cut into slices too small to stream (the conformance tests check those against ref). Odd
 // row lengths make output rows start at every alignment (the norms also get aligned rows, the only
@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -23,7 +24,15 @@
 namespace fluxrt::test {
 namespace {
 
-using backend::cpu::kStreamMinOutputBytes;
+// Streaming starts at 4 MiB in this binary (FLUXRT_STREAM_MIN_BYTES, read once by the first
+// kernel call, so set before any) to keep the tensors small: the path is the same at any size.
+const bool kThresholdSet = [] { return setenv("FLUXRT_STREAM_MIN_BYTES", "4194304", 1) == 0; }();
+const size_t kStreamBytes = backend::cpu::stream_min_output_bytes();
+
+TEST(CpuStreamingStores, ThresholdFromEnvironment) {
+  ASSERT_TRUE(kThresholdSet);
+  EXPECT_EQ(kStreamBytes, size_t{4} << 20);
+}
 
 // Calls body() once under each target.
 template <typename Body>
@@ -55,11 +64,11 @@ struct SplitCase {
 void expect_same_as_slices(const SplitCase& c) {
   SCOPED_TRACE(c.name);
   const Tensor y = run_on("cpu", c.whole);
-  ASSERT_GE(y.nbytes(), kStreamMinOutputBytes) << "whole output too small to stream";
+  ASSERT_GE(y.nbytes(), kStreamBytes) << "whole output too small to stream";
   const int64_t per = y.size(0) / c.slices;
   for (int64_t i = 0; i < c.slices; ++i) {
     const Tensor part = run_on("cpu", [&] { return c.sliced(i); });
-    ASSERT_LT(part.nbytes(), kStreamMinOutputBytes) << "slice output would stream";
+    ASSERT_LT(part.nbytes(), kStreamBytes) << "slice output would stream";
     EXPECT_TRUE(bitwise_equal(y.narrow(0, i * per, per).contiguous(), part)) << "slice " << i;
   }
 }
@@ -67,7 +76,7 @@ void expect_same_as_slices(const SplitCase& c) {
 // Rows [S, R, D] whose output reaches the streaming size in `dt` (4 slices below it).
 Shape rows_shape(DType dt, int64_t D) {
   const int64_t S = 4;
-  const int64_t elements = static_cast<int64_t>(kStreamMinOutputBytes / dtype_size(dt)) + 1;
+  const int64_t elements = static_cast<int64_t>(kStreamBytes / dtype_size(dt)) + 1;
   const int64_t R = (elements + S * D - 1) / (S * D);
   return Shape({S, R, D});
 }
@@ -145,7 +154,7 @@ TEST(CpuStreamingStores, VaeOpsMatchSlices) {
       for (int64_t W : {int64_t{181}, int64_t{192}}) {
         SCOPED_TRACE(std::string(dtype_name(dt)) + " W=" + std::to_string(W));
         // [4, 64, H, W] images whose output reaches the streaming size.
-        const int64_t plane = static_cast<int64_t>(kStreamMinOutputBytes / dtype_size(dt)) / (4 * 64) + 1;
+        const int64_t plane = static_cast<int64_t>(kStreamBytes / dtype_size(dt)) / (4 * 64) + 1;
         const int64_t H = (plane + W - 1) / W;
         const Tensor x = random_normal({4, 64, H, W}, dt, 9, 0.2, 1.5);
         const Tensor cw = random_normal({64}, dt, 10, 1.0, 0.2), cb = random_normal({64}, dt, 11);

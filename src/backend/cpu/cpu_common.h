@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <type_traits>
@@ -83,11 +84,28 @@ void parallel_for(int64_t units, int64_t elements, Fn&& fn) {
 
 // Outputs at least this large are written with non-temporal stores. An ordinary store first
 // reads its line from DRAM (read-for-ownership), so a streaming op moves read + RFO + write, 3
-// units to memcpy's 2; a non-temporal store skips the read but leaves the line out of cache. That
-// only costs something when the next op could have found the output in the last-level cache:
-// once input + output exceed it (32 MiB per Zen3 CCX; 30-60 MiB on one socket of common x86
-// servers), a sequential pass has already evicted the output's start by the time it ends.
-inline constexpr size_t kStreamMinOutputBytes = size_t{16} << 20;
+// units to memcpy's 2; a non-temporal store skips the read but leaves the line out of cache,
+// which costs the next op its cache hits when the output could have stayed there. 32 MiB is the
+// L3 of a Zen3 CCX (30-60 MiB on one socket of common x86 servers): outputs this large no longer
+// fit next to their input. Measured on the shared 2-core Zen3 box (single thread, streaming on
+// vs off): upsample 2x 0.49x, softmax f32 and AdaLN f32 0.8x, but the 28 MB QK-norm output of
+// [1,4608,24,128] took 1.2x longer streamed, so the 28 MB FLUX norms keep ordinary stores.
+inline constexpr size_t kStreamMinOutputBytes = size_t{32} << 20;
+
+// The threshold in use: kStreamMinOutputBytes, or FLUXRT_STREAM_MIN_BYTES (a byte count, read
+// once) to measure where streaming starts to pay on a machine with another cache size.
+inline size_t stream_min_output_bytes() {
+  static const size_t bytes = [] {
+    const char* env = std::getenv("FLUXRT_STREAM_MIN_BYTES");
+    if (env == nullptr) return kStreamMinOutputBytes;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (*env < '0' || *env > '9' || end == env || *end != '\0')
+      fail(ErrorCode::InvalidArgument, "FLUXRT_STREAM_MIN_BYTES must be a byte count, got '{}'", env);
+    return static_cast<size_t>(v);
+  }();
+  return bytes;
+}
 
 // The bytes [first, last) a CPU tensor's elements can touch (strides are never negative).
 inline std::pair<const char*, const char*> byte_span(const Tensor& t) {
@@ -97,11 +115,11 @@ inline std::pair<const char*, const char*> byte_span(const Tensor& t) {
   return {first, first + (last + 1) * static_cast<int64_t>(t.element_size())};
 }
 
-// Whether a kernel writes y with non-temporal stores: y is large (kStreamMinOutputBytes) and no
+// Whether a kernel writes y with non-temporal stores: y is large (stream_min_output_bytes()) and no
 // input overlaps it (an in-place op's lines were just read into cache, where ordinary stores
 // cost no extra read).
 inline bool stream_output(const Tensor& y, std::initializer_list<const Tensor*> inputs) {
-  if (y.numel() == 0 || y.nbytes() < kStreamMinOutputBytes) return false;
+  if (y.numel() == 0 || y.nbytes() < stream_min_output_bytes()) return false;
   const auto [y0, y1] = byte_span(y);
   for (const Tensor* x : inputs) {
     if (x == nullptr || !x->defined() || x->numel() == 0) continue;

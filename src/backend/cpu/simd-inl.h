@@ -282,7 +282,7 @@ HWY_INLINE void StoreBf16Pairs(DF df, VF even, VF odd, hwy::bfloat16_t* p) {
 #endif
 
 // Non-temporal ("streaming") stores, for outputs far larger than the last-level cache (see
-// kStreamMinOutputBytes in cpu_common.h): they write whole lines without first reading them
+// stream_output in cpu_common.h): they write whole lines without first reading them
 // (read-for-ownership), so a streaming op moves read + write instead of read + RFO + write. They
 // need vector-aligned addresses, and the writing thread must fence (hwy::FlushStream) before
 // another thread reads the data: parallel_for does so at the end of each thread's share.
