@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/allocator.h"
@@ -325,12 +326,21 @@ void for_each_row(const Shape& shape, const Dims& dst_strides, const Dims& src_s
   }
 }
 
+std::atomic<uint64_t> g_device_to_host_copies{0};
+// Set while to_vector reads a tensor that lives in host memory (cpu:1): the CPU kernels read
+// small parameter vectors that way, which is no transfer between memories.
+thread_local bool t_host_memory_read = false;
+
 }  // namespace
+
+uint64_t device_to_host_copies() { return g_device_to_host_copies.load(std::memory_order_relaxed); }
 
 void Tensor::copy_from(const Tensor& src) {
   FLUXRT_CHECK(defined() && src.defined(), ErrorCode::InvalidArgument, "copy_from undefined tensor");
   FLUXRT_CHECK(shape_ == src.shape_, ErrorCode::InvalidArgument, "copy_from: shape {} into {}",
                src.shape_.str(), shape_.str());
+  if (device() == Device::cpu() && src.device() != Device::cpu() && !t_host_memory_read)
+    g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
   if (!device().is_cpu() || !src.device().is_cpu()) {
     device_memory(device().is_cpu() ? src.device() : device()).copy(*this, src);
     return;
@@ -420,7 +430,14 @@ double Tensor::item(std::initializer_list<int64_t> index) const {
 
 std::vector<float> Tensor::to_vector() const {
   Tensor f = Tensor::empty(shape_, DType::F32);
-  f.copy_from(*this);
+  t_host_memory_read = device().is_cpu();
+  try {
+    f.copy_from(*this);
+  } catch (...) {
+    t_host_memory_read = false;
+    throw;
+  }
+  t_host_memory_read = false;
   const float* p = f.data<float>();
   return std::vector<float>(p, p + numel());
 }

@@ -126,4 +126,9 @@ class Tensor {
 
 Dims contiguous_strides(const Shape& shape);
 
+// How many Tensor::copy_from calls so far (process-wide) copied from another device into cpu,
+// cpu:1 included: tests check on cpu:1 that a step loop makes no host round trip. to_vector of a
+// tensor already in host memory (cpu:1, as the CPU kernels do for small parameters) is not counted.
+uint64_t device_to_host_copies();
+
 }  // namespace fluxrt

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "models/weight_binder.h"
+#include "ops/elementwise.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -247,30 +247,19 @@ Tensor euler_step(const Tensor& sample, const Tensor& model_output, float sigma,
   FLUXRT_CHECK(is_step_dtype(sample.dtype()) && is_step_dtype(model_output.dtype()), ErrorCode::Unsupported,
                "euler_step: dtypes {} / {} not supported (f32, bf16, f16)", dtype_name(sample.dtype()),
                dtype_name(model_output.dtype()));
-  // The update runs on the host (a few MB per step); the result goes back to the sample's device.
-  const Tensor x = models::to_device(sample, Device::cpu()).to(DType::F32).contiguous();
-  const Tensor v = models::to_device(model_output, Device::cpu()).contiguous();
+  // Ops on the sample's device, so a step makes no host round trip. Each op computes in f32 and
+  // rounds once to its output dtype (round-to-nearest-even), so on cpu the result is bitwise the
+  // f32 loop this replaced: product = round_v(v * dt_v), out = round_v(f32(sample) + product).
   const DType out_dtype = model_output.dtype();
-  Tensor out = Tensor::empty(sample.shape(), out_dtype);
-  const int64_t n = x.numel();
-  const float* xs = x.data<float>();
   const float dt = sigma_next - sigma;
-  if (out_dtype == DType::F32) {
-    const float* vs = v.data<float>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < n; ++i) o[i] = xs[i] + rounded(dt * vs[i]);
-  } else {
-    // 0-dim f32 tensor * narrow tensor -> narrow result: dt is rounded to the narrow dtype and
-    // the product is rounded again (measured on torch 2.15's CPU kernels).
-    const float dt_narrow = from_narrow(to_narrow(dt, out_dtype), out_dtype);
-    const uint16_t* vs = v.data<uint16_t>();
-    uint16_t* o = out.data<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const float product = from_narrow(to_narrow(from_narrow(vs[i], out_dtype) * dt_narrow, out_dtype), out_dtype);
-      o[i] = to_narrow(xs[i] + product, out_dtype);
-    }
-  }
-  return models::to_device(out, sample.device());
+  // 0-dim f32 tensor * narrow tensor -> narrow result: dt is rounded to the narrow dtype first and
+  // the product is rounded again (measured on torch 2.15's CPU kernels); in f32 both are no-ops.
+  const float dt_v = out_dtype == DType::F32 ? dt : from_narrow(to_narrow(dt, out_dtype), out_dtype);
+  const Tensor product = ops::scale(model_output, dt_v);  // dtype of v
+  // The sum is taken in f32 on the upcast sample. When sample and v share a dtype, add() widens
+  // both to f32 and rounds the sum once to that dtype; otherwise the f32 sum is rounded by to().
+  if (sample.dtype() == out_dtype) return ops::add(sample, product);
+  return ops::add(sample.to(DType::F32), product).to(out_dtype);
 }
 
 Tensor euler_step(const Tensor& sample, const Tensor& model_output, const Schedule& schedule, int index) {

@@ -100,7 +100,8 @@ float model_timestep(float timestep, DType latent_dtype);
 // dt is an f32 scalar; the product takes model_output's dtype (for bf16/f16: dt rounded to that
 // dtype, product rounded to it, as torch's 0-dim-tensor promotion does); the sum is f32
 // (sample upcast to f32); the result is cast to model_output's dtype. dtypes: f32, bf16, f16;
-// shapes must match. Returns a new contiguous tensor.
+// shapes must match; both on one device, where the update runs (ops, no host round trip) and the
+// result stays. Returns a new contiguous tensor.
 Tensor euler_step(const Tensor& sample, const Tensor& model_output, float sigma, float sigma_next);
 // Step `index` of a schedule (uses sigmas[index] and sigmas[index + 1]).
 Tensor euler_step(const Tensor& sample, const Tensor& model_output, const Schedule& schedule, int index);

@@ -4,9 +4,11 @@
 // and cpu:1", as it would on CUDA. Outputs must be bitwise those of cpu (same kernels, same RNG).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -65,6 +67,21 @@ void expect_same_images(const GenerateResult& a, const GenerateResult& b) {
   EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
 }
 
+// Records, at the end of every denoising step, how many device -> host copies the process has made
+// so far; the counts between the first and the last step must not grow: the transformer, CFG and
+// the Euler update stay on the device (on cpu:1 every copy into cpu memory is counted).
+struct StepDownloads {
+  std::vector<uint64_t> at_step;
+  void attach(GenerateRequest& r) {
+    r.on_step = [this](int, int, double) { at_step.push_back(device_to_host_copies()); };
+  }
+  void expect_none_between_steps() const {
+    ASSERT_GE(at_step.size(), 2u) << "needs two steps or more";
+    EXPECT_EQ(at_step.front(), at_step.back()) << "the step loop copied " << at_step.back() - at_step.front()
+                                               << " tensors to the host over " << at_step.size() - 1 << " steps";
+  }
+};
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -93,6 +110,20 @@ TEST(PlacementDevice, HostCopiesBetweenCpuAndCpu1Work) {
   Tensor back = Tensor::empty(host.shape(), DType::F32);
   back.copy_from(dev);
   EXPECT_EQ(back.to_vector(), host.to_vector());
+}
+
+// The counter behind the step-loop checks: only copies from another device into cpu count.
+TEST(PlacementDevice, CountsDeviceToHostCopiesOnly) {
+  const Tensor host = Tensor::from_vector({1, 2, 3}, {3});
+  const uint64_t before = device_to_host_copies();
+  Tensor dev = Tensor::empty(host.shape(), DType::F32, kCheck);
+  dev.copy_from(host);
+  (void)dev.clone();
+  (void)dev.to_vector();  // a host-memory read (what the CPU kernels do), not a transfer
+  EXPECT_EQ(device_to_host_copies(), before);
+  Tensor back = Tensor::empty(host.shape(), DType::F32);
+  back.copy_from(dev);
+  EXPECT_EQ(device_to_host_copies(), before + 1);
 }
 
 // The checker can fail: an op mixing a cpu tensor with a cpu:1 one names both devices in one line.
@@ -180,8 +211,22 @@ TEST(PlacementKlein, BaseVariantCfgAndReferenceImageOnCpu1MatchCpu) {
   r.reference_images = {ref};
   const GenerateResult want = cpu->generate(r);
   GenerateResult got;
+  StepDownloads downloads;
+  downloads.attach(r);
   ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
   expect_same_images(want, got);
+  downloads.expect_none_between_steps();
+}
+
+TEST(PlacementKlein, DistilledBf16StepLoopMakesNoHostCopy) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, DType::BF16));
+  GenerateRequest r = tiny_request(9);
+  r.num_steps = 3;
+  StepDownloads downloads;
+  downloads.attach(r);
+  ASSERT_EQ("", error_of([&] { dev->generate(r); }));
+  downloads.expect_none_between_steps();
 }
 
 TEST(PlacementKlein, LowMemoryLoadingPlacesToo) {
@@ -223,8 +268,11 @@ TEST(PlacementFlux1, TrueCfgAndImg2ImgOnCpu1MatchCpu) {
   r.num_steps = 3;
   const GenerateResult want = cpu->generate(r);
   GenerateResult got;
+  StepDownloads downloads;
+  downloads.attach(r);
   ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
   expect_same_images(want, got);
+  downloads.expect_none_between_steps();
 }
 
 }  // namespace
