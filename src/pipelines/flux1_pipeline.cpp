@@ -389,6 +389,9 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
         v = true_cfg(v, v_neg, cfg_scale);
       }
       latents = euler_step(latents, v, result.schedule, i);
+      // A step's time is the device's: the Euler step no longer downloads, so wait here, only
+      // when someone reads the time (no per-step synchronisation otherwise).
+      if (prof || request.on_step) ops::synchronize(m.options.device);
       const double seconds = step_watch.seconds();
       if (prof) prof->add(kSpanDenoiseStep, seconds);
       if (request.on_step) request.on_step(i - t_start + 1, steps - t_start, seconds);

@@ -274,6 +274,9 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
         v = classifier_free_guidance(v, v_neg, guidance);
       }
       latents = euler_step(latents, v, result.schedule, i);
+      // A step's time is the device's: the Euler step no longer downloads, so wait here, only
+      // when someone reads the time (no per-step synchronisation otherwise).
+      if (prof || request.on_step) ops::synchronize(m.options.device);
       const double seconds = step_watch.seconds();
       if (prof) prof->add(kSpanDenoiseStep, seconds);
       if (request.on_step) request.on_step(i + 1, steps, seconds);
