@@ -23,6 +23,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "core/threads.h"
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/t5/t5_encoder.h"
@@ -76,16 +77,6 @@ RunTiming time_encoder(const std::function<void()>& fn, int runs, double max_sec
   t.min_s = wall.front();
   t.median_s = wall[wall.size() / 2];
   return t;
-}
-
-// MemAvailable from /proc/meminfo (0 when unknown).
-size_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  size_t kb = 0;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
 }
 
 int bench_t5_encoder(const BenchRequest& request) {

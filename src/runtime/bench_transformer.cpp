@@ -17,6 +17,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "core/threads.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
@@ -66,17 +67,6 @@ Tensor grid_ids3(int64_t h, int64_t w) {
   for (int64_t i = 0; i < h; ++i)
     for (int64_t j = 0; j < w; ++j) v.insert(v.end(), {0.0f, float(i), float(j)});
   return Tensor::from_vector(v, {h * w, 3});
-}
-
-// MemAvailable from /proc/meminfo (0 when unknown).
-size_t mem_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
 }
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }

@@ -3,9 +3,9 @@
 #include "models/vae/vae_tiling_plan.h"
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 
+#include "core/memory_info.h"
 #include "models/vae/autoencoder_kl.h"
 
 namespace fluxrt::models {
@@ -253,14 +253,8 @@ StageSplit split_stages(const std::vector<int64_t>& whole_widest, const std::vec
 }  // namespace
 
 size_t vae_auto_memory_budget_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  while (meminfo >> key >> kb) {
-    if (key == "MemAvailable:") return kb * 1024 / 2;
-    meminfo.ignore(256, '\n');
-  }
-  return size_t{6} << 30;
+  const size_t available = mem_available_bytes();
+  return available ? available / 2 : size_t{6} << 30;
 }
 
 std::vector<int64_t> vae_tile_starts(int64_t n, int64_t t, int64_t o) {

@@ -1,0 +1,19 @@
+#include "core/memory_info.h"
+
+#include <fstream>
+#include <string>
+
+namespace fluxrt {
+
+size_t mem_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (meminfo >> key >> kb) {  // "MemAvailable:   123456 kB"
+    if (key == "MemAvailable:") return kb * 1024;
+    meminfo.ignore(256, '\n');
+  }
+  return 0;
+}
+
+}  // namespace fluxrt
