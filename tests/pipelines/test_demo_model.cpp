@@ -77,6 +77,7 @@ TEST(DemoModel, FolderDescribesABaseModelWithGuidance) {
   EXPECT_FALSE(defaults.is_distilled);  // trained with caption dropout for classifier-free guidance
   EXPECT_GT(defaults.guidance_scale, 1.0f);
   // 4 heads x 32 (hidden 128): with one 128-wide head the model scored 40/100, with four 69/100
+  // after one joint round and 82/100 after three
   EXPECT_EQ(pipe->transformer_config().heads * pipe->transformer_config().head_dim, 128);
   EXPECT_EQ(pipe->transformer_config().heads, 4);
   EXPECT_EQ(pipe->transformer_config().in_channels, 128);
