@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "conformance_common.h"
+#include "for_each_cpu_target.h"
 #include "ops/elementwise.h"
 
 namespace fluxrt::test {
@@ -34,18 +35,6 @@ Tensor row_with(float value, int64_t pos, int64_t n, DType dt) {
   for (int64_t i = 0; i < n; ++i) v[i] = 0.37f * static_cast<float>(i % 11) - 1.9f;
   v[pos] = value;
   return Tensor::from_vector(v, {1, n}, DType::F32).to(dt);
-}
-
-// Calls body() once under each target.
-template <typename Body>
-void for_each_target(Body body) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    body();
-    hwy::SetSupportedTargetsForTest(0);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
 }
 
 using UnaryFn = Tensor (*)(const Tensor&);

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/cpu_common.h"
 #include "conformance_common.h"
+#include "for_each_cpu_target.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/vae_ops.h"
@@ -32,18 +33,6 @@ const size_t kStreamBytes = backend::cpu::stream_min_output_bytes();
 TEST(CpuStreamingStores, ThresholdFromEnvironment) {
   ASSERT_TRUE(kThresholdSet);
   EXPECT_EQ(kStreamBytes, size_t{4} << 20);
-}
-
-// Calls body() once under each target.
-template <typename Body>
-void for_each_target(Body body) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    body();
-    hwy::SetSupportedTargetsForTest(0);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
