@@ -20,14 +20,15 @@ std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, co
   if (bias.defined())
     FLUXRT_CHECK(bias.numel() == weight.size(0), ErrorCode::InvalidArgument,
                  "[conv2d] bias {} does not match Cout = {}", bias.shape().str(), weight.size(0));
-  const Tensor b = bias.defined() ? bias.reshape({weight.size(0)}) : bias;
   const auto& table = kernels_for(device);
+  const Tensor w = detail::place_parameter(weight, device);
+  const Tensor b = detail::place_parameter(bias.defined() ? bias.reshape({weight.size(0)}) : bias, device);
   std::shared_ptr<backend::PreparedConv2d> p;
   if (table.prepare_conv2d) {
-    p = table.prepare_conv2d(weight, b);
+    p = table.prepare_conv2d(w, b);
   } else {
     p = std::make_shared<backend::PreparedConv2d>();
-    p->weight = weight;
+    p->weight = w;
     p->bias = b;
   }
   p->device = device;

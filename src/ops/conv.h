@@ -37,7 +37,8 @@ struct Conv2dOptions {
   }
 };
 
-// weight [Cout, Cin, KH, KW], bias [Cout] or undefined; prepared for the backend of `device`.
+// weight [Cout, Cin, KH, KW], bias [Cout] or undefined; placed on `device` (as prepare_linear does)
+// and prepared for its backend.
 std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, const Tensor& bias = Tensor(),
                                                         Device device = Device::cpu());
 

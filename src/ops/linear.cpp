@@ -83,13 +83,14 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
     FLUXRT_CHECK(bias.numel() == weight.size(0), ErrorCode::InvalidArgument,
                  "[linear] bias {} does not match N = {}", bias.shape().str(), weight.size(0));
   const auto& table = kernels_for(device);
-  const Tensor b = bias.defined() ? bias.reshape({weight.size(0)}) : bias;
+  const Tensor w = detail::place_parameter(weight, device);
+  const Tensor b = detail::place_parameter(bias.defined() ? bias.reshape({weight.size(0)}) : bias, device);
   std::shared_ptr<backend::PreparedLinear> p;
   if (table.prepare_linear) {
-    p = table.prepare_linear(weight, b);
+    p = table.prepare_linear(w, b);
   } else {  // a backend without a preparation step uses the weight as is
     p = std::make_shared<backend::PreparedLinear>();
-    p->weight = weight;
+    p->weight = w;
     p->bias = b;
   }
   p->device = device;

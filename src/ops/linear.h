@@ -16,7 +16,9 @@ namespace fluxrt::ops {
 using backend::Activation;
 
 // weight [N, K] (kept in its dtype; bf16 checkpoints stay bf16), bias [N] or undefined.
-// The result belongs to the backend of `device` and must be used with tensors on that device.
+// The result belongs to the backend of `device` and must be used with tensors on that device; the
+// weight and bias are placed there first (uploaded to a GPU, relabelled between host devices), so
+// PreparedLinear::weight lives on `device`.
 std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias = Tensor(),
                                                         Device device = Device::cpu());
 

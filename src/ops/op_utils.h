@@ -51,4 +51,17 @@ inline void check_vector(const Tensor& t, int64_t n, std::string_view op, std::s
 
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
 
+// A weight or bias for a prepare step on `device` (cuda:N keeps N: the backend prepares on the
+// device of what it is given, never on an implicit cuda:0). Between the host devices (cpu and the
+// placement-check cpu:N) a contiguous tensor is relabelled without a copy, since their memory is
+// the same host memory; anything else is copied (an upload to a GPU).
+inline Tensor place_parameter(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  if (t.device().is_cpu() && device.is_cpu() && t.is_contiguous())
+    return Tensor::from_blob(t.raw_data(), t.shape(), t.dtype(), t.storage(), device);
+  Tensor placed = Tensor::empty(t.shape(), t.dtype(), device);
+  placed.copy_from(t);
+  return placed;
+}
+
 }  // namespace fluxrt::ops::detail

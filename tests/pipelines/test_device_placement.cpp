@@ -15,7 +15,9 @@
 #include "core/threads.h"
 #include "models/vae/flux1_vae.h"
 #include "models/vae/flux2_vae.h"
+#include "ops/conv.h"
 #include "ops/elementwise.h"
+#include "ops/linear.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "support/vae_tiling.h"
@@ -97,8 +99,40 @@ TEST(PlacementDevice, ParsesPrintsAndDiffersFromCpu) {
   EXPECT_EQ(Device::parse("cpu:0"), Device::cpu());
   EXPECT_TRUE(kCheck.is_cpu());
   EXPECT_NE(kCheck, Device::cpu());
-  EXPECT_THROW(Device::parse("cpu:2"), Error);
+  EXPECT_EQ(Device::parse("cpu:2"), Device::placement_check(2));
+  EXPECT_EQ(Device::parse("cpu:2").str(), "cpu:2");
+  EXPECT_NE(Device::placement_check(2), kCheck);
   EXPECT_THROW(Device::parse("cpu:"), Error);
+  EXPECT_THROW(Device::parse("cpu:x"), Error);
+  EXPECT_THROW(Device::parse("cpu:1000"), Error);
+}
+
+// cpu:2 stands in for cuda:1: preparing a layer for it must put the weight and bias on cpu:2 (the
+// CUDA backend prepares on the device of what it is given, so a weight left on the host or on
+// another device would be prepared for the wrong GPU).
+TEST(PlacementDevice, PrepareKeepsTheRequestedDeviceIndex) {
+  const Device second = Device::placement_check(2);
+  const Tensor w = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), b = Tensor::from_vector({0.5f, -1}, {2});
+  const auto lin = ops::prepare_linear(w, b, second);
+  EXPECT_EQ(lin->device, second);
+  EXPECT_EQ(lin->weight.device(), second);
+  EXPECT_EQ(lin->bias.device(), second);
+  const Tensor x = ops::linear(Tensor::from_vector({1, 0, -1}, {1, 3}).clone(), *ops::prepare_linear(w, b));
+  Tensor x2 = Tensor::empty({1, 3}, DType::F32, second);
+  x2.copy_from(Tensor::from_vector({1, 0, -1}, {1, 3}));
+  EXPECT_EQ(ops::linear(x2, *lin).to_vector(), x.to_vector());
+  const std::string msg = error_of([&] { (void)ops::linear(x2, *ops::prepare_linear(w, b, kCheck)); });
+  EXPECT_NE(msg.find("cpu:2 and cpu:1"), std::string::npos) << msg;
+
+  const Tensor cw = Tensor::from_vector(std::vector<float>(2 * 3 * 3 * 3, 0.25f), {2, 3, 3, 3});
+  const auto conv = ops::prepare_conv2d(cw, b, second);
+  EXPECT_EQ(conv->device, second);
+  EXPECT_EQ(conv->weight.device(), second);
+  EXPECT_EQ(conv->bias.device(), second);
+  // A weight already on another device moves too (cpu:1 -> cpu:2 is what cuda:0 -> cuda:1 would be).
+  Tensor on_first = Tensor::empty(w.shape(), w.dtype(), kCheck);
+  on_first.copy_from(w);
+  EXPECT_EQ(ops::prepare_linear(on_first, Tensor(), second)->weight.device(), second);
 }
 
 TEST(PlacementDevice, HostCopiesBetweenCpuAndCpu1Work) {
@@ -197,6 +231,18 @@ TEST(PlacementKlein, GenerateOnCpu1MatchesCpuBitwise) {
     ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(7)); }));
     expect_same_images(want, got);
   }
+}
+
+// A second device index end to end: every weight, table and input of the tiny klein pipeline must
+// land on cpu:2, not on cpu or cpu:1.
+TEST(PlacementKlein, GenerateOnCpu2MatchesCpuBitwise) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
+  auto dev = Flux2KleinPipeline::load(model, options_on(Device::placement_check(2), DType::F32));
+  const GenerateResult want = cpu->generate(tiny_request(7));
+  GenerateResult got;
+  ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(7)); }));
+  expect_same_images(want, got);
 }
 
 TEST(PlacementKlein, BaseVariantCfgAndReferenceImageOnCpu1MatchCpu) {

@@ -17,7 +17,7 @@ struct PreparedLinear {
   Tensor bias;                   // [N] or undefined
   std::shared_ptr<void> state;   // backend-specific (packed weight, primitive cache, ...)
   // The device it was prepared for (set by ops::prepare_linear): inputs must be on it. `weight`
-  // itself may still be the host original (the CUDA backend keeps its upload in `state`).
+  // and `bias` live there too (ops::prepare_linear places them before the backend prepares).
   Device device;
   int64_t out_features() const { return weight.size(0); }
   int64_t in_features() const { return weight.size(1); }

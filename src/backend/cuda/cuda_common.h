@@ -62,8 +62,13 @@ struct DeviceContext {
 };
 
 // The context of device `index`, created on first use, made current on the calling thread.
-// Throws Device when the index is not present.
+// Throws Device when the index is not present. Every entry point takes the context of its tensors'
+// device before it allocates, launches or uses a library handle, so cuda:N work never runs on
+// whatever device the thread had current (streams, pools and handles belong to one device).
 DeviceContext& context(int index);
+// cudaSetDevice(index) unless it is current already (asks the runtime, so a device set elsewhere,
+// by a library or the application, is never mistaken for ours).
+void make_current(int index);
 inline DeviceContext& context_of(const Tensor& t) { return context(t.device().index); }
 
 // Every tensor handed to a CUDA kernel must live on a CUDA device (a host tensor would be an

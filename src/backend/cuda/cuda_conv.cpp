@@ -25,6 +25,7 @@ void check_dnn(cudnnStatus_t s, const char* what) {
 }
 
 cudnnHandle_t dnn_handle(DeviceContext& c) {
+  make_current(c.index);  // a cuDNN handle belongs to the device current at cudnnCreate
   std::lock_guard lock(c.handles_mutex);
   if (!c.cudnn) {
     cudnnHandle_t h = nullptr;
@@ -54,17 +55,17 @@ struct ConvState {
 };
 
 std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, const Tensor& bias) {
+  // Placed on the device being prepared for by ops::prepare_conv2d (cuda:N keeps N).
+  require_on_device(weight, "conv2d", "weight to prepare");
+  require_on_device(bias, "conv2d", "bias to prepare");
+  FLUXRT_CHECK(!bias.defined() || bias.device() == weight.device(), ErrorCode::InvalidArgument,
+               "[conv2d] weight on {} but bias on {}", weight.device().str(), bias.device().str());
   auto p = std::make_shared<backend::PreparedConv2d>();
-  p->weight = weight;
-  p->bias = bias;
   auto state = std::make_shared<ConvState>();
-  const Device dev = weight.device().is_cpu() ? Device::cuda(0) : weight.device();
-  state->weight = Tensor::empty(weight.shape(), weight.dtype(), dev);
-  state->weight.copy_from(weight);
-  if (bias.defined()) {
-    state->bias = Tensor::empty({bias.numel()}, bias.dtype(), dev);
-    state->bias.copy_from(bias.reshape({bias.numel()}));
-  }
+  state->weight = weight.contiguous();
+  if (bias.defined()) state->bias = bias.reshape({bias.numel()}).contiguous();
+  p->weight = state->weight;
+  p->bias = state->bias;
   p->state = state;
   return p;
 }
@@ -88,6 +89,8 @@ void conv2d(const backend::Conv2dArgs& a) {
   auto* state = static_cast<ConvState*>(a.w->state.get());
   FLUXRT_CHECK(state != nullptr && !state->weight.device().is_cpu(), ErrorCode::InvalidArgument,
                "[conv2d] weight was not prepared by the CUDA backend");
+  FLUXRT_CHECK(state->weight.device() == a.x.device(), ErrorCode::InvalidArgument,
+               "[conv2d] weight prepared on {} but x is on {}", state->weight.device().str(), a.x.device().str());
   DeviceContext& c = context_of(a.x);
   const DType dt = a.x.dtype();
   FLUXRT_CHECK(a.y.dtype() == dt, ErrorCode::Unsupported, "[conv2d] x {} but y {} on CUDA", dtype_name(dt),

@@ -33,6 +33,7 @@ void check_lt(cublasStatus_t s, const char* what) {
 }
 
 cublasLtHandle_t lt_handle(DeviceContext& c) {
+  make_current(c.index);  // the handle and its workspace are per device; the matmul runs on c.stream
   std::lock_guard lock(c.handles_mutex);
   if (!c.cublaslt) {
     cublasLtHandle_t h = nullptr;
@@ -169,19 +170,20 @@ void gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
 }
 
 std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias) {
+  // ops::prepare_linear has placed both on the device being prepared for (cuda:N): using their
+  // device keeps N (an implicit cuda:0 would run every layer of a cuda:1 model on the wrong GPU).
+  require_on_device(weight, "linear", "weight to prepare");
+  require_on_device(bias, "linear", "bias to prepare");
+  FLUXRT_CHECK(!bias.defined() || bias.device() == weight.device(), ErrorCode::InvalidArgument,
+               "[linear] weight on {} but bias on {}", weight.device().str(), bias.device().str());
   auto p = std::make_shared<backend::PreparedLinear>();
-  p->weight = weight;
-  p->bias = bias;
   auto state = std::make_shared<LinearState>();
-  // The ops layer prepares for the tensor's device; weights usually come from the (host) mapping.
-  // They become resident here, once per model, in their checkpoint dtype.
-  const Device dev = weight.device().is_cpu() ? Device::cuda(0) : weight.device();
-  state->weight = Tensor::empty(weight.shape(), weight.dtype(), dev);
-  state->weight.copy_from(weight);
-  if (bias.defined()) {
-    state->bias = Tensor::empty({weight.size(0)}, bias.dtype(), dev);
-    state->bias.copy_from(bias.reshape({weight.size(0)}));
-  }
+  // Resident once per model in the checkpoint dtype: the placed tensor itself when it is packed
+  // already (a device copy only for strided views).
+  state->weight = weight.contiguous();
+  if (bias.defined()) state->bias = bias.reshape({weight.size(0)}).contiguous();
+  p->weight = state->weight;
+  p->bias = state->bias;
   p->state = state;
   return p;
 }

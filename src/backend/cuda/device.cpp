@@ -29,7 +29,6 @@ const bool g_registered = [] {
 constexpr int kMaxDevices = 16;
 std::array<std::unique_ptr<DeviceContext>, kMaxDevices> g_contexts;
 std::array<std::once_flag, kMaxDevices> g_context_once;
-thread_local int t_current_device = -1;
 
 std::unique_ptr<DeviceContext> create_context(int index) {
   auto c = std::make_unique<DeviceContext>();
@@ -91,11 +90,14 @@ DeviceContext& context(int index) {
     require_device(index);
     g_contexts[index] = create_context(index);
   });
-  if (t_current_device != index) {
-    FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
-    t_current_device = index;
-  }
+  make_current(index);
   return *g_contexts[index];
+}
+
+void make_current(int index) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) cudaGetLastError();
+  if (current != index) FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
 }
 
 void synchronize(int index) {

@@ -33,6 +33,7 @@ void note_alloc(DeviceContext& c, void* p, size_t bytes) {
 
 [[noreturn]] void fail_oom(DeviceContext& c, size_t bytes) {
   size_t free_bytes = 0, total_bytes = 0;
+  make_current(c.index);  // cudaMemGetInfo reports the current device
   cudaMemGetInfo(&free_bytes, &total_bytes);
   cudaGetLastError();
   fail(ErrorCode::OutOfMemory,
@@ -138,6 +139,11 @@ void* device_allocate(int index, size_t bytes) {
 
 void device_release(int index, void* ptr) {
   if (!ptr) return;
+  // A release runs from destructors, often in the middle of another device's op (a temporary of
+  // cuda:0 dropped while cuda:1 works): free on the block's device, then give the thread back the
+  // device it had, so the op's next launch still goes to its own device.
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
   try {
     DeviceContext& c = context(index);
     size_t bytes = 0;
@@ -155,6 +161,7 @@ void device_release(int index, void* ptr) {
   } catch (const Error&) {
     // Destructors must not throw; a failed free at exit leaks nothing the process keeps.
   }
+  if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
 }
 
 void* tensor_allocate(Device device, size_t bytes) { return device_allocate(device.index, bytes); }
