@@ -82,6 +82,28 @@ void parallel_for(int64_t units, int64_t elements, Fn&& fn) {
   }
 }
 
+// Runs fn(thread, threads) once on every thread of the pool (on the calling thread alone when the
+// work is small), for kernels whose threads meet at team_barrier() between phases; each thread
+// fences its non-temporal stores at the end, as parallel_for does.
+template <typename Fn>
+void parallel_team(int64_t elements, Fn&& fn) {
+  if (elements < kParallelMinElements || omp_get_max_threads() < 2) {
+    fn(0, 1);
+    hwy::FlushStream();
+    return;
+  }
+#pragma omp parallel
+  {
+    fn(omp_get_thread_num(), omp_get_num_threads());
+    hwy::FlushStream();
+  }
+}
+
+// Every thread of parallel_team waits here for the others (nothing when it runs alone).
+inline void team_barrier() {
+#pragma omp barrier
+}
+
 // Outputs at least this large are written with non-temporal stores. An ordinary store first
 // reads its line from DRAM (read-for-ownership), so a streaming op moves read + RFO + write, 3
 // units to memcpy's 2; a non-temporal store skips the read but leaves the line out of cache,

@@ -19,24 +19,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Whether T's rows go through the pair layout of simd-inl.h on this target.
-template <typename T>
-inline constexpr bool kPairs = std::is_same_v<T, hwy::bfloat16_t>&& HWY_TARGET != HWY_SCALAR;
-
-// 2 Lanes consecutive elements as two f32 vectors, in the pair layout (even, odd) for bf16 and in
-// order otherwise: for sums over a row, where the order does not matter.
-template <typename T>
-HWY_INLINE void LoadTwo(DF df, const T* x, VF* v0, VF* v1) {
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (kPairs<T>) {
-    LoadBf16Pairs(df, x, v0, v1);
-    return;
-  }
-#endif
-  *v0 = LoadF(df, x);
-  *v1 = LoadF(df, x + hn::Lanes(df));
-}
-
 // Per-column f32 vectors (weights, 1 + scale, shift) laid out the way MapRowColumns reads them:
 // for pair-layout rows every whole chunk of 2 Lanes columns holds its even columns, then its odd
 // ones; the columns after the last whole chunk, and all columns of other dtypes, keep their order.
@@ -108,10 +90,8 @@ HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const
   }
 }
 
-// The row statistics keep four independent accumulator chains: with two, a 4096-wide row's sum
-// waited on the FMA latency (4 cycles per 16 elements) rather than on the loads.
-
-// Sum of x^2 over a row (RMSNorm's statistic; RowShiftedSums is the centred one).
+// Sum of x^2 over a row (RMSNorm's statistic; RowShiftedSums in simd-inl.h is the centred one),
+// in four accumulator chains as RowShiftedSums.
 template <typename T>
 HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
   const DF df;
@@ -143,58 +123,6 @@ HWY_INLINE float RowSumSquares(const T* x, int64_t n) {
     s += d * d;
   }
   return s;
-}
-
-// Shifted sums of a row: s1 = sum(x - c), s2 = sum((x - c)^2), f32 lanes.
-template <typename T>
-HWY_INLINE void RowShiftedSums(const T* x, int64_t n, float c, float* s1_out, float* s2_out) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vc = hn::Set(df, c);
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-  VF q0 = hn::Zero(df), q1 = hn::Zero(df), q2 = hn::Zero(df), q3 = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    VF d0, d1, d2, d3;
-    LoadTwo(df, x + i, &d0, &d1);
-    LoadTwo(df, x + i + 2 * N, &d2, &d3);
-    d0 = hn::Sub(d0, vc);
-    d1 = hn::Sub(d1, vc);
-    d2 = hn::Sub(d2, vc);
-    d3 = hn::Sub(d3, vc);
-    a0 = hn::Add(a0, d0);
-    a1 = hn::Add(a1, d1);
-    a2 = hn::Add(a2, d2);
-    a3 = hn::Add(a3, d3);
-    q0 = hn::MulAdd(d0, d0, q0);
-    q1 = hn::MulAdd(d1, d1, q1);
-    q2 = hn::MulAdd(d2, d2, q2);
-    q3 = hn::MulAdd(d3, d3, q3);
-  }
-  for (; i + 2 * N <= n; i += 2 * N) {
-    VF d0, d1;
-    LoadTwo(df, x + i, &d0, &d1);
-    d0 = hn::Sub(d0, vc);
-    d1 = hn::Sub(d1, vc);
-    a0 = hn::Add(a0, d0);
-    a1 = hn::Add(a1, d1);
-    q0 = hn::MulAdd(d0, d0, q0);
-    q1 = hn::MulAdd(d1, d1, q1);
-  }
-  for (; i + N <= n; i += N) {
-    const VF d = hn::Sub(LoadF(df, x + i), vc);
-    a2 = hn::Add(a2, d);
-    q2 = hn::MulAdd(d, d, q2);
-  }
-  float s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  float s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(q0, q1), hn::Add(q2, q3))));
-  for (; i < n; ++i) {
-    const float d = to_f32(x[i]) - c;
-    s1 += d;
-    s2 += d * d;
-  }
-  *s1_out = s1;
-  *s2_out = s2;
 }
 
 // Mean and biased variance of a row, usually in one pass: shifted sums around c = x[0] give

@@ -19,55 +19,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Shifted sums over n elements: s1 = sum(x - c), s2 = sum((x - c)^2). A group can hold millions
-// of elements, so lanes accumulate in f32 over blocks of kBlock and the block sums add up in f64;
-// the shift c (the group's first element) removes the cancellation of sum(x^2) - n mean^2.
-template <typename T>
-void ShiftedSums(const T* x, int64_t n, float c, double* s1, double* s2) {
-  constexpr int64_t kBlock = 4096;
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vc = hn::Set(df, c);
-  double t1 = 0, t2 = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
-    const int64_t b1 = std::min(n, b0 + kBlock);
-    VF a1 = hn::Zero(df), a2 = hn::Zero(df);
-    int64_t i = b0;
-#if HWY_TARGET != HWY_SCALAR  // bf16 through the pair layout of simd-inl.h (cheaper widening)
-    if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
-      VF c1 = hn::Zero(df), c2 = hn::Zero(df);
-      for (; i + 2 * N <= b1; i += 2 * N) {
-        VF e, o;
-        LoadBf16Pairs(df, x + i, &e, &o);
-        e = hn::Sub(e, vc);
-        o = hn::Sub(o, vc);
-        a1 = hn::Add(a1, e);
-        c1 = hn::Add(c1, o);
-        a2 = hn::MulAdd(e, e, a2);
-        c2 = hn::MulAdd(o, o, c2);
-      }
-      a1 = hn::Add(a1, c1);
-      a2 = hn::Add(a2, c2);
-    }
-#endif
-    for (; i + N <= b1; i += N) {
-      const VF d = hn::Sub(LoadF(df, x + i), vc);
-      a1 = hn::Add(a1, d);
-      a2 = hn::MulAdd(d, d, a2);
-    }
-    double r1 = hn::GetLane(hn::SumOfLanes(df, a1)), r2 = hn::GetLane(hn::SumOfLanes(df, a2));
-    for (; i < b1; ++i) {
-      const double d = static_cast<double>(to_f32(x[i])) - c;
-      r1 += d;
-      r2 += d * d;
-    }
-    t1 += r1;
-    t2 += r2;
-  }
-  *s1 = t1;
-  *s2 = t2;
-}
-
 // y = (x - mean) a + b over a plane, then SiLU (the cheaper Accuracy::Bf16 math for bf16 output).
 template <typename T, bool kSilu, bool kStream>
 void PlaneAffine(const T* x, T* y, int64_t n, float mean, float a, float b) {
@@ -83,43 +34,155 @@ void PlaneAffine(const T* x, T* y, int64_t n, float mean, float a, float b) {
   MapRow1<kStream>(x, y, n, f);
 }
 
+// GroupNorm's statistics come from fixed slices of each group: each slice's shifted sums in f32
+// lanes (a few hundred values per lane), the slices' sums added in f64 in slice order. The slices
+// do not depend on the thread count, so neither do the output bits, whichever way GroupNormImpl
+// shares the groups out.
+constexpr int64_t kGroupSlice = 8192;
+
+// With fewer groups per thread than this, the threads share each group instead of taking whole
+// groups (see GroupNormImpl).
+constexpr int64_t kMinGroupsPerThread = 4;
+
+// One GroupNorm call's groups (u = n * G + g, each a contiguous block of C/G planes) and the
+// per-slice sums its threads fill in.
+template <typename T, bool kSilu, bool kStream>
+class GroupNormGroups {
+ public:
+  GroupNormGroups(const GroupNormArgs& args, int64_t N, int64_t C, int64_t hw)
+      : x_(args.x.data<T>()),
+        y_(args.y.data<T>()),
+        hw_(hw),
+        channels_per_group_(C / args.groups),
+        groups_(args.groups),
+        n_per_(channels_per_group_ * hw),
+        slices_((n_per_ + kGroupSlice - 1) / kGroupSlice),
+        eps_(args.eps),
+        w_(f32_copy(args.weight)),
+        b_(f32_copy(args.bias)),
+        sums_(static_cast<size_t>(N * groups_ * slices_)) {}
+
+  int64_t slices() const { return slices_; }
+
+  // The first shift of group u's sums: its first element, which removes the cancellation of
+  // sum(x^2) - n mean^2 unless that element sits far from the mean (see moments()).
+  float first_shift(int64_t u) const { return to_f32(x_[u * n_per_]); }
+
+  // Sums of slices [k0, k1) of group u around `shift`.
+  void slice_sums(int64_t u, int64_t k0, int64_t k1, float shift) {
+    const T* x = x_ + u * n_per_;
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t i0 = k * kGroupSlice, i1 = std::min(n_per_, i0 + kGroupSlice);
+      float s1, s2;
+      RowShiftedSums(x + i0, i1 - i0, shift, &s1, &s2);
+      sums_[u * slices_ + k] = {s1, s2};
+    }
+  }
+
+  struct Moments {
+    float mean, inv_std;
+    bool redo;         // the shift sat far from the mean: redo the sums around better_shift
+    float better_shift;  // the estimated mean
+  };
+  // Group u's moments from all its slices' sums around `shift`; `last` forbids asking for a redo.
+  Moments moments(int64_t u, float shift, bool last) const {
+    double s1 = 0, s2 = 0;
+    for (int64_t k = 0; k < slices_; ++k) {
+      s1 += sums_[u * slices_ + k].s1;
+      s2 += sums_[u * slices_ + k].s2;
+    }
+    const double n = static_cast<double>(n_per_), dm = s1 / n;
+    const double var = s2 / n - dm * dm;
+    if (!last && dm * dm > 16.0 * var) return {0.0f, 0.0f, true, static_cast<float>(shift + dm)};
+    return {static_cast<float>(shift + dm),
+            static_cast<float>(1.0 / std::sqrt(std::max(0.0, var) + static_cast<double>(eps_))), false, 0.0f};
+  }
+
+  // Writes slices [k0, k1) of group u: (x - mean) * (w * inv_std) + b, then SiLU.
+  void apply(int64_t u, int64_t k0, int64_t k1, const Moments& m) const {
+    const int64_t g = u % groups_;
+    const int64_t i1 = std::min(n_per_, k1 * kGroupSlice);
+    for (int64_t i = k0 * kGroupSlice; i < i1;) {  // the slices' part of each channel plane
+      const int64_t plane = i / hw_, end = std::min(i1, (plane + 1) * hw_);
+      const int64_t ch = g * channels_per_group_ + plane;
+      const float a = (w_.empty() ? 1.0f : w_[ch]) * m.inv_std, b = b_.empty() ? 0.0f : b_[ch];
+      const int64_t off = u * n_per_ + i;
+      PlaneAffine<T, kSilu, kStream>(x_ + off, y_ + off, end - i, m.mean, a, b);
+      i = end;
+    }
+  }
+
+  // Group u on one thread: sums (twice if the first shift was poor), then the output while the
+  // group is still in this core's caches.
+  void whole_group(int64_t u) {
+    float shift = first_shift(u);
+    slice_sums(u, 0, slices_, shift);
+    Moments m = moments(u, shift, false);
+    if (m.redo) {
+      shift = m.better_shift;
+      slice_sums(u, 0, slices_, shift);
+      m = moments(u, shift, true);
+    }
+    apply(u, 0, slices_, m);
+  }
+
+  // Group u shared by `threads` threads (all of them call this, in the same order of groups):
+  // each sums its run of slices, they meet, and each writes its own slices, which are still in its
+  // caches. Every thread derives the moments from the same sums, so they agree.
+  void shared_group(int64_t u, int thread, int threads) {
+    const int64_t k0 = slices_ * thread / threads, k1 = slices_ * (thread + 1) / threads;
+    float shift = first_shift(u);
+    slice_sums(u, k0, k1, shift);
+    team_barrier();
+    Moments m = moments(u, shift, false);
+    if (m.redo) {
+      team_barrier();  // everyone has read the first sums before they are overwritten
+      shift = m.better_shift;
+      slice_sums(u, k0, k1, shift);
+      team_barrier();
+      m = moments(u, shift, true);
+    }
+    apply(u, k0, k1, m);
+  }
+
+ private:
+  struct Sums {
+    double s1, s2;
+  };
+  const T* x_;
+  T* y_;
+  int64_t hw_, channels_per_group_, groups_, n_per_, slices_;
+  float eps_;
+  std::vector<float> w_, b_;
+  std::vector<Sums> sums_;
+};
+
+// Each group is read twice, for its statistics and for the output; the second read must find it in
+// cache. With enough groups, each thread takes whole groups (a group of the 1024 px decoder is
+// 0.5-2 MB in bf16: L2 or L3); with few groups per thread, all threads share each group, one run
+// of slices each, so every core still streams and re-reads only its own part.
 void GroupNormImpl(const GroupNormArgs& args) {
   dispatch_float(args.x.dtype(), "group_norm", [&]<typename T>() {
     const int64_t N = args.x.size(0), C = args.x.size(1);
     const int64_t hw = N * C == 0 ? 0 : args.x.numel() / (N * C);
-    const int64_t G = args.groups, cg = C / G, n_per = cg * hw;
-    const std::vector<float> w = f32_copy(args.weight), bias = f32_copy(args.bias);
-    const T* xp = args.x.data<T>();
-    T* yp = args.y.data<T>();
+    if (hw == 0) return;
+    const int64_t units = N * args.groups;
+    const bool share_groups = units < kMinGroupsPerThread * omp_get_max_threads();
     with_stream(stream_output(args.y, {&args.x}), [&]<bool kS>() {
-      parallel_for(N * G, N * C * hw, [&](int64_t u) {
-        const int64_t base = u * n_per;  // (n * C + g * cg) * hw
-        const int64_t g = u % G;
-        if (n_per == 0) return;
-        float c = to_f32(xp[base]);
-        double s1, s2;
-        ShiftedSums(xp + base, n_per, c, &s1, &s2);
-        double dm = s1 / static_cast<double>(n_per);
-        double var = s2 / static_cast<double>(n_per) - dm * dm;
-        if (dm * dm > 16.0 * var) {  // x[0] far from the mean: redo the sums around the estimate
-          c = static_cast<float>(c + dm);
-          ShiftedSums(xp + base, n_per, c, &s1, &s2);
-          dm = s1 / static_cast<double>(n_per);
-          var = s2 / static_cast<double>(n_per) - dm * dm;
+      auto run = [&]<bool kSilu>() {
+        GroupNormGroups<T, kSilu, kS> groups(args, N, C, hw);
+        if (share_groups) {
+          parallel_team(args.x.numel(), [&](int thread, int threads) {
+            for (int64_t u = 0; u < units; ++u) groups.shared_group(u, thread, threads);
+          });
+        } else {
+          parallel_for(units, args.x.numel(), [&](int64_t u) { groups.whole_group(u); });
         }
-        var = std::max(0.0, var);
-        const float mean = static_cast<float>(c + dm);
-        const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(args.eps)));
-        for (int64_t k = 0; k < cg; ++k) {
-          const int64_t ch = g * cg + k;
-          const float a = (w.empty() ? 1.0f : w[ch]) * inv, b = bias.empty() ? 0.0f : bias[ch];
-          const int64_t off = base + k * hw;
-          if (args.silu)
-            PlaneAffine<T, true, kS>(xp + off, yp + off, hw, mean, a, b);
-          else
-            PlaneAffine<T, false, kS>(xp + off, yp + off, hw, mean, a, b);
-        }
-      });
+      };
+      if (args.silu)
+        run.template operator()<true>();
+      else
+        run.template operator()<false>();
     });
   });
 }
