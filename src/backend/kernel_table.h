@@ -13,6 +13,7 @@
 #include "backend/args/elementwise.h"
 #include "backend/args/linear.h"
 #include "backend/args/norm.h"
+#include "backend/args/tile_blend.h"
 #include "backend/args/vae_ops.h"
 #include "core/device.h"
 
@@ -45,6 +46,9 @@ struct KernelTable {
   void (*group_norm)(const GroupNormArgs&) = nullptr;
   void (*upsample_nearest_2x)(const Upsample2xArgs&) = nullptr;
   void (*channel_norm)(const ChannelNormArgs&) = nullptr;
+  // Tiled passes: blend a tile into an f32 accumulator, normalise (args/tile_blend.h).
+  void (*tile_blend)(const TileBlendArgs&) = nullptr;
+  void (*tile_normalize)(const TileNormalizeArgs&) = nullptr;
 };
 
 // Each backend fills its table once (src/backend/<name>/<name>_kernels.cpp).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -186,7 +187,7 @@ void expect_bitwise_on_host(const Tensor& want, const Tensor& got_on_device) {
   EXPECT_EQ(0, std::memcmp(w.raw_data(), got.raw_data(), w.nbytes()));
 }
 
-// The VAEs' three decode/encode paths (whole image, lean bands, blended tiles: host blending) on
+// The VAEs' three decode/encode paths (whole image, lean bands, blended tiles) on
 // cpu:1, with host inputs (uploaded by the VAE) and with inputs already on the device.
 TEST(PlacementVae, BothVaesEveryTilingModeOnCpu1MatchCpu) {
   const std::vector<std::pair<const char*, models::TilingOptions>> modes = {
@@ -218,6 +219,43 @@ TEST(PlacementVae, BothVaesEveryTilingModeOnCpu1MatchCpu) {
       expect_bitwise_on_host(cpu.encode_latents(image), dev.encode_latents(image));
     }
   }
+}
+
+// Blended tiles stay on the device: a forced-tiled decode (and encode) on cpu:1 copies nothing to
+// the host; the caller's download of the image is the only copy. Both tiled layouts: the whole
+// latent per tile (tile 32 / overlap 16 on 48x40 images) and the mid block once with the outer
+// levels per tile.
+TEST(PlacementVae, TiledPassesMakeNoHostCopy) {
+  std::set<int> layouts;  // whole-image stages of each case's plan
+  for (const auto& [tile, overlap] : {std::pair{32, 16}, std::pair{64, 16}}) {
+    SCOPED_TRACE("tile " + std::to_string(tile));
+    models::AutoencoderKLOptions od;
+    od.dtype = DType::F32;
+    od.device = kCheck;
+    od.tiling = test::forced_tiles(tile, overlap);
+    const models::Flux1Vae dev = models::Flux1Vae::load((kData / "flux1_vae" / "model").string(), od);
+    const int64_t h = 12, w = 10;
+    const models::TilePlan plan = dev.core().decode_tile_plan(1, 8 * h, 8 * w);
+    ASSERT_TRUE(plan.tiled);
+    SCOPED_TRACE("whole-image stages " + std::to_string(plan.whole_image_stages));
+    layouts.insert(plan.whole_image_stages);
+    Tensor z = Tensor::empty({1, dev.config().latent_channels, h, w}, DType::F32, kCheck);
+    z.copy_from(ramp(z.shape(), 1.5f));
+    const uint64_t before = device_to_host_copies();
+    const Tensor image = dev.decode_latents(z);
+    EXPECT_EQ(device_to_host_copies(), before) << "the tiled decode copied tiles to the host";
+    Tensor host = Tensor::empty(image.shape(), image.dtype());
+    host.copy_from(image);
+    EXPECT_EQ(device_to_host_copies(), before + 1);
+
+    Tensor x = Tensor::empty({1, 3, 8 * h, 8 * w}, DType::F32, kCheck);
+    x.copy_from(ramp(x.shape(), 1.0f));
+    const uint64_t before_encode = device_to_host_copies();
+    const Tensor latents = dev.encode_latents(x);
+    EXPECT_EQ(latents.device(), kCheck);
+    EXPECT_EQ(device_to_host_copies(), before_encode) << "the tiled encode copied tiles to the host";
+  }
+  EXPECT_EQ(layouts.size(), 2u) << "both tiled layouts (whole latent per tile, mid block once) should run";
 }
 
 TEST(PlacementKlein, GenerateOnCpu1MatchesCpuBitwise) {

@@ -4,6 +4,7 @@
 #include "backend/cpu/conv_cpu.h"
 #include "backend/cpu/linear_cpu.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_tile_blend.h"
 #include "backend/kernel_table.h"
 
 namespace fluxrt::backend {
@@ -23,6 +24,8 @@ void fill_cpu_kernels(KernelTable& t) {
   t.group_norm = cpu::group_norm;
   t.upsample_nearest_2x = cpu::upsample_nearest_2x;
   t.channel_norm = cpu::channel_norm;
+  t.tile_blend = cpu::tile_blend;
+  t.tile_normalize = cpu::tile_normalize;
   // GEMM, convolution and attention live in their own files (linear_*, conv_*, attention_*).
   t.prepare_linear = prepare_linear_cpu;
   t.linear = linear_cpu;

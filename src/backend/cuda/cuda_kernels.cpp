@@ -1,6 +1,6 @@
 // The CUDA backend's kernel table. Slots are filled by the files that implement them
-// (cuda_elementwise.cpp, cuda_linear.cpp, cuda_conv.cpp, cuda_attention.cpp); a null slot makes
-// the ops layer run its composed fallback.
+// (cuda_elementwise.cpp, cuda_linear.cpp, cuda_conv.cpp, cuda_attention.cpp,
+// cuda_tile_blend.cpp); a null slot makes the ops layer run its composed fallback.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda_backend.h"
@@ -16,6 +16,7 @@ void fill_cuda_kernels(backend::KernelTable& t) {
   fill_linear(t);
   fill_conv(t);
   fill_attention(t);
+  fill_tile_blend(t);
 }
 
 const backend::KernelTable& cuda_kernels(int index) {

@@ -9,5 +9,6 @@ void fill_elementwise(backend::KernelTable& t);  // cuda_elementwise.cpp: elemen
 void fill_linear(backend::KernelTable& t);       // cuda_linear.cpp: cuBLASLt
 void fill_conv(backend::KernelTable& t);         // cuda_conv.cpp: cuDNN
 void fill_attention(backend::KernelTable& t);    // cuda_attention.cpp
+void fill_tile_blend(backend::KernelTable& t);   // cuda_tile_blend.cpp: the VAE's tiled passes
 
 }  // namespace fluxrt::cuda

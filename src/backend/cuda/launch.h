@@ -108,6 +108,20 @@ enum class Act { None, GeluTanh, Silu };
 cudaError_t launch_linear_epilogue(const float* acc, int64_t ld_acc, Operand y, Operand bias, Act act, Operand gate,
                                    Operand residual, int64_t M, int64_t N, cudaStream_t stream, int sm_count);
 
+// ---- tiled VAE passes (tile_blend.cu; the formulas are backend/args/tile_blend.h's) ----
+struct TileBlendParams {
+  const void* tile = nullptr;  // [planes, tile_h, tile_w] contiguous
+  DType tile_dtype = DType::F32;
+  float* acc = nullptr;         // [planes, H, W] f32 contiguous
+  float* weight_sum = nullptr;  // [H, W] f32
+  int64_t planes = 0, tile_h = 0, tile_w = 0, H = 0, W = 0, top = 0, left = 0, ramp = 0;
+  bool ramp_top = false, ramp_bottom = false, ramp_left = false, ramp_right = false;
+};
+cudaError_t launch_tile_blend(const TileBlendParams& p, cudaStream_t stream, int sm_count);
+// out[p, k] = acc[p, k] / weight_sum[k] rounded to out_dtype, for p < planes, k < hw.
+cudaError_t launch_tile_normalize(const float* acc, const float* weight_sum, void* out, DType out_dtype,
+                                  int64_t planes, int64_t hw, cudaStream_t stream, int sm_count);
+
 // ---- attention (attention.cu) ----
 enum class Rope { None, AdjacentPairs, HalfSplit };
 struct AttentionParams {

@@ -1,6 +1,7 @@
 // The reference backend's kernel table: naive loops that compute in f64 and round once to the
 // output dtype. Every test compares the other backends against these.
 #include "backend/kernel_table.h"
+#include "backend/ref/ref_tile_blend.h"
 #include "backend/ref/attention_ref.h"
 #include "backend/ref/conv_ref.h"
 #include "backend/ref/linear_ref.h"
@@ -23,6 +24,8 @@ void fill_ref_kernels(KernelTable& t) {
   t.group_norm = ref::group_norm;
   t.upsample_nearest_2x = ref::upsample_nearest_2x;
   t.channel_norm = ref::channel_norm;
+  t.tile_blend = ref::tile_blend;
+  t.tile_normalize = ref::tile_normalize;
   // GEMM, convolution and attention live in their own files (linear_*, conv_*, attention_*).
   t.prepare_linear = prepare_linear_ref;
   t.linear = linear_ref;

@@ -16,6 +16,7 @@
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/tile_blend.h"
 #include "ops/vae_ops.h"
 
 namespace fluxrt::models {
@@ -356,62 +357,35 @@ struct AutoencoderKL::Impl {
     return encode_tail(h, levels);                                            // [B, 2z, H/8, W/8]
   }
 
-  // Linear ramp weights of one tile along an axis: ramps of `ramp` samples on the sides that
-  // have a neighbour; (i + 0.5) / ramp keeps every weight positive.
-  static std::vector<float> ramp_weights(int64_t len, int64_t ramp, bool left, bool right) {
-    std::vector<float> w(static_cast<size_t>(len), 1.0f);
-    for (int64_t i = 0; i < len && ramp > 0; ++i) {
-      float v = 1.0f;
-      if (left && i < ramp) v = std::min(v, (static_cast<float>(i) + 0.5f) / static_cast<float>(ramp));
-      if (right && len - 1 - i < ramp)
-        v = std::min(v, (static_cast<float>(len - 1 - i) + 0.5f) / static_cast<float>(ramp));
-      w[static_cast<size_t>(i)] = v;
-    }
-    return w;
-  }
-
   // Runs `fn` on overlapping tiles of x [B, C, H, W] (tile / overlap in x's pixels, output scale
-  // `scale` = output pixels per input pixel, as a ratio out_num/out_den) and blends the results.
+  // `scale` = output pixels per input pixel, as a ratio out_num/out_den) and blends the results
+  // with linear ramps over the overlaps (ops/tile_blend.h), on x's device: on a GPU the tiles never
+  // leave it.
   template <typename Fn>
   Tensor tiled(const Tensor& x, int64_t tile, int64_t overlap, int64_t out_num, int64_t out_den, Fn fn) const {
     const int64_t B = x.size(0), H = x.size(2), W = x.size(3);
     const auto ys = vae_tile_starts(H, tile, overlap), xs = vae_tile_starts(W, tile, overlap);
     const int64_t OH = H * out_num / out_den, OW = W * out_num / out_den;
-    const int64_t ramp = overlap * out_num / out_den;
-    Tensor acc, wsum = Tensor::zeros({OH, OW}, DType::F32);
-    float* ws = wsum.data<float>();
-    int64_t OC = 0;
+    const Tensor weight_sum = Tensor::zeros({OH, OW}, DType::F32, x.device());  // [OH, OW]
+    Tensor acc;
     for (size_t iy = 0; iy < ys.size(); ++iy) {
       for (size_t ix = 0; ix < xs.size(); ++ix) {
         const int64_t th = std::min(tile, H), tw = std::min(tile, W);
         Tensor in = x.slice(2, ys[iy], ys[iy] + th).slice(3, xs[ix], xs[ix] + tw).contiguous();  // [B, C, th, tw]
-        // Blended on the host in f32 (a download per tile on a GPU; tiling is the low-memory path).
-        Tensor out = to_device(fn(in), Device::cpu()).to(DType::F32).contiguous();  // [B, OC, oth, otw]
-        if (!acc.defined()) {
-          OC = out.size(1);
-          acc = Tensor::zeros({B, OC, OH, OW}, DType::F32);
-        }
-        const int64_t oth = out.size(2), otw = out.size(3);
-        const int64_t oy = ys[iy] * out_num / out_den, ox = xs[ix] * out_num / out_den;
-        const auto wy = ramp_weights(oth, ramp, iy > 0, iy + 1 < ys.size());
-        const auto wx = ramp_weights(otw, ramp, ix > 0, ix + 1 < xs.size());
-        const float* src = out.data<float>();
-        float* dst = acc.data<float>();
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t c = 0; c < OC; ++c)
-            for (int64_t i = 0; i < oth; ++i) {
-              const float* srow = src + ((b * OC + c) * oth + i) * otw;
-              float* drow = dst + ((b * OC + c) * OH + oy + i) * OW + ox;
-              for (int64_t j = 0; j < otw; ++j) drow[j] += wy[i] * wx[j] * srow[j];
-            }
-        for (int64_t i = 0; i < oth; ++i)
-          for (int64_t j = 0; j < otw; ++j) ws[(oy + i) * OW + ox + j] += wy[i] * wx[j];
+        const Tensor out = fn(in);                                                                // [B, OC, oth, otw]
+        if (!acc.defined()) acc = Tensor::zeros({B, out.size(1), OH, OW}, DType::F32, x.device());  // [B, OC, OH, OW]
+        ops::TilePlacement at;
+        at.top = ys[iy] * out_num / out_den;
+        at.left = xs[ix] * out_num / out_den;
+        at.ramp = overlap * out_num / out_den;
+        at.ramp_top = iy > 0;
+        at.ramp_bottom = iy + 1 < ys.size();
+        at.ramp_left = ix > 0;
+        at.ramp_right = ix + 1 < xs.size();
+        ops::tile_blend_(acc, weight_sum, out, at);
       }
     }
-    float* dst = acc.data<float>();
-    for (int64_t bc = 0; bc < B * OC; ++bc)
-      for (int64_t p = 0; p < OH * OW; ++p) dst[bc * OH * OW + p] /= ws[p];
-    return to_device(acc.to(options.dtype), options.device);                 // [B, OC, OH, OW]
+    return ops::tile_normalize(acc, weight_sum, options.dtype);  // [B, OC, OH, OW]
   }
 };
 
