@@ -21,6 +21,9 @@ struct DeviceMemoryHooks {
   // of them lives on this device type. Returns when dst may be read on its side: host destinations
   // are complete, device destinations are ordered before later work on the device.
   void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
+  // Bytes that allocate() could still hand out on `device` now (what the driver reports free plus
+  // what the backend's cache holds unused); 0 when unknown. Never throws for a present device.
+  size_t (*free_bytes)(Device device) = nullptr;
 };
 
 // Called once by a backend; `hooks` must outlive the process (a static object).

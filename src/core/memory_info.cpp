@@ -3,6 +3,8 @@
 #include <fstream>
 #include <string>
 
+#include "core/device_memory.h"
+
 namespace fluxrt {
 
 size_t mem_available_bytes() {
@@ -14,6 +16,12 @@ size_t mem_available_bytes() {
     meminfo.ignore(256, '\n');
   }
   return 0;
+}
+
+size_t device_free_bytes(Device device) {
+  if (device.is_cpu()) return mem_available_bytes();
+  const DeviceMemoryHooks& mem = device_memory(device);
+  return mem.free_bytes ? mem.free_bytes(device) : 0;
 }
 
 }  // namespace fluxrt

@@ -87,7 +87,7 @@ int bench_t5_encoder(const BenchRequest& request) {
   const size_t layer_bytes = static_cast<size_t>(4 * D * inner + 3 * D * F) * wbytes;
   const size_t fixed_bytes = static_cast<size_t>(config.vocab_size * D) * 2;
   // Activations at 512 tokens are small next to the weights; keep 1.5 GiB of headroom.
-  const size_t available = mem_available_bytes();
+  const size_t available = device_free_bytes(request.device);  // the weights go to that device
   int64_t layers = full_layers;
   std::string why = "all layers";
   if (available > 0) {
@@ -96,7 +96,7 @@ int bench_t5_encoder(const BenchRequest& request) {
     const int64_t fit = room > 0 ? static_cast<int64_t>(room / static_cast<double>(layer_bytes)) : 0;
     if (fit < full_layers) {
       layers = std::max<int64_t>(1, fit);
-      why = fmt::format("MemAvailable {:.1f} GiB holds {} layers", gib(available), fit);
+      why = fmt::format("{:.1f} GiB free on {} holds {} layers", gib(available), request.device.str(), fit);
     }
   }
   if (const char* env = std::getenv("FLUXRT_BENCH_T5_LAYERS"); env && *env) {

@@ -164,6 +164,24 @@ void device_release(int index, void* ptr) {
   if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
 }
 
+size_t tensor_free_bytes(Device device) {
+  DeviceContext& c = context(device.index);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  // The pool keeps freed blocks (release threshold = max), which the driver counts as used: they
+  // are free for our tensors all the same.
+  uint64_t reserved = 0, used = 0;
+  if (cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return free_bytes;
+  }
+  return free_bytes + static_cast<size_t>(reserved > used ? reserved - used : 0);
+}
+
 void* tensor_allocate(Device device, size_t bytes) { return device_allocate(device.index, bytes); }
 void tensor_release(Device device, void* ptr) { device_release(device.index, ptr); }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/memory_info.h"
 #include "io/safetensors.h"
 #include "models/vae/banded_conv.h"
 #include "ops/attention.h"
@@ -557,14 +558,24 @@ size_t AutoencoderKL::estimate_encode_bytes(int64_t b, int64_t h, int64_t w) con
 }
 
 TilePlan AutoencoderKL::decode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  return plan_vae_decode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w);
+  return plan_vae_decode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w, impl_->options.device);
 }
 TilePlan AutoencoderKL::encode_tile_plan(int64_t b, int64_t h, int64_t w) const {
-  return plan_vae_encode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w);
+  return plan_vae_encode(impl_->config, impl_->options.dtype, impl_->options.tiling, b, h, w, impl_->options.device);
 }
 
 bool AutoencoderKL::decode_would_tile(int64_t b, int64_t h, int64_t w) const { return decode_tile_plan(b, h, w).tiled; }
 bool AutoencoderKL::encode_would_tile(int64_t b, int64_t h, int64_t w) const { return encode_tile_plan(b, h, w).tiled; }
+
+namespace {
+
+// On a GPU nothing (no swap) stands behind a pass that does not fit, and tiles are the leanest pass
+// there is: say so in one line before the first tile instead of failing in the middle of one.
+void check_tiles_fit_device(const TilePlan& plan, Device device, const char* what) {
+  if (!device.is_cpu()) check_tiled_pass_fits(plan, device_free_bytes(device), device, what);
+}
+
+}  // namespace
 
 Tensor AutoencoderKL::decode(const Tensor& z_in, const char* what) const {
   FLUXRT_CHECK(z_in.defined() && z_in.dim() == 4 && z_in.size(1) == impl_->config.latent_channels,
@@ -579,6 +590,7 @@ Tensor AutoencoderKL::decode(const Tensor& z_in, const char* what) const {
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
+  check_tiles_fit_device(plan, impl_->options.device, what);
   const int whole = plan.whole_image_stages;
   if (whole == 0)  // the mid block on the whole latent would need more than a tile: all of it per tile
     return impl_->tiled(z, t.tile_pixels / f, t.overlap_pixels / f, f, 1,
@@ -605,6 +617,7 @@ Tensor AutoencoderKL::encode_mode(const Tensor& image_in, const char* what) cons
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
+  check_tiles_fit_device(plan, impl_->options.device, what);
   return impl_->encode_tiled(image, plan).slice(1, 0, z).contiguous();  // [B, z, H/8, W/8] (mean)
 }
 
@@ -623,6 +636,7 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image_in, const char* what) c
   FLUXRT_CHECK(t.tile_pixels % f == 0 && t.overlap_pixels % f == 0 && t.overlap_pixels < t.tile_pixels,
                ErrorCode::InvalidArgument, "vae tiling: tile {} / overlap {} must be multiples of {} (overlap < tile)",
                t.tile_pixels, t.overlap_pixels, f);
+  check_tiles_fit_device(plan, impl_->options.device, what);
   return impl_->encode_tiled(image, plan);  // [B, 2z, H/8, W/8]
 }
 

@@ -176,7 +176,7 @@ std::vector<double> encode_stage_macs(const AutoencoderKLConfig& config, int64_t
 // budget; never when one tile covers the image. `factor` converts image pixels to the tiled input's
 // pixels (decode: the latent grid, 1/8; encode: the image itself).
 TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, size_t lean_estimate, int64_t h, int64_t w,
-                        int64_t factor) {
+                        int64_t factor, Device device) {
   TilePlan p;
   p.tile_height = h;
   p.tile_width = w;
@@ -188,7 +188,7 @@ TilePlan make_tile_plan(const TilingOptions& t, size_t estimate, size_t lean_est
     return p;
   }
   if (t.mode == TilingMode::Auto) {
-    p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes();
+    p.budget_bytes = t.memory_budget_bytes ? t.memory_budget_bytes : vae_auto_memory_budget_bytes(device);
     if (estimate <= p.budget_bytes) return p;
     if (lean_estimate <= p.budget_bytes) {
       p.lean = true;
@@ -252,9 +252,18 @@ StageSplit split_stages(const std::vector<int64_t>& whole_widest, const std::vec
 
 }  // namespace
 
-size_t vae_auto_memory_budget_bytes() {
-  const size_t available = mem_available_bytes();
+size_t vae_auto_memory_budget_bytes(Device device) {
+  const size_t available = device_free_bytes(device);
   return available ? available / 2 : size_t{6} << 30;
+}
+
+void check_tiled_pass_fits(const TilePlan& plan, size_t free_bytes, Device device, const char* what) {
+  constexpr double kGiB = 1073741824.0;
+  FLUXRT_CHECK(!plan.tiled || free_bytes == 0 || plan.tiled_estimate_bytes <= free_bytes, ErrorCode::OutOfMemory,
+               "{}: even {}x{} tiles of {}x{} pixels need about {:.2f} GiB, {:.2f} GiB free on {} (smaller tiles or "
+               "a smaller image)",
+               what, plan.rows, plan.cols, plan.tile_height, plan.tile_width, plan.tiled_estimate_bytes / kGiB,
+               free_bytes / kGiB, device.str());
 }
 
 std::vector<int64_t> vae_tile_starts(int64_t n, int64_t t, int64_t o) {
@@ -283,10 +292,10 @@ double vae_encode_flops(const AutoencoderKLConfig& config, int64_t b, int64_t h,
 }
 
 TilePlan plan_vae_decode(const AutoencoderKLConfig& c, DType dtype, const TilingOptions& tiling, int64_t b, int64_t h,
-                         int64_t w) {
+                         int64_t w, Device device) {
   const int64_t f = c.spatial_factor();
   TilePlan p = make_tile_plan(tiling, vae_decode_estimate_bytes(c, dtype, b, h, w), lean_decode_bytes(c, dtype, tiling, b, h, w),
-                              h, w, f);
+                              h, w, f, device);
   if (!p.tiled || p.rows == 0) {
     p.executed_flops = vae_decode_flops(c, b, h, w);
     return p;
@@ -305,9 +314,9 @@ TilePlan plan_vae_decode(const AutoencoderKLConfig& c, DType dtype, const Tiling
 }
 
 TilePlan plan_vae_encode(const AutoencoderKLConfig& c, DType dtype, const TilingOptions& tiling, int64_t b, int64_t h,
-                         int64_t w) {
+                         int64_t w, Device device) {
   TilePlan p = make_tile_plan(tiling, vae_encode_estimate_bytes(c, dtype, b, h, w), lean_encode_bytes(c, dtype, tiling, b, h, w),
-                              h, w, 1);
+                              h, w, 1, device);
   if (!p.tiled || p.rows == 0) {
     p.executed_flops = vae_encode_flops(c, b, h, w);
     return p;

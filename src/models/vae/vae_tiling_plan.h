@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace fluxrt::models {
@@ -40,7 +41,8 @@ struct TilingOptions {
   int tile_pixels = 512;    // tile edge in image pixels (multiple of 16)
   int overlap_pixels = 128; // overlap between neighbouring tiles in image pixels (multiple of 16)
   // Auto's budget (bytes) for the plain pass's, then the lean pass's estimate (tiles when neither
-  // fits); 0 derives it from the memory available when the pass starts (vae_auto_memory_budget_bytes).
+  // fits); 0 derives it from the free memory of the VAE's device when the pass starts
+  // (vae_auto_memory_budget_bytes).
   size_t memory_budget_bytes = 0;
   // Output rows per convolution band in the lean pass; 0 sizes each band to about
   // kLeanBandBytes of its widest side (tests set a few rows to exercise the band seams).
@@ -51,10 +53,12 @@ struct TilingOptions {
 // tensors, large enough that oneDNN still runs long rows of output per call.
 inline constexpr size_t kLeanBandBytes = size_t{64} << 20;
 
-// Half of the memory the OS reports available (Linux MemAvailable) right now, or 6 GiB where that
-// is unknown: the activation budget of TilingMode::Auto when TilingOptions gives none. Half, since
+// Half of what `device` has free right now (core/memory_info.h device_free_bytes: Linux
+// MemAvailable for cpu and cpu:N, the GPU's own free memory for cuda:N), or 6 GiB where that is
+// unknown: the activation budget of TilingMode::Auto when TilingOptions gives none. Half, since
 // the estimate covers activations only and other work (the next request, another process) needs room.
-size_t vae_auto_memory_budget_bytes();
+size_t vae_auto_memory_budget_bytes(Device device = Device::cpu());
+
 
 // How one decode or encode of a given size will run under the current tiling options.
 struct TilePlan {
@@ -76,6 +80,11 @@ struct TilePlan {
   double executed_flops = 0;                 // FLOPs the pass runs (tile overlaps included)
 };
 
+// OutOfMemory (one line naming `what`, the device, the estimate and the free bytes) when `plan` is
+// tiled and even its estimate exceeds `free_bytes` (0: unknown, no check). The VAE calls it on GPUs,
+// where there is no swap to fall back on and tiles are already the leanest pass.
+void check_tiled_pass_fits(const TilePlan& plan, size_t free_bytes, Device device, const char* what);
+
 // The passes as stages, for the split between the whole-image part and the tiles (n levels):
 // decode stages: 0 = post_quant_conv, conv_in, mid block; k = 1..n: up level k-1's resnets (after
 // the previous level's upsampler); n+1 = conv_norm_out, conv_out. With w = whole_image_stages > 0
@@ -85,12 +94,13 @@ struct TilePlan {
 // whole image the rest.
 //
 // The plan of a decode to / encode of `batch` images of height x width pixels in `dtype`, under
-// `tiling` (Auto reads vae_auto_memory_budget_bytes() when tiling gives no budget). rows / cols 0:
-// tile options the passes reject (not multiples of the tiled input's pixel, overlap >= tile).
+// `tiling` on `device` (Auto reads vae_auto_memory_budget_bytes(device) when tiling gives no
+// budget). rows / cols 0: tile options the passes reject (not multiples of the tiled input's pixel,
+// overlap >= tile).
 TilePlan plan_vae_decode(const AutoencoderKLConfig& config, DType dtype, const TilingOptions& tiling, int64_t batch,
-                         int64_t height, int64_t width);
+                         int64_t height, int64_t width, Device device = Device::cpu());
 TilePlan plan_vae_encode(const AutoencoderKLConfig& config, DType dtype, const TilingOptions& tiling, int64_t batch,
-                         int64_t height, int64_t width);
+                         int64_t height, int64_t width, Device device = Device::cpu());
 
 // Estimated peak activation bytes of the plain untiled pass: the widest full-resolution stage holds
 // about six tensors at once (input, norm output, conv output, skip, and the conv backend's blocked
