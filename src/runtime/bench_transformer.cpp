@@ -21,6 +21,7 @@
 #include "core/threads.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/synthetic_weights.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
 #include "runtime/bench.h"
@@ -105,8 +106,8 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   auto st = std::make_shared<State>();
   st->model = models::Flux2Transformer::synthetic(config, 1234, opt);
   // Inputs on the device once (ids and timesteps stay on the host: the model reads them there).
-  st->x = models::to_device(models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype), r.device);
-  st->ctx = models::to_device(models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype), r.device);
+  st->x = models::to_device(models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
   st->x_ids = grid_ids(gh, gw);
   st->ctx_ids = text_ids(lt);
   BenchModel m;
@@ -137,9 +138,9 @@ BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   };
   auto st = std::make_shared<State>();
   st->model = models::Flux1Transformer::synthetic(config, 1234, opt);
-  st->x = models::to_device(models::flux2_random_tensor({b, li, config.in_channels}, 11, 1.0f).to(r.dtype), r.device);
-  st->ctx = models::to_device(models::flux2_random_tensor({b, lt, config.context_dim}, 12, 1.0f).to(r.dtype), r.device);
-  st->pooled = models::flux2_random_tensor({b, config.pooled_dim}, 13, 1.0f).to(r.dtype);
+  st->x = models::to_device(models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
+  st->pooled = models::synthetic_tensor({b, config.pooled_dim}, DType::BF16, 13, 1.0f).to(r.dtype);
   st->x_ids = grid_ids3(gh, gw);
   st->ctx_ids = Tensor::zeros({lt, 3}, DType::F32);
   if (config.guidance) st->guidance = Tensor::full({b}, DType::F32, 3.5);  // dev's default guidance

@@ -18,6 +18,7 @@
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/synthetic_weights.h"
 #include "support/compare.h"
 
 namespace fluxrt::models {
@@ -350,9 +351,9 @@ TEST(Flux1Transformer, BatchRowsAreIndependentAndSyntheticWeightsWork) {
   opt.dtype = DType::F32;
   const auto model = Flux1Transformer::synthetic(c, 7, opt);
   const int64_t li = 12, lt = 5;
-  const Tensor x = flux2_random_tensor({2, li, 64}, 1, 1.0f).to(DType::F32);
-  const Tensor ctx = flux2_random_tensor({2, lt, 32}, 2, 1.0f).to(DType::F32);
-  const Tensor pooled = flux2_random_tensor({2, 16}, 3, 1.0f).to(DType::F32);
+  const Tensor x = synthetic_tensor({2, li, 64}, DType::BF16, 1, 1.0f).to(DType::F32);
+  const Tensor ctx = synthetic_tensor({2, lt, 32}, DType::BF16, 2, 1.0f).to(DType::F32);
+  const Tensor pooled = synthetic_tensor({2, 16}, DType::BF16, 3, 1.0f).to(DType::F32);
   std::vector<float> xi, ti(static_cast<size_t>(lt * 3), 0.0f);
   for (int64_t i = 0; i < li; ++i) xi.insert(xi.end(), {0.0f, float(i / 4), float(i % 4)});
   const Tensor x_ids = Tensor::from_vector(xi, {li, 3});

@@ -14,6 +14,7 @@
 #include "models/flux/flux2_config.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/synthetic_weights.h"
 #include "support/compare.h"
 
 namespace fluxrt::models {
@@ -216,8 +217,8 @@ TEST(Flux2Transformer, BatchRowsAreIndependentAndSyntheticWeightsWork) {
   opt.dtype = DType::F32;
   const auto model = Flux2Transformer::synthetic(c, 7, opt);
   const int64_t li = 12, lt = 5;
-  const Tensor x = flux2_random_tensor({2, li, 128}, 1, 1.0f).to(DType::F32);
-  const Tensor ctx = flux2_random_tensor({2, lt, 32}, 2, 1.0f).to(DType::F32);
+  const Tensor x = synthetic_tensor({2, li, 128}, DType::BF16, 1, 1.0f).to(DType::F32);
+  const Tensor ctx = synthetic_tensor({2, lt, 32}, DType::BF16, 2, 1.0f).to(DType::F32);
   std::vector<float> xi, ti;
   for (int64_t i = 0; i < li; ++i) xi.insert(xi.end(), {0.0f, float(i / 4), float(i % 4), 0.0f});
   for (int64_t i = 0; i < lt; ++i) ti.insert(ti.end(), {0.0f, 0.0f, 0.0f, float(i)});

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -23,39 +24,6 @@ int64_t json_int(const json& j, const char* key, const std::filesystem::path& pa
   if (it == j.end() || !it->is_number_integer())
     fail(ErrorCode::Format, "{}: missing or non-integer \"{}\"", path.string(), key);
   return it->get<int64_t>();
-}
-
-// Uniform values in [offset - amplitude, offset + amplitude), never exactly zero (bench weights).
-// Split over a few threads with independent xorshift streams: CLIP-L has 123M weights.
-Tensor random_tensor(const Shape& shape, DType dtype, float amplitude, float offset, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t n = t.numel();
-  uint16_t* out16 = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
-  float* out32 = dtype == DType::BF16 ? nullptr : t.data<float>();
-  const int parts = n < (1 << 16) ? 1 : std::max(1, std::min<int>(8, static_cast<int>(std::thread::hardware_concurrency())));
-  auto fill = [&](int part) {
-    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    uint64_t state = (seed + 1) * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(part) * 0xD1B54A32D192ED03ull;
-    if (state == 0) state = 1;
-    for (int64_t i = begin; i < end; ++i) {
-      state ^= state << 13;  // xorshift64: plenty for bench weights
-      state ^= state >> 7;
-      state ^= state << 17;
-      const float u = static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) * (1.0f / (1 << 23));
-      float v = offset + amplitude * u;
-      if (v == 0.0f) v = amplitude * 0x1.0p-8f;
-      if (out16) {
-        out16[i] = f32_to_bf16(v);
-      } else {
-        out32[i] = v;
-      }
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int p = 1; p < parts; ++p) workers.emplace_back(fill, p);
-  fill(0);
-  for (auto& w : workers) w.join();
-  return t;
 }
 
 }  // namespace
@@ -199,13 +167,15 @@ ClipTextModel ClipTextModel::synthetic(const ClipTextConfig& config, const ClipT
   const DType wd = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
   uint64_t s = seed;
   auto lin = [&](int64_t n, int64_t k) {
-    return ops::prepare_linear(random_tensor({n, k}, wd, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f, ++s),
-                               random_tensor({n}, wd, 0.02f, 0.0f, ++s), options.device);
+    // two statements: the seeds must not depend on the order arguments are evaluated in
+    Tensor weight = synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f);
+    Tensor bias = synthetic_tensor({n}, wd, ++s, 0.02f, 0.0f);
+    return ops::prepare_linear(weight, bias, options.device);
   };
-  auto norm_weight = [&] { return random_tensor({H}, wd, 0.1f, 1.0f, ++s); };
-  auto norm_bias = [&] { return random_tensor({H}, wd, 0.02f, 0.0f, ++s); };
-  m.token_embedding_ = random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s);             // [V, H]
-  m.position_embedding_ = random_tensor({c.max_position_embeddings, H}, options.dtype, 0.05f, 0.0f, ++s);  // [P, H]
+  auto norm_weight = [&] { return synthetic_tensor({H}, wd, ++s, 0.1f, 1.0f); };
+  auto norm_bias = [&] { return synthetic_tensor({H}, wd, ++s, 0.02f, 0.0f); };
+  m.token_embedding_ = synthetic_tensor({c.vocab_size, H}, DType::BF16, ++s, 0.05f, 0.0f);             // [V, H]
+  m.position_embedding_ = synthetic_tensor({c.max_position_embeddings, H}, options.dtype, ++s, 0.05f, 0.0f);  // [P, H]
   m.layers_.resize(static_cast<size_t>(c.num_layers));
   for (Layer& L : m.layers_) {
     L.ln1_weight = norm_weight();

@@ -9,6 +9,7 @@
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/flux/flux_common.h"
+#include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -78,7 +79,7 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::synthetic(const Flux1Config&
     // Like PyTorch's default Linear init scale (1/sqrt(fan_in)); small biases; norm scales around 1.
     const float bound =
         is_norm ? 0.1f : (is_bias ? 0.02f : 1.0f / std::sqrt(static_cast<float>(shape[shape.size() - 1])));
-    Tensor t = flux2_random_tensor(shape, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
+    Tensor t = synthetic_tensor(shape, DType::BF16, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
     return options.dtype == DType::F32 ? t.to(DType::F32) : t;
   });
   return model;

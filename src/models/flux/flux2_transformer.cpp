@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_common.h"
+#include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -64,7 +65,7 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config&
     const bool is_norm = name.find("_norm.scale") != std::string::npos;
     // Like PyTorch's default Linear init scale (1/sqrt(fan_in)); norm scales around 1.
     const float bound = is_norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(shape[shape.size() - 1]));
-    Tensor t = flux2_random_tensor(shape, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
+    Tensor t = synthetic_tensor(shape, DType::BF16, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
     return options.dtype == DType::F32 ? t.to(DType::F32) : t;
   });
   return model;
@@ -256,34 +257,6 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();      // [B, Li, D]
   const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
   return ops::linear(n, *final_linear_);                             // [B, Li, out]
-}
-
-// ---------------------------------------------------------------------------------------------
-// Synthetic weights
-
-Tensor flux2_random_tensor(const Shape& shape, uint64_t seed, float bound, float center) {
-  Tensor t = Tensor::empty(shape, DType::BF16);
-  auto* p = t.data<uint16_t>();
-  const int64_t n = t.numel();
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t ci = 0; ci < chunks; ++ci) {
-    // splitmix64 per chunk: independent streams, deterministic whatever the thread count.
-    uint64_t s = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(ci + 1));
-    const int64_t end = std::min(n, (ci + 1) * kChunk);
-    for (int64_t i = ci * kChunk; i < end; ++i) {
-      s += 0x9E3779B97F4A7C15ull;
-      uint64_t z = s;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      z ^= z >> 31;
-      const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-      const float v = center + bound * (2.0f * u - 1.0f);
-      p[i] = f32_to_bf16(v == 0.0f ? bound * 0.5f : v);  // never an exact zero
-    }
-  }
-  return t;
 }
 
 }  // namespace fluxrt::models

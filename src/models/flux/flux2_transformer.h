@@ -95,8 +95,4 @@ class Flux2Transformer {
   Linear final_shift_, final_scale_, final_linear_;
 };
 
-// Random bf16 tensor, uniform in [-bound, bound] around `center` (fast multithreaded PRNG,
-// deterministic for a seed, never all zeros).
-Tensor flux2_random_tensor(const Shape& shape, uint64_t seed, float bound, float center = 0.0f);
-
 }  // namespace fluxrt::models

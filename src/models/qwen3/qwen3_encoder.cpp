@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -31,44 +32,6 @@ int64_t json_int(const json& j, const char* key, const std::filesystem::path& pa
 // normalised value is rounded to the activation dtype before the weight multiply (a no-op in f32).
 Tensor qwen_rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   return ops::rms_norm(x, weight, eps, ops::RmsRounding::BeforeWeight);
-}
-
-// splitmix64: 64 random bits per call.
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Random weights for the bench: uniform in [-amplitude, amplitude) (+ offset) with 16-bit
-// resolution (four values per 64 random bits; the tensors are GBs in total), nonzero, generated
-// by several threads.
-Tensor random_tensor(const Shape& shape, DType dtype, float amplitude, float offset, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t n = t.numel();
-  uint16_t* out16 = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
-  float* out32 = dtype == DType::BF16 ? nullptr : t.data<float>();
-  const int parts = std::max(1, std::min<int>(8, static_cast<int>(std::thread::hardware_concurrency())));
-  auto fill = [&](int part) {
-    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    uint64_t state = seed * 0x100000001B3ull + static_cast<uint64_t>(part) * 0x9E3779B97F4A7C15ull;
-    uint64_t bits = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      if ((i - begin) % 4 == 0) bits = splitmix64(state);
-      const float u = static_cast<float>(static_cast<int32_t>(bits & 0xFFFF) - 32768) * (1.0f / 32768.0f);
-      bits >>= 16;
-      float v = offset + amplitude * u;
-      if (v == 0.0f) v = amplitude * 0x1.0p-8f;
-      if (out16) out16[i] = f32_to_bf16(v);
-      else out32[i] = v;
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int p = 1; p < parts; ++p) workers.emplace_back(fill, p);
-  fill(0);
-  for (auto& w : workers) w.join();
-  return t;
 }
 
 }  // namespace
@@ -225,13 +188,13 @@ Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3Encod
   // mmap pages, but random ones would otherwise double the resident memory (Qwen3-4B: 5.4 GB twice).
   // Uniform amplitudes ~ 1/sqrt(fan_in) keep the residual stream bounded over 27 layers.
   auto lin = [&](int64_t n, int64_t k) {
-    auto p = ops::prepare_linear(random_tensor({n, k}, wd, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f, ++s),
+    auto p = ops::prepare_linear(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
                                  Tensor(), options.device);
     p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
     return p;
   };
-  auto norm = [&](int64_t n) { return to_device(random_tensor({n}, wd, 0.1f, 1.0f, ++s), options.device); };
-  e.embed_tokens_ = to_device(random_tensor({c.vocab_size, H}, DType::BF16, 0.05f, 0.0f, ++s), options.device);  // [V, H]
+  auto norm = [&](int64_t n) { return to_device(synthetic_tensor({n}, wd, ++s, 0.1f, 1.0f), options.device); };
+  e.embed_tokens_ = to_device(synthetic_tensor({c.vocab_size, H}, DType::BF16, ++s, 0.05f, 0.0f), options.device);  // [V, H]
   e.layers_.resize(static_cast<size_t>(options.taps.back()));
   for (Layer& L : e.layers_) {
     L.input_norm = norm(H);

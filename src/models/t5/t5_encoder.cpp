@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -24,42 +25,6 @@ int64_t json_int(const json& j, const char* key, const std::filesystem::path& pa
   if (it == j.end() || !it->is_number_integer())
     fail(ErrorCode::Format, "{}: missing or non-integer \"{}\"", path.string(), key);
   return it->get<int64_t>();
-}
-
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Random weights for the bench: uniform in [offset - amplitude, offset + amplitude), 16-bit
-// resolution (four values per 64 random bits; T5-XXL is 9.5 GB of bf16), nonzero, several threads.
-Tensor random_tensor(const Shape& shape, DType dtype, float amplitude, float offset, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, dtype);
-  const int64_t n = t.numel();
-  uint16_t* out16 = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
-  float* out32 = dtype == DType::BF16 ? nullptr : t.data<float>();
-  const int parts = std::max(1, std::min<int>(8, static_cast<int>(std::thread::hardware_concurrency())));
-  auto fill = [&](int part) {
-    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    uint64_t state = seed * 0x100000001B3ull + static_cast<uint64_t>(part) * 0x9E3779B97F4A7C15ull;
-    uint64_t bits = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      if ((i - begin) % 4 == 0) bits = splitmix64(state);
-      const float u = static_cast<float>(static_cast<int32_t>(bits & 0xFFFF) - 32768) * (1.0f / 32768.0f);
-      bits >>= 16;
-      float v = offset + amplitude * u;
-      if (v == 0.0f) v = amplitude * 0x1.0p-8f;
-      if (out16) out16[i] = f32_to_bf16(v);
-      else out32[i] = v;
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int p = 1; p < parts; ++p) workers.emplace_back(fill, p);
-  fill(0);
-  for (auto& w : workers) w.join();
-  return t;
 }
 
 }  // namespace
@@ -230,14 +195,14 @@ T5Encoder T5Encoder::synthetic(const T5Config& config, const T5EncoderOptions& o
   // Each weight is prepared as soon as it exists and its source replaced by a zero-stride stand-in
   // (the backend keeps its own packed copy), so random weights are not resident twice.
   auto lin = [&](int64_t n, int64_t k) {
-    auto p = ops::prepare_linear(random_tensor({n, k}, wd, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f, ++s),
+    auto p = ops::prepare_linear(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
                                  Tensor(), options.device);
     p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
     return p;
   };
-  auto norm = [&](int64_t n) { return random_tensor({n}, wd, 0.1f, 1.0f, ++s); };
-  e.shared_ = random_tensor({c.vocab_size, D}, DType::BF16, 1.0f, 0.0f, ++s);  // [V, D]
-  e.relative_bias_ = random_tensor({c.relative_attention_num_buckets, c.num_heads}, DType::F32, 1.0f, 0.0f, ++s);
+  auto norm = [&](int64_t n) { return synthetic_tensor({n}, wd, ++s, 0.1f, 1.0f); };
+  e.shared_ = synthetic_tensor({c.vocab_size, D}, DType::BF16, ++s, 1.0f, 0.0f);  // [V, D]
+  e.relative_bias_ = synthetic_tensor({c.relative_attention_num_buckets, c.num_heads}, DType::F32, ++s, 1.0f, 0.0f);
   e.final_norm_ = norm(D);
   e.layers_.resize(static_cast<size_t>(c.num_layers));
   for (Layer& L : e.layers_) {
