@@ -327,9 +327,6 @@ void for_each_row(const Shape& shape, const Dims& dst_strides, const Dims& src_s
 }
 
 std::atomic<uint64_t> g_device_to_host_copies{0};
-// Set while to_vector reads a tensor that lives in host memory (cpu:1): the CPU kernels read
-// small parameter vectors that way, which is no transfer between memories.
-thread_local bool t_host_memory_read = false;
 
 }  // namespace
 
@@ -339,7 +336,7 @@ void Tensor::copy_from(const Tensor& src) {
   FLUXRT_CHECK(defined() && src.defined(), ErrorCode::InvalidArgument, "copy_from undefined tensor");
   FLUXRT_CHECK(shape_ == src.shape_, ErrorCode::InvalidArgument, "copy_from: shape {} into {}",
                src.shape_.str(), shape_.str());
-  if (device() == Device::cpu() && src.device() != Device::cpu() && !t_host_memory_read)
+  if (device() == Device::cpu() && src.device() != Device::cpu())
     g_device_to_host_copies.fetch_add(1, std::memory_order_relaxed);
   if (!device().is_cpu() || !src.device().is_cpu()) {
     device_memory(device().is_cpu() ? src.device() : device()).copy(*this, src);
@@ -430,14 +427,17 @@ double Tensor::item(std::initializer_list<int64_t> index) const {
 
 std::vector<float> Tensor::to_vector() const {
   Tensor f = Tensor::empty(shape_, DType::F32);
-  t_host_memory_read = device().is_cpu();
-  try {
+  if (device().is_cpu() && device() != Device::cpu()) {
+    // Host memory under a placement-check label (cpu:N): read it as the cpu view it is, which is
+    // no transfer between memories (the CPU kernels read small parameter vectors this way), so
+    // device_to_host_copies() does not count it.
+    Tensor host = *this;
+    host.storage_ = std::make_shared<Storage>(*storage_);
+    host.storage_->device = Device::cpu();
+    f.copy_from(host);
+  } else {
     f.copy_from(*this);
-  } catch (...) {
-    t_host_memory_read = false;
-    throw;
   }
-  t_host_memory_read = false;
   const float* p = f.data<float>();
   return std::vector<float>(p, p + numel());
 }

@@ -155,6 +155,10 @@ TEST(PlacementDevice, CountsDeviceToHostCopiesOnly) {
   dev.copy_from(host);
   (void)dev.clone();
   (void)dev.to_vector();  // a host-memory read (what the CPU kernels do), not a transfer
+  // Strided and converting reads of host memory labelled cpu:2 are no transfer either.
+  Tensor wide = Tensor::empty({2, 3}, DType::BF16, Device::placement_check(2));
+  wide.copy_from(Tensor::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}));
+  EXPECT_EQ(wide.transpose(0, 1).to_vector(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
   EXPECT_EQ(device_to_host_copies(), before);
   Tensor back = Tensor::empty(host.shape(), DType::F32);
   back.copy_from(dev);
@@ -258,48 +262,47 @@ TEST(PlacementVae, TiledPassesMakeNoHostCopy) {
   EXPECT_EQ(layouts.size(), 2u) << "both tiled layouts (whole latent per tile, mid block once) should run";
 }
 
+// Loads `model` on cpu and with `on_device` (its device, dtype, low-memory choice), generates
+// `request` on both and expects the same images and final latents, bitwise; with
+// `no_step_copies`, also that the device's step loop copied nothing to the host.
+template <typename Pipeline>
+void expect_generate_matches_cpu(const fs::path& model, const PipelineOptions& on_device, GenerateRequest request,
+                                 bool no_step_copies = false) {
+  auto cpu = Pipeline::load(model, options_on(Device::cpu(), on_device.dtype));
+  auto dev = Pipeline::load(model, on_device);
+  const GenerateResult want = cpu->generate(request);
+  StepDownloads downloads;
+  if (no_step_copies) downloads.attach(request);
+  GenerateResult got;
+  ASSERT_EQ("", error_of([&] { got = dev->generate(request); }));
+  expect_same_images(want, got);
+  if (no_step_copies) downloads.expect_none_between_steps();
+}
+
 TEST(PlacementKlein, GenerateOnCpu1MatchesCpuBitwise) {
-  const fs::path model = kData / "models" / "flux2-klein-tiny";
   for (DType dtype : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), dtype));
-    auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, dtype));
-    const GenerateResult want = cpu->generate(tiny_request(7));
-    GenerateResult got;
-    ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(7)); }));
-    expect_same_images(want, got);
+    expect_generate_matches_cpu<Flux2KleinPipeline>(kData / "models" / "flux2-klein-tiny", options_on(kCheck, dtype),
+                                                    tiny_request(7));
   }
 }
 
 // A second device index end to end: every weight, table and input of the tiny klein pipeline must
 // land on cpu:2, not on cpu or cpu:1.
 TEST(PlacementKlein, GenerateOnCpu2MatchesCpuBitwise) {
-  const fs::path model = kData / "models" / "flux2-klein-tiny";
-  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
-  auto dev = Flux2KleinPipeline::load(model, options_on(Device::placement_check(2), DType::F32));
-  const GenerateResult want = cpu->generate(tiny_request(7));
-  GenerateResult got;
-  ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(7)); }));
-  expect_same_images(want, got);
+  expect_generate_matches_cpu<Flux2KleinPipeline>(kData / "models" / "flux2-klein-tiny",
+                                                  options_on(Device::placement_check(2), DType::F32), tiny_request(7));
 }
 
 TEST(PlacementKlein, BaseVariantCfgAndReferenceImageOnCpu1MatchCpu) {
-  const fs::path model = kData / "models" / "flux2-klein-base-tiny";
-  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
-  auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, DType::F32));
   GenerateRequest r = tiny_request(3);
   r.prompts = {"a cat"};
   r.guidance_scale = 4.0f;
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
   r.reference_images = {ref};
-  const GenerateResult want = cpu->generate(r);
-  GenerateResult got;
-  StepDownloads downloads;
-  downloads.attach(r);
-  ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
-  expect_same_images(want, got);
-  downloads.expect_none_between_steps();
+  expect_generate_matches_cpu<Flux2KleinPipeline>(kData / "models" / "flux2-klein-base-tiny",
+                                                  options_on(kCheck, DType::F32), r, /*no_step_copies=*/true);
 }
 
 TEST(PlacementKlein, DistilledBf16StepLoopMakesNoHostCopy) {
@@ -314,33 +317,20 @@ TEST(PlacementKlein, DistilledBf16StepLoopMakesNoHostCopy) {
 }
 
 TEST(PlacementKlein, LowMemoryLoadingPlacesToo) {
-  const fs::path model = kData / "models" / "flux2-klein-tiny";
   PipelineOptions o = options_on(kCheck, DType::F32);
   o.low_memory = true;
-  auto dev = Flux2KleinPipeline::load(model, o);
-  auto cpu = Flux2KleinPipeline::load(model, options_on(Device::cpu(), DType::F32));
-  GenerateResult got;
-  ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(5)); }));
-  expect_same_images(cpu->generate(tiny_request(5)), got);
+  expect_generate_matches_cpu<Flux2KleinPipeline>(kData / "models" / "flux2-klein-tiny", o, tiny_request(5));
 }
 
 TEST(PlacementFlux1, DevAndSchnellOnCpu1MatchCpuBitwise) {
   for (const char* name : {"flux1-dev-tiny", "flux1-schnell-tiny"}) {
     SCOPED_TRACE(name);
-    const fs::path model = kData / "models" / name;
-    auto cpu = Flux1Pipeline::load(model, options_on(Device::cpu(), DType::F32));
-    auto dev = Flux1Pipeline::load(model, options_on(kCheck, DType::F32));
-    const GenerateResult want = cpu->generate(tiny_request(11));
-    GenerateResult got;
-    ASSERT_EQ("", error_of([&] { got = dev->generate(tiny_request(11)); }));
-    expect_same_images(want, got);
+    expect_generate_matches_cpu<Flux1Pipeline>(kData / "models" / name, options_on(kCheck, DType::F32),
+                                               tiny_request(11));
   }
 }
 
 TEST(PlacementFlux1, TrueCfgAndImg2ImgOnCpu1MatchCpu) {
-  const fs::path model = kData / "models" / "flux1-dev-tiny";
-  auto cpu = Flux1Pipeline::load(model, options_on(Device::cpu(), DType::BF16));
-  auto dev = Flux1Pipeline::load(model, options_on(kCheck, DType::BF16));
   GenerateRequest r = tiny_request(13);
   r.prompts = {"a dog"};
   r.true_cfg_scale = 2.0f;
@@ -350,13 +340,8 @@ TEST(PlacementFlux1, TrueCfgAndImg2ImgOnCpu1MatchCpu) {
   r.init_image = init;
   r.strength = 0.7f;
   r.num_steps = 3;
-  const GenerateResult want = cpu->generate(r);
-  GenerateResult got;
-  StepDownloads downloads;
-  downloads.attach(r);
-  ASSERT_EQ("", error_of([&] { got = dev->generate(r); }));
-  expect_same_images(want, got);
-  downloads.expect_none_between_steps();
+  expect_generate_matches_cpu<Flux1Pipeline>(kData / "models" / "flux1-dev-tiny", options_on(kCheck, DType::BF16), r,
+                                             /*no_step_copies=*/true);
 }
 
 }  // namespace
