@@ -200,6 +200,29 @@ HWY_INLINE void ExpParts(DF df, VF x, VF* p_out, VF* scale_out) {
   *p_out = hn::MulAdd(p, r, hn::Set(df, 1.0f));
   *scale_out = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(du, t)));
 }
+
+// 2^v for Accuracy::Bf16 results, v in log2 units (GELU-tanh folds log2(e) into its constants).
+// The reduction is n = round(v), f = v - n in [-0.5, 0.5] (exact), 2^f by ExpParts' degree-3
+// polynomial rescaled from r = f ln2 (coefficients c_k ln2^k: the same 1.1e-4 relative error),
+// and 2^n from n's bits as in ExpParts. Against ExpParts' reduction (FMA, subtract, FMA) this is
+// one multiply fewer and a shorter dependency chain, which is what bounds GELU-tanh (measured on
+// Zen3: GELU-tanh bf16 0.537 -> 0.470 ns/element single thread, cache-resident; SiLU, whose
+// exponent needs a multiply first, gained nothing and keeps ExpParts). v is clamped to ExpParts'
+// range in log2 units (NaN kept). Returns p and the scale separately, as ExpParts.
+HWY_INLINE void Exp2PartsBf16(DF df, VF v, VF* p_out, VF* scale_out) {
+  const hn::RebindToUnsigned<DF> du;
+  constexpr float kLog2e = 1.44269504088896341f;
+  v = hn::Min(hn::Set(df, kExpUpperClamp * kLog2e), hn::Max(hn::Set(df, -87.0f * kLog2e), v));
+  const VF n = hn::Round(v);
+  const VF f = hn::Sub(v, n);
+  VF p = hn::Set(df, 5.4989326745e-2f);
+  p = hn::MulAdd(p, f, hn::Set(df, 2.4229082465e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.9329404831e-1f));
+  *p_out = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const VF biased = hn::Add(n, hn::Set(df, 12582912.0f + 127.0f));  // n + 127 in the low mantissa bits
+  *scale_out = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(du, biased)));
+}
+
 HWY_INLINE VF ExpClamped(DF df, VF x) {
   VF p, s;
   ExpParts(df, x, &p, &s);
@@ -244,10 +267,18 @@ HWY_INLINE VF Silu(DF df, VF x) {
 
 // GELU-tanh written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the same function as
 // 0.5 x (1 + tanh(u)) without the cancellation of 1 + tanh(u) for negative x. The exponent -2u is
-// formed as x (a + b x^2) with the constants folded (three operations instead of four).
+// formed as x (a + b x^2) with the constants folded (three operations instead of four); for bf16
+// results log2(e) is folded in too, and Exp2PartsBf16 takes the exponent as it is.
 template <Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF GeluTanh(DF df, VF x) {
   constexpr float kA = -2.0f * 0.7978845608028654f, kB = -2.0f * 0.7978845608028654f * 0.044715f;
+  if constexpr (kAcc == Accuracy::Bf16) {
+    constexpr float kLog2e = 1.44269504088896341f;
+    const VF arg2 = hn::Mul(hn::MulAdd(hn::Mul(x, x), hn::Set(df, kB * kLog2e), hn::Set(df, kA * kLog2e)), x);
+    VF p, s;
+    Exp2PartsBf16(df, arg2, &p, &s);
+    return DivByAtLeastOne<kAcc>(df, x, hn::MulAdd(p, s, hn::Set(df, 1.0f)));
+  }
   const VF arg = hn::Mul(hn::MulAdd(hn::Mul(x, x), hn::Set(df, kB), hn::Set(df, kA)), x);
   return DivByAtLeastOne<kAcc>(df, x, OnePlusExpClamped<false, kAcc>(df, arg));
 }
