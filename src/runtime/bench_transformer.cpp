@@ -176,7 +176,7 @@ int bench_transformer(const BenchRequest& r) {
   // 18.2 GB of bf16, FLUX.1 23.8 GB), time one double and one single block of the real shapes and
   // scale the step time by the FLOP ratio; every figure derived that way is labelled EXTRAPOLATED.
   const size_t full_bytes = static_cast<size_t>(full_params) * 2;
-  const size_t available = mem_available_bytes();
+  const size_t available = device_free_bytes(r.device);  // where the weights will live
   const bool extrapolate = available > 0 && static_cast<double>(full_bytes) > 0.85 * static_cast<double>(available);
   if (extrapolate) {
     std::printf("%s needs %.2f GB of weights, %.2f GB available: timing 1 double + 1 single block of the real "

@@ -6,7 +6,7 @@
 // measured in the same run, whether the pass was tiled and its tile grid, and the peak RSS. Two
 // timed runs each (one 1024x1024 decode is ~10 TFLOP).
 //
-// --tiling auto (default) runs the plain pass when its estimate fits half of MemAvailable, else the
+// --tiling auto (default) runs the plain pass when its estimate fits half of the device's free memory, else the
 // lean exact pass when its estimate fits, else tiles, as the pipelines do; on / off / lean force
 // tiles / the plain pass / the lean pass. --tile-size sets the tile edge (overlap = a quarter of it).
 #include <cstdio>
