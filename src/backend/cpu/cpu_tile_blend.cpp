@@ -11,6 +11,10 @@
 namespace fluxrt::backend::cpu {
 namespace {
 
+// Below this many elements a parallel region costs more than the loop (tiny test tiles; on a
+// shared box idle OpenMP threads spinning for cores made such calls 100x slower).
+constexpr int64_t kParallelMinElements = int64_t{1} << 16;
+
 std::vector<float> ramp_weights(int64_t len, int64_t ramp, bool before, bool after) {
   std::vector<float> w(static_cast<size_t>(len));
   for (int64_t i = 0; i < len; ++i) w[i] = tile_ramp_weight(i, len, ramp, before, after);
@@ -28,7 +32,7 @@ void tile_blend(const TileBlendArgs& a) {
   const int64_t es = static_cast<int64_t>(a.tile.element_size());
   const DType dt = a.tile.dtype();
   float* acc = a.acc.data<float>();
-#pragma omp parallel
+#pragma omp parallel if (planes * th * tw >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(tw));
 #pragma omp for schedule(static)
@@ -53,7 +57,7 @@ void tile_normalize(const TileNormalizeArgs& a) {
   char* out = static_cast<char*>(a.out.raw_data());
   const int64_t es = static_cast<int64_t>(a.out.element_size());
   const DType dt = a.out.dtype();
-#pragma omp parallel
+#pragma omp parallel if (planes * HW >= kParallelMinElements)
   {
     std::vector<float> q(static_cast<size_t>(HW));
 #pragma omp for schedule(static)
