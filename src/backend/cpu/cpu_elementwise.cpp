@@ -18,43 +18,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// MapRow1 (one row in, one out) is in simd-inl.h, shared with the VAE kernels; MapRow2 is its
-// two-input form, with the same streaming option.
-template <bool kStream = false, typename T, typename Fn>
-HWY_INLINE void MapRow2(const T* a, const T* b, T* y, int64_t n, Fn fn) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (kStream && kStreamable<T>) {
-    i = ElementsBeforeAlignment(y, n);
-    MapRow2<false>(a, b, y, i, fn);
-    if constexpr (std::is_same_v<T, float>) {
-      for (; i + N <= n; i += N) hn::Stream(fn(LoadF(df, a + i), LoadF(df, b + i)), df, y + i);
-    } else {
-      for (; i + 2 * N <= n; i += 2 * N) {
-        VF ae, ao, be, bo;
-        LoadBf16Pairs(df, a + i, &ae, &ao);
-        LoadBf16Pairs(df, b + i, &be, &bo);
-        hn::Stream(PackBf16Pairs(df, fn(ae, be), fn(ao, bo)), DU16(), reinterpret_cast<uint16_t*>(y + i));
-      }
-    }
-  }
-#endif
-#if HWY_TARGET != HWY_SCALAR  // the pair layout of simd-inl.h
-  if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
-    for (; i + 2 * N <= n; i += 2 * N) {
-      VF ae, ao, be, bo;
-      LoadBf16Pairs(df, a + i, &ae, &ao);
-      LoadBf16Pairs(df, b + i, &be, &bo);
-      StoreBf16Pairs(df, fn(ae, be), fn(ao, bo), y + i);
-    }
-  }
-#endif
-  for (; i + N <= n; i += N) StoreF(df, fn(LoadF(df, a + i), LoadF(df, b + i)), y + i);
-  if (i < n) StoreFN(df, fn(LoadFN(df, a + i, n - i), LoadFN(df, b + i, n - i)), y + i, n - i);
-}
-
 // Runs body(row, c0, c1) over [rows, cols] split into column blocks.
 template <typename Body>
 void ForBlocks(int64_t rows, int64_t cols, Body body) {
@@ -121,9 +84,9 @@ void BinaryImpl(const BinaryArgs& a) {
         }
         const T* w = bp + bi.offset(r) + c0;
         if (add)
-          MapRow2<kS>(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Add(p, q); });
+          MapRow<kS>(y, c1 - c0, [](VF p, VF q) { return hn::Add(p, q); }, RowOf<T>{x}, RowOf<T>{w});
         else
-          MapRow2<kS>(x, w, y, c1 - c0, [](VF p, VF q) { return hn::Mul(p, q); });
+          MapRow<kS>(y, c1 - c0, [](VF p, VF q) { return hn::Mul(p, q); }, RowOf<T>{x}, RowOf<T>{w});
       });
     });
   });
@@ -143,9 +106,9 @@ void GluImpl(const GluArgs& a) {
         const T* u = up + ui.offset(r) + c0;
         T* y = yp + yi.offset(r) + c0;
         if (a.act == GluActivation::Silu)
-          MapRow2<kS>(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(Silu<kAcc>(df, p), q); });
+          MapRow<kS>(y, c1 - c0, [&](VF p, VF q) { return hn::Mul(Silu<kAcc>(df, p), q); }, RowOf<T>{g}, RowOf<T>{u});
         else
-          MapRow2<kS>(g, u, y, c1 - c0, [&](VF p, VF q) { return hn::Mul(GeluTanh<kAcc>(df, p), q); });
+          MapRow<kS>(y, c1 - c0, [&](VF p, VF q) { return hn::Mul(GeluTanh<kAcc>(df, p), q); }, RowOf<T>{g}, RowOf<T>{u});
       });
     });
   });

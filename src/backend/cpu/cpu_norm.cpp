@@ -19,7 +19,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// Per-column f32 vectors (weights, 1 + scale, shift) laid out the way MapRowColumns reads them:
+// Per-column f32 vectors (weights, 1 + scale, shift) laid out the way MapRow reads ColumnsOf inputs:
 // for pair-layout rows every whole chunk of 2 Lanes columns holds its even columns, then its odd
 // ones; the columns after the last whole chunk, and all columns of other dtypes, keep their order.
 // `v` holds `count` vectors of D columns each, rearranged in place, once per call.
@@ -45,49 +45,11 @@ void ArrangeColumns(std::vector<float>& v, int64_t D) {
 }
 
 // y = f(x, a, b) over a row of n elements, a and b f32 per-column vectors arranged by
-// ArrangeColumns<T> (an unused b may alias a: the loads the lambda ignores are dropped).
-// kStream: non-temporal stores (simd-inl.h) when y starts vector-aligned (the column arrangement
-// leaves no room for an unaligned head), ordinary ones otherwise and for the partial tail.
+// ArrangeColumns<T> (an unused b may alias a: the loads the lambda ignores are dropped). kStream
+// follows MapRow's rule for per-column inputs: streamed only when y starts vector-aligned.
 template <bool kStream = false, typename T, typename Fn>
 HWY_INLINE void MapRowColumns(const T* x, T* y, int64_t n, const float* a, const float* b, Fn f) {
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (kStream && kStreamable<T>) {
-    if (ElementsBeforeAlignment(y, n) == 0) {
-      if constexpr (kPairs<T>) {
-        for (; i + 2 * N <= n; i += 2 * N) {
-          VF e, o;
-          LoadBf16Pairs(df, x + i, &e, &o);
-          const VF ye = f(e, hn::LoadU(df, a + i), hn::LoadU(df, b + i));
-          const VF yo = f(o, hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N));
-          hn::Stream(PackBf16Pairs(df, ye, yo), DU16(), reinterpret_cast<uint16_t*>(y + i));
-        }
-      } else {
-        for (; i + N <= n; i += N)
-          hn::Stream(f(LoadF(df, x + i), hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, y + i);
-      }
-    }
-  }
-#endif
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (kPairs<T>) {
-    for (; i + 2 * N <= n; i += 2 * N) {
-      VF e, o;
-      LoadBf16Pairs(df, x + i, &e, &o);
-      const VF ye = f(e, hn::LoadU(df, a + i), hn::LoadU(df, b + i));
-      const VF yo = f(o, hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N));
-      StoreBf16Pairs(df, ye, yo, y + i);
-    }
-  }
-#endif
-  for (; i + N <= n; i += N)
-    StoreF(df, f(LoadF(df, x + i), hn::LoadU(df, a + i), hn::LoadU(df, b + i)), y + i);
-  if (i < n) {
-    const size_t r = static_cast<size_t>(n - i);
-    StoreFN(df, f(LoadFN(df, x + i, r), LoadFN(df, a + i, r), LoadFN(df, b + i, r)), y + i, r);
-  }
+  MapRow<kStream>(y, n, f, RowOf<T>{x}, ColumnsOf{a}, ColumnsOf{b});
 }
 
 // Sum of x^2 over a row (RMSNorm's statistic; RowShiftedSums in simd-inl.h is the centred one),
