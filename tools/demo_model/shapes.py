@@ -84,7 +84,16 @@ def _position_phrase(position: str, rng: np.random.Generator) -> str:
     return f"at the {position}"
 
 
-def caption_single(spec: ShapeSpec, background: str, rng: np.random.Generator) -> str:
+def caption_single(spec: ShapeSpec, background: str, rng: np.random.Generator, partial: float = 0.0) -> str:
+    """The scene's caption; with probability `partial` it names only the shape (half of those) or
+    only the background, so each colour word is also seen without the other and the model learns
+    them as separate attributes rather than as memorised pairs (the held-out pairs need that)."""
+    # rng is consumed only when partial > 0, so runs without it draw exactly the data they always did
+    part = None
+    if partial > 0 and rng.random() < partial:
+        part = "shape" if rng.random() < 0.5 else "background"
+    if part == "background":
+        return f"{article(background)} {background} background"
     words = []
     if rng.random() < 0.6:
         words.append(spec.size)
@@ -94,7 +103,8 @@ def caption_single(spec: ShapeSpec, background: str, rng: np.random.Generator) -
     # draws the circle in the middle.
     if spec.position != "centre" or rng.random() < 0.5:
         words.append(_position_phrase(spec.position, rng))
-    words.append(f"on {article(background)} {background} background")
+    if part != "shape":
+        words.append(f"on {article(background)} {background} background")
     return " ".join(words)
 
 
@@ -103,7 +113,7 @@ def caption_pair(a: ShapeSpec, b: ShapeSpec, background: str) -> str:
             f"{b.shape} on the {b.position}, on {article(background)} {background} background")
 
 
-def random_scene(rng: np.random.Generator, allow_held_out: bool = False) -> Scene:
+def random_scene(rng: np.random.Generator, allow_held_out: bool = False, partial: float = 0.0) -> Scene:
     while True:
         background = rng.choice(COLOUR_NAMES)
         if rng.random() < 0.75:
@@ -111,7 +121,7 @@ def random_scene(rng: np.random.Generator, allow_held_out: bool = False) -> Scen
             spec = ShapeSpec(rng.choice(SHAPES), colour, rng.choice(POSITION_NAMES), rng.choice(list(SIZES)))
             if not allow_held_out and is_held_out(colour, background):
                 continue
-            return Scene(background, [spec], caption_single(spec, background, rng))
+            return Scene(background, [spec], caption_single(spec, background, rng, partial))
         colours = rng.choice([c for c in COLOUR_NAMES if c != background], size=2, replace=False)
         if not allow_held_out and any(is_held_out(c, background) for c in colours):
             continue
@@ -169,8 +179,8 @@ def render_scene(scene: Scene, rng: np.random.Generator, size: int = IMAGE_SIZE)
     return np.asarray(image.resize((size, size), Image.BOX), dtype=np.uint8)
 
 
-def batch(rng: np.random.Generator, n: int, allow_held_out: bool = False):
-    scenes = [random_scene(rng, allow_held_out) for _ in range(n)]
+def batch(rng: np.random.Generator, n: int, allow_held_out: bool = False, partial: float = 0.0):
+    scenes = [random_scene(rng, allow_held_out, partial) for _ in range(n)]
     images = np.stack([render_scene(s, rng) for s in scenes])
     return images, [s.caption for s in scenes]
 

@@ -167,6 +167,8 @@ def main():
     parser.add_argument("--lr", type=float, default=8e-4)
     parser.add_argument("--ema", type=float, default=0.998)
     parser.add_argument("--caption-dropout", type=float, default=0.1)
+    parser.add_argument("--partial-captions", type=float, default=0.0,
+                        help="fraction of single-shape captions that name only the shape or only the background")
     parser.add_argument("--sigma-shift", type=float, default=3.0)
     parser.add_argument("--export-minutes", type=float, default=8.0)
     parser.add_argument("--resume", type=common.Path, default=None,
@@ -242,7 +244,7 @@ def main():
         lr = args.lr * factor
         for g in opt.param_groups:
             g["lr"] = g["lr_peak"] * factor
-        images, captions = shapes.batch(rng, args.batch)
+        images, captions = shapes.batch(rng, args.batch, partial=args.partial_captions)
         captions = ["" if rng.random() < args.caption_dropout else c for c in captions]
         x0 = encode_images(vae, images)
         embeds, bias = text(captions, grad=bool(text_params))
