@@ -12,9 +12,9 @@ std::atomic<const DeviceMemoryHooks*> g_cuda_hooks{nullptr};
 
 }  // namespace
 
-void register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks) {
+const DeviceMemoryHooks* register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks) {
   FLUXRT_CHECK(type == DeviceType::CUDA, ErrorCode::Internal, "device memory hooks are for non-CPU devices");
-  g_cuda_hooks.store(hooks);
+  return g_cuda_hooks.exchange(hooks);
 }
 
 const DeviceMemoryHooks& device_memory(Device device) {

@@ -26,8 +26,9 @@ struct DeviceMemoryHooks {
   size_t (*free_bytes)(Device device) = nullptr;
 };
 
-// Called once by a backend; `hooks` must outlive the process (a static object).
-void register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks);
+// Called once by a backend; `hooks` must outlive the process (a static object). Returns the hooks
+// registered before (nullptr if none), so a test can put a fake in and restore the real ones.
+const DeviceMemoryHooks* register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks);
 
 // The hooks of `device`'s type; throws Unsupported when no backend registered them.
 const DeviceMemoryHooks& device_memory(Device device);
