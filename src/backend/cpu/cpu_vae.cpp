@@ -65,8 +65,18 @@ class GroupNormGroups {
         b_(f32_copy(args.bias)),
         sums_(static_cast<size_t>(N * groups_ * slices_)) {}
 
-  int64_t slices() const { return slices_; }
+  // Group u on one thread: sums (twice if the first shift was poor), then the output while the
+  // group is still in this core's caches.
+  void whole_group(int64_t u) { group_part(u, 0, slices_, [] {}); }
 
+  // Group u shared by `threads` threads (all of them call this, in the same order of groups):
+  // each sums its run of slices, they meet, and each writes its own slices, which are still in its
+  // caches. Every thread derives the moments from the same sums, so they agree.
+  void shared_group(int64_t u, int thread, int threads) {
+    group_part(u, slices_ * thread / threads, slices_ * (thread + 1) / threads, [] { team_barrier(); });
+  }
+
+ private:
   // The first shift of group u's sums: its first element, which removes the cancellation of
   // sum(x^2) - n mean^2 unless that element sits far from the mean (see moments()).
   float first_shift(int64_t u) const { return to_f32(x_[u * n_per_]); }
@@ -115,40 +125,25 @@ class GroupNormGroups {
     }
   }
 
-  // Group u on one thread: sums (twice if the first shift was poor), then the output while the
-  // group is still in this core's caches.
-  void whole_group(int64_t u) {
-    float shift = first_shift(u);
-    slice_sums(u, 0, slices_, shift);
-    Moments m = moments(u, shift, false);
-    if (m.redo) {
-      shift = m.better_shift;
-      slice_sums(u, 0, slices_, shift);
-      m = moments(u, shift, true);
-    }
-    apply(u, 0, slices_, m);
-  }
-
-  // Group u shared by `threads` threads (all of them call this, in the same order of groups):
-  // each sums its run of slices, they meet, and each writes its own slices, which are still in its
-  // caches. Every thread derives the moments from the same sums, so they agree.
-  void shared_group(int64_t u, int thread, int threads) {
-    const int64_t k0 = slices_ * thread / threads, k1 = slices_ * (thread + 1) / threads;
+  // Slices [k0, k1) of group u: their sums around the first shift (again around the estimated mean
+  // when that shift was poor), the moments from every slice's sums, the output. `meet` waits for
+  // the other threads working on the group wherever one reads what another wrote.
+  template <typename Meet>
+  void group_part(int64_t u, int64_t k0, int64_t k1, Meet meet) {
     float shift = first_shift(u);
     slice_sums(u, k0, k1, shift);
-    team_barrier();
+    meet();
     Moments m = moments(u, shift, false);
     if (m.redo) {
-      team_barrier();  // everyone has read the first sums before they are overwritten
+      meet();  // everyone has read the first sums before they are overwritten
       shift = m.better_shift;
       slice_sums(u, k0, k1, shift);
-      team_barrier();
+      meet();
       m = moments(u, shift, true);
     }
     apply(u, k0, k1, m);
   }
 
- private:
   struct Sums {
     double s1, s2;
   };
