@@ -1,9 +1,9 @@
 #pragma once
 // The weight of sample i of a blended tile along one axis (AutoencoderKL's tiled passes, the
 // tile_blend ops): linear ramps of `ramp` samples on the sides that have a neighbouring tile,
-// (i + 0.5) / ramp so every weight stays positive, 1 elsewhere. Shared by the ref, CPU and CUDA
-// kernels (plain C++, no includes, so nvcc compiles it too), written as float operations with one
-// rounding each so every backend gets the same bits.
+// (i + 0.5) / ramp so every weight stays positive, 1 elsewhere. Shared by the CPU and CUDA kernels
+// (plain C++, no includes, so nvcc compiles it too), written as float operations with one rounding
+// each so both get the same bits; the ref kernel, the oracle, evaluates the same formula in f64.
 #include <cstdint>
 
 #if defined(__CUDACC__)

@@ -425,19 +425,23 @@ double Tensor::item(std::initializer_list<int64_t> index) const {
   return out;
 }
 
+Tensor Tensor::host_view_on(Device device) const {
+  FLUXRT_CHECK(defined() && this->device().is_cpu() && device.is_cpu(), ErrorCode::InvalidArgument,
+               "host_view_on: {} as {} (host devices only)", defined() ? this->device().str() : "undefined",
+               device.str());
+  if (this->device() == device) return *this;
+  Tensor view = *this;
+  view.storage_ = std::make_shared<Storage>(*storage_);  // shares the owner: no copy of the bytes
+  view.storage_->device = device;
+  return view;
+}
+
 std::vector<float> Tensor::to_vector() const {
   Tensor f = Tensor::empty(shape_, DType::F32);
-  if (device().is_cpu() && device() != Device::cpu()) {
-    // Host memory under a placement-check label (cpu:N): read it as the cpu view it is, which is
-    // no transfer between memories (the CPU kernels read small parameter vectors this way), so
-    // device_to_host_copies() does not count it.
-    Tensor host = *this;
-    host.storage_ = std::make_shared<Storage>(*storage_);
-    host.storage_->device = Device::cpu();
-    f.copy_from(host);
-  } else {
-    f.copy_from(*this);
-  }
+  // Host memory under a placement-check label (cpu:N) is read as the cpu view it is: no transfer
+  // between memories (the CPU kernels read small parameter vectors this way), so
+  // device_to_host_copies() does not count it.
+  f.copy_from(defined() && device().is_cpu() ? host_view_on(Device::cpu()) : *this);
   const float* p = f.data<float>();
   return std::vector<float>(p, p + numel());
 }

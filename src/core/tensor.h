@@ -99,6 +99,9 @@ class Tensor {
   Tensor unsqueeze(int d) const;
   Tensor squeeze(int d) const;
   Tensor expand(const Shape& shape) const;        // broadcast size-1 dims with stride 0
+  // The same host memory (same strides) labelled with another host device, cpu <-> cpu:N: no copy,
+  // since the placement-check devices are host memory. InvalidArgument for a non-host device.
+  Tensor host_view_on(Device device) const;
   Tensor flatten() const { return reshape({numel()}); }
 
   // --- copies ---

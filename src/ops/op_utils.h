@@ -57,8 +57,7 @@ inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dt
 // the same host memory; anything else is copied (an upload to a GPU).
 inline Tensor place_parameter(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
-  if (t.device().is_cpu() && device.is_cpu() && t.is_contiguous())
-    return Tensor::from_blob(t.raw_data(), t.shape(), t.dtype(), t.storage(), device);
+  if (t.device().is_cpu() && device.is_cpu() && t.is_contiguous()) return t.host_view_on(device);
   Tensor placed = Tensor::empty(t.shape(), t.dtype(), device);
   placed.copy_from(t);
   return placed;
