@@ -48,6 +48,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_flag("--warmup", options.warmup, "pipeline: run the request once untimed first");
   cmd->add_flag("--low-memory", options.low_memory,
                 "pipeline: keep one component resident at a time (each made when used, then freed; FLUX.1 always)");
+  cmd->add_flag("--cuda-graphs", options.cuda_graphs,
+                "pipeline (klein, cuda:N): record the denoising step once and replay it as a CUDA graph");
   cmd->add_option("--tiling", options.tiling,
                   "vae: auto (plain pass, else the lean exact pass, else tiles, by half the available memory), on, off or lean")
       ->capture_default_str()
@@ -75,6 +77,7 @@ int run_bench(const BenchOptions& options) {
   request.synthetic = options.synthetic;
   request.warmup = options.warmup;
   request.low_memory = options.low_memory;
+  request.cuda_graphs = options.cuda_graphs;
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;
   if (options.component == "pipeline") return runtime::bench_pipeline(request);

@@ -29,6 +29,7 @@ struct BenchOptions {
   bool synthetic = false;  // pipeline: random weights of the real shapes
   bool warmup = false;     // pipeline: one untimed request first
   bool low_memory = false; // pipeline: one component resident at a time
+  bool cuda_graphs = false; // pipeline (klein): replay steps 2..N as a CUDA graph
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
 };
@@ -48,7 +49,7 @@ struct GenerateOptions {
   int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;
   float guidance = 0;
   uint64_t seed = 0;
-  bool low_memory = false, quiet = false, warmup = false, reload = false;
+  bool low_memory = false, quiet = false, warmup = false, reload = false, cuda_graphs = false;
 };
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
 int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Cancelled on Ctrl-C)

@@ -2,6 +2,8 @@
 // The part of the CUDA backend visible without CUDA headers. With CUDA off, cuda_stub.cpp
 // implements it and every entry point that needs a GPU reports "built without CUDA".
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "backend/kernel_table.h"
@@ -29,6 +31,18 @@ void attention(const backend::AttentionArgs& args, bool force_online, AttentionS
 // Waits until every kernel and copy queued on the device's stream has finished; surfaces
 // asynchronous kernel errors as Error(Device). Benchmarks call it before reading a clock.
 void synchronize(int index);
+
+// A CUDA graph: the device work `fn` queues on device `index`'s stream, recorded (stream capture,
+// nothing runs) and instantiated, to be launched later with launch_graph. Allocations made inside
+// `fn` become the graph's own (cudaMallocAsync nodes) and must be freed inside it; memory `fn`
+// reads or writes from outside must stay alive while the graph exists. `fn` must not synchronise,
+// download, or upload from pageable memory, and must not be the first use of a library handle:
+// run the same work once eagerly first. Throws Device (naming the CUDA error) when recording
+// fails; the stream is usable afterwards.
+struct Graph;
+std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn);
+// Queues one replay of `graph` on its device's stream (asynchronous, like a kernel launch).
+void launch_graph(const Graph& graph);
 
 // Caching allocator figures for the timing report: bytes handed out to tensors now, the
 // high-water mark since the last reset, and what the driver reports free / total.

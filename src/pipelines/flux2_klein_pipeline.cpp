@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "core/allocator.h"
@@ -14,7 +15,9 @@
 #include "models/flux/flux2_transformer.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/device_graph.h"
 #include "pipelines/klein_components.h"
+#include "pipelines/klein_step_graph.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
@@ -260,16 +263,29 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
     Stopwatch total;
+    std::optional<KleinStepGraph> graph;
+    if (m.options.cuda_graphs && ops::DeviceGraph::available(m.options.device))
+      graph.emplace(*transformer, m.options.device, latent_ids, text_ids,
+                    models::to_device(prompt_embeds, m.options.device).to(model_dtype),
+                    cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor());
     for (int i = 0; i < steps; ++i) {
       check_cancel(request, "between denoising steps");
       Stopwatch step_watch;
       // timestep = t.expand(B).to(latents.dtype) / 1000
       const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
       const Tensor input = (ref_tokens.defined() ? ops::concat({latents, ref_tokens}, 1) : latents).to(model_dtype);
-      Tensor v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep);
+      Tensor v, v_neg;
+      if (graph) {
+        KleinStepGraph::Velocities out = graph->run(input, timestep);
+        v = out.cond;
+        v_neg = out.uncond;
+        result.graph_steps += out.replayed;
+      } else {
+        v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep);
+        if (cfg) v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep);
+      }
       if (ref_tokens.defined()) v = v.narrow(1, 0, image_tokens).contiguous();  // noise tokens only
       if (cfg) {
-        Tensor v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep);
         if (ref_tokens.defined()) v_neg = v_neg.narrow(1, 0, image_tokens).contiguous();
         v = classifier_free_guidance(v, v_neg, guidance);
       }

@@ -72,6 +72,10 @@ struct PipelineOptions {
   // transformer's text width and latent channels the folder's (Unsupported otherwise).
   std::filesystem::path transformer_file;
   models::TilingOptions vae_tiling;
+  // Record the transformer call(s) of a denoising step once per request (after one eager step) and
+  // replay them for the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in
+  // on cpu:N). Ignored on plain cpu. GenerateResult::graph_steps says how many steps replayed.
+  bool cuda_graphs = false;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 };
 
@@ -111,6 +115,7 @@ struct GenerateResult {
   int width = 0, height = 0, num_steps = 0;
   float guidance_scale = 0;
   bool used_cfg = false;
+  int graph_steps = 0;  // denoising steps whose transformer calls ran as a replayed graph
   Schedule schedule;
   Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
 };

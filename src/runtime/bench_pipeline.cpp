@@ -197,6 +197,7 @@ int bench_pipeline(const BenchRequest& r) {
   options.device = r.device;
   options.load_vae_encoder = false;
   options.low_memory = r.low_memory;
+  options.cuda_graphs = r.cuda_graphs;
   options.profiler = &profiler;
   Stopwatch load_watch;
   auto pipe = pipelines::Flux2KleinPipeline::synthetic(r.variant, tokenizer, options);
@@ -247,6 +248,8 @@ int bench_pipeline(const BenchRequest& r) {
   report.peak_rss_bytes = process_peak_rss_bytes();
 
   std::printf("\n%s", format_timing_report(report).c_str());
+  if (r.cuda_graphs)
+    std::printf("CUDA graphs: %d of %d steps replayed\n", result.graph_steps, report.run.steps);
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
   return 0;

@@ -15,6 +15,9 @@ void attention(const backend::AttentionArgs&, bool, AttentionStats*) {
   fail(ErrorCode::Unsupported, "built without CUDA");
 }
 void synchronize(int) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+struct Graph {};
+std::shared_ptr<Graph> capture_graph(int, const std::function<void()>&) { fail(ErrorCode::Unsupported, "built without CUDA"); }
+void launch_graph(const Graph&) { fail(ErrorCode::Unsupported, "built without CUDA"); }
 MemoryStats memory_stats(int) { return {}; }
 void reset_peak_memory(int) {}
 

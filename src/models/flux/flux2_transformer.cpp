@@ -133,13 +133,19 @@ void Flux2Transformer::bind(const Fetch& fetch) {
 
 // diffusers Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) + TimestepEmbedding, after
 // Flux2Transformer2DModel.forward's `timestep.to(dtype) * 1000` (flux-reference.md 2.4).
-Tensor Flux2Transformer::timestep_embedding(const Tensor& timesteps) const {
+Tensor Flux2Transformer::timestep_projection(const Tensor& timesteps) const {
   // [B, 256] rounded to the model dtype, as `timesteps_proj.to(timestep.dtype)`.
-  const Tensor proj = to_device(
-      flux_sinusoidal_embedding(to_device(timesteps, Device::cpu()), config_.timestep_channels, options_.dtype),
-      options_.device);
-  const Tensor h = ops::linear(proj, *time_in_1_, backend::Activation::Silu);  // [B, D]
-  return ops::linear(h, *time_in_2_);                                           // [B, D] temb
+  return to_device(flux_sinusoidal_embedding(to_device(timesteps, Device::cpu()), config_.timestep_channels, options_.dtype),
+                   options_.device);
+}
+
+Flux2Transformer::Rope Flux2Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
+  // RoPE over [text ; image] positions (diffusers concatenates the two tables, text first). Ids are
+  // read on the host (small); the tables go to the device once per call.
+  const Tensor ids = ops::concat({to_device(ctx_ids, Device::cpu()).to(DType::F32), to_device(x_ids, Device::cpu()).to(DType::F32)},
+                                 ctx_ids.dim() - 2);  // [(B,) L, 4]
+  const ops::RopeTable rope = ops::rope_flux(ids, config_.axes_dim, config_.rope_theta);  // [(B,) L, d/2]
+  return Rope{to_device(rope.cos, options_.device), to_device(rope.sin, options_.device)};
 }
 
 // diffusers Flux2TransformerBlock.forward (+ Flux2AttnProcessor).
@@ -200,10 +206,9 @@ void Flux2Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
 }
 
 // diffusers Flux2Transformer2DModel.forward (kv_cache_mode None).
-Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
-                                 const Tensor& timesteps) const {
+void Flux2Transformer::check_inputs(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                                    const Tensor& timesteps) const {
   const Flux2Config& c = config_;
-  const DType dt = options_.dtype;
   FLUXRT_CHECK(x.dim() == 3 && x.size(2) == c.in_channels, ErrorCode::InvalidArgument,
                "[flux2] latents must be [B, Li, {}], got {}", c.in_channels, x.shape().str());
   const int64_t b = x.size(0), li = x.size(1);
@@ -224,9 +229,26 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
                ctx_ids.shape().str());
   FLUXRT_CHECK(timesteps.numel() == b, ErrorCode::InvalidArgument, "[flux2] need {} timesteps, got {}", b,
                timesteps.shape().str());
+}
+
+Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                                 const Tensor& timesteps) const {
+  check_inputs(x, x_ids, ctx, ctx_ids, timesteps);
+  return forward_on_device(x, ctx, timestep_projection(timesteps), rope_tables(x_ids, ctx_ids));
+}
+
+Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj,
+                                           const Rope& rope) const {
+  const Flux2Config& c = config_;
+  const DType dt = options_.dtype;
+  FLUXRT_CHECK(x.dim() == 3 && ctx.dim() == 3 && timestep_proj.dim() == 2 && timestep_proj.size(0) == x.size(0),
+               ErrorCode::InvalidArgument, "[flux2] forward_on_device: latents {}, text {}, timestep projection {}",
+               x.shape().str(), ctx.shape().str(), timestep_proj.shape().str());
+  const int64_t li = x.size(1), lt = ctx.size(1);
 
   // 1. Timestep embedding and the shared modulations, once per forward.
-  const Tensor temb = timestep_embedding(timesteps);                 // [B, D]
+  const Tensor h_t = ops::linear(to_device(timestep_proj, options_.device), *time_in_1_, backend::Activation::Silu);
+  const Tensor temb = ops::linear(h_t, *time_in_2_);                 // [B, D]
   const Tensor temb_act = ops::silu(temb);                           // [B, D]
   const Tensor mod_img = ops::linear(temb_act, *mod_img_);           // [B, 6D] shift, scale, gate x 2
   const Tensor mod_txt = ops::linear(temb_act, *mod_txt_);           // [B, 6D]
@@ -237,12 +259,9 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   Tensor img = ops::linear(to_device(x, options_.device).to(dt), *img_in_);    // [B, Li, D]
   Tensor txt = ops::linear(to_device(ctx, options_.device).to(dt), *txt_in_);  // [B, Lt, D]
 
-  // 3. RoPE over [text ; image] positions (diffusers concatenates the two tables, text first).
-  // Ids are read on the host (small); the tables go to the device once per forward.
-  const Tensor ids = ops::concat({to_device(ctx_ids, Device::cpu()).to(DType::F32), to_device(x_ids, Device::cpu()).to(DType::F32)},
-                                 ctx_ids.dim() - 2);  // [(B,) L, 4]
-  const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
-  const Tensor rope_cos = to_device(rope.cos, options_.device), rope_sin = to_device(rope.sin, options_.device);
+  // 3. RoPE tables over [text ; image] (rope_tables).
+  const Tensor& rope_cos = rope.cos;
+  const Tensor& rope_sin = rope.sin;
 
   // 4. Double-stream blocks.
   for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope_cos, rope_sin);

@@ -55,6 +55,19 @@ class Flux2Transformer {
   Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
                  const Tensor& timesteps) const;
 
+  // forward() in its two parts, for recording a step once and replaying it (ops::DeviceGraph):
+  // what the host builds per call and uploads (the timesteps' sinusoidal projection [B, 256], the
+  // RoPE tables of the ids), and the device part, which reads nothing from the host besides its
+  // tensor arguments, so its work can be recorded and replayed on new contents of the same
+  // buffers. forward(x, x_ids, ctx, ctx_ids, t) == forward_on_device(x, ctx,
+  // timestep_projection(t), rope) with rope = rope_tables(x_ids, ctx_ids), bit for bit.
+  struct Rope {
+    Tensor cos, sin;  // [(B,) Lt + Li, head_dim / 2] on the model's device
+  };
+  Tensor timestep_projection(const Tensor& timesteps) const;
+  Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;
+  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj, const Rope& rope) const;
+
   const Flux2Config& config() const { return config_; }
   DType dtype() const { return options_.dtype; }
   // Bytes of the weight tensors the model was bound to (their checkpoint / synthetic size).
@@ -79,7 +92,8 @@ class Flux2Transformer {
   void bind(const Fetch& fetch);
   Linear prepare(const Fetch& fetch, const std::string& name, const Shape& shape);
 
-  Tensor timestep_embedding(const Tensor& timesteps) const;
+  void check_inputs(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                    const Tensor& timesteps) const;
   void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& mod_img, const Tensor& mod_txt,
                     const Tensor& rope_cos, const Tensor& rope_sin) const;
   void single_block(const SingleBlock& blk, Tensor& x, const Tensor& mod, const Tensor& rope_cos,
