@@ -4,12 +4,12 @@
 // and a reference image. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "backend/cuda_backend.h"
 #include "ops/device_graph.h"
+#include "generate_compare.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -31,15 +31,6 @@ GenerateResult run(const fs::path& model, DType dtype, bool graphs, const Genera
   return Flux2KleinPipeline::load(model, o)->generate(r);
 }
 
-void expect_same(const GenerateResult& a, const GenerateResult& b) {
-  ASSERT_EQ(a.images.size(), b.images.size());
-  for (size_t i = 0; i < a.images.size(); ++i)
-    EXPECT_TRUE(a.images[i].pixels == b.images[i].pixels) << "image " << i << " differs";
-  const Tensor x = a.final_latents.contiguous(), y = b.final_latents.contiguous();
-  ASSERT_EQ(x.shape(), y.shape());
-  EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
-}
-
 TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
   REQUIRE_GPU();
   GenerateRequest r;
@@ -56,7 +47,7 @@ TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
     const GenerateResult graphed = run(model, dtype, true, r);
     EXPECT_EQ(graphed.graph_steps, 3) << "a recording failed (see the warning above) or was skipped";
     EXPECT_EQ(ops::device_graph_replays() - before, 3);
-    expect_same(direct, graphed);
+    test::expect_same_generation(direct, graphed);
   }
 }
 
@@ -77,7 +68,7 @@ TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
   const GenerateResult graphed = run(model, DType::BF16, true, r);
   EXPECT_TRUE(graphed.used_cfg);
   EXPECT_EQ(graphed.graph_steps, 2);
-  expect_same(direct, graphed);
+  test::expect_same_generation(direct, graphed);
 }
 
 }  // namespace

@@ -5,13 +5,13 @@
 // graph itself is test_cuda_step_graph_gpu's job.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/device_graph.h"
+#include "generate_compare.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -46,22 +46,13 @@ GenerateRequest request(uint64_t seed, int steps) {
   return r;
 }
 
-void expect_same(const GenerateResult& a, const GenerateResult& b) {
-  ASSERT_EQ(a.images.size(), b.images.size());
-  for (size_t i = 0; i < a.images.size(); ++i)
-    EXPECT_TRUE(a.images[i].pixels == b.images[i].pixels) << "image " << i << " differs";
-  const Tensor x = a.final_latents.contiguous(), y = b.final_latents.contiguous();
-  ASSERT_EQ(x.shape(), y.shape());
-  EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
-}
-
 // Generates with and without graphs on `device`; returns the graphed result.
 GenerateResult expect_graphs_change_nothing(const fs::path& model, Device device, DType dtype, const GenerateRequest& r) {
   const GenerateResult direct = Flux2KleinPipeline::load(model, options_on(device, dtype, false))->generate(r);
   EXPECT_EQ(direct.graph_steps, 0);
   const int64_t replays_before = ops::device_graph_replays();
   const GenerateResult graphed = Flux2KleinPipeline::load(model, options_on(device, dtype, true))->generate(r);
-  expect_same(direct, graphed);
+  test::expect_same_generation(direct, graphed);
   EXPECT_EQ(ops::device_graph_replays() - replays_before, graphed.graph_steps);
   return graphed;
 }
