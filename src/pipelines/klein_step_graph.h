@@ -23,6 +23,9 @@ class KleinStepGraph {
   // without CFG); `x_ids` / `ctx_ids` as Flux2Transformer::forward takes them.
   KleinStepGraph(const models::Flux2Transformer& transformer, Device device, const Tensor& x_ids,
                  const Tensor& ctx_ids, Tensor ctx, Tensor negative_ctx);
+  // The recorded work refers to this object's buffers (and, on cpu:N, to the object itself).
+  KleinStepGraph(const KleinStepGraph&) = delete;
+  KleinStepGraph& operator=(const KleinStepGraph&) = delete;
 
   struct Velocities {
     Tensor cond, uncond;  // uncond undefined without CFG
