@@ -18,7 +18,6 @@ bool DeviceGraph::available(Device device) {
 DeviceGraph DeviceGraph::record(Device device, std::function<void()> fn) {
   FLUXRT_CHECK(available(device), ErrorCode::Unsupported, "[graph] no recorded device work on {}", device.str());
   DeviceGraph g;
-  g.device_ = device;
   if (device.is_cpu())
     g.host_stand_in_ = std::move(fn);  // recording runs nothing, as on a GPU
   else

@@ -32,10 +32,8 @@ class DeviceGraph {
 
   // Queues one replay (asynchronous on a GPU, like a kernel launch).
   void replay() const;
-  Device device() const { return device_; }
 
  private:
-  Device device_;
   std::shared_ptr<cuda::Graph> cuda_;
   std::function<void()> host_stand_in_;
 };

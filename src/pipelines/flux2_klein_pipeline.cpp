@@ -15,7 +15,6 @@
 #include "models/flux/flux2_transformer.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
-#include "ops/device_graph.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/klein_step_graph.h"
 #include "pipelines/noise.h"
@@ -264,7 +263,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     const DType model_dtype = transformer->dtype();
     Stopwatch total;
     std::optional<KleinStepGraph> graph;
-    if (m.options.cuda_graphs && ops::DeviceGraph::available(m.options.device))
+    if (m.options.cuda_graphs)
       graph.emplace(*transformer, m.options.device, latent_ids, text_ids,
                     models::to_device(prompt_embeds, m.options.device).to(model_dtype),
                     cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor());

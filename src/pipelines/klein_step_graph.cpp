@@ -24,7 +24,7 @@ KleinStepGraph::Velocities KleinStepGraph::eager(const Tensor& input, const Tens
 KleinStepGraph::Velocities KleinStepGraph::run(const Tensor& input, const Tensor& timesteps) {
   const Tensor proj = transformer_.timestep_projection(timesteps);  // host-built, uploaded
   if (eager_only_) return eager(input, proj);
-  if (calls_++ == 0) {
+  if (!input_.defined()) {  // the first call
     Velocities v = eager(input, proj);
     // Output buffers of this call's shapes, for the recorded work to write its results into.
     cond_ = Tensor::empty(v.cond.shape(), v.cond.dtype(), device_);

@@ -7,7 +7,8 @@
 // records the work on fixed buffers (latents in, timestep projection in, velocities out; the
 // prompt embeddings and RoPE tables are the request's own tensors, fixed for its whole loop), and
 // it and every later step copy their inputs into those buffers and replay. A recording that fails
-// (an op that cannot be captured) is logged once and the rest of the request runs eagerly.
+// (an op that cannot be captured) is logged once and the rest of the request runs eagerly; on a
+// device without graphs (plain cpu) every step runs eagerly.
 #include <optional>
 #include <utility>
 
@@ -44,8 +45,7 @@ class KleinStepGraph {
   Tensor ctx_, negative_ctx_;
   Tensor input_, proj_, cond_, uncond_;  // the recorded work's fixed buffers
   std::optional<ops::DeviceGraph> graph_;
-  bool eager_only_ = false;
-  int calls_ = 0;
+  bool eager_only_ = false;  // no graphs on this device, or recording failed
 };
 
 }  // namespace fluxrt::pipelines

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "backend/cuda_backend.h"
+#include "../ops/cuda_test_util.h"  // FLUXRT_REQUIRE_GPU
 #include "ops/device_graph.h"
-#include "generate_compare.h"
+#include "pipeline_test_support.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -18,21 +18,14 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 
-#define REQUIRE_GPU()                                                    \
-  do {                                                                   \
-    if (!cuda::built_with_cuda() || cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-
 GenerateResult run(const fs::path& model, DType dtype, bool graphs, const GenerateRequest& r) {
-  PipelineOptions o;
-  o.dtype = dtype;
-  o.device = Device::cuda(0);
+  PipelineOptions o = test::options_on(Device::cuda(0), dtype);
   o.cuda_graphs = graphs;
   return Flux2KleinPipeline::load(model, o)->generate(r);
 }
 
 TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
-  REQUIRE_GPU();
+  FLUXRT_REQUIRE_GPU();
   GenerateRequest r;
   r.prompts = {"a red circle", "stripes"};
   r.seed = 7;
@@ -52,7 +45,7 @@ TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
 }
 
 TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
-  REQUIRE_GPU();
+  FLUXRT_REQUIRE_GPU();
   GenerateRequest r;
   r.prompts = {"a cat"};
   r.seed = 3;

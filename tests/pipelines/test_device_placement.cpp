@@ -21,6 +21,7 @@
 #include "ops/linear.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipeline_test_support.h"
 #include "support/vae_tiling.h"
 
 namespace fluxrt::pipelines {
@@ -36,13 +37,8 @@ const bool kSingleThreaded = [] {
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 const Device kCheck = Device::placement_check();
 
-PipelineOptions options_on(Device device, DType dtype) {
-  PipelineOptions o;
-  o.dtype = dtype;
-  o.device = device;
-  o.parallel_load = false;
-  return o;
-}
+using test::options_on;
+using test::StepDownloads;
 
 GenerateRequest tiny_request(uint64_t seed) {
   GenerateRequest r;
@@ -54,36 +50,6 @@ GenerateRequest tiny_request(uint64_t seed) {
   r.max_sequence_length = 32;
   return r;
 }
-
-void expect_same_images(const GenerateResult& a, const GenerateResult& b) {
-  ASSERT_EQ(a.images.size(), b.images.size());
-  for (size_t i = 0; i < a.images.size(); ++i) {
-    EXPECT_EQ(a.images[i].width, b.images[i].width);
-    EXPECT_EQ(a.images[i].height, b.images[i].height);
-    EXPECT_TRUE(a.images[i].pixels == b.images[i].pixels) << "image " << i << " differs";
-  }
-  ASSERT_TRUE(a.final_latents.defined() && b.final_latents.defined());
-  EXPECT_EQ(b.final_latents.device(), Device::cpu()) << "final latents must come back to the host";
-  const Tensor x = a.final_latents.contiguous(), y = b.final_latents.contiguous();
-  ASSERT_EQ(x.shape(), y.shape());
-  ASSERT_EQ(x.dtype(), y.dtype());
-  EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
-}
-
-// Records, at the end of every denoising step, how many device -> host copies the process has made
-// so far; the counts between the first and the last step must not grow: the transformer, CFG and
-// the Euler update stay on the device (on cpu:1 every copy into cpu memory is counted).
-struct StepDownloads {
-  std::vector<uint64_t> at_step;
-  void attach(GenerateRequest& r) {
-    r.on_step = [this](int, int, double) { at_step.push_back(device_to_host_copies()); };
-  }
-  void expect_none_between_steps() const {
-    ASSERT_GE(at_step.size(), 2u) << "needs two steps or more";
-    EXPECT_EQ(at_step.front(), at_step.back()) << "the step loop copied " << at_step.back() - at_step.front()
-                                               << " tensors to the host over " << at_step.size() - 1 << " steps";
-  }
-};
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -275,7 +241,8 @@ void expect_generate_matches_cpu(const fs::path& model, const PipelineOptions& o
   if (no_step_copies) downloads.attach(request);
   GenerateResult got;
   ASSERT_EQ("", error_of([&] { got = dev->generate(request); }));
-  expect_same_images(want, got);
+  test::expect_same_generation(want, got);
+  EXPECT_EQ(got.final_latents.device(), Device::cpu()) << "final latents must come back to the host";
   if (no_step_copies) downloads.expect_none_between_steps();
 }
 

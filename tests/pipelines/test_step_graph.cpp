@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/device_graph.h"
-#include "generate_compare.h"
+#include "pipeline_test_support.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -27,10 +27,7 @@ const bool kSingleThreaded = [] {
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 
 PipelineOptions options_on(Device device, DType dtype, bool graphs) {
-  PipelineOptions o;
-  o.dtype = dtype;
-  o.device = device;
-  o.parallel_load = false;
+  PipelineOptions o = test::options_on(device, dtype);
   o.cuda_graphs = graphs;
   return o;
 }
@@ -108,12 +105,12 @@ TEST(StepGraph, ReplayedStepsMakeNoHostCopy) {
   auto pipe = Flux2KleinPipeline::load(kData / "models" / "flux2-klein-tiny",
                                        options_on(Device::placement_check(), DType::BF16, true));
   GenerateRequest r = request(9, 4);
-  std::vector<uint64_t> at_step;
-  r.on_step = [&](int, int, double) { at_step.push_back(device_to_host_copies()); };
+  test::StepDownloads downloads;
+  downloads.attach(r);
   const GenerateResult g = pipe->generate(r);
   EXPECT_EQ(g.graph_steps, 3);
-  ASSERT_EQ(at_step.size(), 4u);
-  EXPECT_EQ(at_step.front(), at_step.back());
+  ASSERT_EQ(downloads.at_step.size(), 4u);
+  downloads.expect_none_between_steps();
 }
 
 }  // namespace

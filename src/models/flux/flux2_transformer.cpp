@@ -259,18 +259,14 @@ Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   Tensor img = ops::linear(to_device(x, options_.device).to(dt), *img_in_);    // [B, Li, D]
   Tensor txt = ops::linear(to_device(ctx, options_.device).to(dt), *txt_in_);  // [B, Lt, D]
 
-  // 3. RoPE tables over [text ; image] (rope_tables).
-  const Tensor& rope_cos = rope.cos;
-  const Tensor& rope_sin = rope.sin;
+  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables).
+  for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope.cos, rope.sin);
 
-  // 4. Double-stream blocks.
-  for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope_cos, rope_sin);
-
-  // 5. Single-stream blocks on [txt ; img].
+  // 4. Single-stream blocks on [txt ; img].
   Tensor h = ops::concat({txt, img}, 1);                             // [B, L, D]
-  for (const auto& blk : single_) single_block(blk, h, mod_single, rope_cos, rope_sin);
+  for (const auto& blk : single_) single_block(blk, h, mod_single, rope.cos, rope.sin);
 
-  // 6. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
+  // 5. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
   const Tensor shift = ops::linear(temb_act, *final_shift_);         // [B, D]
   const Tensor scale = ops::linear(temb_act, *final_scale_);         // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();      // [B, Li, D]
