@@ -262,11 +262,16 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
     Stopwatch total;
-    std::optional<KleinStepGraph> graph;
-    if (m.options.cuda_graphs)
-      graph.emplace(*transformer, m.options.device, latent_ids, text_ids,
-                    models::to_device(prompt_embeds, m.options.device).to(model_dtype),
-                    cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor());
+    std::unique_ptr<KleinStepGraph> graph;  // from the resident transformer's cache, or this request's own
+    if (m.options.cuda_graphs) {
+      const Tensor ctx = models::to_device(prompt_embeds, m.options.device).to(model_dtype);
+      const Tensor negative_ctx = cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor();
+      StepGraphKey key{Shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)},
+                       ctx.shape(), cfg, latent_ids.shape(), text_ids.shape()};
+      graph = m.step_graphs ? m.step_graphs->acquire(key)
+                            : std::make_unique<KleinStepGraph>(*transformer, m.options.device, std::move(key));
+      graph->begin_request(latent_ids, text_ids, ctx, negative_ctx);
+    }
     for (int i = 0; i < steps; ++i) {
       check_cancel(request, "between denoising steps");
       Stopwatch step_watch;
@@ -297,6 +302,9 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
       if (request.on_step) request.on_step(i + 1, steps, seconds);
     }
     if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
+    // Back for the next request of this shape only after a whole loop (a request that failed or was
+    // cancelled drops it).
+    if (graph && m.step_graphs) m.step_graphs->release(std::move(graph));
   }
   check_cancel(request, "before VAE decode");
 

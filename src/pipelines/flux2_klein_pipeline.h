@@ -72,9 +72,12 @@ struct PipelineOptions {
   // transformer's text width and latent channels the folder's (Unsupported otherwise).
   std::filesystem::path transformer_file;
   models::TilingOptions vae_tiling;
-  // Record the transformer call(s) of a denoising step once per request (after one eager step) and
-  // replay them for the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in
-  // on cpu:N). Ignored on plain cpu. GenerateResult::graph_steps says how many steps replayed.
+  // Record the transformer call(s) of a denoising step (after one eager step) and replay them for
+  // the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in on cpu:N). The
+  // resident transformer keeps the graphs of the last StepGraphCache::kCapacity request shapes
+  // (batch, size, references, text length, CFG), so a later request of a kept shape replays every
+  // step; in low-memory mode each request records its own. Ignored on plain cpu.
+  // GenerateResult::graph_steps says how many steps replayed.
   bool cuda_graphs = false;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 };

@@ -12,6 +12,7 @@
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein_step_graph.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::pipelines {
@@ -58,6 +59,9 @@ struct Flux2KleinPipeline::Impl {
   std::unique_ptr<models::Flux2Transformer> transformer;
   std::unique_ptr<models::KleinPromptEmbedder> embedder;
   std::unique_ptr<models::Flux2Vae> vae;
+  // With PipelineOptions::cuda_graphs: the resident transformer's step graphs, kept across
+  // requests (null in low-memory mode, where each request records its own).
+  std::unique_ptr<StepGraphCache> step_graphs;
 
   // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
   // Unsupported naming the folder or file on problems.

@@ -1,7 +1,7 @@
 // CUDA graphs for the klein denoising step (PipelineOptions::cuda_graphs) on a real GPU: the
 // replayed steps must give the images and final latents of the same pipeline run step by step,
 // bit for bit (the graph launches the very kernels the direct run queues), distilled and with CFG
-// and a reference image. Skips without a GPU.
+// and a reference image, and across requests (a kept graph). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -62,6 +62,29 @@ TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
   EXPECT_TRUE(graphed.used_cfg);
   EXPECT_EQ(graphed.graph_steps, 2);
   test::expect_same_generation(direct, graphed);
+}
+
+// A kept graph replayed by a later request with another prompt, seed and image orientation (same
+// token count, so the same graph; new RoPE tables and embeddings copied in): every step replays.
+TEST(CudaStepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
+  FLUXRT_REQUIRE_GPU();
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  PipelineOptions o = test::options_on(Device::cuda(0), DType::BF16);
+  auto direct = Flux2KleinPipeline::load(model, o);
+  o.cuda_graphs = true;
+  auto graphed = Flux2KleinPipeline::load(model, o);
+  GenerateRequest r;
+  r.max_sequence_length = 32;
+  r.num_steps = 4;
+  for (int i = 0; i < 2; ++i) {
+    r.prompts = {i == 0 ? "a red circle" : "blue stripes"};
+    r.seed = 5 + i;
+    r.width = i == 0 ? 128 : 64;
+    r.height = i == 0 ? 64 : 128;
+    const GenerateResult g = graphed->generate(r);
+    EXPECT_EQ(g.graph_steps, i == 0 ? 3 : 4);
+    test::expect_same_generation(direct->generate(r), g);
+  }
 }
 
 }  // namespace

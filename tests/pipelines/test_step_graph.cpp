@@ -2,17 +2,22 @@
 // placement-check device cpu:1 the graph stand-in records the step's work and re-runs it at each
 // replay, so the pipeline's buffer handling (inputs copied in before a replay, outputs read before
 // the next) is checked here; a step that read a stale buffer would change the image. The CUDA
-// graph itself is test_cuda_step_graph_gpu's job.
+// graph itself is test_cuda_step_graph_gpu's job. Graphs kept across requests (StepGraphCache) are
+// checked the same way, request after request.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/device_graph.h"
 #include "pipeline_test_support.h"
+#include "models/flux/flux2_transformer.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein_step_graph.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -111,6 +116,117 @@ TEST(StepGraph, ReplayedStepsMakeNoHostCopy) {
   EXPECT_EQ(g.graph_steps, 3);
   ASSERT_EQ(downloads.at_step.size(), 4u);
   downloads.expect_none_between_steps();
+}
+
+// The resident transformer keeps its step graphs across requests: a later request of a kept shape
+// replays every step, with its own prompt, seed and RoPE tables copied into the graph's buffers
+// (a stale buffer would reproduce the earlier request's image). 64x32 and 32x64 share a key
+// (same token count, different position ids), so the second of them checks the RoPE copy.
+TEST(StepGraph, KeptGraphsReplayEveryStepOfALaterRequest) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  auto direct = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, false));
+  auto graphed = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, true));
+  struct Case {
+    const char* what;
+    uint64_t seed;
+    std::vector<std::string> prompts;
+    int width, height, replayed;
+  };
+  const Case cases[] = {
+      {"first request: one eager step", 7, {"a red circle", "stripes"}, 64, 64, 3},
+      {"same shape, other prompts and seed", 8, {"blue square", "a green dot"}, 64, 64, 4},
+      {"new shape", 9, {"a", "b"}, 64, 32, 3},
+      {"same key, other position ids", 10, {"c", "d"}, 32, 64, 4},
+      {"the first shape is still kept", 11, {"e", "f"}, 64, 64, 4},
+      {"a third shape evicts the least recent (64x32)", 12, {"g", "h"}, 32, 32, 3},
+      {"64x32 records again", 13, {"i", "j"}, 64, 32, 3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    GenerateRequest r = request(c.seed, 4);
+    r.prompts = c.prompts;
+    r.width = c.width;
+    r.height = c.height;
+    const int64_t replays_before = ops::device_graph_replays();
+    const GenerateResult g = graphed->generate(r);
+    EXPECT_EQ(g.graph_steps, c.replayed);
+    EXPECT_EQ(ops::device_graph_replays() - replays_before, g.graph_steps);
+    test::expect_same_generation(direct->generate(r), g);
+  }
+}
+
+TEST(StepGraph, CfgGraphKeptAcrossRequestsWithNewNegativePrompt) {
+  const fs::path model = kData / "models" / "flux2-klein-base-tiny";
+  auto direct = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::F32, false));
+  auto graphed = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::F32, true));
+  for (const char* negative : {"", "blurry"}) {
+    SCOPED_TRACE(negative);
+    GenerateRequest r = request(3, 3);
+    r.prompts = {"a cat"};
+    r.guidance_scale = 4.0f;
+    r.negative_prompt = negative;
+    const GenerateResult g = graphed->generate(r);
+    EXPECT_EQ(g.graph_steps, *negative ? 3 : 2);
+    test::expect_same_generation(direct->generate(r), g);
+  }
+}
+
+// The cache's bookkeeping: a graph taken out is not handed to a second request of its shape (that
+// one gets a fresh graph; of the two given back the newer is kept), and beyond kCapacity shapes the
+// least recently given back is dropped.
+TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
+  models::Flux2LoadOptions lo;
+  lo.device = Device::placement_check();
+  const auto transformer = models::Flux2Transformer::load((kData / "models" / "flux2-klein-tiny" / "transformer").string(), lo);
+  StepGraphCache cache(*transformer, Device::placement_check());
+  auto key = [](int64_t tokens) { return StepGraphKey{Shape{1, tokens, 128}, Shape{1, 32, 64}, false, Shape{tokens, 4}, Shape{32, 4}}; };
+  std::unique_ptr<KleinStepGraph> a = cache.acquire(key(16)), b = cache.acquire(key(16));
+  EXPECT_NE(a.get(), b.get()) << "a lent graph must not be lent again";
+  const KleinStepGraph* newer = b.get();
+  cache.release(std::move(a));
+  cache.release(std::move(b));
+  EXPECT_EQ(cache.size(), 1u);
+  std::unique_ptr<KleinStepGraph> again = cache.acquire(key(16));
+  EXPECT_EQ(again.get(), newer);
+  cache.release(std::move(again));
+  static_assert(StepGraphCache::kCapacity == 2, "the shapes below fill the cache");
+  std::unique_ptr<KleinStepGraph> g32 = cache.acquire(key(32));
+  const KleinStepGraph* kept32 = g32.get();
+  cache.release(std::move(g32));
+  cache.release(cache.acquire(key(64)));
+  EXPECT_EQ(cache.size(), 2u);
+  const std::unique_ptr<KleinStepGraph> fresh = cache.acquire(key(16));
+  EXPECT_EQ(cache.size(), 2u) << "the least recent shape (16 tokens) was dropped: its graph is a new one";
+  EXPECT_EQ(cache.acquire(key(32)).get(), kept32);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+// Low-memory mode makes the transformer per request, so nothing is kept: each request records its
+// own graph again.
+TEST(StepGraph, LowMemoryRecordsPerRequest) {
+  PipelineOptions o = options_on(Device::placement_check(), DType::BF16, true);
+  o.low_memory = true;
+  auto pipe = Flux2KleinPipeline::load(kData / "models" / "flux2-klein-tiny", o);
+  EXPECT_EQ(pipe->generate(request(7, 3)).graph_steps, 2);
+  EXPECT_EQ(pipe->generate(request(8, 3)).graph_steps, 2);
+}
+
+// A cancelled request does not give its graph back (it may have stopped anywhere), and the next
+// request of that shape still matches the direct run.
+TEST(StepGraph, CancelledRequestLeavesTheNextOneIntact) {
+  const fs::path model = kData / "models" / "flux2-klein-tiny";
+  auto graphed = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, true));
+  std::atomic<bool> cancel{false};
+  GenerateRequest r = request(4, 4);
+  r.cancel = &cancel;
+  r.on_step = [&](int step, int, double) { cancel = step == 2; };
+  EXPECT_THROW(graphed->generate(r), Error);
+  cancel = false;
+  r.on_step = nullptr;
+  const GenerateResult g = graphed->generate(r);
+  EXPECT_EQ(g.graph_steps, 3) << "the cancelled request's graph was dropped: this one records anew";
+  auto direct = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, false));
+  test::expect_same_generation(direct->generate(r), g);
 }
 
 }  // namespace
