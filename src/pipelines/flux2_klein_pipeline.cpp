@@ -16,7 +16,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/klein_components.h"
-#include "pipelines/klein_step_graph.h"
+#include "pipelines/step_graph.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
@@ -67,6 +67,20 @@ std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
 void check_cancel(const GenerateRequest& request, const char* where) {
   if (request.cancel && request.cancel->load(std::memory_order_relaxed))
     fail(ErrorCode::Cancelled, "klein pipeline: cancelled {}", where);
+}
+
+// A klein step for StepGraph: request inputs {prompt embeddings, negative embeddings (undefined
+// without CFG), RoPE cos, RoPE sin}, step inputs {transformer input, timestep projection};
+// outputs the conditional velocity, then the unconditional one under CFG.
+std::unique_ptr<StepGraph> klein_step_graph(const models::Flux2Transformer& transformer, Device device,
+                                            const StepGraphKey& key) {
+  return std::make_unique<StepGraph>(
+      device, key, [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
+        const models::Flux2Transformer::Rope rope{request[2], request[3]};
+        std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], step[1], rope)};
+        if (request[1].defined()) v.push_back(transformer.forward_on_device(step[0], request[1], step[1], rope));
+        return v;
+      });
 }
 
 }  // namespace
@@ -262,15 +276,17 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
     Stopwatch total;
-    std::unique_ptr<KleinStepGraph> graph;  // from the resident transformer's cache, or this request's own
+    std::unique_ptr<StepGraph> graph;  // from the resident transformer's cache, or this request's own
     if (m.options.cuda_graphs) {
-      const Tensor ctx = models::to_device(prompt_embeds, m.options.device).to(model_dtype);
-      const Tensor negative_ctx = cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor();
-      StepGraphKey key{Shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)},
-                       ctx.shape(), cfg, latent_ids.shape(), text_ids.shape()};
-      graph = m.step_graphs ? m.step_graphs->acquire(key)
-                            : std::make_unique<KleinStepGraph>(*transformer, m.options.device, std::move(key));
-      graph->begin_request(latent_ids, text_ids, ctx, negative_ctx);
+      const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
+      const std::vector<Tensor> request_inputs{
+          models::to_device(prompt_embeds, m.options.device).to(model_dtype),
+          cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos, rope.sin};
+      const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)};
+      const StepGraphKey key(request_inputs, {input_shape, Shape{batch, transformer->config().timestep_channels}});
+      auto make = [&] { return klein_step_graph(*transformer, m.options.device, key); };
+      graph = m.step_graphs ? m.step_graphs->acquire(key, make) : make();
+      graph->begin_request(request_inputs);
     }
     for (int i = 0; i < steps; ++i) {
       check_cancel(request, "between denoising steps");
@@ -280,9 +296,9 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
       const Tensor input = (ref_tokens.defined() ? ops::concat({latents, ref_tokens}, 1) : latents).to(model_dtype);
       Tensor v, v_neg;
       if (graph) {
-        KleinStepGraph::Velocities out = graph->run(input, timestep);
-        v = out.cond;
-        v_neg = out.uncond;
+        const StepGraph::Outputs out = graph->run({input, transformer->timestep_projection(timestep)});
+        v = out.tensors[0];
+        if (cfg) v_neg = out.tensors[1];
         result.graph_steps += out.replayed;
       } else {
         v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep);

@@ -12,7 +12,7 @@
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
 #include "pipelines/flux2_klein_pipeline.h"
-#include "pipelines/klein_step_graph.h"
+#include "pipelines/step_graph.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::pipelines {

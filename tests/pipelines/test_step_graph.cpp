@@ -15,9 +15,9 @@
 #include "core/threads.h"
 #include "ops/device_graph.h"
 #include "pipeline_test_support.h"
-#include "models/flux/flux2_transformer.h"
 #include "pipelines/flux2_klein_pipeline.h"
-#include "pipelines/klein_step_graph.h"
+#include "ops/elementwise.h"
+#include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -171,34 +171,74 @@ TEST(StepGraph, CfgGraphKeptAcrossRequestsWithNewNegativePrompt) {
   }
 }
 
+// StepGraph on its own, with a step of two element-wise ops: eager first call, recorded second,
+// replays after; request inputs copied in per request (a stale one would repeat the old result).
+TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
+  const Device dev = Device::placement_check();
+  auto on_dev = [&](std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    Tensor t = Tensor::empty({n}, DType::F32, dev);
+    t.copy_from(Tensor::from_vector(v, Shape{n}));
+    return t;
+  };
+  int calls = 0;
+  const std::vector<Tensor> request_a{on_dev({1, 2, 3})}, request_b{on_dev({10, 20, 30})};
+  StepGraph graph(dev, StepGraphKey(request_a, {Shape{3}}),
+                  [&](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
+                    ++calls;
+                    return std::vector<Tensor>{ops::add(ops::mul(step[0], request[0]), request[0])};
+                  });
+  auto expect = [](const StepGraph::Outputs& out, bool replayed, std::vector<float> want) {
+    EXPECT_EQ(out.replayed, replayed);
+    ASSERT_EQ(out.tensors.size(), 1u);
+    EXPECT_EQ(out.tensors[0].to_vector(), want);
+  };
+  graph.begin_request(request_a);
+  expect(graph.run({on_dev({1, 1, 1})}), false, {2, 4, 6});
+  expect(graph.run({on_dev({2, 2, 2})}), true, {3, 6, 9});
+  expect(graph.run({on_dev({0, 1, 2})}), true, {1, 4, 9});
+  graph.begin_request(request_b);
+  expect(graph.run({on_dev({1, 1, 1})}), true, {20, 40, 60});
+  EXPECT_EQ(calls, 4) << "one eager call, three replays (recording runs nothing)";
+  EXPECT_THROW(graph.run({on_dev({1, 1})}), Error) << "a step input of another shape";
+}
+
 // The cache's bookkeeping: a graph taken out is not handed to a second request of its shape (that
 // one gets a fresh graph; of the two given back the newer is kept), and beyond kCapacity shapes the
 // least recently given back is dropped.
 TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
-  models::Flux2LoadOptions lo;
-  lo.device = Device::placement_check();
-  const auto transformer = models::Flux2Transformer::load((kData / "models" / "flux2-klein-tiny" / "transformer").string(), lo);
-  StepGraphCache cache(*transformer, Device::placement_check());
-  auto key = [](int64_t tokens) { return StepGraphKey{Shape{1, tokens, 128}, Shape{1, 32, 64}, false, Shape{tokens, 4}, Shape{32, 4}}; };
-  std::unique_ptr<KleinStepGraph> a = cache.acquire(key(16)), b = cache.acquire(key(16));
+  const Device dev = Device::placement_check();
+  auto key = [](int64_t tokens) { return StepGraphKey({Tensor::empty({1, 32, 64}, DType::BF16)}, {Shape{1, tokens, 128}}); };
+  auto make = [&](int64_t tokens) {
+    return [&, tokens] {
+      return std::make_unique<StepGraph>(dev, key(tokens), [](const std::vector<Tensor>&, const std::vector<Tensor>& s) {
+        return s;
+      });
+    };
+  };
+  StepGraphCache cache;
+  std::unique_ptr<StepGraph> a = cache.acquire(key(16), make(16)), b = cache.acquire(key(16), make(16));
   EXPECT_NE(a.get(), b.get()) << "a lent graph must not be lent again";
-  const KleinStepGraph* newer = b.get();
+  const StepGraph* newer = b.get();
   cache.release(std::move(a));
   cache.release(std::move(b));
   EXPECT_EQ(cache.size(), 1u);
-  std::unique_ptr<KleinStepGraph> again = cache.acquire(key(16));
+  std::unique_ptr<StepGraph> again = cache.acquire(key(16), make(16));
   EXPECT_EQ(again.get(), newer);
   cache.release(std::move(again));
   static_assert(StepGraphCache::kCapacity == 2, "the shapes below fill the cache");
-  std::unique_ptr<KleinStepGraph> g32 = cache.acquire(key(32));
-  const KleinStepGraph* kept32 = g32.get();
+  std::unique_ptr<StepGraph> g32 = cache.acquire(key(32), make(32));
+  const StepGraph* kept32 = g32.get();
   cache.release(std::move(g32));
-  cache.release(cache.acquire(key(64)));
+  cache.release(cache.acquire(key(64), make(64)));
   EXPECT_EQ(cache.size(), 2u);
-  const std::unique_ptr<KleinStepGraph> fresh = cache.acquire(key(16));
+  const std::unique_ptr<StepGraph> fresh = cache.acquire(key(16), make(16));
   EXPECT_EQ(cache.size(), 2u) << "the least recent shape (16 tokens) was dropped: its graph is a new one";
-  EXPECT_EQ(cache.acquire(key(32)).get(), kept32);
+  EXPECT_EQ(cache.acquire(key(32), make(32)).get(), kept32);
   EXPECT_EQ(cache.size(), 1u);
+  EXPECT_FALSE(key(16) == key(32));
+  EXPECT_FALSE(StepGraphKey({Tensor()}, {Shape{1}}) == StepGraphKey({Tensor::empty({1}, DType::F32)}, {Shape{1}}))
+      << "an undefined request input is a shape of its own";
 }
 
 // Low-memory mode makes the transformer per request, so nothing is kept: each request records its

@@ -168,9 +168,9 @@ Tensor Flux1Transformer::embed(const MlpEmbedder& e, const Tensor& input) const 
 
 // diffusers CombinedTimestepGuidanceTextProjEmbeddings (dev) / CombinedTimestepTextProjEmbeddings
 // (schnell), after FluxTransformer2DModel.forward's `timestep.to(dtype) * 1000` (and guidance).
-Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const {
+void Flux1Transformer::check_conditioning_inputs(const Tensor& timesteps, const Tensor& guidance,
+                                                 const Tensor& pooled) const {
   const Flux1Config& c = config_;
-  const DType dt = options_.dtype;
   const int64_t b = pooled.dim() == 2 ? pooled.size(0) : -1;
   FLUXRT_CHECK(pooled.dim() == 2 && pooled.size(1) == c.pooled_dim, ErrorCode::InvalidArgument,
                "[flux1] pooled text embedding must be [B, {}], got {}", c.pooled_dim, pooled.shape().str());
@@ -184,13 +184,25 @@ Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& gui
     FLUXRT_CHECK(!guidance.defined(), ErrorCode::InvalidArgument,
                  "[flux1] {} has no guidance embedding (guidance_in): pass no guidance", c.variant);
   }
-  auto sinusoid = [&](const Tensor& v) {  // [B, 256] in the model dtype
-    return flux_to_device(flux_sinusoidal_embedding(v, c.timestep_channels, dt), options_.device);
-  };
-  Tensor vec = embed(time_in_, sinusoid(timesteps));                            // [B, D]
-  if (c.guidance) vec = ops::add(vec, embed(guidance_in_, sinusoid(guidance)));  // [B, D]
-  const Tensor pooled_dev = flux_to_device(pooled.to(dt).contiguous(), options_.device);
-  return ops::add(vec, embed(vector_in_, pooled_dev));                          // [B, D]
+}
+
+Tensor Flux1Transformer::projection(const Tensor& values) const {
+  return flux_to_device(flux_sinusoidal_embedding(flux_to_device(values, Device::cpu()), config_.timestep_channels,
+                                                  options_.dtype),
+                        options_.device);
+}
+
+Tensor Flux1Transformer::conditioning_on_device(const Tensor& timestep_proj, const Tensor& guidance_proj,
+                                                const Tensor& pooled) const {
+  Tensor vec = embed(time_in_, timestep_proj);                                        // [B, D]
+  if (config_.guidance) vec = ops::add(vec, embed(guidance_in_, guidance_proj));       // [B, D]
+  const Tensor pooled_dev = flux_to_device(pooled.to(options_.dtype).contiguous(), options_.device);
+  return ops::add(vec, embed(vector_in_, pooled_dev));                                // [B, D]
+}
+
+Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const {
+  check_conditioning_inputs(timesteps, guidance, pooled);
+  return conditioning_on_device(projection(timesteps), config_.guidance ? projection(guidance) : Tensor(), pooled);
 }
 
 // diffusers FluxTransformerBlock.forward (+ FluxAttnProcessor).
@@ -257,7 +269,6 @@ void Flux1Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
 Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
                                  const Tensor& pooled, const Tensor& timesteps, const Tensor& guidance) const {
   const Flux1Config& c = config_;
-  const DType dt = options_.dtype;
   FLUXRT_CHECK(x.dim() == 3 && x.size(2) == c.in_channels, ErrorCode::InvalidArgument,
                "[flux1] latents must be [B, Li, {}], got {}", c.in_channels, x.shape().str());
   const int64_t b = x.size(0), li = x.size(1);
@@ -278,32 +289,48 @@ Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   FLUXRT_CHECK(x_ids.dim() == ctx_ids.dim(), ErrorCode::InvalidArgument,
                "[flux1] image ids {} and text ids {} must both be 2-D or both 3-D", x_ids.shape().str(),
                ctx_ids.shape().str());
+  check_conditioning_inputs(timesteps, guidance, pooled);
+  return forward_on_device(x, ctx, pooled, projection(timesteps), c.guidance ? projection(guidance) : Tensor(),
+                           rope_tables(x_ids, ctx_ids));
+}
+
+Flux1Transformer::Rope Flux1Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
+  // RoPE over [text ; image] positions (text first). Ids are read on the host (small); the tables
+  // go to the device once per call.
+  const Tensor ids = ops::concat({flux_to_device(ctx_ids, Device::cpu()).to(DType::F32),
+                                  flux_to_device(x_ids, Device::cpu()).to(DType::F32)},
+                                 ctx_ids.dim() - 2);  // [(B,) L, 3]
+  const ops::RopeTable rope = ops::rope_flux(ids, config_.axes_dim, config_.rope_theta);  // [(B,) L, d/2]
+  return Rope{flux_to_device(rope.cos, options_.device), flux_to_device(rope.sin, options_.device)};
+}
+
+Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled,
+                                           const Tensor& timestep_proj, const Tensor& guidance_proj,
+                                           const Rope& rope) const {
+  const Flux1Config& c = config_;
+  const DType dt = options_.dtype;
+  FLUXRT_CHECK(x.dim() == 3 && ctx.dim() == 3 && timestep_proj.dim() == 2 && timestep_proj.size(0) == x.size(0) &&
+                   guidance_proj.defined() == c.guidance,
+               ErrorCode::InvalidArgument, "[flux1] forward_on_device: latents {}, text {}, timestep projection {}",
+               x.shape().str(), ctx.shape().str(), timestep_proj.shape().str());
+  const int64_t li = x.size(1), lt = ctx.size(1);
 
   // 1. Conditioning vector; every block's modulation linear reads SiLU(vec).
-  const Tensor vec = conditioning(timesteps, guidance, pooled);  // [B, D]
-  const Tensor vec_act = ops::silu(vec);                         // [B, D]
+  const Tensor vec = conditioning_on_device(timestep_proj, guidance_proj, pooled);  // [B, D]
+  const Tensor vec_act = ops::silu(vec);                                            // [B, D]
 
   // 2. Input projections.
   Tensor img = ops::linear(flux_to_device(x.to(dt).contiguous(), options_.device), *img_in_);    // [B, Li, D]
   Tensor txt = ops::linear(flux_to_device(ctx.to(dt).contiguous(), options_.device), *txt_in_);  // [B, Lt, D]
 
-  // 3. RoPE over [text ; image] positions (text first).
-  // Ids are read on the host (small); the tables go to the device once per forward.
-  const Tensor ids = ops::concat({flux_to_device(ctx_ids, Device::cpu()).to(DType::F32),
-                                  flux_to_device(x_ids, Device::cpu()).to(DType::F32)},
-                                 ctx_ids.dim() - 2);  // [(B,) L, 3]
-  const ops::RopeTable rope = ops::rope_flux(ids, c.axes_dim, c.rope_theta);                           // [(B,) L, d/2]
-  const Tensor rope_cos = flux_to_device(rope.cos, options_.device);
-  const Tensor rope_sin = flux_to_device(rope.sin, options_.device);
+  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables).
+  for (const auto& blk : double_) double_block(blk, img, txt, vec_act, rope.cos, rope.sin);
 
-  // 4. Double-stream blocks.
-  for (const auto& blk : double_) double_block(blk, img, txt, vec_act, rope_cos, rope_sin);
-
-  // 5. Single-stream blocks on [txt ; img].
+  // 4. Single-stream blocks on [txt ; img].
   Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
-  for (const auto& blk : single_) single_block(blk, h, vec_act, rope_cos, rope_sin);
+  for (const auto& blk : single_) single_block(blk, h, vec_act, rope.cos, rope.sin);
 
-  // 6. Final layer (AdaLayerNormContinuous: scale/shift from vec) on the image rows.
+  // 5. Final layer (AdaLayerNormContinuous: scale/shift from vec) on the image rows.
   const Tensor shift = ops::linear(vec_act, *final_shift_);             // [B, D]
   const Tensor scale = ops::linear(vec_act, *final_scale_);             // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();         // [B, Li, D]

@@ -62,6 +62,20 @@ class Flux1Transformer {
   // The conditioning vector [B, D] (diffusers time_text_embed output) every modulation reads.
   Tensor conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const;
 
+  // forward split for recorded steps (pipelines/step_graph.h): what the host builds per call (the
+  // sinusoidal projections of the timesteps and of the guidance, the RoPE tables), uploaded, and
+  // the device work, which reads only tensors. forward(x, x_ids, ctx, ctx_ids, pooled, t, g) ==
+  // forward_on_device(x, ctx, pooled, projection(t), projection(g) or undefined,
+  // rope_tables(x_ids, ctx_ids)), bit for bit.
+  struct Rope {
+    Tensor cos, sin;  // [(B,) Lt + Li, head_dim / 2] on the model's device
+  };
+  // [B, 256] in the model dtype on the model's device, of timesteps or guidance as forward takes them.
+  Tensor projection(const Tensor& values) const;
+  Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;
+  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled, const Tensor& timestep_proj,
+                           const Tensor& guidance_proj, const Rope& rope) const;
+
   const Flux1Config& config() const { return config_; }
   DType dtype() const { return options_.dtype; }
   // Bytes of the weight tensors the model was bound to (as bound: bf16 or f32).
@@ -91,6 +105,8 @@ class Flux1Transformer {
   Linear prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k);
   Tensor vector(const Fetch& fetch, const std::string& name, int64_t n);
   Tensor embed(const MlpEmbedder& e, const Tensor& input) const;
+  void check_conditioning_inputs(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const;
+  Tensor conditioning_on_device(const Tensor& timestep_proj, const Tensor& guidance_proj, const Tensor& pooled) const;
 
   void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& vec_act, const Tensor& rope_cos,
                     const Tensor& rope_sin) const;
