@@ -49,7 +49,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_flag("--low-memory", options.low_memory,
                 "pipeline: keep one component resident at a time (each made when used, then freed; FLUX.1 always)");
   cmd->add_flag("--cuda-graphs", options.cuda_graphs,
-                "pipeline (klein, cuda:N): record the denoising step once and replay it as a CUDA graph (with --warmup the timed run replays every step)");
+                "pipeline (cuda:N): record the denoising step once and replay it as a CUDA graph (klein with --warmup: the timed run replays every step; FLUX.1 runs low-memory, so per request)");
   cmd->add_option("--tiling", options.tiling,
                   "vae: auto (plain pass, else the lean exact pass, else tiles, by half the available memory), on, off or lean")
       ->capture_default_str()

@@ -127,7 +127,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--device", o.device, "cpu, cuda or cuda:N where built, or cpu:1 (placement check, docs/cuda.md)");
   cmd->add_flag("--low-memory", o.low_memory, "keep one large component resident at a time (slower, smaller peak)");
   cmd->add_flag("--cuda-graphs", o.cuda_graphs,
-                "FLUX.2 klein on cuda:N: record the denoising step once and replay it as a CUDA graph");
+                "on cuda:N: record the denoising step once and replay it as a CUDA graph");
   cmd->add_option("--profile", o.profile_path, "also write the timing report as JSON to this file");
   cmd->add_flag("--warmup", o.warmup, "run the request once untimed first (reported separately, not written)");
   cmd->add_flag("--reload", o.reload, "load the model a second time and report the warm load");
@@ -193,9 +193,7 @@ int generate_and_write(const GenerateOptions& o) {
   options.low_memory = job.low_memory;
   options.cuda_graphs = o.cuda_graphs;
   const bool plain_cpu = job.device == Device::cpu();
-  if (o.cuda_graphs && (plain_cpu || job.model.pipeline_class == "FluxPipeline"))
-    progress.message(plain_cpu ? "note: --cuda-graphs has no effect on the CPU"
-                                         : "note: --cuda-graphs: FLUX.1 steps are not recorded yet, they run directly");
+  if (o.cuda_graphs && plain_cpu) progress.message("note: --cuda-graphs has no effect on the CPU");
   options.transformer_file = job.transformer_file;
   options.load_vae_encoder = !job.reference_images.empty();
   options.profiler = &profiler;

@@ -29,7 +29,7 @@ struct BenchOptions {
   bool synthetic = false;  // pipeline: random weights of the real shapes
   bool warmup = false;     // pipeline: one untimed request first
   bool low_memory = false; // pipeline: one component resident at a time
-  bool cuda_graphs = false; // pipeline (klein): replay the denoising steps as a CUDA graph
+  bool cuda_graphs = false; // pipeline: replay the denoising steps as a CUDA graph
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
 };

@@ -15,6 +15,7 @@
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/schedule.h"
+#include "pipelines/step_graph.h"
 #include "tokenizers/clip_tokenizer.h"
 
 namespace fluxrt::pipelines {
@@ -48,6 +49,9 @@ struct Flux1Pipeline::Impl {
   std::unique_ptr<models::Flux1Transformer> transformer;
   std::unique_ptr<Flux1TextEncoders> text_encoders;
   std::unique_ptr<models::Flux1Vae> vae;
+  // With PipelineOptions::cuda_graphs: the resident transformer's step graphs, kept across
+  // requests (null in low-memory mode, where each request records its own).
+  std::unique_ptr<StepGraphCache> step_graphs;
 
   // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
   // Unsupported naming the folder or file on problems.

@@ -18,6 +18,7 @@
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
+#include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -37,6 +38,21 @@ Tensor repeat_rows(const Tensor& x, int64_t times) {
 Tensor true_cfg(const Tensor& v_pos, const Tensor& v_neg, float scale) {
   const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
   return ops::add(v_neg, ops::scale(diff, scale));
+}
+
+// A FLUX.1 step for StepGraph: request inputs {T5 embeddings, CLIP pooled, their negatives
+// (undefined without true CFG), guidance projection (undefined for schnell), RoPE cos, RoPE sin},
+// step inputs {latents, timestep projection}; outputs the velocity, then the negative one.
+std::unique_ptr<StepGraph> flux1_step_graph(const models::Flux1Transformer& transformer, Device device,
+                                            const StepGraphKey& key) {
+  return std::make_unique<StepGraph>(
+      device, key, [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
+        const models::Flux1Transformer::Rope rope{request[5], request[6]};
+        std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], request[1], step[1], request[4], rope)};
+        if (request[2].defined())
+          v.push_back(transformer.forward_on_device(step[0], request[2], request[3], step[1], request[4], rope));
+        return v;
+      });
 }
 
 // One float rounded to a floating dtype, the way a torch op of that dtype stores its result.
@@ -375,6 +391,20 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   {
     auto transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
+    std::unique_ptr<StepGraph> graph;  // from the resident transformer's cache, or this request's own
+    if (m.options.cuda_graphs) {
+      auto on_device = [&](const Tensor& t) {
+        return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
+      };
+      const models::Flux1Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
+      const std::vector<Tensor> request_inputs{
+          on_device(prompt_embeds),   on_device(pooled), on_device(negative_embeds), on_device(negative_pooled),
+          guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(), rope.cos, rope.sin};
+      const StepGraphKey key(request_inputs, {latents.shape(), Shape{batch, transformer->config().timestep_channels}});
+      auto make = [&] { return flux1_step_graph(*transformer, m.options.device, key); };
+      graph = m.step_graphs ? m.step_graphs->acquire(key, make) : make();
+      graph->begin_request(request_inputs);
+    }
     Stopwatch total;
     for (int i = t_start; i < steps; ++i) {
       check_cancel(request, "between denoising steps");
@@ -382,12 +412,19 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
       // timestep = t.expand(B).to(latents.dtype) / 1000
       const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
       const Tensor input = latents.to(model_dtype);
-      Tensor v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep, guidance_tensor);
-      if (do_true_cfg) {
-        const Tensor v_neg =
-            transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled, timestep, guidance_tensor);
-        v = true_cfg(v, v_neg, cfg_scale);
+      Tensor v, v_neg;
+      if (graph) {
+        const StepGraph::Outputs out = graph->run({input, transformer->projection(timestep)});
+        v = out.tensors[0];
+        if (do_true_cfg) v_neg = out.tensors[1];
+        result.graph_steps += out.replayed;
+      } else {
+        v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep, guidance_tensor);
+        if (do_true_cfg)
+          v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled, timestep,
+                                       guidance_tensor);
       }
+      if (do_true_cfg) v = true_cfg(v, v_neg, cfg_scale);
       latents = euler_step(latents, v, result.schedule, i);
       // A step's time is the device's: the Euler step no longer downloads, so wait here, only
       // when someone reads the time (no per-step synchronisation otherwise).
@@ -397,6 +434,9 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
       if (request.on_step) request.on_step(i - t_start + 1, steps - t_start, seconds);
     }
     if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
+    // Back for the next request of this shape only after a whole loop (a request that failed or was
+    // cancelled drops it).
+    if (graph && m.step_graphs) m.step_graphs->release(std::move(graph));
   }
   check_cancel(request, "before VAE decode");
 

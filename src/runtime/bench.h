@@ -23,7 +23,7 @@ struct BenchRequest {
   bool synthetic = false;  // bench pipeline: random weights of the variant's real shapes (required for now)
   bool warmup = false;     // bench pipeline: one untimed request first (reported separately)
   bool low_memory = false; // bench pipeline (klein): one component resident at a time; 9B needs it in 24 GiB
-  bool cuda_graphs = false; // bench pipeline (klein): replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
+  bool cuda_graphs = false; // bench pipeline: replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
   std::string vae_tiling = "auto";  // bench vae: auto (budget from available memory), on or off
   int vae_tile_pixels = 0;          // bench vae: tile edge in pixels; 0 keeps the model's default (512)
 };

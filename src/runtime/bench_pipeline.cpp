@@ -110,6 +110,7 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   options.device = r.device;
   options.load_vae_encoder = false;
   options.low_memory = true;
+  options.cuda_graphs = r.cuda_graphs;  // per request here (low-memory: the transformer is made per request)
   options.profiler = &profiler;
   // Low-memory: nothing is made here (so this is cheap and checks the variant name); every request
   // makes, uses and frees each component, and the report shows those loads inside the run.
@@ -167,6 +168,8 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   report.peak_rss_bytes = process_peak_rss_bytes();
 
   std::printf("\n%s", format_timing_report(report).c_str());
+  if (r.cuda_graphs)
+    std::printf("CUDA graphs: %d of %d steps replayed\n", result.graph_steps, report.run.steps);
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
   return 0;

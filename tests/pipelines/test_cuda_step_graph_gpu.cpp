@@ -1,7 +1,8 @@
-// CUDA graphs for the klein denoising step (PipelineOptions::cuda_graphs) on a real GPU: the
+// CUDA graphs for the denoising step (PipelineOptions::cuda_graphs) on a real GPU: the
 // replayed steps must give the images and final latents of the same pipeline run step by step,
 // bit for bit (the graph launches the very kernels the direct run queues), distilled and with CFG
-// and a reference image, and across requests (a kept graph). Skips without a GPU.
+// and a reference image, across requests (a kept graph), and FLUX.1-dev with true CFG. Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "../ops/cuda_test_util.h"  // FLUXRT_REQUIRE_GPU
 #include "ops/device_graph.h"
 #include "pipeline_test_support.h"
+#include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -85,6 +87,28 @@ TEST(CudaStepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
     EXPECT_EQ(g.graph_steps, i == 0 ? 3 : 4);
     test::expect_same_generation(direct->generate(r), g);
   }
+}
+
+// FLUX.1-dev (guidance projection as a request input) with true CFG: both forwards replayed, the
+// direct run's bits.
+TEST(CudaStepGraph, Flux1DevWithTrueCfgMatchesDirectBitwise) {
+  FLUXRT_REQUIRE_GPU();
+  const fs::path model = kData / "models" / "flux1-dev-tiny";
+  GenerateRequest r;
+  r.prompts = {"a small test"};
+  r.width = 32;
+  r.height = 48;
+  r.num_steps = 3;
+  r.max_sequence_length = 16;
+  r.seed = 5;
+  r.negative_prompt = "blurry";
+  r.true_cfg_scale = 2.0f;
+  PipelineOptions o = test::options_on(Device::cuda(0), DType::BF16);
+  const GenerateResult direct = Flux1Pipeline::load(model, o)->generate(r);
+  o.cuda_graphs = true;
+  const GenerateResult graphed = Flux1Pipeline::load(model, o)->generate(r);
+  EXPECT_EQ(graphed.graph_steps, 2) << "a recording failed (see the warning above) or was skipped";
+  test::expect_same_generation(direct, graphed);
 }
 
 }  // namespace
