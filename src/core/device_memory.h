@@ -24,6 +24,10 @@ struct DeviceMemoryHooks {
   // Bytes that allocate() could still hand out on `device` now (what the driver reports free plus
   // what the backend's cache holds unused); 0 when unknown. Never throws for a present device.
   size_t (*free_bytes)(Device device) = nullptr;
+  // Every element of dst (any strides) set to `value` converted to dst's dtype with PyTorch rounding,
+  // on the device, ordered before later work there. Optional: without it Tensor::fill fills a host
+  // tensor and copies it over.
+  void (*fill)(const Tensor& dst, double value) = nullptr;
 };
 
 // Called once by a backend; `hooks` must outlive the process (a static object). Returns the hooks

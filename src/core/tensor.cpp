@@ -384,8 +384,13 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::fill(double value) {
-  if (!device().is_cpu()) {  // rare on devices (zeros, tests): fill on the host, copy over
-    Tensor host = empty(shape_, dtype_);
+  if (!device().is_cpu()) {
+    const DeviceMemoryHooks& mem = device_memory(device());
+    if (mem.fill != nullptr) {
+      mem.fill(*this, value);
+      return;
+    }
+    Tensor host = empty(shape_, dtype_);  // a backend without a device fill: fill here, copy over
     host.fill(value);
     copy_from(host);
     return;

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include "core/device_memory.h"
 #include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 namespace fluxrt {
 
@@ -120,6 +125,48 @@ TEST(Tensor, FromBlobKeepsOwnerAlive) {
 TEST(Tensor, RejectsBadShapes) {
   EXPECT_THROW(Tensor::empty({-1, 2}, DType::F32), Error);
   EXPECT_THROW(Tensor::empty({1, 1, 1, 1, 1, 1, 1, 1, 1}, DType::F32), Error);
+}
+
+// Tensor::fill / zeros on a device go to the backend's fill hook when it has one (the CUDA backend
+// fills on the GPU) and otherwise fill on the host and copy over. A fake CUDA memory backend whose
+// "device memory" is host memory stands in, so this runs without a GPU; the registered hooks (the
+// real ones in a CUDA build) are restored after.
+namespace {
+struct FakeDevice {
+  static inline std::vector<double> fills;
+  static inline int copies = 0;
+  static void* allocate(Device, size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes); }
+  static void release(Device, void* p) { std::free(p); }
+  static void copy(const Tensor& dst, const Tensor& src) {  // contiguous, same dtype: enough here
+    ++copies;
+    std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
+  }
+  static void fill(const Tensor& dst, double value) {
+    fills.push_back(value);
+    const Tensor one = Tensor::full({}, dst.dtype(), value);
+    for (int64_t i = 0; i < dst.numel(); ++i)
+      std::memcpy(static_cast<char*>(dst.raw_data()) + i * dst.element_size(), one.raw_data(), dst.element_size());
+  }
+};
+const DeviceMemoryHooks kWithFill{FakeDevice::allocate, FakeDevice::release, FakeDevice::copy, nullptr, FakeDevice::fill};
+const DeviceMemoryHooks kWithoutFill{FakeDevice::allocate, FakeDevice::release, FakeDevice::copy, nullptr, nullptr};
+}  // namespace
+
+TEST(Tensor, DeviceFillUsesTheBackendsFillHook) {
+  const DeviceMemoryHooks* real = register_device_memory(DeviceType::CUDA, &kWithFill);
+  FakeDevice::fills.clear();
+  FakeDevice::copies = 0;
+  const Tensor z = Tensor::zeros({6}, DType::BF16, Device::cuda(0));
+  Tensor t = Tensor::empty({4}, DType::F32, Device::cuda(0));
+  t.fill(2.5);
+  EXPECT_EQ(FakeDevice::fills, (std::vector<double>{0.0, 2.5}));
+  EXPECT_EQ(FakeDevice::copies, 0) << "no host fill and upload when the backend fills";
+  EXPECT_EQ(static_cast<const float*>(t.raw_data())[3], 2.5f);
+  register_device_memory(DeviceType::CUDA, &kWithoutFill);
+  t.fill(-1.0);
+  EXPECT_EQ(FakeDevice::copies, 1) << "without the hook: filled on the host, copied over";
+  EXPECT_EQ(static_cast<const float*>(t.raw_data())[0], -1.0f);
+  register_device_memory(DeviceType::CUDA, real);
 }
 
 }  // namespace fluxrt

@@ -27,6 +27,15 @@ __global__ void copy_bits_kernel(Word* dst, const Word* src, CopyLayout l, int64
   }
 }
 
+template <typename Word>
+__global__ void fill_bits_kernel(Word* dst, Word pattern, CopyLayout l, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t d, s;
+    offsets(l, i, &d, &s);
+    dst[d] = pattern;
+  }
+}
+
 __device__ __forceinline__ double load_d(const void* p, DT dt, int64_t i) {
   switch (dt) {
     case DT::F64: return static_cast<const double*>(p)[i];
@@ -83,6 +92,27 @@ cudaError_t copy_strided(void* dst, DType dst_dtype, const void* src, DType src_
     }
   } else {
     convert_kernel<<<blocks, threads, 0, stream>>>(dst, dst_dtype, src, src_dtype, l, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t fill_strided(void* dst, size_t word_bytes, uint64_t pattern, const CopyLayout& l, int64_t n,
+                         cudaStream_t stream, int sm_count) {
+  const int threads = 256;
+  const int blocks = grid_for(n, threads, sm_count);
+  switch (word_bytes) {
+    case 1:
+      fill_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint8_t*>(dst), static_cast<uint8_t>(pattern), l, n);
+      break;
+    case 2:
+      fill_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint16_t*>(dst), static_cast<uint16_t>(pattern), l, n);
+      break;
+    case 4:
+      fill_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint32_t*>(dst), static_cast<uint32_t>(pattern), l, n);
+      break;
+    default:
+      fill_bits_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint64_t*>(dst), pattern, l, n);
+      break;
   }
   return cudaGetLastError();
 }

@@ -17,10 +17,11 @@ void* tensor_allocate(Device device, size_t bytes);  // memory.cpp
 void tensor_release(Device device, void* ptr);
 void tensor_copy(const Tensor& dst, const Tensor& src);
 size_t tensor_free_bytes(Device device);
+void tensor_fill(const Tensor& dst, double value);
 
 namespace {
 
-constexpr DeviceMemoryHooks kHooks{tensor_allocate, tensor_release, tensor_copy, tensor_free_bytes};
+constexpr DeviceMemoryHooks kHooks{tensor_allocate, tensor_release, tensor_copy, tensor_free_bytes, tensor_fill};
 
 const bool g_registered = [] {
   register_device_memory(DeviceType::CUDA, &kHooks);

@@ -51,6 +51,10 @@ struct CopyLayout {
 };
 cudaError_t copy_strided(void* dst, DType dst_dtype, const void* src, DType src_dtype, const CopyLayout& layout,
                          int64_t n, cudaStream_t stream, int sm_count);
+// Every element of the view (layout's dst strides; src strides unused) set to the low `word_bytes`
+// (1, 2, 4 or 8) bytes of `pattern`.
+cudaError_t fill_strided(void* dst, size_t word_bytes, uint64_t pattern, const CopyLayout& layout, int64_t n,
+                         cudaStream_t stream, int sm_count);
 
 // ---- element-wise maps (elementwise.cu) ----
 enum class MapOp {

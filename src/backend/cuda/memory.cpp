@@ -205,6 +205,31 @@ void tensor_copy(const Tensor& dst, const Tensor& src) {
     device_to_host(dst, src);
 }
 
+// On the device, without an upload: the value is converted once on the host (Tensor::full, the
+// exact host conversion) and its bits are written by a kernel, or by a memset when they are zero
+// and dst is one block. Nothing reads host memory later, so a fill may also run inside a recorded
+// graph.
+void tensor_fill(const Tensor& dst, double value) {
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  DeviceContext& c = context_of(dst);
+  const Tensor one = Tensor::full({}, dst.dtype(), value);
+  uint64_t pattern = 0;
+  std::memcpy(&pattern, one.raw_data(), dst.element_size());
+  if (pattern == 0 && dst.is_contiguous()) {
+    FLUXRT_CUDA_CHECK(cudaMemsetAsync(dst.raw_data(), 0, dst.nbytes(), c.stream), "cuda fill");
+    return;
+  }
+  kern::CopyLayout l;
+  l.rank = dst.dim();
+  for (int i = 0; i < l.rank; ++i) {
+    l.extent[i] = dst.size(i);
+    l.dst_stride[i] = dst.stride(i);
+  }
+  FLUXRT_CUDA_CHECK(kern::fill_strided(dst.raw_data(), dst.element_size(), pattern, l, n, c.stream, c.sm_count),
+                    "cuda fill");
+}
+
 MemoryStats memory_stats(int index) {
   DeviceContext& c = context(index);
   MemoryStats s;
