@@ -1,6 +1,9 @@
 #include "core/device_memory.h"
 
 #include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -10,7 +13,35 @@ namespace {
 // Constant-initialised, so a backend's static initialiser may register before anything else runs.
 std::atomic<const DeviceMemoryHooks*> g_cuda_hooks{nullptr};
 
+// The live reclaimers. Recursive: a reclaimer's frees may end in an allocation that fails again
+// (never by contract, but a second reclaim on the same thread must not deadlock).
+std::recursive_mutex& reclaimers_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+std::vector<MemoryReclaimer*>& reclaimers() {
+  static std::vector<MemoryReclaimer*> list;
+  return list;
+}
+
 }  // namespace
+
+MemoryReclaimer::MemoryReclaimer(std::function<bool(Device)> reclaim) : reclaim_(std::move(reclaim)) {
+  std::lock_guard lock(reclaimers_mutex());
+  reclaimers().push_back(this);
+}
+
+MemoryReclaimer::~MemoryReclaimer() {
+  std::lock_guard lock(reclaimers_mutex());
+  std::erase(reclaimers(), this);
+}
+
+bool reclaim_device_memory(Device device) {
+  std::lock_guard lock(reclaimers_mutex());
+  bool freed = false;
+  for (MemoryReclaimer* r : reclaimers()) freed = r->reclaim_(device) || freed;
+  return freed;
+}
 
 const DeviceMemoryHooks* register_device_memory(DeviceType type, const DeviceMemoryHooks* hooks) {
   FLUXRT_CHECK(type == DeviceType::CUDA, ErrorCode::Internal, "device memory hooks are for non-CPU devices");

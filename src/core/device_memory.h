@@ -4,6 +4,7 @@
 // CUDA backend does it from a static initialiser next to cuda::device_count()). Without them,
 // Tensor::empty on that device throws Unsupported.
 #include <cstddef>
+#include <functional>
 
 #include "core/device.h"
 
@@ -36,5 +37,23 @@ const DeviceMemoryHooks* register_device_memory(DeviceType type, const DeviceMem
 
 // The hooks of `device`'s type; throws Unsupported when no backend registered them.
 const DeviceMemoryHooks& device_memory(Device device);
+
+// Holders of device memory they can give up on demand (the kept CUDA graphs of StepGraphCache). A
+// backend that runs out of memory calls reclaim_device_memory(device) and retries once before
+// failing with OutOfMemory. A reclaimer frees what it holds on `device` and says whether it freed
+// anything; it must not allocate, and may run on any thread, inside any allocation.
+class MemoryReclaimer {
+ public:
+  explicit MemoryReclaimer(std::function<bool(Device)> reclaim);
+  ~MemoryReclaimer();
+  MemoryReclaimer(const MemoryReclaimer&) = delete;
+  MemoryReclaimer& operator=(const MemoryReclaimer&) = delete;
+
+ private:
+  friend bool reclaim_device_memory(Device device);
+  std::function<bool(Device)> reclaim_;
+};
+// Asks every live MemoryReclaimer; true when one of them freed something.
+bool reclaim_device_memory(Device device);
 
 }  // namespace fluxrt

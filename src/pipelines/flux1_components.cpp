@@ -267,7 +267,7 @@ void Flux1Pipeline::Impl::load_resident() {
     for (auto& job : jobs) job();
   }
   transformer_config = transformer->config();
-  if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>();
+  if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
 }
 

@@ -222,7 +222,7 @@ void Flux2KleinPipeline::Impl::load_resident() {
     load_vae();
   }
   transformer_config = transformer->config();  // the weights' own config when config.json was absent
-  if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>();
+  if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
 }
 

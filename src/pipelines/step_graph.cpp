@@ -72,6 +72,15 @@ StepGraph::Outputs StepGraph::run(const std::vector<Tensor>& step_inputs) {
   return {outputs_, true};
 }
 
+StepGraphCache::StepGraphCache(Device device)
+    : device_(device), reclaimer_([this](Device d) {
+        std::list<std::unique_ptr<StepGraph>> dropped;  // destroyed after the lock is released
+        if (d != device_) return false;
+        std::lock_guard<std::mutex> lock(mutex_);
+        dropped.swap(graphs_);
+        return !dropped.empty();
+      }) {}
+
 std::unique_ptr<StepGraph> StepGraphCache::acquire(const StepGraphKey& key,
                                                    const std::function<std::unique_ptr<StepGraph>()>& make) {
   {

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "core/tensor.h"
 #include "ops/device_graph.h"
 
@@ -76,10 +77,14 @@ class StepGraph {
 // The step graphs of one resident transformer, one per request shape, the most recently used
 // kept (a graph holds its own device memory for the step's intermediates, so only a few). A
 // request takes its graph out (acquire) and gives it back when its loop completed (release), so
-// concurrent requests of one shape never share buffers: the second gets a fresh graph.
+// concurrent requests of one shape never share buffers: the second gets a fresh graph. When the
+// device runs out of memory (a later VAE decode, another pipeline), the backend asks the cache to
+// drop the graphs it keeps (core/device_memory.h MemoryReclaimer) before it fails.
 class StepGraphCache {
  public:
   static constexpr size_t kCapacity = 2;
+
+  explicit StepGraphCache(Device device);
 
   // The kept graph of `key`, or make()'s.
   std::unique_ptr<StepGraph> acquire(const StepGraphKey& key, const std::function<std::unique_ptr<StepGraph>()>& make);
@@ -87,8 +92,10 @@ class StepGraphCache {
   size_t size() const;
 
  private:
+  Device device_;
   mutable std::mutex mutex_;
   std::list<std::unique_ptr<StepGraph>> graphs_;  // most recently released first
+  MemoryReclaimer reclaimer_;  // last: unregistered before the graphs go
 };
 
 }  // namespace fluxrt::pipelines

@@ -204,8 +204,8 @@ TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
 }
 
 // The cache's bookkeeping: a graph taken out is not handed to a second request of its shape (that
-// one gets a fresh graph; of the two given back the newer is kept), and beyond kCapacity shapes the
-// least recently given back is dropped.
+// one gets a fresh graph; of the two given back the newer is kept), beyond kCapacity shapes the
+// least recently given back is dropped, and a device out of memory takes every kept graph.
 TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
   const Device dev = Device::placement_check();
   auto key = [](int64_t tokens) { return StepGraphKey({Tensor::empty({1, 32, 64}, DType::BF16)}, {Shape{1, tokens, 128}}); };
@@ -216,7 +216,7 @@ TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
       });
     };
   };
-  StepGraphCache cache;
+  StepGraphCache cache(dev);
   std::unique_ptr<StepGraph> a = cache.acquire(key(16), make(16)), b = cache.acquire(key(16), make(16));
   EXPECT_NE(a.get(), b.get()) << "a lent graph must not be lent again";
   const StepGraph* newer = b.get();
@@ -236,6 +236,16 @@ TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
   EXPECT_EQ(cache.size(), 2u) << "the least recent shape (16 tokens) was dropped: its graph is a new one";
   EXPECT_EQ(cache.acquire(key(32), make(32)).get(), kept32);
   EXPECT_EQ(cache.size(), 1u);
+  // Out of memory on another device: nothing to give; on this one: every kept graph goes (the
+  // lent one stays with its request).
+  const std::unique_ptr<StepGraph> lent = cache.acquire(key(64), make(64));
+  cache.release(cache.acquire(key(128), make(128)));
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_FALSE(reclaim_device_memory(Device::placement_check(2)));
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_TRUE(reclaim_device_memory(dev));
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_FALSE(reclaim_device_memory(dev)) << "nothing left to give";
   EXPECT_FALSE(key(16) == key(32));
   EXPECT_FALSE(StepGraphKey({Tensor()}, {Shape{1}}) == StepGraphKey({Tensor::empty({1}, DType::F32)}, {Shape{1}}))
       << "an undefined request input is a shape of its own";

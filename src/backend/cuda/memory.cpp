@@ -10,6 +10,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda_backend.h"
+#include "core/device_memory.h"
 #include "core/log.h"
 
 namespace fluxrt::cuda {
@@ -127,6 +128,16 @@ void* device_allocate(int index, size_t bytes) {
     FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
     cudaMemPoolTrimTo(c.pool, 0);
     status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    // Then ask the caches that hold device memory (kept step graphs) to let go, and retry once more.
+    cudaGetLastError();
+    if (reclaim_device_memory(Device::cuda(index))) {
+      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
+      cudaDeviceGraphMemTrim(index);  // what the dropped graphs held
+      cudaMemPoolTrimTo(c.pool, 0);
+      status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+    }
   }
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
