@@ -43,16 +43,14 @@ Tensor true_cfg(const Tensor& v_pos, const Tensor& v_neg, float scale) {
 // A FLUX.1 step for StepGraph: request inputs {T5 embeddings, CLIP pooled, their negatives
 // (undefined without true CFG), guidance projection (undefined for schnell), RoPE cos, RoPE sin},
 // step inputs {latents, timestep projection}; outputs the velocity, then the negative one.
-std::unique_ptr<StepGraph> flux1_step_graph(const models::Flux1Transformer& transformer, Device device,
-                                            const StepGraphKey& key) {
-  return std::make_unique<StepGraph>(
-      device, key, [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
-        const models::Flux1Transformer::Rope rope{request[5], request[6]};
-        std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], request[1], step[1], request[4], rope)};
-        if (request[2].defined())
-          v.push_back(transformer.forward_on_device(step[0], request[2], request[3], step[1], request[4], rope));
-        return v;
-      });
+StepGraph::Fn flux1_step(const models::Flux1Transformer& transformer) {
+  return [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
+    const models::Flux1Transformer::Rope rope{request[5], request[6]};
+    std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], request[1], step[1], request[4], rope)};
+    if (request[2].defined())
+      v.push_back(transformer.forward_on_device(step[0], request[2], request[3], step[1], request[4], rope));
+    return v;
+  };
 }
 
 // One float rounded to a floating dtype, the way a torch op of that dtype stores its result.
@@ -400,10 +398,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
       const std::vector<Tensor> request_inputs{
           on_device(prompt_embeds),   on_device(pooled), on_device(negative_embeds), on_device(negative_pooled),
           guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(), rope.cos, rope.sin};
-      const StepGraphKey key(request_inputs, {latents.shape(), Shape{batch, transformer->config().timestep_channels}});
-      auto make = [&] { return flux1_step_graph(*transformer, m.options.device, key); };
-      graph = m.step_graphs ? m.step_graphs->acquire(key, make) : make();
-      graph->begin_request(request_inputs);
+      graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
+                              {latents.shape(), Shape{batch, transformer->config().timestep_channels}}, flux1_step(*transformer));
     }
     Stopwatch total;
     for (int i = t_start; i < steps; ++i) {

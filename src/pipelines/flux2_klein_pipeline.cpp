@@ -72,15 +72,13 @@ void check_cancel(const GenerateRequest& request, const char* where) {
 // A klein step for StepGraph: request inputs {prompt embeddings, negative embeddings (undefined
 // without CFG), RoPE cos, RoPE sin}, step inputs {transformer input, timestep projection};
 // outputs the conditional velocity, then the unconditional one under CFG.
-std::unique_ptr<StepGraph> klein_step_graph(const models::Flux2Transformer& transformer, Device device,
-                                            const StepGraphKey& key) {
-  return std::make_unique<StepGraph>(
-      device, key, [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
-        const models::Flux2Transformer::Rope rope{request[2], request[3]};
-        std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], step[1], rope)};
-        if (request[1].defined()) v.push_back(transformer.forward_on_device(step[0], request[1], step[1], rope));
-        return v;
-      });
+StepGraph::Fn klein_step(const models::Flux2Transformer& transformer) {
+  return [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
+    const models::Flux2Transformer::Rope rope{request[2], request[3]};
+    std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], step[1], rope)};
+    if (request[1].defined()) v.push_back(transformer.forward_on_device(step[0], request[1], step[1], rope));
+    return v;
+  };
 }
 
 }  // namespace
@@ -283,10 +281,8 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
           cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos, rope.sin};
       const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)};
-      const StepGraphKey key(request_inputs, {input_shape, Shape{batch, transformer->config().timestep_channels}});
-      auto make = [&] { return klein_step_graph(*transformer, m.options.device, key); };
-      graph = m.step_graphs ? m.step_graphs->acquire(key, make) : make();
-      graph->begin_request(request_inputs);
+      graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
+                              {input_shape, Shape{batch, transformer->config().timestep_channels}}, klein_step(*transformer));
     }
     for (int i = 0; i < steps; ++i) {
       check_cancel(request, "between denoising steps");

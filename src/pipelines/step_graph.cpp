@@ -11,11 +11,15 @@ namespace fluxrt::pipelines {
 StepGraphKey::StepGraphKey(const std::vector<Tensor>& request_inputs, std::vector<Shape> step_shapes)
     : step_shapes_(std::move(step_shapes)) {
   for (const Tensor& t : request_inputs)
-    request_.emplace_back(t.defined(), t.defined() ? t.shape() : Shape{}, t.defined() ? t.dtype() : DType::F32);
+    request_.emplace_back(t.defined(), t.defined() ? t.shape() : Shape{},
+                          t.defined() ? t.dtype() : DType::F32);
 }
 
 StepGraph::StepGraph(Device device, StepGraphKey key, Fn fn)
-    : device_(device), key_(std::move(key)), fn_(std::move(fn)), eager_only_(!ops::DeviceGraph::available(device)) {}
+    : device_(device),
+      key_(std::move(key)),
+      fn_(std::move(fn)),
+      eager_only_(!ops::DeviceGraph::available(device)) {}
 
 void StepGraph::begin_request(const std::vector<Tensor>& request_inputs) {
   FLUXRT_CHECK(StepGraphKey(request_inputs, key_.step_shapes()) == key_, ErrorCode::Internal,
@@ -32,11 +36,12 @@ void StepGraph::begin_request(const std::vector<Tensor>& request_inputs) {
 
 StepGraph::Outputs StepGraph::run(const std::vector<Tensor>& step_inputs) {
   FLUXRT_CHECK(!request_.empty(), ErrorCode::Internal, "[graph] run before begin_request");
-  FLUXRT_CHECK(step_inputs.size() == key_.step_shapes().size(), ErrorCode::Internal, "[graph] {} step inputs, expected {}",
-               step_inputs.size(), key_.step_shapes().size());
+  FLUXRT_CHECK(step_inputs.size() == key_.step_shapes().size(), ErrorCode::Internal,
+               "[graph] {} step inputs, expected {}", step_inputs.size(), key_.step_shapes().size());
   for (size_t i = 0; i < step_inputs.size(); ++i)
     FLUXRT_CHECK(step_inputs[i].shape() == key_.step_shapes()[i], ErrorCode::InvalidArgument,
-                 "[graph] step input {} is {}, the graph's is {}", i, step_inputs[i].str(), key_.step_shapes()[i].str());
+                 "[graph] step input {} is {}, the graph's is {}", i, step_inputs[i].str(),
+                 key_.step_shapes()[i].str());
   if (eager_only_) return {fn_(request_, step_inputs), false};
   if (step_.empty()) {  // the first call
     std::vector<Tensor> out = fn_(request_, step_inputs);
@@ -55,7 +60,8 @@ StepGraph::Outputs StepGraph::run(const std::vector<Tensor>& step_inputs) {
       // the weights are read from outside it.
       graph_ = ops::DeviceGraph::record(device_, [this] {
         const std::vector<Tensor> out = fn_(request_, step_);
-        FLUXRT_CHECK(out.size() == outputs_.size(), ErrorCode::Internal, "[graph] the step's outputs changed");
+        FLUXRT_CHECK(out.size() == outputs_.size(), ErrorCode::Internal,
+                     "[graph] the step's outputs changed");
         for (size_t i = 0; i < out.size(); ++i) outputs_[i].copy_from(out[i]);
       });
     } catch (const Error& e) {
@@ -116,6 +122,16 @@ void StepGraphCache::release(std::unique_ptr<StepGraph> graph) {
 size_t StepGraphCache::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return graphs_.size();
+}
+
+std::unique_ptr<StepGraph> bind_step_graph(StepGraphCache* cache, Device device,
+                                           const std::vector<Tensor>& request_inputs,
+                                           std::vector<Shape> step_shapes, const StepGraph::Fn& step) {
+  const StepGraphKey key(request_inputs, std::move(step_shapes));
+  auto make = [&] { return std::make_unique<StepGraph>(device, key, step); };
+  std::unique_ptr<StepGraph> graph = cache ? cache->acquire(key, make) : make();
+  graph->begin_request(request_inputs);
+  return graph;
 }
 
 }  // namespace fluxrt::pipelines

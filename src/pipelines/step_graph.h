@@ -44,7 +44,8 @@ class StepGraph {
  public:
   // The step's device work: outputs from the request inputs and the step inputs, reading nothing
   // else but weights (it is recorded once and replayed on the buffers' later contents).
-  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& request, const std::vector<Tensor>& step)>;
+  using Fn =
+      std::function<std::vector<Tensor>(const std::vector<Tensor>& request, const std::vector<Tensor>& step)>;
 
   StepGraph(Device device, StepGraphKey key, Fn fn);
   // The recorded work refers to this object's buffers (and, on cpu:N, to the object itself).
@@ -68,8 +69,8 @@ class StepGraph {
   Device device_;
   StepGraphKey key_;
   Fn fn_;
-  std::vector<Tensor> request_;                   // this request's inputs, in the graph's buffers
-  std::vector<Tensor> step_, outputs_;            // per-step buffers, sized by the first call
+  std::vector<Tensor> request_;         // this request's inputs, in the graph's buffers
+  std::vector<Tensor> step_, outputs_;  // per-step buffers, sized by the first call
   std::optional<ops::DeviceGraph> graph_;
   bool eager_only_ = false;  // no graphs on this device, or recording failed
 };
@@ -87,7 +88,8 @@ class StepGraphCache {
   explicit StepGraphCache(Device device);
 
   // The kept graph of `key`, or make()'s.
-  std::unique_ptr<StepGraph> acquire(const StepGraphKey& key, const std::function<std::unique_ptr<StepGraph>()>& make);
+  std::unique_ptr<StepGraph> acquire(const StepGraphKey& key,
+                                     const std::function<std::unique_ptr<StepGraph>()>& make);
   void release(std::unique_ptr<StepGraph> graph);
   size_t size() const;
 
@@ -95,7 +97,14 @@ class StepGraphCache {
   Device device_;
   mutable std::mutex mutex_;
   std::list<std::unique_ptr<StepGraph>> graphs_;  // most recently released first
-  MemoryReclaimer reclaimer_;  // last: unregistered before the graphs go
+  MemoryReclaimer reclaimer_;                     // last: unregistered before the graphs go
 };
+
+// A request's step graph, bound to its inputs (begin_request): the kept graph of its shape from
+// `cache`, else a new one (`cache` null, low-memory mode: this request's own). Give it back with
+// cache->release() once the loop completed.
+std::unique_ptr<StepGraph> bind_step_graph(StepGraphCache* cache, Device device,
+                                           const std::vector<Tensor>& request_inputs,
+                                           std::vector<Shape> step_shapes, const StepGraph::Fn& step);
 
 }  // namespace fluxrt::pipelines

@@ -59,7 +59,9 @@ TEST(Flux1StepGraph, DevAndSchnellReplayEveryStepAfterTheFirst) {
     SCOPED_TRACE(dtype_name(dtype));
     EXPECT_EQ(expect_graphs_change_nothing(kModels / "flux1-dev-tiny", dtype, request(3, 4)).graph_steps, 3);
   }
-  EXPECT_EQ(expect_graphs_change_nothing(kModels / "flux1-schnell-tiny", DType::BF16, request(4, 3)).graph_steps, 2);
+  EXPECT_EQ(
+      expect_graphs_change_nothing(kModels / "flux1-schnell-tiny", DType::BF16, request(4, 3)).graph_steps,
+      2);
 }
 
 TEST(Flux1StepGraph, TrueCfgReplaysBothForwards) {
