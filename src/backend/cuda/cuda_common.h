@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <mutex>
+#include <vector>
 #include <string_view>
 #include <unordered_map>
 
@@ -46,12 +48,16 @@ struct DeviceContext {
   std::unordered_map<void*, size_t> sizes;
   std::atomic<size_t> in_use{0}, peak{0};
 
-  // Pinned staging for host -> device uploads (memory.cpp): two buffers used in turn so the host
-  // memcpy into one overlaps the DMA out of the other.
+  // Pinned staging for host -> device uploads (memory.cpp): each upload in flight holds a set of
+  // two buffers used in turn (the host memcpy into one overlaps the DMA out of the other); sets
+  // not in use wait here, so concurrent uploads (components loaded in parallel) each copy from
+  // their mapping into their own buffers instead of queueing for one pair.
+  struct StagingSet {
+    void* buffer[2] = {nullptr, nullptr};
+    cudaEvent_t free[2] = {nullptr, nullptr};  // recorded after the DMA that last read each buffer
+  };
   std::mutex staging_mutex;
-  void* staging[2] = {nullptr, nullptr};
-  cudaEvent_t staging_free[2] = {nullptr, nullptr};
-  size_t staging_bytes = 0;
+  std::vector<std::unique_ptr<StagingSet>> staging_idle;
 
   // Library handles, created on first use by their files (linear.cpp, conv.cpp).
   std::mutex handles_mutex;

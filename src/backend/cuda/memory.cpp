@@ -1,8 +1,8 @@
 // Device memory for tensors: a stream-ordered caching allocator on the device's default
 // cudaMemPool (freed blocks stay cached in the pool, see device.cpp), and the copies between host
 // and device behind Tensor::copy_from. Uploads of large host buffers (weights straight from the
-// safetensors mapping) go through two pinned staging buffers so the host-side memcpy of one chunk
-// overlaps the DMA of the previous one.
+// safetensors mapping) go through pinned staging buffers, two per upload in flight, so the host-side
+// memcpy of one chunk overlaps the DMA of the previous one and concurrent uploads copy side by side.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,27 +43,49 @@ void note_alloc(DeviceContext& c, void* p, size_t bytes) {
        c.index, bytes, gib(bytes), gib(free_bytes), gib(total_bytes), gib(c.in_use.load()));
 }
 
-// Host -> device bytes through the pinned staging buffers.
-void upload_staged(DeviceContext& c, void* dst, const void* src, size_t bytes) {
-  std::lock_guard lock(c.staging_mutex);
-  if (!c.staging[0]) {
-    for (int i = 0; i < 2; ++i) {
-      FLUXRT_CUDA_CHECK(cudaHostAlloc(&c.staging[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
-      FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&c.staging_free[i], cudaEventDisableTiming), "staging event");
-      FLUXRT_CUDA_CHECK(cudaEventRecord(c.staging_free[i], c.stream), "staging event");
+// A staging set for one upload: an idle one of the device, or a new one (pinned buffers are
+// allocated once and kept for the process: at most one set per upload ever in flight at once).
+std::unique_ptr<DeviceContext::StagingSet> take_staging(DeviceContext& c) {
+  {
+    std::lock_guard lock(c.staging_mutex);
+    if (!c.staging_idle.empty()) {
+      std::unique_ptr<DeviceContext::StagingSet> set = std::move(c.staging_idle.back());
+      c.staging_idle.pop_back();
+      return set;
     }
-    c.staging_bytes = kStagingChunk;
   }
+  auto set = std::make_unique<DeviceContext::StagingSet>();
+  for (int i = 0; i < 2; ++i) {
+    FLUXRT_CUDA_CHECK(cudaHostAlloc(&set->buffer[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
+    FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&set->free[i], cudaEventDisableTiming), "staging event");
+    FLUXRT_CUDA_CHECK(cudaEventRecord(set->free[i], c.stream), "staging event");
+  }
+  return set;
+}
+
+// Host -> device bytes through a pinned staging set. Uploads from several threads share the
+// device's stream (their DMAs run in queue order) but not their buffers, so their host copies
+// (the page faults of a fresh mapping included) run side by side.
+void upload_staged(DeviceContext& c, void* dst, const void* src, size_t bytes) {
+  std::unique_ptr<DeviceContext::StagingSet> set = take_staging(c);
+  struct GiveBack {  // also when a step below throws: the set's events stay valid
+    DeviceContext& c;
+    std::unique_ptr<DeviceContext::StagingSet>& set;
+    ~GiveBack() {
+      std::lock_guard lock(c.staging_mutex);
+      c.staging_idle.push_back(std::move(set));
+    }
+  } give_back{c, set};
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   int turn = 0;
   for (size_t done = 0; done < bytes; done += kStagingChunk, turn ^= 1) {
     const size_t n = std::min(kStagingChunk, bytes - done);
     // Wait until the DMA that last read this buffer has finished, then refill it.
-    FLUXRT_CUDA_CHECK(cudaEventSynchronize(c.staging_free[turn]), "upload");
-    std::memcpy(c.staging[turn], from + done, n);
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(to + done, c.staging[turn], n, cudaMemcpyHostToDevice, c.stream), "upload");
-    FLUXRT_CUDA_CHECK(cudaEventRecord(c.staging_free[turn], c.stream), "upload");
+    FLUXRT_CUDA_CHECK(cudaEventSynchronize(set->free[turn]), "upload");
+    std::memcpy(set->buffer[turn], from + done, n);
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(to + done, set->buffer[turn], n, cudaMemcpyHostToDevice, c.stream), "upload");
+    FLUXRT_CUDA_CHECK(cudaEventRecord(set->free[turn], c.stream), "upload");
   }
 }
 
