@@ -80,6 +80,7 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int runs, double m
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
   };
+  const double cpu_start = cpu_now();
   for (int i = 0; i < runs; ++i) {
     const double c0 = cpu_now();
     const auto t0 = std::chrono::steady_clock::now();
@@ -90,12 +91,14 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int runs, double m
     total += s;
     if (total > max_seconds && times.size() >= 2) break;
   }
+  const double cpu_total = cpu_now() - cpu_start;
   std::sort(times.begin(), times.end());
   Timing t;
   t.runs = static_cast<int>(times.size());
   t.min_s = times.front();
   t.median_s = times[times.size() / 2];
   t.min_cpu_s = min_cpu;
+  t.mean_cpu_s = cpu_total / static_cast<double>(times.size());
   return t;
 }
 

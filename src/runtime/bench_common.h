@@ -32,6 +32,11 @@ struct Timing {
   // time mostly measures the neighbours; flops / min_cpu_s is the rate per busy core, which stays
   // comparable between runs (OpenMP spin-waits count as busy, so it is a lower bound).
   double min_cpu_s = 0;
+  // Process CPU time of all timed runs over their count. For runs of a few milliseconds the
+  // per-run figure above undercounts: the kernel adds a thread's time running on another core to
+  // the process clock at scheduler ticks (~4 ms), so a short run often sees only the calling
+  // thread's share; over runs that add up to many ticks this evens out (not for sub-tick totals).
+  double mean_cpu_s = 0;
   int runs = 0;
 };
 // Runs fn `warmup` times untimed, then `runs` times; stops early once `max_seconds` of timed
