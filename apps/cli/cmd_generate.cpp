@@ -263,6 +263,7 @@ int generate_and_write(const GenerateOptions& o) {
   report.run.total_s = run_watch.seconds();
   for (const auto& p : paths) std::printf("%s\n", p.string().c_str());
 
+  if (o.cuda_graphs) report.run.graph_steps = result.graph_steps;
   report.width = result.width;
   report.height = result.height;
   report.images = static_cast<int>(result.images.size());

@@ -167,9 +167,8 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   report.total_s = command.seconds();
   report.peak_rss_bytes = process_peak_rss_bytes();
 
+  if (r.cuda_graphs) report.run.graph_steps = result.graph_steps;
   std::printf("\n%s", format_timing_report(report).c_str());
-  if (r.cuda_graphs)
-    std::printf("CUDA graphs: %d of %d steps replayed\n", result.graph_steps, report.run.steps);
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
   return 0;
@@ -250,9 +249,8 @@ int bench_pipeline(const BenchRequest& r) {
   report.total_s = command.seconds();
   report.peak_rss_bytes = process_peak_rss_bytes();
 
+  if (r.cuda_graphs) report.run.graph_steps = result.graph_steps;
   std::printf("\n%s", format_timing_report(report).c_str());
-  if (r.cuda_graphs)
-    std::printf("CUDA graphs: %d of %d steps replayed\n", result.graph_steps, report.run.steps);
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
   return 0;

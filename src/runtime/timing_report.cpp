@@ -65,6 +65,7 @@ nlohmann::ordered_json run_json(const RunTimings& r) {
                       {"ms_per_step_min", r.step_min_s * 1e3},
                       {"ms_per_step_max", r.step_max_s * 1e3},
                       {"it_per_s", r.steps_per_second()},
+                      {"graph_steps", r.graph_steps ? nlohmann::ordered_json(*r.graph_steps) : nullptr},
                       {"vae_decode_s", r.vae_decode_s},
                       {"load_s", r.load_s},
                       {"load_detail", r.load_s > 0 ? load_json(r.loads) : nlohmann::ordered_json(nullptr)},
@@ -129,6 +130,9 @@ std::string format_timing_report(const TimingReport& t) {
   out += line("denoising loop", ms(r.denoise_total_s),
               fmt::format("{:.1f} ms/step (min {:.1f}, max {:.1f}), {:.2f} it/s", r.ms_per_step(), r.step_min_s * 1e3,
                           r.step_max_s * 1e3, r.steps_per_second()));
+  if (r.graph_steps)
+    out += line("  CUDA graphs", fmt::format("{:>13}", fmt::format("{} of {}", *r.graph_steps, r.steps)),
+                "steps replayed as a recorded graph");
   if (t.throughput) {
     const LoopThroughput& p = *t.throughput;
     std::string detail = fmt::format("{:.3f} TFLOP", p.flop / 1e12);

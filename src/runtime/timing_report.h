@@ -34,6 +34,9 @@ struct RunTimings {
   int steps = 0;             // denoise.step spans seen
   double step_min_s = 0;
   double step_max_s = 0;
+  // Steps that replayed a recorded graph (GenerateResult::graph_steps), set by the caller when the
+  // run asked for graphs (--cuda-graphs); none otherwise.
+  std::optional<int> graph_steps;
   double vae_decode_s = 0;
   double load_s = 0;         // loads inside the call (--low-memory loads per request), else 0
   LoadTimings loads;         // their split per component

@@ -125,6 +125,7 @@ TEST(TimingReport, TextTable) {
   EXPECT_EQ(text.find("warm load"), std::string::npos);
   EXPECT_EQ(text.find("warm-up"), std::string::npos);
   EXPECT_EQ(text.find("GFLOP/s"), std::string::npos);
+  EXPECT_EQ(text.find("CUDA graphs"), std::string::npos) << "no graph line when graphs were not asked for";
   EXPECT_EQ(text.back(), '\n');
 
   t.warm_load = t.cold_load;
@@ -135,6 +136,11 @@ TEST(TimingReport, TextTable) {
                              "7.000 TFLOP, 50.0% of the GEMM peak 4000.0 GFLOP/s", "per CPU-second", "500.0 GFLOP/s",
                              "50.0% of the peak's 1000.0 per CPU-second"})
     EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+
+  t.run.graph_steps = 3;  // --cuda-graphs: the first of the 4 steps ran directly
+  text = rt::format_timing_report(t);
+  EXPECT_NE(text.find("CUDA graphs              3 of 4   steps replayed as a recorded graph"), std::string::npos)
+      << text;
 }
 
 TEST(TimingReport, JsonHasEveryField) {
@@ -152,17 +158,20 @@ TEST(TimingReport, JsonHasEveryField) {
   EXPECT_DOUBLE_EQ(j["cold_load"]["text_encoder_s"].get<double>(), 2.0);
   const nlohmann::json& run = j["run"];
   for (const char* key : {"text_encoding_s", "reference_encode_s", "denoise_total_s", "steps", "ms_per_step",
-                          "ms_per_step_min", "ms_per_step_max", "it_per_s", "vae_decode_s", "load_s", "image_write_s",
-                          "total_s"})
+                          "ms_per_step_min", "ms_per_step_max", "it_per_s", "graph_steps", "vae_decode_s", "load_s",
+                          "image_write_s", "total_s"})
     EXPECT_TRUE(run.contains(key)) << key;
   EXPECT_TRUE(run["reference_encode_s"].is_null());
+  EXPECT_TRUE(run["graph_steps"].is_null());
   EXPECT_EQ(run["steps"], 4);
   EXPECT_DOUBLE_EQ(run["ms_per_step"].get<double>(), 875.0);
   EXPECT_EQ(j["peak_rss_bytes"].get<size_t>(), size_t{3} << 29);
 
   t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
   t.writes_images = false;  // the benchmark
+  t.run.graph_steps = 4;
   j = nlohmann::json::parse(rt::timing_report_json(t));
+  EXPECT_EQ(j["run"]["graph_steps"], 4);
   EXPECT_TRUE(j["run"]["image_write_s"].is_null());
   EXPECT_EQ(rt::format_timing_report(t).find("image write"), std::string::npos);
   EXPECT_DOUBLE_EQ(j["throughput"]["peak_ratio"].get<double>(), 0.5);
