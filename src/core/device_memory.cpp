@@ -14,14 +14,15 @@ namespace {
 std::atomic<const DeviceMemoryHooks*> g_cuda_hooks{nullptr};
 
 // The live reclaimers. Recursive: a reclaimer's frees may end in an allocation that fails again
-// (never by contract, but a second reclaim on the same thread must not deadlock).
+// (never by contract, but a second reclaim on the same thread must not deadlock). Never destroyed,
+// so a reclaimer that outlives main (a pipeline in a static) still unregisters safely.
 std::recursive_mutex& reclaimers_mutex() {
-  static std::recursive_mutex m;
-  return m;
+  static auto* m = new std::recursive_mutex;
+  return *m;
 }
 std::vector<MemoryReclaimer*>& reclaimers() {
-  static std::vector<MemoryReclaimer*> list;
-  return list;
+  static auto* list = new std::vector<MemoryReclaimer*>;
+  return *list;
 }
 
 }  // namespace
