@@ -14,7 +14,6 @@
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
-#include "ops/rope.h"
 
 namespace fluxrt::models {
 namespace fs = std::filesystem;
@@ -187,9 +186,7 @@ void Flux1Transformer::check_conditioning_inputs(const Tensor& timesteps, const 
 }
 
 Tensor Flux1Transformer::projection(const Tensor& values) const {
-  return flux_to_device(flux_sinusoidal_embedding(flux_to_device(values, Device::cpu()), config_.timestep_channels,
-                                                  options_.dtype),
-                        options_.device);
+  return flux_timestep_projection(values, config_.timestep_channels, options_.dtype, options_.device);
 }
 
 Tensor Flux1Transformer::conditioning_on_device(const Tensor& timestep_proj, const Tensor& guidance_proj,
@@ -295,13 +292,7 @@ Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
 }
 
 Flux1Transformer::Rope Flux1Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
-  // RoPE over [text ; image] positions (text first). Ids are read on the host (small); the tables
-  // go to the device once per call.
-  const Tensor ids = ops::concat({flux_to_device(ctx_ids, Device::cpu()).to(DType::F32),
-                                  flux_to_device(x_ids, Device::cpu()).to(DType::F32)},
-                                 ctx_ids.dim() - 2);  // [(B,) L, 3]
-  const ops::RopeTable rope = ops::rope_flux(ids, config_.axes_dim, config_.rope_theta);  // [(B,) L, d/2]
-  return Rope{flux_to_device(rope.cos, options_.device), flux_to_device(rope.sin, options_.device)};
+  return flux_rope_tables(x_ids, ctx_ids, config_.axes_dim, config_.rope_theta, options_.device);
 }
 
 Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled,

@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "models/flux/flux1_config.h"
+#include "models/flux/flux_common.h"
 #include "models/weight_binder.h"
 
 namespace fluxrt::models {
@@ -67,9 +68,7 @@ class Flux1Transformer {
   // the device work, which reads only tensors. forward(x, x_ids, ctx, ctx_ids, pooled, t, g) ==
   // forward_on_device(x, ctx, pooled, projection(t), projection(g) or undefined,
   // rope_tables(x_ids, ctx_ids)), bit for bit.
-  struct Rope {
-    Tensor cos, sin;  // [(B,) Lt + Li, head_dim / 2] on the model's device
-  };
+  using Rope = FluxRope;  // [(B,) Lt + Li, head_dim / 2] on the model's device
   // [B, 256] in the model dtype on the model's device, of timesteps or guidance as forward takes them.
   Tensor projection(const Tensor& values) const;
   Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;

@@ -13,7 +13,6 @@
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
-#include "ops/rope.h"
 
 namespace fluxrt::models {
 namespace fs = std::filesystem;
@@ -135,17 +134,11 @@ void Flux2Transformer::bind(const Fetch& fetch) {
 // Flux2Transformer2DModel.forward's `timestep.to(dtype) * 1000` (flux-reference.md 2.4).
 Tensor Flux2Transformer::timestep_projection(const Tensor& timesteps) const {
   // [B, 256] rounded to the model dtype, as `timesteps_proj.to(timestep.dtype)`.
-  return to_device(flux_sinusoidal_embedding(to_device(timesteps, Device::cpu()), config_.timestep_channels, options_.dtype),
-                   options_.device);
+  return flux_timestep_projection(timesteps, config_.timestep_channels, options_.dtype, options_.device);
 }
 
 Flux2Transformer::Rope Flux2Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
-  // RoPE over [text ; image] positions (diffusers concatenates the two tables, text first). Ids are
-  // read on the host (small); the tables go to the device once per call.
-  const Tensor ids = ops::concat({to_device(ctx_ids, Device::cpu()).to(DType::F32), to_device(x_ids, Device::cpu()).to(DType::F32)},
-                                 ctx_ids.dim() - 2);  // [(B,) L, 4]
-  const ops::RopeTable rope = ops::rope_flux(ids, config_.axes_dim, config_.rope_theta);  // [(B,) L, d/2]
-  return Rope{to_device(rope.cos, options_.device), to_device(rope.sin, options_.device)};
+  return flux_rope_tables(x_ids, ctx_ids, config_.axes_dim, config_.rope_theta, options_.device);
 }
 
 // diffusers Flux2TransformerBlock.forward (+ Flux2AttnProcessor).

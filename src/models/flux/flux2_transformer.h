@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "models/flux/flux2_config.h"
+#include "models/flux/flux_common.h"
 #include "models/weight_binder.h"
 
 namespace fluxrt::models {
@@ -61,9 +62,7 @@ class Flux2Transformer {
   // tensor arguments, so its work can be recorded and replayed on new contents of the same
   // buffers. forward(x, x_ids, ctx, ctx_ids, t) == forward_on_device(x, ctx,
   // timestep_projection(t), rope) with rope = rope_tables(x_ids, ctx_ids), bit for bit.
-  struct Rope {
-    Tensor cos, sin;  // [(B,) Lt + Li, head_dim / 2] on the model's device
-  };
+  using Rope = FluxRope;  // [(B,) Lt + Li, head_dim / 2] on the model's device
   Tensor timestep_projection(const Tensor& timesteps) const;
   Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;
   Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj, const Rope& rope) const;

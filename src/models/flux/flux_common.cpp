@@ -5,7 +5,9 @@
 
 #include "core/dtype.h"
 #include "models/weight_binder.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/rope.h"
 
 namespace fluxrt::models {
 
@@ -32,6 +34,18 @@ Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType d
 
 Tensor flux_to_device(const Tensor& host, Device device) {
   return to_device(host, device);
+}
+
+Tensor flux_timestep_projection(const Tensor& values, int64_t channels, DType dtype, Device device) {
+  return to_device(flux_sinusoidal_embedding(to_device(values, Device::cpu()), channels, dtype), device);
+}
+
+FluxRope flux_rope_tables(const Tensor& x_ids, const Tensor& ctx_ids, std::span<const int64_t> axes_dim, double theta,
+                          Device device) {
+  const Tensor ids = ops::concat({to_device(ctx_ids, Device::cpu()).to(DType::F32), to_device(x_ids, Device::cpu()).to(DType::F32)},
+                                 ctx_ids.dim() - 2);  // [(B,) L, axes]
+  const ops::RopeTable rope = ops::rope_flux(ids, axes_dim, theta);  // [(B,) L, d/2]
+  return FluxRope{to_device(rope.cos, device), to_device(rope.sin, device)};
 }
 
 Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {

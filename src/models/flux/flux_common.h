@@ -3,6 +3,7 @@
 // timestep/guidance embedding with the reference's dtype chain, head views of [B, L, H*d]
 // projections, the per-batch gated-residual GEMM and host->device copies.
 #include <cstdint>
+#include <span>
 
 #include "backend/args/linear.h"
 #include "core/device.h"
@@ -18,6 +19,18 @@ Tensor flux_sinusoidal_embedding(const Tensor& values, int64_t channels, DType d
 
 // The tensor itself on the CPU, else a copy on `device`.
 Tensor flux_to_device(const Tensor& host, Device device);
+
+// The host-built inputs of a transformer forward, uploaded to `device` (the transformers'
+// forward_on_device reads only tensors, so a step can be recorded and replayed):
+// flux_sinusoidal_embedding of `values` (on any device) as [B, channels] on `device` ...
+Tensor flux_timestep_projection(const Tensor& values, int64_t channels, DType dtype, Device device);
+// ... and the RoPE tables over [text ; image] positions (diffusers concatenates the two tables,
+// text first), [(B,) Lt + Li, head_dim / 2] on `device`; the ids are read on the host (small).
+struct FluxRope {
+  Tensor cos, sin;
+};
+FluxRope flux_rope_tables(const Tensor& x_ids, const Tensor& ctx_ids, std::span<const int64_t> axes_dim, double theta,
+                          Device device);
 
 // [B, L, H*d] (contiguous last dim) seen as [B, L, H, d]; strided rows (a column slice of a fused
 // projection) cost one copy.
