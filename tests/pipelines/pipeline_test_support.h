@@ -5,20 +5,23 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/device_graph.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::test {
 
 // Sequential loading (bitwise comparisons do not need the parallel load, and it keeps the tests'
-// threads to themselves).
-inline pipelines::PipelineOptions options_on(Device device, DType dtype) {
+// threads to themselves); recorded steps (PipelineOptions::cuda_graphs) when asked.
+inline pipelines::PipelineOptions options_on(Device device, DType dtype, bool cuda_graphs = false) {
   pipelines::PipelineOptions o;
   o.dtype = dtype;
   o.device = device;
   o.parallel_load = false;
+  o.cuda_graphs = cuda_graphs;
   return o;
 }
 
@@ -37,6 +40,22 @@ inline void expect_same_generation(const pipelines::GenerateResult& a, const pip
   EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
 }
 
+// Runs `r` on two pipelines of `model` on `device` (Flux2KleinPipeline or Flux1Pipeline), one
+// running every step directly and one recording them: the same generation, and the graph replays
+// the process made are the steps the result says replayed. Returns the graphed result.
+template <typename Pipeline>
+pipelines::GenerateResult expect_graphs_change_nothing(const std::filesystem::path& model, Device device,
+                                                       DType dtype, const pipelines::GenerateRequest& r) {
+  const pipelines::GenerateResult direct = Pipeline::load(model, options_on(device, dtype))->generate(r);
+  EXPECT_EQ(direct.graph_steps, 0);
+  const int64_t replays_before = ops::device_graph_replays();
+  const pipelines::GenerateResult graphed =
+      Pipeline::load(model, options_on(device, dtype, true))->generate(r);
+  expect_same_generation(direct, graphed);
+  EXPECT_EQ(ops::device_graph_replays() - replays_before, graphed.graph_steps);
+  return graphed;
+}
+
 // Records, at the end of every denoising step, how many device -> host copies the process has made
 // so far; the counts between the first and the last step must not grow: the transformer, CFG and
 // the Euler update stay on the device (on cpu:1 every copy into cpu memory is counted).
@@ -47,8 +66,9 @@ struct StepDownloads {
   }
   void expect_none_between_steps() const {
     ASSERT_GE(at_step.size(), 2u) << "needs two steps or more";
-    EXPECT_EQ(at_step.front(), at_step.back()) << "the step loop copied " << at_step.back() - at_step.front()
-                                               << " tensors to the host over " << at_step.size() - 1 << " steps";
+    EXPECT_EQ(at_step.front(), at_step.back())
+        << "the step loop copied " << at_step.back() - at_step.front() << " tensors to the host over "
+        << at_step.size() - 1 << " steps";
   }
 };
 

@@ -20,11 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 
-GenerateResult run(const fs::path& model, DType dtype, bool graphs, const GenerateRequest& r) {
-  PipelineOptions o = test::options_on(Device::cuda(0), dtype);
-  o.cuda_graphs = graphs;
-  return Flux2KleinPipeline::load(model, o)->generate(r);
-}
+const Device kGpu = Device::cuda(0);
 
 TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
   FLUXRT_REQUIRE_GPU();
@@ -36,13 +32,9 @@ TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
   r.max_sequence_length = 32;
   for (DType dtype : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const fs::path model = kData / "models" / "flux2-klein-tiny";
-    const GenerateResult direct = run(model, dtype, false, r);
-    const int64_t before = ops::device_graph_replays();
-    const GenerateResult graphed = run(model, dtype, true, r);
+    const GenerateResult graphed = test::expect_graphs_change_nothing<Flux2KleinPipeline>(
+        kData / "models" / "flux2-klein-tiny", kGpu, dtype, r);
     EXPECT_EQ(graphed.graph_steps, 3) << "a recording failed (see the warning above) or was skipped";
-    EXPECT_EQ(ops::device_graph_replays() - before, 3);
-    test::expect_same_generation(direct, graphed);
   }
 }
 
@@ -58,12 +50,10 @@ TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
   r.reference_images = {ref};
-  const fs::path model = kData / "models" / "flux2-klein-base-tiny";
-  const GenerateResult direct = run(model, DType::BF16, false, r);
-  const GenerateResult graphed = run(model, DType::BF16, true, r);
+  const GenerateResult graphed = test::expect_graphs_change_nothing<Flux2KleinPipeline>(
+      kData / "models" / "flux2-klein-base-tiny", kGpu, DType::BF16, r);
   EXPECT_TRUE(graphed.used_cfg);
   EXPECT_EQ(graphed.graph_steps, 2);
-  test::expect_same_generation(direct, graphed);
 }
 
 // A kept graph replayed by a later request with another prompt, seed and image orientation (same
@@ -71,10 +61,8 @@ TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
 TEST(CudaStepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
   FLUXRT_REQUIRE_GPU();
   const fs::path model = kData / "models" / "flux2-klein-tiny";
-  PipelineOptions o = test::options_on(Device::cuda(0), DType::BF16);
-  auto direct = Flux2KleinPipeline::load(model, o);
-  o.cuda_graphs = true;
-  auto graphed = Flux2KleinPipeline::load(model, o);
+  auto direct = Flux2KleinPipeline::load(model, test::options_on(kGpu, DType::BF16));
+  auto graphed = Flux2KleinPipeline::load(model, test::options_on(kGpu, DType::BF16, true));
   GenerateRequest r;
   r.max_sequence_length = 32;
   r.num_steps = 4;
@@ -103,12 +91,9 @@ TEST(CudaStepGraph, Flux1DevWithTrueCfgMatchesDirectBitwise) {
   r.seed = 5;
   r.negative_prompt = "blurry";
   r.true_cfg_scale = 2.0f;
-  PipelineOptions o = test::options_on(Device::cuda(0), DType::BF16);
-  const GenerateResult direct = Flux1Pipeline::load(model, o)->generate(r);
-  o.cuda_graphs = true;
-  const GenerateResult graphed = Flux1Pipeline::load(model, o)->generate(r);
+  const GenerateResult graphed =
+      test::expect_graphs_change_nothing<Flux1Pipeline>(model, kGpu, DType::BF16, r);
   EXPECT_EQ(graphed.graph_steps, 2) << "a recording failed (see the warning above) or was skipped";
-  test::expect_same_generation(direct, graphed);
 }
 
 }  // namespace

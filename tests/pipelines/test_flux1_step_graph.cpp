@@ -26,12 +26,6 @@ const bool kSingleThreaded = [] {
 
 const fs::path kModels = fs::path(FLUXRT_TEST_DATA_DIR) / "models";
 
-PipelineOptions options(DType dtype, bool graphs) {
-  PipelineOptions o = test::options_on(Device::placement_check(), dtype);
-  o.cuda_graphs = graphs;
-  return o;
-}
-
 GenerateRequest request(uint64_t seed, int steps) {
   GenerateRequest r;
   r.prompts = {"a small test"};
@@ -43,32 +37,28 @@ GenerateRequest request(uint64_t seed, int steps) {
   return r;
 }
 
-// Runs `r` on a direct and a graphed pipeline of `model`; returns the graphed result.
-GenerateResult expect_graphs_change_nothing(const fs::path& model, DType dtype, const GenerateRequest& r) {
-  const GenerateResult direct = Flux1Pipeline::load(model, options(dtype, false))->generate(r);
-  EXPECT_EQ(direct.graph_steps, 0);
-  const int64_t replays_before = ops::device_graph_replays();
-  const GenerateResult graphed = Flux1Pipeline::load(model, options(dtype, true))->generate(r);
-  test::expect_same_generation(direct, graphed);
-  EXPECT_EQ(ops::device_graph_replays() - replays_before, graphed.graph_steps);
-  return graphed;
-}
+const Device kCheck = Device::placement_check();
 
 TEST(Flux1StepGraph, DevAndSchnellReplayEveryStepAfterTheFirst) {
   for (DType dtype : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(dtype));
-    EXPECT_EQ(expect_graphs_change_nothing(kModels / "flux1-dev-tiny", dtype, request(3, 4)).graph_steps, 3);
+    EXPECT_EQ(test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-dev-tiny", kCheck, dtype,
+                                                                request(3, 4))
+                  .graph_steps,
+              3);
   }
-  EXPECT_EQ(
-      expect_graphs_change_nothing(kModels / "flux1-schnell-tiny", DType::BF16, request(4, 3)).graph_steps,
-      2);
+  EXPECT_EQ(test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-schnell-tiny", kCheck,
+                                                              DType::BF16, request(4, 3))
+                .graph_steps,
+            2);
 }
 
 TEST(Flux1StepGraph, TrueCfgReplaysBothForwards) {
   GenerateRequest r = request(5, 3);
   r.negative_prompt = "blurry";
   r.true_cfg_scale = 2.0f;
-  const GenerateResult g = expect_graphs_change_nothing(kModels / "flux1-dev-tiny", DType::F32, r);
+  const GenerateResult g =
+      test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-dev-tiny", kCheck, DType::F32, r);
   EXPECT_TRUE(g.used_cfg);
   EXPECT_EQ(g.graph_steps, 2);
 }
@@ -79,7 +69,8 @@ TEST(Flux1StepGraph, Img2ImgStartsLaterAndStillReplays) {
   for (size_t i = 0; i < init.pixels.size(); ++i) init.pixels[i] = static_cast<uint8_t>((i * 29) % 253);
   r.init_image = init;
   r.strength = 0.5f;
-  const GenerateResult g = expect_graphs_change_nothing(kModels / "flux1-dev-tiny", DType::BF16, r);
+  const GenerateResult g =
+      test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-dev-tiny", kCheck, DType::BF16, r);
   EXPECT_EQ(g.num_steps, 3);
   EXPECT_EQ(g.graph_steps, 2);
 }
@@ -88,8 +79,8 @@ TEST(Flux1StepGraph, Img2ImgStartsLaterAndStillReplays) {
 // scale; 48x32 instead of 32x48, so the same key with other position ids) replays every step.
 TEST(Flux1StepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
   const fs::path model = kModels / "flux1-dev-tiny";
-  auto direct = Flux1Pipeline::load(model, options(DType::BF16, false));
-  auto graphed = Flux1Pipeline::load(model, options(DType::BF16, true));
+  auto direct = Flux1Pipeline::load(model, test::options_on(kCheck, DType::BF16));
+  auto graphed = Flux1Pipeline::load(model, test::options_on(kCheck, DType::BF16, true));
   GenerateRequest first = request(7, 3), second = request(8, 3);
   second.prompts = {"another prompt"};
   second.guidance_scale = 5.0f;

@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "ops/device_graph.h"
+#include "ops/elementwise.h"
 #include "pipeline_test_support.h"
 #include "pipelines/flux2_klein_pipeline.h"
-#include "ops/elementwise.h"
 #include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
@@ -31,11 +31,7 @@ const bool kSingleThreaded = [] {
 
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 
-PipelineOptions options_on(Device device, DType dtype, bool graphs) {
-  PipelineOptions o = test::options_on(device, dtype);
-  o.cuda_graphs = graphs;
-  return o;
-}
+using test::options_on;
 
 GenerateRequest request(uint64_t seed, int steps) {
   GenerateRequest r;
@@ -48,16 +44,7 @@ GenerateRequest request(uint64_t seed, int steps) {
   return r;
 }
 
-// Generates with and without graphs on `device`; returns the graphed result.
-GenerateResult expect_graphs_change_nothing(const fs::path& model, Device device, DType dtype, const GenerateRequest& r) {
-  const GenerateResult direct = Flux2KleinPipeline::load(model, options_on(device, dtype, false))->generate(r);
-  EXPECT_EQ(direct.graph_steps, 0);
-  const int64_t replays_before = ops::device_graph_replays();
-  const GenerateResult graphed = Flux2KleinPipeline::load(model, options_on(device, dtype, true))->generate(r);
-  test::expect_same_generation(direct, graphed);
-  EXPECT_EQ(ops::device_graph_replays() - replays_before, graphed.graph_steps);
-  return graphed;
-}
+using Klein = Flux2KleinPipeline;
 
 TEST(StepGraph, RecordsNothingUntilReplayedAndNeedsADevice) {
   int runs = 0;
@@ -80,8 +67,8 @@ TEST(StepGraph, RecordsNothingUntilReplayedAndNeedsADevice) {
 TEST(StepGraph, DistilledStepsAfterTheFirstReplayBitwise) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    const GenerateResult r = expect_graphs_change_nothing(kData / "models" / "flux2-klein-tiny",
-                                                          Device::placement_check(), dtype, request(7, 4));
+    const GenerateResult r = test::expect_graphs_change_nothing<Klein>(
+        kData / "models" / "flux2-klein-tiny", Device::placement_check(), dtype, request(7, 4));
     EXPECT_EQ(r.graph_steps, 3) << "every step but the eager first one replays";
   }
 }
@@ -93,16 +80,21 @@ TEST(StepGraph, CfgWithReferenceImageReplaysBothForwards) {
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
   r.reference_images = {ref};
-  const GenerateResult g = expect_graphs_change_nothing(kData / "models" / "flux2-klein-base-tiny",
-                                                        Device::placement_check(), DType::F32, r);
+  const GenerateResult g = test::expect_graphs_change_nothing<Klein>(
+      kData / "models" / "flux2-klein-base-tiny", Device::placement_check(), DType::F32, r);
   EXPECT_TRUE(g.used_cfg);
   EXPECT_EQ(g.graph_steps, 2);
 }
 
 TEST(StepGraph, OneStepAndPlainCpuRunDirectly) {
   const fs::path model = kData / "models" / "flux2-klein-tiny";
-  EXPECT_EQ(expect_graphs_change_nothing(model, Device::placement_check(), DType::F32, request(5, 1)).graph_steps, 0);
-  EXPECT_EQ(expect_graphs_change_nothing(model, Device::cpu(), DType::F32, request(5, 3)).graph_steps, 0)
+  EXPECT_EQ(
+      test::expect_graphs_change_nothing<Klein>(model, Device::placement_check(), DType::F32, request(5, 1))
+          .graph_steps,
+      0);
+  EXPECT_EQ(
+      test::expect_graphs_change_nothing<Klein>(model, Device::cpu(), DType::F32, request(5, 3)).graph_steps,
+      0)
       << "plain cpu has no graphs: the option is ignored";
 }
 
@@ -208,12 +200,13 @@ TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
 // least recently given back is dropped, and a device out of memory takes every kept graph.
 TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
   const Device dev = Device::placement_check();
-  auto key = [](int64_t tokens) { return StepGraphKey({Tensor::empty({1, 32, 64}, DType::BF16)}, {Shape{1, tokens, 128}}); };
+  auto key = [](int64_t tokens) {
+    return StepGraphKey({Tensor::empty({1, 32, 64}, DType::BF16)}, {Shape{1, tokens, 128}});
+  };
   auto make = [&](int64_t tokens) {
     return [&, tokens] {
-      return std::make_unique<StepGraph>(dev, key(tokens), [](const std::vector<Tensor>&, const std::vector<Tensor>& s) {
-        return s;
-      });
+      return std::make_unique<StepGraph>(
+          dev, key(tokens), [](const std::vector<Tensor>&, const std::vector<Tensor>& s) { return s; });
     };
   };
   StepGraphCache cache(dev);
@@ -247,7 +240,8 @@ TEST(StepGraph, CacheLendsEachGraphToOneRequestAndKeepsTheRecentShapes) {
   EXPECT_EQ(cache.size(), 0u);
   EXPECT_FALSE(reclaim_device_memory(dev)) << "nothing left to give";
   EXPECT_FALSE(key(16) == key(32));
-  EXPECT_FALSE(StepGraphKey({Tensor()}, {Shape{1}}) == StepGraphKey({Tensor::empty({1}, DType::F32)}, {Shape{1}}))
+  EXPECT_FALSE(StepGraphKey({Tensor()}, {Shape{1}}) ==
+               StepGraphKey({Tensor::empty({1}, DType::F32)}, {Shape{1}}))
       << "an undefined request input is a shape of its own";
 }
 
