@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <utility>
 
 #include "core/allocator.h"
@@ -16,10 +15,10 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/klein_components.h"
-#include "pipelines/step_graph.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
+#include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
 namespace {

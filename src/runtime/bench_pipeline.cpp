@@ -62,7 +62,8 @@ pipelines::GenerateRequest bench_request(const BenchRequest& r) {
   return request;
 }
 
-// The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans.
+// The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans
+// (and the timed one's replayed steps when the pipeline records them).
 template <typename Pipeline>
 pipelines::GenerateResult warm_up_and_run(Pipeline& pipe, const pipelines::GenerateRequest& request, bool warmup,
                                           Profiler& profiler, TimingReport& report) {
@@ -77,6 +78,7 @@ pipelines::GenerateResult warm_up_and_run(Pipeline& pipe, const pipelines::Gener
   const pipelines::GenerateResult result = pipe.generate(request);
   report.run = run_timings_from(profiler);
   report.run.total_s = run_watch.seconds();
+  if (pipe.options().cuda_graphs) report.run.graph_steps = result.graph_steps;
   return result;
 }
 
@@ -167,7 +169,6 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   report.total_s = command.seconds();
   report.peak_rss_bytes = process_peak_rss_bytes();
 
-  if (r.cuda_graphs) report.run.graph_steps = result.graph_steps;
   std::printf("\n%s", format_timing_report(report).c_str());
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
@@ -249,7 +250,6 @@ int bench_pipeline(const BenchRequest& r) {
   report.total_s = command.seconds();
   report.peak_rss_bytes = process_peak_rss_bytes();
 
-  if (r.cuda_graphs) report.run.graph_steps = result.graph_steps;
   std::printf("\n%s", format_timing_report(report).c_str());
   std::fflush(stdout);
   if (!r.json_path.empty()) write_file_atomically(r.json_path, timing_report_json(report));
