@@ -192,8 +192,7 @@ int generate_and_write(const GenerateOptions& o) {
   options.device = job.device;
   options.low_memory = job.low_memory;
   options.cuda_graphs = o.cuda_graphs;
-  const bool plain_cpu = job.device == Device::cpu();
-  if (o.cuda_graphs && plain_cpu) progress.message("note: --cuda-graphs has no effect on the CPU");
+  if (o.cuda_graphs && job.device == Device::cpu()) progress.message("note: --cuda-graphs has no effect on the CPU");
   options.transformer_file = job.transformer_file;
   options.load_vae_encoder = !job.reference_images.empty();
   options.profiler = &profiler;

@@ -143,24 +143,20 @@ void* device_allocate(int index, size_t bytes) {
   DeviceContext& c = context(index);
   const size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
   void* p = nullptr;
-  cudaError_t status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
-  if (status == cudaErrorMemoryAllocation) {
-    // The pool may hold freed blocks of the wrong sizes: give them back to the driver and retry once.
+  // Out of memory: wait for the queued frees, give the pool's cached blocks (and the graph memory
+  // of dropped graphs) back to the driver, and retry.
+  auto trim_and_retry = [&] {
     cudaGetLastError();
     FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
+    cudaDeviceGraphMemTrim(index);
     cudaMemPoolTrimTo(c.pool, 0);
-    status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
-  }
-  if (status == cudaErrorMemoryAllocation) {
-    // Then ask the caches that hold device memory (kept step graphs) to let go, and retry once more.
-    cudaGetLastError();
-    if (reclaim_device_memory(Device::cuda(index))) {
-      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
-      cudaDeviceGraphMemTrim(index);  // what the dropped graphs held
-      cudaMemPoolTrimTo(c.pool, 0);
-      status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
-    }
-  }
+    return cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  };
+  cudaError_t status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  // First what the pool caches (freed blocks of the wrong sizes), then what the memory caches hold
+  // (kept step graphs, core/device_memory.h), each followed by one retry.
+  if (status == cudaErrorMemoryAllocation) status = trim_and_retry();
+  if (status == cudaErrorMemoryAllocation && reclaim_device_memory(Device::cuda(index))) status = trim_and_retry();
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     fail_oom(c, bytes);
