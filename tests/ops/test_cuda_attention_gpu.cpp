@@ -166,6 +166,11 @@ std::vector<Case> cases() {
       biased(mk(BF16, 1, 90, 90, 4, 4, 64)),
       fused(mk(BF16, 1, 160, 160, 2, 2, 128, Inputs::Random, Rope::Flux2)),
       mk(F16, 1, 130, 130, 2, 2, 64, Inputs::Random, Rope::HalfSplit),
+      // The VAE mid block: one 512-wide head over q/k/v slices of its qkv projection (16 values per lane).
+      mk(F32, 1, 50, 70, 1, 1, 512),
+      mk(BF16, 1, 300, 300, 1, 1, 512),
+      fused(mk(BF16, 2, 130, 130, 1, 1, 512)),
+      mk(BF16, 1, 40, 60, 2, 2, 320),
   };
 }
 
@@ -192,7 +197,7 @@ std::vector<Case> tc_cases() {
       mk(BF16, 1, 1, 200, 2, 2, 128, Inputs::Random, Rope::Flux2),
       mk(BF16, 1, 100, 100, 3, 3, 128, Inputs::Random, Rope::Flux2, Expect::FixedOnly),  // both tails partial
       mk(BF16, 2, 130, 130, 2, 2, 128, Inputs::Random, Rope::Flux1),
-      mk(BF16, 1, 65, 63, 2, 2, 128, Inputs::Random, Rope::Flux2),
+      mk(BF16, 1, 63, 65, 2, 2, 128, Inputs::Random, Rope::Flux2),  // a partial query tile and a 1-key tile
       mk(BF16, 1, 77, 150, 2, 2, 128, Inputs::Random, Rope::Flux2),  // queries use key-table rows offset by 73
       mk(BF16, 1, 150, 40, 2, 2, 128),  // more queries than keys (no RoPE: query rows would precede the table)
       mk(BF16, 1, 128, 128, 2, 2, 128, Inputs::Random, Rope::HalfSplit),
@@ -235,6 +240,17 @@ TEST_P(CudaAttentionTc, SimpleSwitchMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaAttentionTc, ::testing::ValuesIn(tc_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Runs without a GPU: every case is one the ops layer accepts, so a GPU run fails only for the
+// kernel (an invalid case hid behind the GPU skip once: more queries than keys with RoPE).
+TEST(CudaAttentionCases, AreValidArguments) {
+  std::vector<Case> all = cases();
+  for (const Case& c : tc_cases()) all.push_back(c);
+  for (const Case& c : all) {
+    SCOPED_TRACE(case_name(c));
+    EXPECT_NO_THROW(ops::validate_attention(make_problem(c).args));
+  }
+}
 
 TEST(CudaAttentionTcSwitch, RejectsUnknownValue) {
   FLUXRT_REQUIRE_GPU();

@@ -8,7 +8,9 @@ namespace {
 
 constexpr int kRows = 8;    // query rows (= warps) per block
 constexpr int kTile = 32;   // keys per shared-memory tile (= lanes: lane j scores key j)
-constexpr int kMaxDPerLane = 8;  // D <= 256
+// Head-dim values each lane accumulates: 8 (D <= 256, every text encoder) or 16 (D <= 512: the VAE
+// mid block's single 512-wide head); a template so the common case keeps its register count.
+constexpr int kSmallDPerLane = 8, kLargeDPerLane = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 // Fixed-maximum acceptance window, as on the CPU (attention_cpu.h): l_i >= 2^-60 proves the bound
 // is within ~60 + log2(Lk) binades of the true maximum, so nothing that matters underflowed; the
@@ -45,6 +47,8 @@ __global__ void key_norm_max_kernel(AttentionParams p, float* kmax) {
   const int64_t total = p.B * p.Lk * p.Hkv;
   if (warp >= total) return;
   const int64_t h = warp % p.Hkv, j = (warp / p.Hkv) % p.Lk, b = warp / (p.Hkv * p.Lk);
+  // Masked keys never reach a score, so they do not widen the bound (as on the CPU).
+  if (p.mask && static_cast<const uint8_t*>(p.mask)[b * p.mask_stride[0] + j * p.mask_stride[1]] == 0) return;
   const int64_t off = b * p.k_stride[0] + j * p.k_stride[1] + h * p.k_stride[2];
   float ss = 0;
   for (int d = lane; d < p.D; d += 32) {
@@ -58,6 +62,7 @@ __global__ void key_norm_max_kernel(AttentionParams p, float* kmax) {
   }
 }
 
+template <int kDPerLane>
 __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float* kmax, int* fallback_rows) {
   extern __shared__ float smem[];
   const int D = static_cast<int>(p.D), ld = D + 1;  // +1: lane j reads row j without bank conflicts
@@ -93,7 +98,7 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
   const bool use_fixed = fixed_max && p.bias == nullptr;
   const float m_fixed = use_fixed ? qnorm * kmax[b * p.Hkv + kvh] : 0.0f;
 
-  float o[kMaxDPerLane];
+  float o[kDPerLane];
   float m = 0, l = 0;
   bool done = false;  // this row's result is final
   // Last key any row of the block can see (causal), to skip fully hidden tiles.
@@ -108,7 +113,7 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
     if (online && !__syncthreads_or(live && !done)) break;  // every row was accepted
     const bool active = live && !done;
 #pragma unroll
-    for (int t = 0; t < kMaxDPerLane; ++t) o[t] = 0.0f;
+    for (int t = 0; t < kDPerLane; ++t) o[t] = 0.0f;
     m = online ? -INFINITY : m_fixed;
     l = 0;
     bool any_key = false;
@@ -160,7 +165,7 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
         const float alpha = m == -INFINITY ? 0.0f : exp2f(m - m_new);
         l *= alpha;
 #pragma unroll
-        for (int t = 0; t < kMaxDPerLane; ++t) o[t] *= alpha;
+        for (int t = 0; t < kDPerLane; ++t) o[t] *= alpha;
         m = m_new;
         pj = valid ? exp2f(s - m) : 0.0f;
       }
@@ -170,7 +175,7 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
         if (pk == 0.0f) continue;  // warp-uniform: every lane got the same pk
         const float* vr = vs + kk * ld;
 #pragma unroll
-        for (int t = 0; t < kMaxDPerLane; ++t) {
+        for (int t = 0; t < kDPerLane; ++t) {
           const int d = lane + 32 * t;
           if (d < D) o[t] = fmaf(pk, vr[d], o[t]);
         }
@@ -191,7 +196,7 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
       const float inv = l > 0 ? 1.0f / l : 0.0f;
       const int64_t ooff = b * p.o_stride[0] + i * p.o_stride[1] + h * p.o_stride[2];
 #pragma unroll
-      for (int t = 0; t < kMaxDPerLane; ++t) {
+      for (int t = 0; t < kDPerLane; ++t) {
         const int d = lane + 32 * t;
         if (d < D) store_f(p.out, p.dtype, ooff + d, o[t] * inv);
       }
@@ -199,30 +204,38 @@ __global__ void attention_kernel(AttentionParams p, bool fixed_max, const float*
   }
 }
 
+constexpr int dynamic_smem_bytes(int D) { return static_cast<int>(sizeof(float) * (2 * kTile * (D + 1) + kRows * D)); }
+
+template <int kDPerLane>
+cudaError_t launch_main(const AttentionParams& p, bool fixed, const float* kmax, int* fallback_rows,
+                        cudaStream_t stream) {
+  // The opt-in above 48 KiB is per device, hence on every launch (see attention_tc.cu's
+  // launch_main); always the instantiation's largest size, so concurrent launches agree on it.
+  const cudaError_t e = cudaFuncSetAttribute(attention_kernel<kDPerLane>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             dynamic_smem_bytes(32 * kDPerLane));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((p.Lq + kRows - 1) / kRows), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.B));
+  attention_kernel<kDPerLane>
+      <<<grid, kRows * 32, dynamic_smem_bytes(static_cast<int>(p.D)), stream>>>(p, fixed, kmax, fallback_rows);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launch_attention(const AttentionParams& p, bool fixed_max, float* kmax, int* fallback_rows,
                              cudaStream_t stream) {
   if (p.B == 0 || p.Lq == 0 || p.H == 0) return cudaSuccess;
-  if (p.D > 32 * kMaxDPerLane || p.D % 2 != 0) return cudaErrorInvalidValue;
+  if (p.D > 32 * kLargeDPerLane || p.D % 2 != 0 || p.H > 65535 || p.B > 65535) return cudaErrorInvalidValue;
   const bool fixed = fixed_max && p.bias == nullptr;
   if (fixed) {
-    cudaError_t e = cudaMemsetAsync(kmax, 0, sizeof(float) * p.B * p.Hkv, stream);
+    const cudaError_t e = cudaMemsetAsync(kmax, 0, sizeof(float) * p.B * p.Hkv, stream);
     if (e != cudaSuccess) return e;
     const int64_t warps = p.B * p.Lk * p.Hkv;
     if (warps > 0) key_norm_max_kernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(p, kmax);
   }
-  const size_t smem = sizeof(float) * (2 * kTile * (p.D + 1) + kRows * p.D);
-  static bool attribute_set = false;  // once per process (same value every time: benign race)
-  if (!attribute_set) {
-    cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(sizeof(float) * (2 * kTile * 257 + kRows * 256)));
-    attribute_set = true;
-  }
-  const dim3 grid(static_cast<unsigned>((p.Lq + kRows - 1) / kRows), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.B));
-  attention_kernel<<<grid, kRows * 32, smem, stream>>>(p, fixed, kmax, fallback_rows);
-  return cudaGetLastError();
+  if (p.D <= 32 * kSmallDPerLane) return launch_main<kSmallDPerLane>(p, fixed, kmax, fallback_rows, stream);
+  return launch_main<kLargeDPerLane>(p, fixed, kmax, fallback_rows, stream);
 }
 
 }  // namespace fluxrt::cuda::kern

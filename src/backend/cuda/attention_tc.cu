@@ -386,13 +386,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <bool kHalf, bool kOnline>
 cudaError_t launch_main(const AttentionParams& p, const uint16_t* kr, const float* kmax, int* flags,
                         int* fallback_rows, cudaStream_t stream) {
-  static bool attribute_set = false;  // once per instantiation (same value every time: benign race)
-  if (!attribute_set) {
-    const cudaError_t e = cudaFuncSetAttribute(attention_tc_kernel<kHalf, kOnline>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-    if (e != cudaSuccess) return e;
-    attribute_set = true;
-  }
+  // The opt-in above 48 KiB is per device, so it is set on every launch (about a microsecond, and
+  // legal during stream capture) rather than once per process, which would miss a second GPU.
+  const cudaError_t e = cudaFuncSetAttribute(attention_tc_kernel<kHalf, kOnline>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.Lq + kBlockM - 1) / kBlockM), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.B));
   attention_tc_kernel<kHalf, kOnline><<<grid, kThreads, kSmemBytes, stream>>>(p, kr, kmax, flags, fallback_rows);
@@ -432,7 +430,8 @@ size_t attention_tc_scratch_bytes(const AttentionParams& p) {
 cudaError_t launch_attention_tc(const AttentionParams& p, bool online_only, void* scratch, int* fallback_rows,
                                 cudaStream_t stream) {
   if (p.B == 0 || p.Lq == 0 || p.H == 0) return cudaSuccess;
-  if (p.D != kD || p.Hkv != p.H || p.Lk < 1 || p.mask || p.bias || p.causal) return cudaErrorInvalidValue;
+  if (p.D != kD || p.Hkv != p.H || p.Lk < 1 || p.mask || p.bias || p.causal || p.H > 65535 || p.B > 65535)
+    return cudaErrorInvalidValue;
   if (p.dtype == DType::BF16) return launch_all<false>(p, online_only, scratch, fallback_rows, stream);
   if (p.dtype == DType::F16) return launch_all<true>(p, true, scratch, fallback_rows, stream);
   return cudaErrorInvalidValue;

@@ -108,8 +108,11 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
                                 {a.rope_cos, "rope_cos"}, {a.rope_sin, "rope_sin"}, {a.rope_q_cos, "rope_q_cos"},
                                 {a.rope_q_sin, "rope_q_sin"}, {a.key_padding_mask, "key_padding_mask"}, {a.bias, "bias"}})
     require_on_device(t, "attention", name);
-  FLUXRT_CHECK(a.q.size(3) <= 256 && a.q.size(3) % 2 == 0, ErrorCode::Unsupported,
-               "[attention] head dim {} on CUDA (even, at most 256)", a.q.size(3));
+  FLUXRT_CHECK(a.q.size(3) <= 512 && a.q.size(3) % 2 == 0, ErrorCode::Unsupported,
+               "[attention] head dim {} on CUDA (even, at most 512)", a.q.size(3));
+  // Heads and batch are the grid's y and z.
+  FLUXRT_CHECK(a.q.size(0) <= 65535 && a.q.size(2) <= 65535, ErrorCode::Unsupported,
+               "[attention] batch {} x heads {} on CUDA (each at most 65535)", a.q.size(0), a.q.size(2));
   FLUXRT_CHECK(!a.key_padding_mask.defined() || a.key_padding_mask.element_size() == 1, ErrorCode::Unsupported,
                "[attention] key_padding_mask dtype {} on CUDA (u8/bool)", dtype_name(a.key_padding_mask.dtype()));
   FLUXRT_CHECK(!a.bias.defined() || a.bias.dtype() == DType::F32, ErrorCode::Unsupported,

@@ -155,7 +155,7 @@ struct AttentionParams {
 
 // One launch for all heads and the batch: block (8 query rows, head, batch), one warp per query
 // row, key/value tiles of 32 rotated in f32 into shared memory (RoPE on load), f32 scores and
-// accumulators, any D <= 256, every variant (GQA, causal, padding mask, bias). Softmax with the
+// accumulators, any even D <= 512 (the VAE's 512-wide head included), every variant (GQA, causal, padding mask, bias). Softmax with the
 // fixed Cauchy-Schwarz maximum m_i = |c q_i| max_j |k_j| and exp2 (c = scale * log2 e) when
 // `fixed_max`; rows whose sum l_i falls outside [2^-60, 2^60] are redone with the exact online
 // maximum (counted in *fallback_rows). With a bias, or !fixed_max, every row runs online.
