@@ -116,6 +116,12 @@ TEST(CudaConformance, SoftmaxAndEmbedding) {
       check({Input{random_normal({50, 64}, d, 14)}, Input{random_ids({3, 5}, ids_t, 15, 50)}}, TolClass::Exact,
             [d](auto& t) { return ops::embedding(t[0], t[1], d); }, "embedding " + name(d, {50, 64}));
   }
+  // An fp8 checkpoint's table is read as stored (the device decodes e4m3fn / e5m2 bit for bit).
+  for (DType table_t : {DType::F8E4M3, DType::F8E5M2})
+    for (DType out_t : kDtypes)
+      check({Input{random_normal({50, 64}, table_t, 16, 0, 40)}, Input{random_ids({4, 6}, DType::I64, 17, 50)}},
+            TolClass::Exact, [out_t](auto& t) { return ops::embedding(t[0], t[1], out_t); },
+            "embedding " + std::string(dtype_name(table_t)) + " table -> " + std::string(dtype_name(out_t)));
 }
 
 TEST(CudaConformance, EmbeddingRejectsOutOfRangeIds) {

@@ -65,6 +65,9 @@ struct DeviceContext {
   void* cublaslt_workspace = nullptr;
   size_t cublaslt_workspace_bytes = 0;
   void* cudnn = nullptr;           // cudnnHandle_t
+  // cuDNN handles must not be used by two threads at once (concurrent requests' VAE passes on one
+  // device): held from taking the handle until the convolution is queued.
+  std::mutex cudnn_mutex;
 };
 
 // The context of device `index`, created on first use, made current on the calling thread.
@@ -83,6 +86,12 @@ inline void require_on_device(const Tensor& t, std::string_view op, std::string_
   if (t.defined() && t.device().is_cpu())
     fail(ErrorCode::InvalidArgument, "[{}] {} is a host tensor but the kernel runs on CUDA", op, name);
 }
+
+// Long-lived buffers made on first use (library workspaces, widened weights) must not be made
+// while the device's stream records a CUDA graph: the allocation would belong to the graph. The
+// pipelines run a step directly before recording one, so this only fails for a new use inside a
+// recording, with Error(Device) naming `what` (the recording then falls back to direct steps).
+void require_not_capturing(DeviceContext& c, std::string_view what);
 
 // Device memory from the caching allocator (memory.cpp), for kernel scratch.
 void* device_allocate(int index, size_t bytes);

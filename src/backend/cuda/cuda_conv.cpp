@@ -13,9 +13,12 @@
 #ifdef FLUXRT_HAVE_CUDNN
 #include <cudnn.h>
 
+#include <array>
+#include <climits>
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <tuple>
+#include <utility>
 
 namespace fluxrt::cuda {
 namespace {
@@ -24,6 +27,7 @@ void check_dnn(cudnnStatus_t s, const char* what) {
   if (s != CUDNN_STATUS_SUCCESS) fail(ErrorCode::Device, "[conv2d] cuDNN {} failed: {}", what, cudnnGetErrorString(s));
 }
 
+// The caller holds c.cudnn_mutex until its convolution is queued.
 cudnnHandle_t dnn_handle(DeviceContext& c) {
   make_current(c.index);  // a cuDNN handle belongs to the device current at cudnnCreate
   std::lock_guard lock(c.handles_mutex);
@@ -51,8 +55,23 @@ struct ConvState {
   Tensor bias;    // device or undefined
   std::mutex mutex;
   std::map<DType, Tensor> weight_as;  // weight converted to an activation dtype
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, int>, cudnnConvolutionFwdAlgo_t> algos;
+  // Per (x shape, dtype, stride, padding, y strides): the algorithm and the math type it was ranked with.
+  std::map<std::array<int64_t, 12>, std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t>> algos;
 };
+
+// Algorithms whose workspace exceeds this are passed over while a leaner one exists: the heuristic
+// ranks by speed alone, and an FFT workspace on a VAE-sized input can be gigabytes that the
+// decode's memory plan never counted.
+constexpr size_t kMaxConvWorkspace = size_t{512} << 20;
+
+// cuDNN's legacy API indexes with 32-bit ints.
+void check_32bit(const Tensor& t, const char* name) {
+  int64_t reach = 1;
+  for (int i = 0; i < t.dim(); ++i) reach += (t.size(i) - 1) * t.stride(i);
+  FLUXRT_CHECK(t.numel() <= INT32_MAX && reach <= INT32_MAX, ErrorCode::Unsupported,
+               "[conv2d] {} {} has over 2^31 elements, more than cuDNN indexes (decode tiled: --vae-tiling)", name,
+               t.shape().str());
+}
 
 std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, const Tensor& bias) {
   // Placed on the device being prepared for by ops::prepare_conv2d (cuda:N keeps N).
@@ -102,7 +121,10 @@ void conv2d(const backend::Conv2dArgs& a) {
       w = state->weight;
     } else {
       auto it = state->weight_as.find(dt);
-      if (it == state->weight_as.end()) it = state->weight_as.emplace(dt, state->weight.to(dt)).first;
+      if (it == state->weight_as.end()) {
+        require_not_capturing(c, "[conv2d] the converted weight");
+        it = state->weight_as.emplace(dt, state->weight.to(dt)).first;
+      }
       w = it->second;
     }
   }
@@ -125,6 +147,9 @@ void conv2d(const backend::Conv2dArgs& a) {
     if (!symmetric) pad_h = pad_w = 0;
   }
 
+  check_32bit(x, "input");
+  check_32bit(a.y, "output");
+  std::unique_lock dnn_lock(c.cudnn_mutex);
   cudnnHandle_t h = dnn_handle(c);
   Descriptors d;
   const cudnnDataType_t t = dnn_type(dt);
@@ -150,24 +175,40 @@ void conv2d(const backend::Conv2dArgs& a) {
                                          static_cast<int>(a.y.stride(2)), static_cast<int>(a.y.stride(3))),
             "y descriptor");
 
-  const auto key = std::make_tuple(x.size(0), x.size(1), x.size(2), x.size(3), static_cast<int>(dt), a.stride);
-  cudnnConvolutionFwdAlgo_t algo;
+  const std::array<int64_t, 12> key{x.size(0),      x.size(1),      x.size(2),      x.size(3),
+                                    static_cast<int64_t>(dt), a.stride, pad_h,    pad_w,
+                                    a.y.stride(0),  a.y.stride(1),  a.y.stride(2),  a.y.stride(3)};
+  std::pair<cudnnConvolutionFwdAlgo_t, cudnnMathType_t> choice;
   {
     std::lock_guard lock(state->mutex);
     auto it = state->algos.find(key);
     if (it == state->algos.end()) {
-      cudnnConvolutionFwdAlgoPerf_t perf[8];
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       int found = 0;
-      check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf), "heuristic");
-      int pick = -1;
-      for (int i = 0; i < found && pick < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = i;
+      check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                       &found, perf),
+                "heuristic");
+      // The fastest usable one within the workspace cap, else the usable one needing least; f32
+      // only with FMA math (a tensor-op entry could mean TF32, outside the f32 tolerance).
+      int pick = -1, leanest = -1;
+      for (int i = 0; i < found; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        if (dt == DType::F32 && perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH) continue;
+        if (pick < 0 && perf[i].memory <= kMaxConvWorkspace) pick = i;
+        if (leanest < 0 || perf[i].memory < perf[leanest].memory) leanest = i;
+      }
+      if (pick < 0) pick = leanest;
       FLUXRT_CHECK(pick >= 0, ErrorCode::Unsupported, "[conv2d] cuDNN has no algorithm for x {} w {}",
                    x.shape().str(), w.shape().str());
-      it = state->algos.emplace(key, perf[pick].algo).first;
+      // The heuristic ranks each algorithm with a math type; running it under another can pick a
+      // slower kernel, so the descriptor takes the ranked one (f32 stays on FMA math).
+      const cudnnMathType_t math = dt == DType::F32 ? CUDNN_FMA_MATH : perf[pick].mathType;
+      it = state->algos.emplace(key, std::make_pair(perf[pick].algo, math)).first;
     }
-    algo = it->second;
+    choice = it->second;
   }
+  const cudnnConvolutionFwdAlgo_t algo = choice.first;
+  check_dnn(cudnnSetConvolutionMathType(d.conv, choice.second), "math type");
   size_t ws_bytes = 0;
   check_dnn(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, algo, &ws_bytes), "workspace size");
   Scratch ws(c.index, ws_bytes);
@@ -178,38 +219,29 @@ void conv2d(const backend::Conv2dArgs& a) {
   check_dnn(cudnnConvolutionForward(h, &one, d.x, x.raw_data(), d.w, w.raw_data(), d.conv, algo, ws.get(), ws_bytes,
                                     &beta, d.y, a.y.raw_data()),
             "forward");
+  dnn_lock.unlock();
 
   if (state->bias.defined() || residual.defined()) {
-    // y = y + bias[c] + residual, rows are the (n, c, h) lines of width W.
-    const int64_t N = a.y.size(0), C = a.y.size(1), Ho = a.y.size(2);
+    // y = y + bias[c] + residual (an absent operand reads as 0). Packed y and residual are viewed
+    // as [N*C, H*W] planes, which the 16-byte path can take; otherwise rows are the (n, c, h)
+    // lines of width W.
+    const int64_t N = a.y.size(0), C = a.y.size(1), Ho = a.y.size(2), Wo = a.y.size(3);
+    const bool planes = a.y.is_contiguous() && (!residual.defined() || residual.is_contiguous());
+    const Tensor y = planes ? a.y.view({N * C, Ho * Wo}) : a.y;
+    const Tensor r = planes && residual.defined() ? residual.view({N * C, Ho * Wo}) : residual;
     kern::MapArgs m;
     m.op = kern::MapOp::BiasResidual;
-    m.a = operand(a.y);
+    m.a = operand(y);
     m.y = m.a;
-    m.rows = N * C * Ho;
-    m.cols = a.y.size(3);
-    Tensor zero_bias;
+    m.rows = planes ? N * C : N * C * Ho;
+    m.cols = planes ? Ho * Wo : Wo;
     if (state->bias.defined()) {
       m.b = column_vector(state->bias);
-      m.b_chan_div = Ho;
+      m.b_chan_div = planes ? 1 : Ho;
       m.b_chan_mod = C;
-    } else {
-      zero_bias = Tensor::zeros({1}, DType::F32, a.y.device());
-      m.b = column_vector(zero_bias);
-      m.b.rows.col_stride = 0;
-      m.b_chan_div = 1;
-      m.b_chan_mod = 1;
     }
-    Tensor zero_res;
-    if (residual.defined()) {
-      m.c = operand(residual);
-    } else {
-      zero_res = Tensor::zeros({1}, DType::F32, a.y.device());
-      m.c = column_vector(zero_res);
-      m.c.rows.col_stride = 0;
-      m.c_chan_div = 1;
-      m.c_chan_mod = 1;
-    }
+    if (r.defined()) m.c = operand(r);
+    m.vectorized = planes && vector_friendly(y) && (!r.defined() || vector_friendly(r));
     FLUXRT_CUDA_CHECK(kern::launch_map(m, c.stream, c.sm_count), "conv2d epilogue");
   }
 }

@@ -5,14 +5,18 @@
 // (ld = x.stride(0)), D = y as column-major N x M (ld = y.stride(0)). No copies, any row strides.
 //
 // Precision: bf16/f16 inputs with f32 accumulation (CUBLAS_COMPUTE_32F); f32 inputs with strict
-// f32 (no TF32: the f32 tolerance is rel-L2 1e-5). Mixed x/W dtypes run in f32 (the weight is
-// widened once and cached). Bias and GELU-tanh go into cuBLASLt's epilogue when x, W and y share
-// a dtype (FLUXRT_CUDA_GELU_EPILOGUE=0 keeps GELU out of it: tests check its formula against the
-// reference); SiLU and the gated residual run in our epilogue kernel on an f32 GEMM result, so
-// the output is rounded once. The algorithm is chosen once per (shape, dtypes, epilogue, strides,
-// alignment) by cuBLASLt's heuristic and cached.
+// f32 (no TF32: the f32 tolerance is rel-L2 1e-5). Split-K partial sums stay in f32 too (the
+// reduction schemes that add them in the output type are excluded). Mixed x/W dtypes run in f32
+// (the weight is widened once and cached). Bias and GELU-tanh go into cuBLASLt's epilogue when x,
+// W and y share a dtype; GELU only for 16-bit outputs (the epilogue's tanh is of unknown accuracy,
+// which a bf16/f16 rounding hides and an f32 result would not; FLUXRT_CUDA_GELU_EPILOGUE=0 keeps it
+// out entirely: tests check its formula against the reference). SiLU and the gated residual run in
+// our epilogue kernel on an f32 GEMM result, so the output is rounded once; so does anything
+// cuBLASLt has no fused algorithm for. The algorithm (or that there is none) is chosen once per
+// (shape, dtypes, epilogue, strides, alignment) by cuBLASLt's heuristic and cached.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -36,6 +40,7 @@ cublasLtHandle_t lt_handle(DeviceContext& c) {
   make_current(c.index);  // the handle and its workspace are per device; the matmul runs on c.stream
   std::lock_guard lock(c.handles_mutex);
   if (!c.cublaslt) {
+    require_not_capturing(c, "[linear] the cuBLASLt workspace");
     cublasLtHandle_t h = nullptr;
     check_lt(cublasLtCreate(&h), "create");
     c.cublaslt = h;
@@ -87,9 +92,16 @@ struct PlanKey {
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
+// A shape's algorithm, or none: cuBLASLt has no algorithm for some fused epilogues (a bias or
+// pointer alignment it cannot use, say), and asking its heuristic again every call would be slow.
+struct Plan {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
 std::mutex g_plan_mutex;
-std::map<PlanKey, cublasLtMatmulAlgo_t>& plan_cache() {
-  static auto* cache = new std::map<PlanKey, cublasLtMatmulAlgo_t>();  // never destroyed: used until exit
+std::map<PlanKey, Plan>& plan_cache() {
+  static auto* cache = new std::map<PlanKey, Plan>();  // never destroyed: used until exit
   return *cache;
 }
 
@@ -105,9 +117,13 @@ struct Layouts {
 };
 
 // D[N x M] = op(W) x, written to `out` (row-major [M, N] with row stride ld_out) in out_type.
-void gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType out_type, int64_t ld_out,
+// False, with nothing run, when cuBLASLt has no algorithm for this configuration.
+bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType out_type, int64_t ld_out,
           cublasLtEpilogue_t epilogue, const Tensor& bias) {
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  // A single row's stride is never used, but cuBLASLt requires leading dimensions >= the rows.
+  const int64_t ldx = M == 1 ? std::max(x.stride(0), K) : x.stride(0);
+  if (M == 1) ld_out = std::max(ld_out, N);
   cublasLtHandle_t handle = lt_handle(c);
   Layouts L;
   check_lt(cublasLtMatmulDescCreate(&L.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -123,20 +139,20 @@ void gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
     check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
   check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype()), K, N, w.stride(0)), "layout W");
-  check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype()), K, M, x.stride(0)), "layout x");
+  check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype()), K, M, ldx), "layout x");
   check_lt(cublasLtMatrixLayoutCreate(&L.d, cuda_type(out_type), N, M, ld_out), "layout y");
 
-  const PlanKey key{c.index, M, N, K, x.stride(0), w.stride(0), ld_out, static_cast<int>(x.dtype()),
+  const PlanKey key{c.index, M, N, K, ldx, w.stride(0), ld_out, static_cast<int>(x.dtype()),
                     static_cast<int>(w.dtype()), static_cast<int>(out_type), static_cast<int>(epilogue),
                     bias_ptr ? static_cast<int>(bias.dtype()) : -1, alignment_of(x.raw_data()),
                     alignment_of(w.raw_data()), alignment_of(out), bias_ptr ? alignment_of(bias_ptr) : 0};
-  cublasLtMatmulAlgo_t algo{};
+  Plan plan;
   bool cached = false;
   {
     std::lock_guard lock(g_plan_mutex);
     auto it = plan_cache().find(key);
     if (it != plan_cache().end()) {
-      algo = it->second;
+      plan = it->second;
       cached = true;
     }
   }
@@ -144,29 +160,37 @@ void gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
     const size_t ws = c.cublaslt_workspace_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    auto set = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+      check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)), "preference");
+    };
+    set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
     const uint32_t ax = alignment_of(x.raw_data()), aw = alignment_of(w.raw_data()), ay = alignment_of(out);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof(ay));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof(ay));
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, aw);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, ax);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, ay);
+    set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, ay);
+    // Split-K may add its partial sums in place in the output type (bf16 partials: one rounding
+    // per split instead of one in all); only no split or an f32 workspace reduction keep the sum in f32.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s =
         cublasLtMatmulAlgoGetHeuristic(handle, L.op, L.a, L.b, L.d, L.d, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    check_lt(s, "heuristic");
-    FLUXRT_CHECK(found > 0, ErrorCode::Unsupported,
-                 "[linear] cuBLASLt has no algorithm for M={} N={} K={} ({} x {} -> {}, epilogue {})", M, N, K,
-                 dtype_name(x.dtype()), dtype_name(w.dtype()), dtype_name(out_type), static_cast<int>(epilogue));
-    algo = result.algo;
+    // NOT_SUPPORTED is how the heuristic says "nothing for this configuration".
+    if (s != CUBLAS_STATUS_NOT_SUPPORTED) check_lt(s, "heuristic");
+    plan.found = s == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    plan.algo = result.algo;
     std::lock_guard lock(g_plan_mutex);
-    plan_cache()[key] = algo;
+    plan_cache()[key] = plan;
   }
+  if (!plan.found) return false;
   const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(handle, L.op, &alpha, w.raw_data(), L.a, x.raw_data(), L.b, &beta, out, L.d, out, L.d, &algo,
-                          c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream),
+  check_lt(cublasLtMatmul(handle, L.op, &alpha, w.raw_data(), L.a, x.raw_data(), L.b, &beta, out, L.d, out, L.d,
+                          &plan.algo, c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream),
            "matmul");
+  return true;
 }
 
 std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias) {
@@ -202,11 +226,16 @@ void linear(const backend::LinearArgs& a) {
   const int64_t M = a.x.size(0), N = state->weight.size(0);
 
   Tensor x = a.x, w = state->weight;
+  // Broadcast rows (stride 0) are no matrix cuBLASLt accepts: packed first.
+  if (M > 1 && x.stride(0) < x.size(1)) x = x.contiguous();
   if (x.dtype() != w.dtype()) {
     // Mixed dtypes: compute in f32 (exact widening of the 16-bit side).
     if (w.dtype() != DType::F32) {
       std::lock_guard lock(state->mutex);
-      if (!state->weight_f32.defined()) state->weight_f32 = w.to(DType::F32);
+      if (!state->weight_f32.defined()) {
+        require_not_capturing(c, "[linear] the widened f32 weight");
+        state->weight_f32 = w.to(DType::F32);
+      }
       w = state->weight_f32;
     }
     if (x.dtype() != DType::F32) x = x.to(DType::F32);
@@ -214,19 +243,26 @@ void linear(const backend::LinearArgs& a) {
   const bool same_type = x.dtype() == a.y.dtype() && w.dtype() == a.y.dtype();
   const bool bias_fusable = !state->bias.defined() || state->bias.dtype() == a.y.dtype();
   const bool act_fusable = a.activation == backend::Activation::None ||
-                           (a.activation == backend::Activation::GeluTanh && gelu_epilogue_allowed());
+                           (a.activation == backend::Activation::GeluTanh && a.y.dtype() != DType::F32 &&
+                            gelu_epilogue_allowed());
   if (same_type && bias_fusable && act_fusable && !a.gate.defined()) {
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
     if (a.activation == backend::Activation::GeluTanh)
       ep = state->bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     else if (state->bias.defined())
       ep = CUBLASLT_EPILOGUE_BIAS;
-    gemm(c, x, w, a.y.raw_data(), a.y.dtype(), a.y.stride(0), ep, state->bias);
-    return;
+    if (gemm(c, x, w, a.y.raw_data(), a.y.dtype(), a.y.stride(0), ep, state->bias)) return;
   }
   // f32 GEMM result, then bias + activation + gated residual and one rounding in our epilogue.
   Scratch acc(c.index, static_cast<size_t>(M * N) * sizeof(float));
-  gemm(c, x, w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT, Tensor());
+  if (!gemm(c, x, w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT, Tensor())) {
+    // Only a misaligned view can leave the plain GEMM without an algorithm: a packed copy is
+    // 256-byte aligned.
+    FLUXRT_CHECK(gemm(c, x.clone(), w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT,
+                      Tensor()),
+                 ErrorCode::Unsupported, "[linear] cuBLASLt has no algorithm for M={} N={} K={} ({} x {})", M, N,
+                 x.size(1), dtype_name(x.dtype()), dtype_name(w.dtype()));
+  }
   kern::Act act = kern::Act::None;
   if (a.activation == backend::Activation::GeluTanh) act = kern::Act::GeluTanh;
   if (a.activation == backend::Activation::Silu) act = kern::Act::Silu;

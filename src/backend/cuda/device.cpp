@@ -102,6 +102,13 @@ void make_current(int index) {
   if (current != index) FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
 }
 
+void require_not_capturing(DeviceContext& c, std::string_view what) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FLUXRT_CUDA_CHECK(cudaStreamIsCapturing(c.stream, &status), "cudaStreamIsCapturing");
+  FLUXRT_CHECK(status == cudaStreamCaptureStatusNone, ErrorCode::Device,
+               "{} would be allocated inside a CUDA graph recording (first use must run outside one)", what);
+}
+
 void synchronize(int index) {
   DeviceContext& c = context(index);
   FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "synchronize");

@@ -36,11 +36,26 @@ __device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
   return __half_as_ushort(__float2half_rn(f));
 }
 
+// float8_e4m3fn / e5m2 widened exactly, bit for bit as core/dtype.h does (an fp8 checkpoint's
+// embedding table is read as stored).
+__device__ __forceinline__ float f8e4m3_bits_to_f32(uint8_t v) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24, a = v & 0x7Fu;
+  if (a == 0x7Fu) return __uint_as_float(sign | 0x7FF00000u);
+  const uint32_t exp = a >> 3, mant = a & 0x7u;
+  if (exp == 0) return __uint_as_float(sign | __float_as_uint(static_cast<float>(mant) * 0x1p-9f));
+  return __uint_as_float(sign | (exp + 127 - 7) << 23 | mant << 20);
+}
+__device__ __forceinline__ float f8e5m2_bits_to_f32(uint8_t v) {
+  return f16_bits_to_f32(static_cast<uint16_t>(static_cast<uint16_t>(v) << 8));  // e5m2 is f16's top byte
+}
+
 __device__ __forceinline__ float load_f(const void* base, DT dt, int64_t i) {
   switch (dt) {
     case DT::F32: return static_cast<const float*>(base)[i];
     case DT::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DT::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DT::F8E4M3: return f8e4m3_bits_to_f32(static_cast<const uint8_t*>(base)[i]);
+    case DT::F8E5M2: return f8e5m2_bits_to_f32(static_cast<const uint8_t*>(base)[i]);
     case DT::F64: return static_cast<float>(static_cast<const double*>(base)[i]);
     case DT::I64: return static_cast<float>(static_cast<const int64_t*>(base)[i]);
     case DT::I32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
