@@ -8,7 +8,10 @@
 namespace fluxrt::ops {
 namespace {
 std::atomic<int64_t> g_replays{0};
-}
+std::atomic<int> g_stand_in_failure{-1};  // an ErrorCode, or -1
+}  // namespace
+
+void DeviceGraph::fail_next_stand_in_recording(ErrorCode code) { g_stand_in_failure.store(static_cast<int>(code)); }
 
 bool DeviceGraph::available(Device device) {
   if (device.is_cpu()) return device.index >= 1;
@@ -18,8 +21,11 @@ bool DeviceGraph::available(Device device) {
 DeviceGraph DeviceGraph::record(Device device, std::function<void()> fn) {
   FLUXRT_CHECK(available(device), ErrorCode::Unsupported, "[graph] no recorded device work on {}", device.str());
   DeviceGraph g;
-  if (device.is_cpu())
+  if (device.is_cpu()) {
+    const int failure = g_stand_in_failure.exchange(-1);
+    if (failure >= 0) fail(static_cast<ErrorCode>(failure), "[graph] recording failed (injected by a test)");
     g.host_stand_in_ = std::move(fn);  // recording runs nothing, as on a GPU
+  }
   else
     g.cuda_ = cuda::capture_graph(device.index, fn);
   return g;

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "core/device.h"
+#include "core/error.h"
 
 namespace fluxrt::cuda {
 struct Graph;
@@ -29,6 +30,11 @@ class DeviceGraph {
   // cuda::capture_graph for what `fn` must not do). Throws Device when recording fails, and
   // Unsupported when !available(device).
   static DeviceGraph record(Device device, std::function<void()> fn);
+
+  // Tests of the callers' fallback: the next record() on a host stand-in (cpu:N) throws an Error
+  // with `code`, as a failed stream capture (Device) or a graph too big for the device
+  // (OutOfMemory) does on a GPU.
+  static void fail_next_stand_in_recording(ErrorCode code);
 
   // Queues one replay (asynchronous on a GPU, like a kernel launch).
   void replay() const;

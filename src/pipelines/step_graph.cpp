@@ -65,7 +65,9 @@ StepGraph::Outputs StepGraph::run(const std::vector<Tensor>& step_inputs) {
         for (size_t i = 0; i < out.size(); ++i) outputs_[i].copy_from(out[i]);
       });
     } catch (const Error& e) {
-      if (e.code() != ErrorCode::Device) throw;
+      // A recording the device refused (an op that synchronises) or could not give memory to (the
+      // graph's own copy of the step's intermediates): the steps run directly, as without graphs.
+      if (e.code() != ErrorCode::Device && e.code() != ErrorCode::OutOfMemory) throw;
       FLUXRT_LOG_WARN("CUDA graph for the denoising step not used: {}; running the steps directly", e.what());
       eager_only_ = true;
       step_.clear();

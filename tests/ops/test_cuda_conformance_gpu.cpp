@@ -1,6 +1,7 @@
 // The CUDA kernel table against the ref table: every slot on random inputs in f32, bf16 and f16,
 // contiguous and strided/misaligned views, with the tolerances of docs/numerics.md (the same
 // compare helper and classes as the CPU conformance tests). Skips without a GPU.
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -213,6 +214,28 @@ TEST(CudaConformance, Linear) {
   const Tensor w = random_normal({96, 64}, DType::BF16, 38, 0, 0.125);
   check({Input{random_normal({9, 64}, DType::F32, 39)}}, TolClass::Gemm,
         [&](auto& t) { return ops::linear(t[0], *ops::prepare_linear(w, Tensor(), t[0].device())); }, "linear f32 x bf16");
+  // Shapes and views the model shapes above do not reach: a modulation-like M=2, K=12288 (where
+  // cuBLASLt likes split-K: its partial sums must stay f32), rows padded and starting one element
+  // in (2-byte aligned: the fused epilogue may have no algorithm and fall back), one row whose
+  // stride is below K (a transposed column), and broadcast rows (stride 0).
+  for (DType d : {DType::BF16, DType::F16}) {
+    const Tensor wide = random_normal({3072, 12288}, d, 50, 0, 1.0 / std::sqrt(12288.0));
+    const Tensor wide_b = random_normal({3072}, d, 51);
+    check({Input{random_normal({2, 12288}, d, 52)}}, TolClass::Gemm,
+          [&](auto& t) { return ops::linear(t[0], *ops::prepare_linear(wide, wide_b, t[0].device())); },
+          "linear split-K prone " + name(d, {2, 12288, 3072}));
+    const Tensor w2 = random_normal({96, 64}, d, 53, 0, 0.125), b2 = random_normal({96}, d, 54);
+    for (auto act : {backend::Activation::None, backend::Activation::GeluTanh})
+      check({strided_input({33, 64}, d, 55)}, TolClass::Gemm,
+            [&](auto& t) { return ops::linear(t[0], *ops::prepare_linear(w2, b2, t[0].device()), act); },
+            "linear misaligned rows " + name(d, {33, 64}));
+    check({Input{random_normal({64, 1}, d, 56), [](const Tensor& t) { return t.transpose(0, 1); }}}, TolClass::Gemm,
+          [&](auto& t) { return ops::linear(t[0], *ops::prepare_linear(w2, b2, t[0].device())); },
+          "linear one row, stride 1 " + name(d, {1, 64}));
+    check({Input{random_normal({1, 64}, d, 57), [](const Tensor& t) { return t.expand({5, 64}); }}}, TolClass::Gemm,
+          [&](auto& t) { return ops::linear(t[0], *ops::prepare_linear(w2, b2, t[0].device())); },
+          "linear broadcast rows " + name(d, {5, 64}));
+  }
 }
 
 // The cuBLASLt GELU epilogue's formula against the reference GELU-tanh, element-wise: W = I makes
@@ -270,6 +293,27 @@ TEST(CudaConformance, Conv2d) {
       }
 }
 
+// Two threads convolving on one device at once (concurrent requests' VAE passes): cuDNN's handle
+// is the device's, used by one thread at a time; every result equals the single-thread one.
+TEST(CudaConformance, Conv2dFromTwoThreadsAtOnce) {
+  FLUXRT_REQUIRE_GPU();
+  const Tensor w = random_normal({32, 16, 3, 3}, DType::BF16, 60, 0, 0.1), b = random_normal({32}, DType::BF16, 61);
+  const auto prepared = ops::prepare_conv2d(w, b, Device::cuda(0));
+  const Tensor x = to_cuda(random_normal({1, 16, 48, 40}, DType::BF16, 62));
+  const Tensor want = to_host(ops::conv2d(x, *prepared, ops::Conv2dOptions::same(3)));
+  std::atomic<int> mismatches{0};
+  auto work = [&] {
+    for (int i = 0; i < 20; ++i) {
+      const Tensor got = to_host(ops::conv2d(x, *prepared, ops::Conv2dOptions::same(3)));
+      if (std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()) != 0) ++mismatches;
+    }
+  };
+  std::thread a(work), c(work);
+  a.join();
+  c.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
 // Memory: round trips through every copy path, device-side conversions, and a clear OOM error.
 TEST(CudaMemory, CopiesAndConversions) {
   FLUXRT_REQUIRE_GPU();
@@ -282,6 +326,40 @@ TEST(CudaMemory, CopiesAndConversions) {
   strided.slice(1, 0, 300000, 2).copy_from(h.slice(1, 0, 300000, 2));  // host -> strided device view
   EXPECT_EQ(strided.item({2, 4}), static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(h.item({2, 4}))))));
   EXPECT_EQ(strided.item({2, 5}), 0.0);
+}
+
+// Device conversions with integers and fp8, bit for bit as the host converts: integers beyond
+// f32's 24 bits (and int64 beyond double's 53), wrapping narrowings, out-of-range float -> int,
+// fp8 widening.
+TEST(CudaMemory, DeviceConversionsMatchHost) {
+  FLUXRT_REQUIRE_GPU();
+  auto ints = [](const std::vector<int64_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::I64);
+    for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+    return t;
+  };
+  const Tensor i64 = ints({16777217, -16777219, 3000000000, -5, 0, 1, 255, 256});
+  const Tensor big = ints({(int64_t{1} << 53) + 1, -(int64_t{1} << 62) - 3});
+  const Tensor floats = Tensor::from_vector({3.9f, -3.9f, 1e10f, -1e20f, 300.5f, -0.5f, 65504.0f, 1e-3f}, {8});
+  const Tensor f8 = random_normal({64}, DType::F8E4M3, 58, 0, 50);
+  const Tensor e5 = random_normal({64}, DType::F8E5M2, 59, 0, 500);
+  struct Case { Tensor src; std::vector<DType> to; std::string what; };
+  const std::vector<Case> cases{
+      {i64, {DType::I32, DType::I16, DType::I8, DType::U8, DType::Bool, DType::F32, DType::F64, DType::BF16, DType::F16},
+       "i64"},
+      {big, {DType::I32, DType::F32, DType::F64, DType::I16}, "i64 beyond 2^53"},
+      {i64.to(DType::I32), {DType::I64, DType::F32, DType::F64, DType::I8}, "i32"},
+      {floats, {DType::I64, DType::I32, DType::I16, DType::U8, DType::Bool}, "f32 -> integers"},
+      {f8, {DType::F32, DType::BF16, DType::F16}, "f8e4m3"},
+      {e5, {DType::F32, DType::BF16, DType::F16}, "f8e5m2"},
+  };
+  for (const Case& c : cases)
+    for (DType to : c.to) {
+      SCOPED_TRACE(c.what + " -> " + std::string(dtype_name(to)));
+      const Tensor want = c.src.to(to), got = to_host(to_cuda(c.src).to(to));
+      ASSERT_EQ(got.nbytes(), want.nbytes());
+      EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0);
+    }
 }
 
 // Tensor::fill / zeros on the device (the backend's fill hook: a memset for zero bits in one

@@ -5,11 +5,14 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "../ops/cuda_test_util.h"  // FLUXRT_REQUIRE_GPU
 #include "ops/device_graph.h"
+#include "ops/elementwise.h"
 #include "pipeline_test_support.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
@@ -21,6 +24,39 @@ namespace fs = std::filesystem;
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 
 const Device kGpu = Device::cuda(0);
+
+// A recording belongs to the recording thread only: another thread's work on the same device
+// meanwhile (allocations, kernels, a download) runs at once and right, and is not replayed with the
+// graph. The recording waits inside its function until the other thread has finished.
+TEST(CudaStepGraph, OtherThreadsWorkRunsDuringARecording) {
+  FLUXRT_REQUIRE_GPU();
+  auto on_gpu = [](std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    Tensor t = Tensor::empty({n}, DType::F32, kGpu);
+    t.copy_from(Tensor::from_vector(v, Shape{n}));
+    return t;
+  };
+  const Tensor in = on_gpu({1, 2, 3});
+  Tensor out = Tensor::zeros({3}, DType::F32, kGpu);
+  const Tensor other_in = on_gpu({5, 6, 7});
+  std::atomic<bool> other_done{false};
+  std::vector<float> other_result;
+  std::thread other;
+  const ops::DeviceGraph graph = ops::DeviceGraph::record(kGpu, [&] {
+    other = std::thread([&] {
+      const Tensor r = ops::mul(ops::add(other_in, other_in), other_in);  // allocates, launches
+      other_result = r.to_vector();                                         // downloads (synchronises)
+      other_done = true;
+    });
+    while (!other_done) std::this_thread::yield();
+    out.copy_from(ops::add(ops::mul(in, in), in));
+  });
+  other.join();
+  EXPECT_EQ(other_result, (std::vector<float>{50, 72, 98}));
+  EXPECT_EQ(out.to_vector(), (std::vector<float>{0, 0, 0})) << "recording runs nothing";
+  graph.replay();
+  EXPECT_EQ(out.to_vector(), (std::vector<float>{2, 6, 12}));
+}
 
 TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
   FLUXRT_REQUIRE_GPU();

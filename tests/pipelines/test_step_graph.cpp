@@ -195,6 +195,42 @@ TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
   EXPECT_THROW(graph.run({on_dev({1, 1})}), Error) << "a step input of another shape";
 }
 
+// A recording that fails for the device (a capture it refused) or for memory (no room for the
+// graph's intermediates) leaves the request running its steps directly, same results; any other
+// error is the caller's.
+TEST(StepGraph, RecordingRefusedOrOutOfMemoryRunsStepsDirectly) {
+  const Device dev = Device::placement_check();
+  auto on_dev = [&](std::vector<float> v) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    Tensor t = Tensor::empty({n}, DType::F32, dev);
+    t.copy_from(Tensor::from_vector(v, Shape{n}));
+    return t;
+  };
+  const std::vector<Tensor> request{on_dev({1, 2, 3})};
+  auto step = [](const std::vector<Tensor>& req, const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{ops::add(ops::mul(in[0], req[0]), req[0])};
+  };
+  for (ErrorCode code : {ErrorCode::Device, ErrorCode::OutOfMemory}) {
+    SCOPED_TRACE(static_cast<int>(code));
+    StepGraph graph(dev, StepGraphKey(request, {Shape{3}}), step);
+    graph.begin_request(request);
+    const int64_t replays = ops::device_graph_replays();
+    EXPECT_EQ(graph.run({on_dev({1, 1, 1})}).tensors[0].to_vector(), (std::vector<float>{2, 4, 6}));
+    ops::DeviceGraph::fail_next_stand_in_recording(code);
+    for (int i = 0; i < 3; ++i) {
+      const StepGraph::Outputs out = graph.run({on_dev({2, 2, 2})});
+      EXPECT_FALSE(out.replayed);
+      EXPECT_EQ(out.tensors[0].to_vector(), (std::vector<float>{3, 6, 9}));
+    }
+    EXPECT_EQ(ops::device_graph_replays(), replays);
+  }
+  StepGraph graph(dev, StepGraphKey(request, {Shape{3}}), step);
+  graph.begin_request(request);
+  graph.run({on_dev({1, 1, 1})});
+  ops::DeviceGraph::fail_next_stand_in_recording(ErrorCode::InvalidArgument);
+  EXPECT_THROW(graph.run({on_dev({1, 1, 1})}), Error);
+}
+
 // The cache's bookkeeping: a graph taken out is not handed to a second request of its shape (that
 // one gets a fresh graph; of the two given back the newer is kept), beyond kCapacity shapes the
 // least recently given back is dropped, and a device out of memory takes every kept graph.

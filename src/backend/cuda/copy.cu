@@ -39,9 +39,15 @@ __global__ void fill_bits_kernel(Word* dst, Word pattern, CopyLayout l, int64_t 
 __device__ __forceinline__ double load_d(const void* p, DT dt, int64_t i) {
   switch (dt) {
     case DT::F64: return static_cast<const double*>(p)[i];
-    case DT::I64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    default: return load_f(p, dt, i);
+    default: return load_f(p, dt, i);  // a float source (integers take store_from_integer)
   }
+}
+
+__device__ __forceinline__ int32_t truncate_i32(double v) {
+  return v > -2147483649.0 && v < 2147483648.0 ? static_cast<int32_t>(v) : INT32_MIN;
+}
+__device__ __forceinline__ int64_t truncate_i64(double v) {
+  return v >= -0x1p63 && v < 0x1p63 ? static_cast<int64_t>(v) : INT64_MIN;
 }
 
 __device__ __forceinline__ void store_d(void* p, DT dt, int64_t i, double v) {
@@ -50,22 +56,59 @@ __device__ __forceinline__ void store_d(void* p, DT dt, int64_t i, double v) {
     case DT::F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
     case DT::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(static_cast<float>(v)); return;
     case DT::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(static_cast<float>(v)); return;
-    // Integer targets truncate toward zero and wrap, like c10's casts through int64.
-    case DT::I64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
-    case DT::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); return;
-    case DT::I16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(static_cast<int64_t>(v)); return;
-    case DT::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); return;
-    case DT::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); return;
+    // Integer targets truncate toward zero, with x86's "integer indefinite" (INT_MIN of the 32- or
+    // 64-bit conversion) for NaN and out-of-range values, narrowed by wrapping: the host's rule
+    // (core/dtype.h), where the GPU's own conversion would saturate.
+    case DT::I64: static_cast<int64_t*>(p)[i] = truncate_i64(v); return;
+    case DT::I32: static_cast<int32_t*>(p)[i] = truncate_i32(v); return;
+    case DT::I16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(truncate_i32(v)); return;
+    case DT::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(truncate_i32(v)); return;
+    case DT::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(truncate_i64(v)); return;
     case DT::Bool: static_cast<uint8_t*>(p)[i] = v != 0.0; return;
     default: return;
   }
 }
 
+__device__ __forceinline__ bool is_integer(DT dt) {
+  return dt == DT::I64 || dt == DT::I32 || dt == DT::I16 || dt == DT::I8 || dt == DT::U8 || dt == DT::Bool;
+}
+
+__device__ __forceinline__ int64_t load_i(const void* p, DT dt, int64_t i) {
+  switch (dt) {
+    case DT::I64: return static_cast<const int64_t*>(p)[i];
+    case DT::I32: return static_cast<const int32_t*>(p)[i];
+    case DT::I16: return static_cast<const int16_t*>(p)[i];
+    case DT::I8: return static_cast<const int8_t*>(p)[i];
+    default: return static_cast<const uint8_t*>(p)[i];  // U8, Bool
+  }
+}
+
+// An integer source, exactly: integer targets wrap (as c10's casts), float targets round once from
+// the integer (f32 directly; bf16/f16 through f32, as c10 does). Through double, int64 -> int32
+// lost everything above 2^53 and int32 -> f32 was rounded twice.
+__device__ __forceinline__ void store_from_integer(void* p, DT dt, int64_t i, int64_t v) {
+  switch (dt) {
+    case DT::F64: static_cast<double*>(p)[i] = static_cast<double>(v); return;
+    case DT::F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    case DT::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(static_cast<float>(v)); return;
+    case DT::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(static_cast<float>(v)); return;
+    case DT::I64: static_cast<int64_t*>(p)[i] = v; return;
+    case DT::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
+    case DT::I16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); return;
+    case DT::I8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); return;
+    case DT::U8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); return;
+    case DT::Bool: static_cast<uint8_t*>(p)[i] = v != 0; return;
+    default: return;
+  }
+}
+
 __global__ void convert_kernel(void* dst, DT dst_dt, const void* src, DT src_dt, CopyLayout l, int64_t n) {
+  const bool integer_source = is_integer(src_dt);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     int64_t d, s;
     offsets(l, i, &d, &s);
-    store_d(dst, dst_dt, d, load_d(src, src_dt, s));
+    if (integer_source) store_from_integer(dst, dst_dt, d, load_i(src, src_dt, s));
+    else store_d(dst, dst_dt, d, load_d(src, src_dt, s));
   }
 }
 

@@ -126,15 +126,15 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
     const size_t bytes = kern::attention_tc_scratch_bytes(p);
     Scratch scratch(c.index, bytes + sizeof(int));
     int* counter = reinterpret_cast<int*>(static_cast<char*>(scratch.get()) + bytes);
-    if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream), "attention");
+    if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream()), "attention");
     const bool online = force_online || online_env || p.dtype == DType::F16;
-    FLUXRT_CUDA_CHECK(kern::launch_attention_tc(p, online, scratch.get(), stats ? counter : nullptr, c.stream),
+    FLUXRT_CUDA_CHECK(kern::launch_attention_tc(p, online, scratch.get(), stats ? counter : nullptr, c.stream()),
                       "attention (tensor cores)");
     if (stats) {
       int fallback = 0;
-      FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream),
+      FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream()),
                         "attention");
-      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "attention");
+      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "attention");
       const int64_t rows = p.B * p.H * p.Lq;
       stats->calls += 1;
       stats->rows += rows;
@@ -147,14 +147,14 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
   // Scratch: max |k_j| per (batch, kv head), then the fallback-row counter.
   Scratch scratch(c.index, sizeof(float) * static_cast<size_t>(p.B * p.Hkv) + sizeof(int));
   int* counter = reinterpret_cast<int*>(scratch.as<float>() + p.B * p.Hkv);
-  if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream), "attention");
+  if (stats) FLUXRT_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), c.stream()), "attention");
   const bool fixed = !force_online && !online_env;
-  FLUXRT_CUDA_CHECK(kern::launch_attention(p, fixed, scratch.as<float>(), stats ? counter : nullptr, c.stream),
+  FLUXRT_CUDA_CHECK(kern::launch_attention(p, fixed, scratch.as<float>(), stats ? counter : nullptr, c.stream()),
                     "attention");
   if (stats) {
     int fallback = 0;
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream), "attention");
-    FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "attention");
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream()), "attention");
+    FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "attention");
     stats->calls += 1;
     stats->rows += p.B * p.H * p.Lq;
     stats->fallback_rows += fallback;

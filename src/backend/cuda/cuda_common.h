@@ -5,7 +5,9 @@
 //
 // Ordering model: every kernel, copy, allocation and free of a device goes to that device's one
 // stream, so stream order alone makes buffers safe to reuse (stream-ordered allocation) and no
-// event juggling is needed. Host-visible results (downloads) synchronise the stream.
+// event juggling is needed. Host-visible results (downloads) synchronise the stream. The one
+// exception is a thread recording a CUDA graph: its work goes to the recording's own stream (see
+// DeviceContext::stream), and the recorded graph is then launched on the device's stream.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -37,7 +39,12 @@ namespace fluxrt::cuda {
 
 struct DeviceContext {
   int index = 0;
-  cudaStream_t stream = nullptr;
+  cudaStream_t default_stream = nullptr;  // the device's one stream
+  // Where the calling thread's work on this device goes: default_stream, except while this thread
+  // records a graph (graph.cpp), when it is that recording's private stream. Capture belongs to a
+  // stream, not a thread: recording on the shared stream would also record (and not run) what
+  // other threads queue on the device meanwhile.
+  cudaStream_t stream() const;
   cudaMemPool_t pool = nullptr;
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
@@ -87,11 +94,23 @@ inline void require_on_device(const Tensor& t, std::string_view op, std::string_
     fail(ErrorCode::InvalidArgument, "[{}] {} is a host tensor but the kernel runs on CUDA", op, name);
 }
 
+// Sends the calling thread's work on device `index` to `s` (nullptr: back to the device's stream).
+// Only graph.cpp's recording uses it.
+void set_thread_stream(int index, cudaStream_t s);
+// Blocks allocated by the calling thread's current recording: a recording may free only those on
+// its own stream (memory.cpp frees any other block on the device's stream).
+void note_recorded_allocation(void* p);
+bool forget_recorded_allocation(void* p);  // true when p was one (and is no longer tracked)
+
 // Long-lived buffers made on first use (library workspaces, widened weights) must not be made
 // while the device's stream records a CUDA graph: the allocation would belong to the graph. The
 // pipelines run a step directly before recording one, so this only fails for a new use inside a
 // recording, with Error(Device) naming `what` (the recording then falls back to direct steps).
 void require_not_capturing(DeviceContext& c, std::string_view what);
+
+// Waits for the device's stream and gives what the pool caches unused, and graph memory no graph
+// holds, back to the driver (memory.cpp): the first step of the out-of-memory path.
+void trim_cached_memory(DeviceContext& c);
 
 // Device memory from the caching allocator (memory.cpp), for kernel scratch.
 void* device_allocate(int index, size_t bytes);

@@ -37,7 +37,7 @@ cudnnHandle_t dnn_handle(DeviceContext& c) {
     c.cudnn = h;
   }
   auto h = static_cast<cudnnHandle_t>(c.cudnn);
-  check_dnn(cudnnSetStream(h, c.stream), "set stream");
+  check_dnn(cudnnSetStream(h, c.stream()), "set stream");
   return h;
 }
 
@@ -141,7 +141,7 @@ void conv2d(const backend::Conv2dArgs& a) {
     const int64_t Wo = W * up + (symmetric ? 0 : a.pad_left + a.pad_right);
     Tensor staged = Tensor::empty({N, C, Ho, Wo}, dt, a.x.device());
     FLUXRT_CUDA_CHECK(kern::launch_pad_upsample(x.raw_data(), staged.raw_data(), dt, N * C, H, W, up, pt, pl, Ho, Wo,
-                                                c.stream, c.sm_count),
+                                                c.stream(), c.sm_count),
                       "conv2d input");
     x = staged;
     if (!symmetric) pad_h = pad_w = 0;
@@ -242,7 +242,7 @@ void conv2d(const backend::Conv2dArgs& a) {
     }
     if (r.defined()) m.c = operand(r);
     m.vectorized = planes && vector_friendly(y) && (!r.defined() || vector_friendly(r));
-    FLUXRT_CUDA_CHECK(kern::launch_map(m, c.stream, c.sm_count), "conv2d epilogue");
+    FLUXRT_CUDA_CHECK(kern::launch_map(m, c.stream(), c.sm_count), "conv2d epilogue");
   }
 }
 

@@ -32,7 +32,7 @@ void run_map(kern::MapArgs& m, const Tensor& a, const Tensor& b, const Tensor& c
   m.cols = cols_of(yr);
   m.vectorized = vector_friendly(ar) && vector_friendly(yr) && (m.b_chan_div > 0 || vector_friendly(b)) &&
                  (m.c_chan_div > 0 || vector_friendly(c));
-  FLUXRT_CUDA_CHECK(kern::launch_map(m, ctx.stream, ctx.sm_count), op);
+  FLUXRT_CUDA_CHECK(kern::launch_map(m, ctx.stream(), ctx.sm_count), op);
 }
 
 void unary(const backend::UnaryArgs& a) {
@@ -79,7 +79,7 @@ void run_rows(kern::RowArgs& r, const Tensor& x, const Tensor& y, const char* op
   r.y = operand(yr);
   r.rows = rows_of(xr);
   r.cols = cols_of(xr);
-  FLUXRT_CUDA_CHECK(kern::launch_rows(r, ctx.stream, ctx.sm_count), op);
+  FLUXRT_CUDA_CHECK(kern::launch_rows(r, ctx.stream(), ctx.sm_count), op);
 }
 
 void softmax(const backend::SoftmaxArgs& a) {
@@ -137,7 +137,7 @@ void embedding(const backend::EmbeddingArgs& a) {
                  "[embedding] id {} at position {} is outside the table's {} rows", id, i, V);
   }
   FLUXRT_CUDA_CHECK(kern::launch_embedding(a.ids.raw_data(), a.ids.dtype(), a.ids.stride(0), a.ids.numel(),
-                                           operand(a.table), operand(a.out), a.table.size(1), ctx.stream,
+                                           operand(a.table), operand(a.out), a.table.size(1), ctx.stream(),
                                            ctx.sm_count),
                     "embedding");
 }
@@ -153,7 +153,7 @@ void group_norm(const backend::GroupNormArgs& a) {
   Scratch partials(ctx.index, static_cast<size_t>(kern::group_norm_scratch_floats(N, a.groups)) * sizeof(float));
   FLUXRT_CUDA_CHECK(kern::launch_group_norm(a.x.raw_data(), a.x.dtype(), a.y.raw_data(), a.y.dtype(),
                                             column_vector(a.weight), column_vector(a.bias), N, C, hw, a.groups, a.eps,
-                                            a.silu, partials.as<float>(), ctx.stream, ctx.sm_count),
+                                            a.silu, partials.as<float>(), ctx.stream(), ctx.sm_count),
                     "group_norm");
 }
 
@@ -168,7 +168,7 @@ void upsample_nearest_2x(const backend::Upsample2xArgs& a) {
   const int64_t H = a.x.size(-2), W = a.x.size(-1);
   const int64_t planes = H * W == 0 ? 0 : a.x.numel() / (H * W);
   FLUXRT_CUDA_CHECK(kern::launch_pad_upsample(a.x.raw_data(), a.y.raw_data(), a.x.dtype(), planes, H, W, 2, 0, 0,
-                                              2 * H, 2 * W, ctx.stream, ctx.sm_count),
+                                              2 * H, 2 * W, ctx.stream(), ctx.sm_count),
                     "upsample_nearest_2x");
 }
 

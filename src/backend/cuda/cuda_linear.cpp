@@ -37,7 +37,7 @@ void check_lt(cublasStatus_t s, const char* what) {
 }
 
 cublasLtHandle_t lt_handle(DeviceContext& c) {
-  make_current(c.index);  // the handle and its workspace are per device; the matmul runs on c.stream
+  make_current(c.index);  // the handle and its workspace are per device; the matmul runs on c.stream()
   std::lock_guard lock(c.handles_mutex);
   if (!c.cublaslt) {
     require_not_capturing(c, "[linear] the cuBLASLt workspace");
@@ -188,7 +188,7 @@ bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
   if (!plan.found) return false;
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(handle, L.op, &alpha, w.raw_data(), L.a, x.raw_data(), L.b, &beta, out, L.d, out, L.d,
-                          &plan.algo, c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream),
+                          &plan.algo, c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream()),
            "matmul");
   return true;
 }
@@ -267,7 +267,7 @@ void linear(const backend::LinearArgs& a) {
   if (a.activation == backend::Activation::GeluTanh) act = kern::Act::GeluTanh;
   if (a.activation == backend::Activation::Silu) act = kern::Act::Silu;
   FLUXRT_CUDA_CHECK(kern::launch_linear_epilogue(acc.as<float>(), N, operand(a.y), column_vector(state->bias), act,
-                                                 column_vector(a.gate), operand(a.residual), M, N, c.stream,
+                                                 column_vector(a.gate), operand(a.residual), M, N, c.stream(),
                                                  c.sm_count),
                     "linear epilogue");
 }

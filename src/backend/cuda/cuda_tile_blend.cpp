@@ -28,7 +28,7 @@ void tile_blend(const backend::TileBlendArgs& a) {
   p.ramp_bottom = a.ramp_bottom;
   p.ramp_left = a.ramp_left;
   p.ramp_right = a.ramp_right;
-  FLUXRT_CUDA_CHECK(kern::launch_tile_blend(p, ctx.stream, ctx.sm_count), "tile_blend");
+  FLUXRT_CUDA_CHECK(kern::launch_tile_blend(p, ctx.stream(), ctx.sm_count), "tile_blend");
 }
 
 void tile_normalize(const backend::TileNormalizeArgs& a) {
@@ -39,7 +39,7 @@ void tile_normalize(const backend::TileNormalizeArgs& a) {
   const int64_t hw = a.weight_sum.numel();
   FLUXRT_CUDA_CHECK(kern::launch_tile_normalize(
                         a.acc.data<float>(), a.weight_sum.data<float>(), a.out.raw_data(), a.out.dtype(),
-                        hw == 0 ? 0 : a.acc.numel() / hw, hw, ctx.stream, ctx.sm_count),
+                        hw == 0 ? 0 : a.acc.numel() / hw, hw, ctx.stream(), ctx.sm_count),
                     "tile_normalize");
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <unordered_set>
 #include <memory>
 
 #include "backend/cuda/cuda_common.h"
@@ -42,7 +43,7 @@ std::unique_ptr<DeviceContext> create_context(int index) {
   c->cc_major = prop.major;
   c->cc_minor = prop.minor;
   c->total_bytes = prop.totalGlobalMem;
-  FLUXRT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  FLUXRT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->default_stream, cudaStreamNonBlocking), "cudaStreamCreate");
   FLUXRT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&c->pool, index), "cudaDeviceGetDefaultMemPool");
   // Keep freed blocks in the pool instead of returning them to the driver at every synchronise:
   // this is what makes cudaMallocAsync a caching allocator (memory.cpp trims it on OOM).
@@ -55,6 +56,9 @@ std::unique_ptr<DeviceContext> create_context(int index) {
 }  // namespace
 
 void fail_cuda(cudaError_t status, std::string_view what) {
+  // The runtime also keeps the error as the thread's last one; left there, the next launch that
+  // asks (cudaGetLastError) would report it, failing whatever a caller does after catching this.
+  cudaGetLastError();
   if (status == cudaErrorMemoryAllocation)
     fail(ErrorCode::OutOfMemory, "[{}] CUDA out of memory ({})", what, cudaGetErrorString(status));
   fail(ErrorCode::Device, "[{}] CUDA error {}: {}", what, cudaGetErrorName(status), cudaGetErrorString(status));
@@ -102,16 +106,34 @@ void make_current(int index) {
   if (current != index) FLUXRT_CUDA_CHECK(cudaSetDevice(index), "cudaSetDevice");
 }
 
+namespace {
+struct ThreadStream {
+  int index = -1;
+  cudaStream_t stream = nullptr;
+  std::unordered_set<void*> allocations;  // made by this thread's recording
+};
+thread_local ThreadStream t_stream;
+}  // namespace
+
+cudaStream_t DeviceContext::stream() const {
+  return t_stream.index == index && t_stream.stream ? t_stream.stream : default_stream;
+}
+
+void set_thread_stream(int index, cudaStream_t s) { t_stream = s ? ThreadStream{index, s, {}} : ThreadStream{}; }
+
+void note_recorded_allocation(void* p) { t_stream.allocations.insert(p); }
+bool forget_recorded_allocation(void* p) { return t_stream.allocations.erase(p) > 0; }
+
 void require_not_capturing(DeviceContext& c, std::string_view what) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  FLUXRT_CUDA_CHECK(cudaStreamIsCapturing(c.stream, &status), "cudaStreamIsCapturing");
+  FLUXRT_CUDA_CHECK(cudaStreamIsCapturing(c.stream(), &status), "cudaStreamIsCapturing");
   FLUXRT_CHECK(status == cudaStreamCaptureStatusNone, ErrorCode::Device,
                "{} would be allocated inside a CUDA graph recording (first use must run outside one)", what);
 }
 
 void synchronize(int index) {
   DeviceContext& c = context(index);
-  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "synchronize");
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "synchronize");
 }
 
 }  // namespace fluxrt::cuda

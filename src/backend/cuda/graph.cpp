@@ -23,52 +23,100 @@ struct Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   ~Graph() {
-    // A launch may still be running: wait for the stream before the executable goes (the graph's
-    // own memory is returned with it). Errors are ignored: destructors must not throw.
+    // No wait for a launch in flight: the driver frees an executable in use once its work is done.
+    // Then the graph memory it leaves unused goes back to the driver, where the free-memory figure
+    // (and a VAE decode's plan) can see it. Errors are ignored: destructors must not throw.
     int previous = -1;
     if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
-    if (cudaSetDevice(index) == cudaSuccess) {
-      try {
-        if (cudaStreamSynchronize(context(index).stream) != cudaSuccess) cudaGetLastError();
-      } catch (const Error&) {
-      }
-    }
     if (exec && cudaGraphExecDestroy(exec) != cudaSuccess) cudaGetLastError();
     if (graph && cudaGraphDestroy(graph) != cudaSuccess) cudaGetLastError();
+    if (cudaDeviceGraphMemTrim(index) != cudaSuccess) cudaGetLastError();
     if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
   }
 };
+
+namespace {
+
+// The recording's own stream, this thread's stream for the device while it lives (see
+// DeviceContext::stream): other threads' work on the device keeps running on the device's stream
+// instead of being recorded. Nothing ever executes on it, so it is destroyed at once.
+class RecordingStream {
+ public:
+  explicit RecordingStream(int index) : index_(index) {
+    FLUXRT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "graph: recording stream");
+    set_thread_stream(index_, stream_);
+  }
+  ~RecordingStream() {
+    set_thread_stream(index_, nullptr);
+    if (cudaStreamDestroy(stream_) != cudaSuccess) cudaGetLastError();
+  }
+  RecordingStream(const RecordingStream&) = delete;
+  RecordingStream& operator=(const RecordingStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  int index_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Maps the graph's memory now, on the device's stream, so a device too full for it fails here (the
+// step then runs directly) rather than at a replay. The pool still caches the direct step's
+// intermediates, the same sizes the graph needs: on failure those go back to the driver and the
+// upload is tried once more.
+void upload_graph(DeviceContext& c, cudaGraphExec_t exec) {
+  cudaError_t status = cudaGraphUpload(exec, c.default_stream);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    trim_cached_memory(c);
+    status = cudaGraphUpload(exec, c.default_stream);
+  }
+  FLUXRT_CUDA_CHECK(status, "graph: upload");
+}
+
+}  // namespace
 
 std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn) {
   DeviceContext& c = context(index);  // makes the device current
   auto g = std::make_shared<Graph>();
   g->index = index;
-  // Thread-local mode: only this thread's unsafe calls (a synchronous copy, cudaMalloc) break the
-  // recording; other threads may keep working on other streams.
-  FLUXRT_CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal), "graph: begin capture");
-  try {
-    fn();
-  } catch (...) {
-    cudaGraph_t partial = nullptr;
-    if (cudaStreamEndCapture(c.stream, &partial) != cudaSuccess) cudaGetLastError();
-    if (partial) cudaGraphDestroy(partial);
-    throw;
-  }
-  const cudaError_t ended = cudaStreamEndCapture(c.stream, &g->graph);
-  if (ended != cudaSuccess) {
-    cudaGetLastError();
-    fail(ErrorCode::Device,
-         "[graph] recording the step failed: {} ({}); an op synchronised, downloaded or uploaded from pageable "
-         "memory inside it",
-         cudaGetErrorName(ended), cudaGetErrorString(ended));
+  {
+    RecordingStream recording(index);
+    // Thread-local mode: this thread's unsafe calls (a synchronous copy, cudaMalloc) break the
+    // recording; other threads' calls are theirs (and their work goes to the device's stream).
+    FLUXRT_CUDA_CHECK(cudaStreamBeginCapture(recording.get(), cudaStreamCaptureModeThreadLocal),
+                      "graph: begin capture");
+    try {
+      fn();
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(recording.get(), &partial) != cudaSuccess) cudaGetLastError();
+      if (partial && cudaGraphDestroy(partial) != cudaSuccess) cudaGetLastError();
+      throw;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(recording.get(), &g->graph);
+    if (ended != cudaSuccess) {
+      cudaGetLastError();
+      fail(ErrorCode::Device,
+           "[graph] recording the step failed: {} ({}); an op synchronised, downloaded or uploaded from pageable "
+           "memory inside it",
+           cudaGetErrorName(ended), cudaGetErrorString(ended));
+    }
   }
   FLUXRT_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0), "graph: instantiate");
+  upload_graph(c, g->exec);
   return g;
 }
 
 void launch_graph(const Graph& graph) {
   DeviceContext& c = context(graph.index);
-  FLUXRT_CUDA_CHECK(cudaGraphLaunch(graph.exec, c.stream), "graph: launch");
+  // A kept graph whose memory was trimmed (to make room for something else) maps it again here.
+  cudaError_t status = cudaGraphLaunch(graph.exec, c.default_stream);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    trim_cached_memory(c);
+    status = cudaGraphLaunch(graph.exec, c.default_stream);
+  }
+  FLUXRT_CUDA_CHECK(status, "graph: launch");
 }
 
 }  // namespace fluxrt::cuda

@@ -55,10 +55,18 @@ std::unique_ptr<DeviceContext::StagingSet> take_staging(DeviceContext& c) {
     }
   }
   auto set = std::make_unique<DeviceContext::StagingSet>();
-  for (int i = 0; i < 2; ++i) {
-    FLUXRT_CUDA_CHECK(cudaHostAlloc(&set->buffer[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
-    FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&set->free[i], cudaEventDisableTiming), "staging event");
-    FLUXRT_CUDA_CHECK(cudaEventRecord(set->free[i], c.stream), "staging event");
+  try {
+    // Events never recorded stand for no work: the first wait on each returns at once.
+    for (int i = 0; i < 2; ++i) {
+      FLUXRT_CUDA_CHECK(cudaHostAlloc(&set->buffer[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
+      FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&set->free[i], cudaEventDisableTiming), "staging event");
+    }
+  } catch (const Error&) {
+    for (int i = 0; i < 2; ++i) {
+      if (set->buffer[i] && cudaFreeHost(set->buffer[i]) != cudaSuccess) cudaGetLastError();
+      if (set->free[i] && cudaEventDestroy(set->free[i]) != cudaSuccess) cudaGetLastError();
+    }
+    throw;
   }
   return set;
 }
@@ -84,17 +92,20 @@ void upload_staged(DeviceContext& c, void* dst, const void* src, size_t bytes) {
     // Wait until the DMA that last read this buffer has finished, then refill it.
     FLUXRT_CUDA_CHECK(cudaEventSynchronize(set->free[turn]), "upload");
     std::memcpy(set->buffer[turn], from + done, n);
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(to + done, set->buffer[turn], n, cudaMemcpyHostToDevice, c.stream), "upload");
-    FLUXRT_CUDA_CHECK(cudaEventRecord(set->free[turn], c.stream), "upload");
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(to + done, set->buffer[turn], n, cudaMemcpyHostToDevice, c.stream()), "upload");
+    FLUXRT_CUDA_CHECK(cudaEventRecord(set->free[turn], c.stream()), "upload");
   }
 }
 
 void upload_bytes(DeviceContext& c, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  // Recorded, a copy from host memory would replay whatever that memory holds later (a staging
+  // buffer reused by the next upload): graphs take their inputs in device buffers instead.
+  require_not_capturing(c, "[upload] a host-to-device copy");
   if (bytes < kDirectCopyLimit) {
     // Pageable source: the driver copies it to its own staging memory before returning, so the
     // caller may free `src` at once.
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c.stream), "upload");
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c.stream()), "upload");
     return;
   }
   upload_staged(c, dst, src, bytes);
@@ -102,8 +113,9 @@ void upload_bytes(DeviceContext& c, void* dst, const void* src, size_t bytes) {
 
 void download_bytes(DeviceContext& c, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c.stream), "download");
-  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "download");
+  require_not_capturing(c, "[download] a device-to-host copy");
+  FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c.stream()), "download");
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "download");
 }
 
 // Host tensor -> device tensor (same shape): the host side does layout and dtype conversion
@@ -139,6 +151,12 @@ void device_to_host(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
+void trim_cached_memory(DeviceContext& c) {
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.default_stream), "allocate");
+  if (cudaDeviceGraphMemTrim(c.index) != cudaSuccess) cudaGetLastError();
+  if (cudaMemPoolTrimTo(c.pool, 0) != cudaSuccess) cudaGetLastError();
+}
+
 void* device_allocate(int index, size_t bytes) {
   DeviceContext& c = context(index);
   const size_t rounded = std::max<size_t>((bytes + 255) / 256 * 256, 256);
@@ -147,12 +165,10 @@ void* device_allocate(int index, size_t bytes) {
   // of dropped graphs) back to the driver, and retry.
   auto trim_and_retry = [&] {
     cudaGetLastError();
-    FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream), "allocate");
-    cudaDeviceGraphMemTrim(index);
-    cudaMemPoolTrimTo(c.pool, 0);
-    return cudaMallocAsync(&p, rounded, c.pool, c.stream);
+    trim_cached_memory(c);
+    return cudaMallocAsync(&p, rounded, c.pool, c.stream());
   };
-  cudaError_t status = cudaMallocAsync(&p, rounded, c.pool, c.stream);
+  cudaError_t status = cudaMallocAsync(&p, rounded, c.pool, c.stream());
   // First what the pool caches (freed blocks of the wrong sizes), then what the memory caches hold
   // (kept step graphs, core/device_memory.h), each followed by one retry.
   if (status == cudaErrorMemoryAllocation) status = trim_and_retry();
@@ -163,6 +179,7 @@ void* device_allocate(int index, size_t bytes) {
   }
   FLUXRT_CUDA_CHECK(status, "cudaMallocAsync");
   note_alloc(c, p, rounded);
+  if (c.stream() != c.default_stream) note_recorded_allocation(p);
   return p;
 }
 
@@ -175,18 +192,29 @@ void device_release(int index, void* ptr) {
   if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
   try {
     DeviceContext& c = context(index);
-    size_t bytes = 0;
-    {
-      std::lock_guard lock(c.sizes_mutex);
-      auto it = c.sizes.find(ptr);
-      if (it != c.sizes.end()) {
-        bytes = it->second;
-        c.sizes.erase(it);
+    // Stream-ordered: the block is reused only by work queued after every kernel that used it. A
+    // recording may free only what it allocated (a free node of the graph); a block from before
+    // it goes back on the device's stream, in order after the work queued there.
+    cudaStream_t stream = c.stream();
+    if (stream != c.default_stream && !forget_recorded_allocation(ptr)) stream = c.default_stream;
+    const cudaError_t freed = cudaFreeAsync(ptr, stream);
+    if (freed == cudaSuccess) {
+      size_t bytes = 0;
+      {
+        std::lock_guard lock(c.sizes_mutex);
+        auto it = c.sizes.find(ptr);
+        if (it != c.sizes.end()) {
+          bytes = it->second;
+          c.sizes.erase(it);
+        }
       }
+      c.in_use.fetch_sub(bytes);
+    } else {
+      cudaGetLastError();
+      // At exit the runtime may be gone already; anything else is a block lost, kept in the stats.
+      if (freed != cudaErrorCudartUnloading)
+        FLUXRT_LOG_WARN("[cuda] freeing a block on cuda:{} failed: {}", index, cudaGetErrorString(freed));
     }
-    c.in_use.fetch_sub(bytes);
-    // Stream-ordered: the block is reused only by work queued after every kernel that used it.
-    if (cudaFreeAsync(ptr, c.stream) != cudaSuccess) cudaGetLastError();  // e.g. driver shutting down
   } catch (const Error&) {
     // Destructors must not throw; a failed free at exit leaks nothing the process keeps.
   }
@@ -200,15 +228,23 @@ size_t tensor_free_bytes(Device device) {
     cudaGetLastError();
     return 0;
   }
-  // The pool keeps freed blocks (release threshold = max), which the driver counts as used: they
-  // are free for our tensors all the same.
-  uint64_t reserved = 0, used = 0;
-  if (cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
-      cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
-    cudaGetLastError();
-    return free_bytes;
-  }
-  return free_bytes + static_cast<size_t>(reserved > used ? reserved - used : 0);
+  // The pool keeps freed blocks (release threshold = max), and the graph allocator the memory of
+  // graphs that no longer use it: the driver counts both as used, but they are free for our
+  // tensors all the same (the allocator trims them when it needs them).
+  auto unused = [](cudaError_t a, cudaError_t b, uint64_t reserved, uint64_t used) -> size_t {
+    if (a != cudaSuccess || b != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return static_cast<size_t>(reserved > used ? reserved - used : 0);
+  };
+  uint64_t reserved = 0, used = 0, graph_reserved = 0, graph_used = 0;
+  free_bytes += unused(cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrReservedMemCurrent, &reserved),
+                       cudaMemPoolGetAttribute(c.pool, cudaMemPoolAttrUsedMemCurrent, &used), reserved, used);
+  free_bytes += unused(cudaDeviceGetGraphMemAttribute(c.index, cudaGraphMemAttrReservedMemCurrent, &graph_reserved),
+                       cudaDeviceGetGraphMemAttribute(c.index, cudaGraphMemAttrUsedMemCurrent, &graph_used),
+                       graph_reserved, graph_used);
+  return free_bytes;
 }
 
 void* tensor_allocate(Device device, size_t bytes) { return device_allocate(device.index, bytes); }
@@ -246,7 +282,7 @@ void tensor_fill(const Tensor& dst, double value) {
   uint64_t pattern = 0;
   std::memcpy(&pattern, one.raw_data(), dst.element_size());
   if (pattern == 0 && dst.is_contiguous()) {
-    FLUXRT_CUDA_CHECK(cudaMemsetAsync(dst.raw_data(), 0, dst.nbytes(), c.stream), "cuda fill");
+    FLUXRT_CUDA_CHECK(cudaMemsetAsync(dst.raw_data(), 0, dst.nbytes(), c.stream()), "cuda fill");
     return;
   }
   kern::CopyLayout l;
@@ -255,7 +291,7 @@ void tensor_fill(const Tensor& dst, double value) {
     l.extent[i] = dst.size(i);
     l.dst_stride[i] = dst.stride(i);
   }
-  FLUXRT_CUDA_CHECK(kern::fill_strided(dst.raw_data(), dst.element_size(), pattern, l, n, c.stream, c.sm_count),
+  FLUXRT_CUDA_CHECK(kern::fill_strided(dst.raw_data(), dst.element_size(), pattern, l, n, c.stream(), c.sm_count),
                     "cuda fill");
 }
 
@@ -303,9 +339,9 @@ kern::Operand column_vector(const Tensor& t) {
 
 bool vector_friendly(const Tensor& t) {
   if (!t.defined()) return true;
+  // load8/store8 know these three: 8 elements in one (16-bit) or two (f32) 16-byte accesses.
+  if (t.dtype() != DType::F32 && t.dtype() != DType::BF16 && t.dtype() != DType::F16) return false;
   if (t.dim() == 0 || t.stride(-1) != 1 || t.size(-1) % 8 != 0) return false;
-  const size_t align = t.dtype() == DType::F32 ? 32 : 16;  // 8 elements in one or two 16-byte loads
-  if (t.element_size() * 8 != align && !(t.dtype() == DType::F32)) return false;
   if (reinterpret_cast<uintptr_t>(t.raw_data()) % 16 != 0) return false;
   for (int i = 0; i + 1 < t.dim(); ++i)
     if (t.size(i) > 1 && t.stride(i) % 8 != 0) return false;
@@ -319,12 +355,13 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
   if (n == 0) return;
   DeviceContext& c = context_of(dst);
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, c.stream),
+    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice, c.stream()),
                       "cuda copy");
     return;
   }
+  // The device widens fp8 exactly but has no rounding into it.
   auto is_f8 = [](DType d) { return d == DType::F8E4M3 || d == DType::F8E5M2; };
-  FLUXRT_CHECK(dst.dtype() == src.dtype() || (!is_f8(dst.dtype()) && !is_f8(src.dtype())), ErrorCode::Unsupported,
+  FLUXRT_CHECK(dst.dtype() == src.dtype() || !is_f8(dst.dtype()), ErrorCode::Unsupported,
                "[cuda copy] {} -> {} is not converted on the device (convert on the host)", dtype_name(src.dtype()),
                dtype_name(dst.dtype()));
   kern::CopyLayout l;
@@ -334,7 +371,7 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
     l.dst_stride[i] = dst.stride(i);
     l.src_stride[i] = src.stride(i);
   }
-  FLUXRT_CUDA_CHECK(kern::copy_strided(dst.raw_data(), dst.dtype(), src.raw_data(), src.dtype(), l, n, c.stream,
+  FLUXRT_CUDA_CHECK(kern::copy_strided(dst.raw_data(), dst.dtype(), src.raw_data(), src.dtype(), l, n, c.stream(),
                                        c.sm_count),
                     "cuda copy");
 }
