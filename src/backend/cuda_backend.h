@@ -32,13 +32,14 @@ void attention(const backend::AttentionArgs& args, bool force_online, AttentionS
 // asynchronous kernel errors as Error(Device). Benchmarks call it before reading a clock.
 void synchronize(int index);
 
-// A CUDA graph: the device work `fn` queues on device `index`'s stream, recorded (stream capture,
-// nothing runs) and instantiated, to be launched later with launch_graph. Allocations made inside
-// `fn` become the graph's own (cudaMallocAsync nodes) and must be freed inside it; memory `fn`
-// reads or writes from outside must stay alive while the graph exists. `fn` must not synchronise,
-// download, or upload from pageable memory, and must not be the first use of a library handle:
-// run the same work once eagerly first. Throws Device (naming the CUDA error) when recording
-// fails; the stream is usable afterwards.
+// A CUDA graph: the device work `fn` queues on device `index`, recorded (stream capture on a
+// stream of the recording's own, so other threads' work on the device keeps running; nothing of
+// `fn`'s runs) and instantiated with its memory mapped, to be launched later with launch_graph.
+// Allocations made inside `fn` become the graph's own (cudaMallocAsync nodes) and must be freed
+// inside it; memory `fn` reads or writes from outside must stay alive while the graph exists. `fn`
+// must not synchronise, upload or download, and must not be the first use of a library handle or
+// lazily made buffer: run the same work once eagerly first. Throws Device (naming the CUDA error)
+// when recording fails, OutOfMemory when the device has no room for the graph's memory.
 struct Graph;
 std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn);
 // Queues one replay of `graph` on its device's stream (asynchronous, like a kernel launch).
