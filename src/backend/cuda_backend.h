@@ -25,6 +25,7 @@ const backend::KernelTable& cuda_kernels(int index);
 // tensor_core_rows: rows that ran the tensor-core kernel (FLUX shapes, FLUXRT_CUDA_ATTENTION=tc).
 struct AttentionStats {
   int64_t calls = 0, rows = 0, fallback_rows = 0, online_rows = 0, tensor_core_rows = 0;
+  int64_t gemm_rows = 0;  // rows done by the GEMM-composed path (wide heads without RoPE)
 };
 void attention(const backend::AttentionArgs& args, bool force_online, AttentionStats* stats);
 

@@ -68,6 +68,12 @@ bool tensor_core_case(const Case& c) {
          !c.bias && c.Lk >= 1;
 }
 
+// Whether the host side sends this case to the GEMM-composed path (mirrors cuda_attention.cpp).
+bool composed_case(const Case& c) {
+  return (c.dtype == DType::BF16 || c.dtype == DType::F16) && c.D > 256 && c.rope == Rope::None && c.H == c.Hkv &&
+         !c.causal && !c.padding && !c.bias && c.Lk >= 1;
+}
+
 cuda::AttentionStats check_cuda(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges,
                                 bool force_online = false) {
   SCOPED_TRACE(case_name(c));
@@ -79,6 +85,8 @@ cuda::AttentionStats check_cuda(const Case& c, const std::vector<std::pair<int64
   const char* impl = std::getenv("FLUXRT_CUDA_ATTENTION");
   const bool tc_expected = tensor_core_case(c) && !(impl && std::string(impl) == "simple");
   EXPECT_EQ(stats.tensor_core_rows, tc_expected ? stats.rows : 0);
+  const bool composed_expected = composed_case(c) && !(impl && std::string(impl) == "simple");
+  EXPECT_EQ(stats.gemm_rows, composed_expected ? stats.rows : 0);
   const Tensor out = to_host(d.out);
   for (auto [r0, r1] : ranges) {
     SCOPED_TRACE("query rows " + std::to_string(r0) + ".." + std::to_string(r1));
@@ -258,6 +266,43 @@ TEST(CudaAttentionTcSwitch, RejectsUnknownValue) {
   Problem p = make_problem(mk(BF16, 1, 64, 64, 1, 1, 128));
   const AttentionArgs d = on_device(p);
   EXPECT_THROW(cuda::attention(d, false, nullptr), Error);
+}
+
+// The VAE mid block's attention on the CUDA-core kernel too (the switch that bypasses the GEMMs).
+TEST(CudaAttentionComposed, SimpleSwitchMatchesReference) {
+  FLUXRT_REQUIRE_GPU();
+  ImplEnv env("simple");
+  check_cuda(mk(BF16, 1, 300, 300, 1, 1, 512), {{0, 300}});
+}
+
+// The VAE mid block at 512^2 (64x64 latent pixels, one 512-wide head) on the composed path, and its
+// throughput at 1024^2 (L = 16384) against the CUDA-core kernel; prints TFLOP/s, never asserts speed.
+TEST(CudaAttentionComposed, VaeMidBlockL4096) {
+  FLUXRT_REQUIRE_GPU();
+  Case c = mk(BF16, 1, 4096, 4096, 1, 1, 512);
+  c.fused = true;
+  check_cuda(c, {{0, 40}, {2028, 2068}, {4056, 4096}});
+}
+
+TEST(CudaAttentionComposed, ThroughputVaeL16384) {
+  FLUXRT_REQUIRE_GPU();
+  Problem p = make_problem(mk(BF16, 1, 16384, 16384, 1, 1, 512));
+  const AttentionArgs d = on_device(p);
+  const double flops = 4.0 * 16384.0 * 16384.0 * 512;
+  auto timed = [&](const char* impl, int reps) {
+    ImplEnv env(impl);
+    cuda::attention(d, false, nullptr);
+    cuda::synchronize(0);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
+    cuda::synchronize(0);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  const double s = timed("tc", 10);
+  std::printf("FIGURE vae_attention_L16384_ms %.3f\nFIGURE vae_attention_L16384_tflops %.2f\n", s * 1e3,
+              flops / s / 1e12);
+  const double simple = timed("simple", 1);
+  std::printf("FIGURE vae_attention_L16384_simple_ms %.3f\n", simple * 1e3);
 }
 
 // FLUX.2-klein at 1024^2: L = 4096 image + 512 text tokens, all 24 heads of a klein-4B layer in

@@ -1,6 +1,8 @@
 // Host side of the CUDA attention kernels: AttentionArgs -> AttentionParams, then the tensor-core
-// kernel (attention_tc.cu) when the shape is the FLUX one, else the general CUDA-core kernel
+// kernel (attention_tc.cu) when the shape is the FLUX one, cuBLASLt GEMMs around a softmax for wide
+// heads without RoPE (the VAE's single 512-wide head), else the general CUDA-core kernel
 // (attention.cu).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -44,6 +46,63 @@ bool tensor_core_shape(const backend::AttentionArgs& a) {
   return (dt == DType::BF16 || dt == DType::F16) && a.q.size(3) == kern::kTcHeadDim && a.k.size(2) == a.q.size(2) &&
          a.k.size(1) >= 1 && a.scale > 0 && !a.causal && !a.key_padding_mask.defined() && !a.bias.defined() &&
          rows_16b_aligned(a.q) && rows_16b_aligned(a.k) && rows_16b_aligned(a.v) && rows_16b_aligned(a.out);
+}
+
+// Wide 16-bit heads without RoPE, mask, bias or causality (the VAE mid block: one head of 512 over
+// every latent pixel): the CUDA-core kernel would read each key from shared memory once per score,
+// while two tensor-core GEMMs around a softmax row pass do the same work at GEMM speed.
+bool composed_shape(const backend::AttentionArgs& a) {
+  const DType dt = a.q.dtype();
+  auto unit_rows = [](const Tensor& t) { return t.stride(3) == 1; };
+  return (dt == DType::BF16 || dt == DType::F16) && a.q.size(3) > 256 && a.rope == backend::RopeLayout::None &&
+         a.k.size(2) == a.q.size(2) && a.k.size(1) >= 1 && !a.causal && !a.key_padding_mask.defined() &&
+         !a.bias.defined() && unit_rows(a.q) && unit_rows(a.k) && unit_rows(a.v) && unit_rows(a.out);
+}
+
+// S = scale q k^T (f32), P = softmax(S) rounded to the inputs' dtype, out = P v, per (batch, head)
+// and per chunk of query rows (scores of at most ~256 MiB). The exact row maximum; f32
+// accumulation in both GEMMs. False, with nothing written, when cuBLASLt has no algorithm for the
+// first chunk (a misaligned view): the caller takes the CUDA-core kernel.
+bool run_composed(DeviceContext& c, const backend::AttentionArgs& a) {
+  const int64_t B = a.q.size(0), Lq = a.q.size(1), H = a.q.size(2), D = a.q.size(3), Lk = a.k.size(1);
+  const DType dt = a.q.dtype();
+  constexpr int64_t kScoreBytes = int64_t{256} << 20;
+  int64_t chunk = std::clamp<int64_t>(kScoreBytes / (Lk * 6), 1, Lq);
+  if (chunk > 64) chunk = chunk / 64 * 64;
+  const Tensor scores = Tensor::empty({chunk, Lk}, DType::F32, a.q.device());
+  const Tensor probs = Tensor::empty({chunk, Lk}, dt, a.q.device());
+  const size_t es = a.q.element_size();
+  auto at = [es](const Tensor& t, int64_t b, int64_t i, int64_t h) {
+    return static_cast<const char*>(t.raw_data()) + (b * t.stride(0) + i * t.stride(1) + h * t.stride(2)) * es;
+  };
+  bool first = true;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i0 = 0; i0 < Lq; i0 += chunk) {
+        const int64_t rows = std::min(chunk, Lq - i0);
+        const GemmOperand q{at(a.q, b, i0, h), dt, a.q.stride(1)}, k{at(a.k, b, 0, h), dt, a.k.stride(1)};
+        const GemmOperand v{at(a.v, b, 0, h), dt, a.v.stride(1)}, p{probs.raw_data(), dt, Lk};
+        if (!gemm(c, rows, Lk, D, q, k, true, a.scale, scores.raw_data(), DType::F32, Lk)) {
+          FLUXRT_CHECK(first, ErrorCode::Unsupported, "[attention] cuBLASLt has no algorithm for a {}x{} score chunk",
+                       rows, Lk);
+          return false;
+        }
+        kern::RowArgs r;
+        r.op = kern::RowOp::Softmax;
+        r.x = operand(scores.slice(0, 0, rows));
+        r.y = operand(probs.slice(0, 0, rows));
+        r.rows = rows;
+        r.cols = Lk;
+        FLUXRT_CUDA_CHECK(kern::launch_rows(r, c.stream(), c.sm_count), "attention softmax");
+        void* out = const_cast<char*>(at(a.out, b, i0, h));
+        if (!gemm(c, rows, D, Lk, p, v, false, 1.0f, out, a.out.dtype(), a.out.stride(1))) {
+          FLUXRT_CHECK(first, ErrorCode::Unsupported, "[attention] cuBLASLt has no algorithm for a {}x{}x{} P.V",
+                       rows, D, Lk);
+          return false;
+        }
+        first = false;
+      }
+  return true;
 }
 
 kern::AttentionParams params_of(const backend::AttentionArgs& a) {
@@ -118,6 +177,16 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
   FLUXRT_CHECK(!a.bias.defined() || a.bias.dtype() == DType::F32, ErrorCode::Unsupported,
                "[attention] bias dtype {} on CUDA (f32)", dtype_name(a.bias.dtype()));
   DeviceContext& c = context_of(a.q);
+  if (composed_shape(a) && tensor_cores_allowed() && run_composed(c, a)) {
+    if (stats) {
+      const int64_t rows = a.q.size(0) * a.q.size(2) * a.q.size(1);
+      stats->calls += 1;
+      stats->rows += rows;
+      stats->gemm_rows += rows;
+      stats->online_rows += rows;  // the exact row maximum
+    }
+    return;
+  }
   const kern::AttentionParams p = params_of(a);
   const bool online_env = online_forced_by_env();
   if (tensor_core_shape(a) && tensor_cores_allowed()) {

@@ -142,6 +142,20 @@ kern::Operand column_vector(const Tensor& t);
 // stride (the condition for the kernels' 16-byte vector loads).
 bool vector_friendly(const Tensor& t);
 
+// A row-major matrix operand of gemm (unit column stride): data, dtype, row stride in elements.
+struct GemmOperand {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t ld = 0;
+};
+// cuBLASLt (cuda_linear.cpp): row-major y[M, N] = alpha * x[M, K] W' with f32 accumulation (f32
+// inputs: no TF32), W' = W^T for w_nk (W is [N, K]) else W itself ([K, N]); y in out_type with
+// row stride ld_out; epilogue_code a cublasLtEpilogue_t (0 = none) with its bias. False, with
+// nothing queued, when cuBLASLt has no algorithm for the configuration. Algorithms are cached.
+bool gemm(DeviceContext& c, int64_t M, int64_t N, int64_t K, const GemmOperand& x, const GemmOperand& w, bool w_nk,
+          float alpha, void* out, DType out_type, int64_t ld_out, int epilogue_code = 0,
+          const Tensor& bias = Tensor());
+
 // Device-to-device copy with dtype conversion between any two same-shape views on one device
 // (copy.cu). f8 types are not converted on the device.
 void copy_on_device(const Tensor& dst, const Tensor& src);

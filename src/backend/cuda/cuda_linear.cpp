@@ -85,9 +85,10 @@ struct PlanKey {
   int64_t m, n, k, ldx, ldw, ldy;
   int xt, wt, yt, epilogue, bias_type;
   int align_x, align_w, align_y, align_bias;
+  int w_nk;
   auto tie() const {
     return std::tie(device, m, n, k, ldx, ldw, ldy, xt, wt, yt, epilogue, bias_type, align_x, align_w, align_y,
-                    align_bias);
+                    align_bias, w_nk);
   }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
@@ -116,18 +117,24 @@ struct Layouts {
   }
 };
 
-// D[N x M] = op(W) x, written to `out` (row-major [M, N] with row stride ld_out) in out_type.
-// False, with nothing run, when cuBLASLt has no algorithm for this configuration.
-bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType out_type, int64_t ld_out,
-          cublasLtEpilogue_t epilogue, const Tensor& bias) {
-  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  // A single row's stride is never used, but cuBLASLt requires leading dimensions >= the rows.
-  const int64_t ldx = M == 1 ? std::max(x.stride(0), K) : x.stride(0);
+}  // namespace
+
+// D[N x M] = op(W) x in cuBLASLt's column-major terms, i.e. row-major y[M, N] = alpha * x[M, K] W'
+// written to `out` (row stride ld_out) in out_type. False, with nothing run, when cuBLASLt has no
+// algorithm for this configuration.
+bool gemm(DeviceContext& c, int64_t M, int64_t N, int64_t K, const GemmOperand& x, const GemmOperand& w, bool w_nk,
+          float alpha, void* out, DType out_type, int64_t ld_out, int epilogue_code, const Tensor& bias) {
+  const auto epilogue = epilogue_code == 0 ? CUBLASLT_EPILOGUE_DEFAULT : static_cast<cublasLtEpilogue_t>(epilogue_code);
+  // A single row's (or column's) stride is never used, but cuBLASLt requires leading dimensions
+  // >= the rows of the column-major matrix.
+  const int64_t ldx = M == 1 ? std::max(x.ld, K) : x.ld;
+  const int64_t ldw = w_nk ? (N == 1 ? std::max(w.ld, K) : w.ld) : (K == 1 ? std::max(w.ld, N) : w.ld);
   if (M == 1) ld_out = std::max(ld_out, N);
   cublasLtHandle_t handle = lt_handle(c);
   Layouts L;
   check_lt(cublasLtMatmulDescCreate(&L.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  // W [N, K] row-major is column-major K x N, used transposed; W [K, N] is column-major N x K as is.
+  const cublasOperation_t ta = w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
   check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), "epilogue");
@@ -138,14 +145,17 @@ bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
     const cudaDataType_t bt = cuda_type(bias.dtype());
     check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
-  check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype()), K, N, w.stride(0)), "layout W");
-  check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype()), K, M, ldx), "layout x");
+  if (w_nk)
+    check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype), K, N, ldw), "layout W");
+  else
+    check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype), N, K, ldw), "layout W");
+  check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype), K, M, ldx), "layout x");
   check_lt(cublasLtMatrixLayoutCreate(&L.d, cuda_type(out_type), N, M, ld_out), "layout y");
 
-  const PlanKey key{c.index, M, N, K, ldx, w.stride(0), ld_out, static_cast<int>(x.dtype()),
-                    static_cast<int>(w.dtype()), static_cast<int>(out_type), static_cast<int>(epilogue),
-                    bias_ptr ? static_cast<int>(bias.dtype()) : -1, alignment_of(x.raw_data()),
-                    alignment_of(w.raw_data()), alignment_of(out), bias_ptr ? alignment_of(bias_ptr) : 0};
+  const PlanKey key{c.index, M, N, K, ldx, ldw, ld_out, static_cast<int>(x.dtype),
+                    static_cast<int>(w.dtype), static_cast<int>(out_type), static_cast<int>(epilogue),
+                    bias_ptr ? static_cast<int>(bias.dtype()) : -1, alignment_of(x.data),
+                    alignment_of(w.data), alignment_of(out), bias_ptr ? alignment_of(bias_ptr) : 0, w_nk ? 1 : 0};
   Plan plan;
   bool cached = false;
   {
@@ -164,7 +174,7 @@ bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
       check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)), "preference");
     };
     set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, ws);
-    const uint32_t ax = alignment_of(x.raw_data()), aw = alignment_of(w.raw_data()), ay = alignment_of(out);
+    const uint32_t ax = alignment_of(x.data), aw = alignment_of(w.data), ay = alignment_of(out);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, aw);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, ax);
     set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, ay);
@@ -186,11 +196,22 @@ bool gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType o
     plan_cache()[key] = plan;
   }
   if (!plan.found) return false;
-  const float alpha = 1.0f, beta = 0.0f;
-  check_lt(cublasLtMatmul(handle, L.op, &alpha, w.raw_data(), L.a, x.raw_data(), L.b, &beta, out, L.d, out, L.d,
+  const float beta = 0.0f;
+  check_lt(cublasLtMatmul(handle, L.op, &alpha, w.data, L.a, x.data, L.b, &beta, out, L.d, out, L.d,
                           &plan.algo, c.cublaslt_workspace, c.cublaslt_workspace_bytes, c.stream()),
            "matmul");
   return true;
+}
+
+namespace {
+
+GemmOperand rows_of(const Tensor& t) { return {t.raw_data(), t.dtype(), t.stride(0)}; }
+
+// y = x W^T (+ epilogue) for linear: x [M, K], W [N, K].
+bool linear_gemm(DeviceContext& c, const Tensor& x, const Tensor& w, void* out, DType out_type, int64_t ld_out,
+                 cublasLtEpilogue_t epilogue, const Tensor& bias) {
+  return gemm(c, x.size(0), w.size(0), x.size(1), rows_of(x), rows_of(w), true, 1.0f, out, out_type, ld_out,
+              static_cast<int>(epilogue), bias);
 }
 
 std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias) {
@@ -251,14 +272,14 @@ void linear(const backend::LinearArgs& a) {
       ep = state->bias.defined() ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     else if (state->bias.defined())
       ep = CUBLASLT_EPILOGUE_BIAS;
-    if (gemm(c, x, w, a.y.raw_data(), a.y.dtype(), a.y.stride(0), ep, state->bias)) return;
+    if (linear_gemm(c, x, w, a.y.raw_data(), a.y.dtype(), a.y.stride(0), ep, state->bias)) return;
   }
   // f32 GEMM result, then bias + activation + gated residual and one rounding in our epilogue.
   Scratch acc(c.index, static_cast<size_t>(M * N) * sizeof(float));
-  if (!gemm(c, x, w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT, Tensor())) {
+  if (!linear_gemm(c, x, w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT, Tensor())) {
     // Only a misaligned view can leave the plain GEMM without an algorithm: a packed copy is
     // 256-byte aligned.
-    FLUXRT_CHECK(gemm(c, x.clone(), w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT,
+    FLUXRT_CHECK(linear_gemm(c, x.clone(), w, acc.get(), DType::F32, N, CUBLASLT_EPILOGUE_DEFAULT,
                       Tensor()),
                  ErrorCode::Unsupported, "[linear] cuBLASLt has no algorithm for M={} N={} K={} ({} x {})", M, N,
                  x.size(1), dtype_name(x.dtype()), dtype_name(w.dtype()));
