@@ -343,6 +343,11 @@ TEST(CudaMemory, DeviceConversionsMatchHost) {
   const Tensor floats = Tensor::from_vector({3.9f, -3.9f, 1e10f, -1e20f, 300.5f, -0.5f, 65504.0f, 1e-3f}, {8});
   const Tensor f8 = random_normal({64}, DType::F8E4M3, 58, 0, 50);
   const Tensor e5 = random_normal({64}, DType::F8E5M2, 59, 0, 500);
+  // NaNs (f16 -> bf16 writes c10's 0x7FC0, f32 -> bf16 0xFFFF) and a bool byte other than 0/1.
+  Tensor nan16 = Tensor::from_vector({1.0f, NAN, -2.0f, -NAN}, {4}, DType::F16);
+  const Tensor nan32 = Tensor::from_vector({NAN, 1.5f, -NAN, 0.0f}, {4});
+  Tensor odd_bool = Tensor::zeros({3}, DType::Bool);
+  odd_bool.data<uint8_t>()[1] = 2;
   struct Case { Tensor src; std::vector<DType> to; std::string what; };
   const std::vector<Case> cases{
       {i64, {DType::I32, DType::I16, DType::I8, DType::U8, DType::Bool, DType::F32, DType::F64, DType::BF16, DType::F16},
@@ -352,6 +357,9 @@ TEST(CudaMemory, DeviceConversionsMatchHost) {
       {floats, {DType::I64, DType::I32, DType::I16, DType::U8, DType::Bool}, "f32 -> integers"},
       {f8, {DType::F32, DType::BF16, DType::F16}, "f8e4m3"},
       {e5, {DType::F32, DType::BF16, DType::F16}, "f8e5m2"},
+      {nan16, {DType::BF16, DType::F32}, "f16 NaN"},
+      {nan32, {DType::BF16, DType::F16}, "f32 NaN"},
+      {odd_bool, {DType::I32, DType::F32, DType::U8}, "bool byte 2"},
   };
   for (const Case& c : cases)
     for (DType to : c.to) {

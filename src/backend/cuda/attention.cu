@@ -210,14 +210,22 @@ template <int kDPerLane>
 cudaError_t launch_main(const AttentionParams& p, bool fixed, const float* kmax, int* fallback_rows,
                         cudaStream_t stream) {
   // The opt-in above 48 KiB is per device, hence on every launch (see attention_tc.cu's
-  // launch_main); always the instantiation's largest size, so concurrent launches agree on it.
-  const cudaError_t e = cudaFuncSetAttribute(attention_kernel<kDPerLane>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             dynamic_smem_bytes(32 * kDPerLane));
+  // launch_main): the instantiation's largest size, or the device's limit when that is lower (a
+  // constant per device, so concurrent launches agree on it); a launch needing more than the
+  // device has fails.
+  int device = 0, limit = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e != cudaSuccess) return e;
+  const int needed = dynamic_smem_bytes(static_cast<int>(p.D));
+  if (needed > limit) return cudaErrorInvalidValue;
+  e = cudaFuncSetAttribute(attention_kernel<kDPerLane>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           min(dynamic_smem_bytes(32 * kDPerLane), limit));
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.Lq + kRows - 1) / kRows), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.B));
   attention_kernel<kDPerLane>
-      <<<grid, kRows * 32, dynamic_smem_bytes(static_cast<int>(p.D)), stream>>>(p, fixed, kmax, fallback_rows);
+      <<<grid, kRows * 32, needed, stream>>>(p, fixed, kmax, fallback_rows);
   return cudaGetLastError();
 }
 

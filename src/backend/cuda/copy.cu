@@ -36,13 +36,6 @@ __global__ void fill_bits_kernel(Word* dst, Word pattern, CopyLayout l, int64_t 
   }
 }
 
-__device__ __forceinline__ double load_d(const void* p, DT dt, int64_t i) {
-  switch (dt) {
-    case DT::F64: return static_cast<const double*>(p)[i];
-    default: return load_f(p, dt, i);  // a float source (integers take store_from_integer)
-  }
-}
-
 __device__ __forceinline__ int32_t truncate_i32(double v) {
   return v > -2147483649.0 && v < 2147483648.0 ? static_cast<int32_t>(v) : INT32_MIN;
 }
@@ -69,6 +62,17 @@ __device__ __forceinline__ void store_d(void* p, DT dt, int64_t i, double v) {
   }
 }
 
+// A float value from a 32-bit-or-narrower float source, stored without a detour through double
+// (whose conversions may make every NaN the canonical one; the host keeps sign and payload).
+__device__ __forceinline__ void store_from_float(void* p, DT dt, int64_t i, float v) {
+  switch (dt) {
+    case DT::F32: static_cast<float*>(p)[i] = v; return;
+    case DT::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v); return;
+    case DT::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(v); return;
+    default: store_d(p, dt, i, static_cast<double>(v)); return;  // f64, and integers (NaN: INT_MIN either way)
+  }
+}
+
 __device__ __forceinline__ bool is_integer(DT dt) {
   return dt == DT::I64 || dt == DT::I32 || dt == DT::I16 || dt == DT::I8 || dt == DT::U8 || dt == DT::Bool;
 }
@@ -79,7 +83,8 @@ __device__ __forceinline__ int64_t load_i(const void* p, DT dt, int64_t i) {
     case DT::I32: return static_cast<const int32_t*>(p)[i];
     case DT::I16: return static_cast<const int16_t*>(p)[i];
     case DT::I8: return static_cast<const int8_t*>(p)[i];
-    default: return static_cast<const uint8_t*>(p)[i];  // U8, Bool
+    case DT::Bool: return static_cast<const uint8_t*>(p)[i] != 0;  // any nonzero byte is true, as on the host
+    default: return static_cast<const uint8_t*>(p)[i];  // U8
   }
 }
 
@@ -104,11 +109,22 @@ __device__ __forceinline__ void store_from_integer(void* p, DT dt, int64_t i, in
 
 __global__ void convert_kernel(void* dst, DT dst_dt, const void* src, DT src_dt, CopyLayout l, int64_t n) {
   const bool integer_source = is_integer(src_dt);
+  // torch narrows f16 / fp8 to bf16 through c10's scalar constructor, whose NaN is 0x7FC0 (the
+  // f32 path writes 0xFFFF): core/dtype.h does the same.
+  const bool narrow_to_bf16 =
+      dst_dt == DT::BF16 && (src_dt == DT::F16 || src_dt == DT::F8E4M3 || src_dt == DT::F8E5M2);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     int64_t d, s;
     offsets(l, i, &d, &s);
-    if (integer_source) store_from_integer(dst, dst_dt, d, load_i(src, src_dt, s));
-    else store_d(dst, dst_dt, d, load_d(src, src_dt, s));
+    if (integer_source) {
+      store_from_integer(dst, dst_dt, d, load_i(src, src_dt, s));
+    } else if (src_dt == DT::F64) {
+      store_d(dst, dst_dt, d, static_cast<const double*>(src)[s]);
+    } else {
+      const float v = load_f(src, src_dt, s);
+      if (narrow_to_bf16 && v != v) static_cast<uint16_t*>(dst)[d] = 0x7FC0u;
+      else store_from_float(dst, dst_dt, d, v);
+    }
   }
 }
 

@@ -53,20 +53,25 @@ bool tensor_core_shape(const backend::AttentionArgs& a) {
 // while two tensor-core GEMMs around a softmax row pass do the same work at GEMM speed.
 bool composed_shape(const backend::AttentionArgs& a) {
   const DType dt = a.q.dtype();
-  auto unit_rows = [](const Tensor& t) { return t.stride(3) == 1; };
+  // Unit columns and rows at least a head apart: what a cuBLASLt matrix (leading dimension >= its
+  // rows) can describe.
+  auto unit_rows = [&](const Tensor& t) { return t.stride(3) == 1 && (t.size(1) == 1 || t.stride(1) >= a.q.size(3)); };
   return (dt == DType::BF16 || dt == DType::F16) && a.q.size(3) > 256 && a.rope == backend::RopeLayout::None &&
          a.k.size(2) == a.q.size(2) && a.k.size(1) >= 1 && !a.causal && !a.key_padding_mask.defined() &&
          !a.bias.defined() && unit_rows(a.q) && unit_rows(a.k) && unit_rows(a.v) && unit_rows(a.out);
 }
 
 // S = scale q k^T (f32), P = softmax(S) rounded to the inputs' dtype, out = P v, per (batch, head)
-// and per chunk of query rows (scores of at most ~256 MiB). The exact row maximum; f32
+// and per chunk of query rows (scores and probabilities of at most ~64 MiB). The exact row maximum; f32
 // accumulation in both GEMMs. False, with nothing written, when cuBLASLt has no algorithm for the
 // first chunk (a misaligned view): the caller takes the CUDA-core kernel.
 bool run_composed(DeviceContext& c, const backend::AttentionArgs& a) {
   const int64_t B = a.q.size(0), Lq = a.q.size(1), H = a.q.size(2), D = a.q.size(3), Lk = a.k.size(1);
   const DType dt = a.q.dtype();
-  constexpr int64_t kScoreBytes = int64_t{256} << 20;
+  if (B == 0 || Lq == 0 || H == 0) return true;
+  // Scores and probabilities of a chunk: at most ~64 MiB, which keeps the GEMMs hundreds of rows
+  // tall (640 at the VAE's 1024^2 L = 16384) and the VAE's memory plan honest.
+  constexpr int64_t kScoreBytes = int64_t{64} << 20;
   int64_t chunk = std::clamp<int64_t>(kScoreBytes / (Lk * 6), 1, Lq);
   if (chunk > 64) chunk = chunk / 64 * 64;
   const Tensor scores = Tensor::empty({chunk, Lk}, DType::F32, a.q.device());

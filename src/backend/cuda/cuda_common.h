@@ -101,6 +101,10 @@ void set_thread_stream(int index, cudaStream_t s);
 // its own stream (memory.cpp frees any other block on the device's stream).
 void note_recorded_allocation(void* p);
 bool forget_recorded_allocation(void* p);  // true when p was one (and is no longer tracked)
+// An older block the recording lets go of may still be read by the graph at every replay: it is
+// kept (not freed) until the graph goes (graph.cpp takes them with take_deferred_frees).
+void defer_free(void* p);
+std::vector<void*> take_deferred_frees();
 
 // Long-lived buffers made on first use (library workspaces, widened weights) must not be made
 // while the device's stream records a CUDA graph: the allocation would belong to the graph. The

@@ -32,6 +32,7 @@ cudnnHandle_t dnn_handle(DeviceContext& c) {
   make_current(c.index);  // a cuDNN handle belongs to the device current at cudnnCreate
   std::lock_guard lock(c.handles_mutex);
   if (!c.cudnn) {
+    require_not_capturing(c, "[conv2d] creating the cuDNN handle");
     cudnnHandle_t h = nullptr;
     check_dnn(cudnnCreate(&h), "create");
     c.cudnn = h;
@@ -188,8 +189,9 @@ void conv2d(const backend::Conv2dArgs& a) {
       check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                        &found, perf),
                 "heuristic");
-      // The fastest usable one within the workspace cap, else the usable one needing least; f32
-      // only with FMA math (a tensor-op entry could mean TF32, outside the f32 tolerance).
+      // The fastest usable one within the workspace cap, else the usable one needing least; for f32
+      // no entry ranked with tensor-op math (TF32, outside the f32 tolerance), and the rest run
+      // under FMA math.
       int pick = -1, leanest = -1;
       for (int i = 0; i < found; ++i) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;

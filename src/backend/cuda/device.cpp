@@ -5,6 +5,8 @@
 
 #include <array>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 #include <memory>
 
 #include "backend/cuda/cuda_common.h"
@@ -111,6 +113,7 @@ struct ThreadStream {
   int index = -1;
   cudaStream_t stream = nullptr;
   std::unordered_set<void*> allocations;  // made by this thread's recording
+  std::vector<void*> deferred;            // older blocks it let go of (see defer_free)
 };
 thread_local ThreadStream t_stream;
 }  // namespace
@@ -119,16 +122,18 @@ cudaStream_t DeviceContext::stream() const {
   return t_stream.index == index && t_stream.stream ? t_stream.stream : default_stream;
 }
 
-void set_thread_stream(int index, cudaStream_t s) { t_stream = s ? ThreadStream{index, s, {}} : ThreadStream{}; }
+void set_thread_stream(int index, cudaStream_t s) { t_stream = s ? ThreadStream{index, s, {}, {}} : ThreadStream{}; }
 
 void note_recorded_allocation(void* p) { t_stream.allocations.insert(p); }
 bool forget_recorded_allocation(void* p) { return t_stream.allocations.erase(p) > 0; }
+void defer_free(void* p) { t_stream.deferred.push_back(p); }
+std::vector<void*> take_deferred_frees() { return std::exchange(t_stream.deferred, {}); }
 
 void require_not_capturing(DeviceContext& c, std::string_view what) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   FLUXRT_CUDA_CHECK(cudaStreamIsCapturing(c.stream(), &status), "cudaStreamIsCapturing");
   FLUXRT_CHECK(status == cudaStreamCaptureStatusNone, ErrorCode::Device,
-               "{} would be allocated inside a CUDA graph recording (first use must run outside one)", what);
+               "{} cannot run inside a CUDA graph recording (run the work once outside one first)", what);
 }
 
 void synchronize(int index) {

@@ -25,7 +25,13 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// Exact (the hardware conversion) for numbers; a NaN keeps its sign and payload and is made quiet, as
+// core/dtype.h f16_to_f32 does (the hardware may return its canonical NaN instead).
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) {
+  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0)
+    return __uint_as_float(static_cast<uint32_t>(h & 0x8000u) << 16 | 0x7FC00000u | static_cast<uint32_t>(h & 0x3FFu) << 13);
+  return __half2float(__ushort_as_half(h));
+}
 
 // Round to nearest even (the hardware conversion); NaN keeps sign and top payload bits and is made
 // quiet, as core/dtype.h f32_to_f16 does.

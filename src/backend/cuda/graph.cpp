@@ -8,6 +8,8 @@
 // everything it allocates and can be launched any number of times.
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda_backend.h"
 #include "core/error.h"
@@ -18,19 +20,22 @@ struct Graph {
   int index = 0;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  std::vector<void*> deferred;  // blocks from before the recording it let go of: freed with the graph
 
   Graph() = default;
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   ~Graph() {
-    // No wait for a launch in flight: the driver frees an executable in use once its work is done.
-    // Then the graph memory it leaves unused goes back to the driver, where the free-memory figure
-    // (and a VAE decode's plan) can see it. Errors are ignored: destructors must not throw.
+    // No wait for a launch in flight: the driver frees an executable in use once its work is done,
+    // and the deferred blocks are freed on the stream the graph was launched on, after it. The
+    // graph memory it leaves unused stays with the graph allocator (counted as free by
+    // tensor_free_bytes, trimmed on out-of-memory): trimming here would also unmap the memory of
+    // the other kept graphs. Errors are ignored: destructors must not throw.
     int previous = -1;
     if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
     if (exec && cudaGraphExecDestroy(exec) != cudaSuccess) cudaGetLastError();
     if (graph && cudaGraphDestroy(graph) != cudaSuccess) cudaGetLastError();
-    if (cudaDeviceGraphMemTrim(index) != cudaSuccess) cudaGetLastError();
+    for (void* p : deferred) device_release(index, p);
     if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
   }
 };
@@ -79,6 +84,7 @@ std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn)
   DeviceContext& c = context(index);  // makes the device current
   auto g = std::make_shared<Graph>();
   g->index = index;
+  cudaError_t ended = cudaSuccess;
   {
     RecordingStream recording(index);
     // Thread-local mode: this thread's unsafe calls (a synchronous copy, cudaMalloc) break the
@@ -91,16 +97,17 @@ std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn)
       cudaGraph_t partial = nullptr;
       if (cudaStreamEndCapture(recording.get(), &partial) != cudaSuccess) cudaGetLastError();
       if (partial && cudaGraphDestroy(partial) != cudaSuccess) cudaGetLastError();
+      g->deferred = take_deferred_frees();  // freed by ~Graph, once this thread records no more
       throw;
     }
-    const cudaError_t ended = cudaStreamEndCapture(recording.get(), &g->graph);
-    if (ended != cudaSuccess) {
-      cudaGetLastError();
-      fail(ErrorCode::Device,
-           "[graph] recording the step failed: {} ({}); an op synchronised, downloaded or uploaded from pageable "
-           "memory inside it",
-           cudaGetErrorName(ended), cudaGetErrorString(ended));
-    }
+    ended = cudaStreamEndCapture(recording.get(), &g->graph);
+    g->deferred = take_deferred_frees();
+  }
+  if (ended != cudaSuccess) {
+    cudaGetLastError();
+    fail(ErrorCode::Device,
+         "[graph] recording the step failed: {} ({}); an op synchronised, downloaded or uploaded inside it",
+         cudaGetErrorName(ended), cudaGetErrorString(ended));
   }
   FLUXRT_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0), "graph: instantiate");
   upload_graph(c, g->exec);

@@ -194,11 +194,20 @@ void device_release(int index, void* ptr) {
     DeviceContext& c = context(index);
     // Stream-ordered: the block is reused only by work queued after every kernel that used it. A
     // recording may free only what it allocated (a free node of the graph); a block from before
-    // it goes back on the device's stream, in order after the work queued there.
-    cudaStream_t stream = c.stream();
-    if (stream != c.default_stream && !forget_recorded_allocation(ptr)) stream = c.default_stream;
-    const cudaError_t freed = cudaFreeAsync(ptr, stream);
-    if (freed == cudaSuccess) {
+    // it may be read by every replay, so it is freed when the graph goes (defer_free).
+    bool recorded = false;
+    if (c.stream() != c.default_stream) {
+      recorded = forget_recorded_allocation(ptr);
+      if (!recorded) {
+        defer_free(ptr);
+        if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
+        return;
+      }
+    }
+    const cudaError_t freed = cudaFreeAsync(ptr, c.stream());
+    // A recorded block whose free failed (the recording broke before it) never had memory of its own.
+    if (freed == cudaSuccess || recorded) {
+      if (freed != cudaSuccess) cudaGetLastError();
       size_t bytes = 0;
       {
         std::lock_guard lock(c.sizes_mutex);
