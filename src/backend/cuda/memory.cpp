@@ -56,10 +56,13 @@ std::unique_ptr<DeviceContext::StagingSet> take_staging(DeviceContext& c) {
   }
   auto set = std::make_unique<DeviceContext::StagingSet>();
   try {
-    // Events never recorded stand for no work: the first wait on each returns at once.
+    // Events never recorded stand for no work: the first wait on each returns at once. Blocking
+    // waits: a loader thread waiting for its DMA sleeps instead of spinning on a core the other
+    // loaders' host copies need (a 32 MiB chunk's DMA takes milliseconds; waking costs microseconds).
     for (int i = 0; i < 2; ++i) {
       FLUXRT_CUDA_CHECK(cudaHostAlloc(&set->buffer[i], kStagingChunk, cudaHostAllocDefault), "pinned staging buffer");
-      FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&set->free[i], cudaEventDisableTiming), "staging event");
+      FLUXRT_CUDA_CHECK(cudaEventCreateWithFlags(&set->free[i], cudaEventDisableTiming | cudaEventBlockingSync),
+                        "staging event");
     }
   } catch (const Error&) {
     for (int i = 0; i < 2; ++i) {
