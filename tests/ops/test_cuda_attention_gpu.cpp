@@ -268,6 +268,16 @@ TEST(CudaAttentionTcSwitch, RejectsUnknownValue) {
   EXPECT_THROW(cuda::attention(d, false, nullptr), Error);
 }
 
+// Seconds per attention call on device 0, after one warm-up call (for the throughput prints).
+double seconds_per_call(const AttentionArgs& d, int reps) {
+  cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
+  cuda::synchronize(0);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
 // The VAE mid block's attention on the CUDA-core kernel too (the switch that bypasses the GEMMs).
 TEST(CudaAttentionComposed, SimpleSwitchMatchesReference) {
   FLUXRT_REQUIRE_GPU();
@@ -291,12 +301,7 @@ TEST(CudaAttentionComposed, ThroughputVaeL16384) {
   const double flops = 4.0 * 16384.0 * 16384.0 * 512;
   auto timed = [&](const char* impl, int reps) {
     ImplEnv env(impl);
-    cuda::attention(d, false, nullptr);
-    cuda::synchronize(0);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
-    cuda::synchronize(0);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    return seconds_per_call(d, reps);
   };
   const double s = timed("tc", 10);
   std::printf("FIGURE vae_attention_L16384_ms %.3f\nFIGURE vae_attention_L16384_tflops %.2f\n", s * 1e3,
@@ -340,15 +345,6 @@ TEST(CudaAttentionLong, F32SelfSimilarL4608) {
   check_long(long_case(F32, 2, Inputs::SelfSimilar, Rope::Flux2));
 }
 
-// Seconds per call of one klein-4B attention layer at L = 4608, after one warm-up call.
-double time_l4608(const AttentionArgs& d, int reps) {
-  cuda::attention(d, false, nullptr);
-  cuda::synchronize(0);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) cuda::attention(d, false, nullptr);
-  cuda::synchronize(0);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
 
 // Throughput of one klein-4B attention layer at 1024^2 (B = 1, L = 4096 + 512, H = 24, D = 128) on
 // the default (tensor-core) path and on the CUDA-core kernel; prints TFLOP/s, never asserts speed.
@@ -360,13 +356,13 @@ TEST(CudaAttentionLong, ThroughputL4608) {
   double s = 0;
   {
     ImplEnv env("tc");
-    s = time_l4608(d, 20);
+    s = seconds_per_call(d, 20);
   }
   std::printf("FIGURE attention_L4608_ms %.3f\nFIGURE attention_L4608_tflops %.2f\n", s * 1e3, flops / s / 1e12);
   RecordProperty("tflops", std::to_string(flops / s / 1e12));
   {
     ImplEnv env("simple");
-    s = time_l4608(d, 2);
+    s = seconds_per_call(d, 2);
   }
   std::printf("FIGURE attention_L4608_simple_ms %.3f\nFIGURE attention_L4608_simple_tflops %.2f\n", s * 1e3,
               flops / s / 1e12);

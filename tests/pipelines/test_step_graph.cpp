@@ -163,18 +163,20 @@ TEST(StepGraph, CfgGraphKeptAcrossRequestsWithNewNegativePrompt) {
   }
 }
 
+// A 1-D f32 tensor on the host placement-check device (graphs' stand-in for a GPU).
+Tensor on_placement_device(const std::vector<float>& v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  Tensor t = Tensor::empty({n}, DType::F32, Device::placement_check());
+  t.copy_from(Tensor::from_vector(v, Shape{n}));
+  return t;
+}
+
 // StepGraph on its own, with a step of two element-wise ops: eager first call, recorded second,
 // replays after; request inputs copied in per request (a stale one would repeat the old result).
 TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
   const Device dev = Device::placement_check();
-  auto on_dev = [&](std::vector<float> v) {
-    const int64_t n = static_cast<int64_t>(v.size());
-    Tensor t = Tensor::empty({n}, DType::F32, dev);
-    t.copy_from(Tensor::from_vector(v, Shape{n}));
-    return t;
-  };
   int calls = 0;
-  const std::vector<Tensor> request_a{on_dev({1, 2, 3})}, request_b{on_dev({10, 20, 30})};
+  const std::vector<Tensor> request_a{on_placement_device({1, 2, 3})}, request_b{on_placement_device({10, 20, 30})};
   StepGraph graph(dev, StepGraphKey(request_a, {Shape{3}}),
                   [&](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
                     ++calls;
@@ -186,13 +188,13 @@ TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
     EXPECT_EQ(out.tensors[0].to_vector(), want);
   };
   graph.begin_request(request_a);
-  expect(graph.run({on_dev({1, 1, 1})}), false, {2, 4, 6});
-  expect(graph.run({on_dev({2, 2, 2})}), true, {3, 6, 9});
-  expect(graph.run({on_dev({0, 1, 2})}), true, {1, 4, 9});
+  expect(graph.run({on_placement_device({1, 1, 1})}), false, {2, 4, 6});
+  expect(graph.run({on_placement_device({2, 2, 2})}), true, {3, 6, 9});
+  expect(graph.run({on_placement_device({0, 1, 2})}), true, {1, 4, 9});
   graph.begin_request(request_b);
-  expect(graph.run({on_dev({1, 1, 1})}), true, {20, 40, 60});
+  expect(graph.run({on_placement_device({1, 1, 1})}), true, {20, 40, 60});
   EXPECT_EQ(calls, 4) << "one eager call, three replays (recording runs nothing)";
-  EXPECT_THROW(graph.run({on_dev({1, 1})}), Error) << "a step input of another shape";
+  EXPECT_THROW(graph.run({on_placement_device({1, 1})}), Error) << "a step input of another shape";
 }
 
 // A recording that fails for the device (a capture it refused) or for memory (no room for the
@@ -200,13 +202,7 @@ TEST(StepGraph, FirstCallEagerThenReplaysOnCopiedInputs) {
 // error is the caller's.
 TEST(StepGraph, RecordingRefusedOrOutOfMemoryRunsStepsDirectly) {
   const Device dev = Device::placement_check();
-  auto on_dev = [&](std::vector<float> v) {
-    const int64_t n = static_cast<int64_t>(v.size());
-    Tensor t = Tensor::empty({n}, DType::F32, dev);
-    t.copy_from(Tensor::from_vector(v, Shape{n}));
-    return t;
-  };
-  const std::vector<Tensor> request{on_dev({1, 2, 3})};
+  const std::vector<Tensor> request{on_placement_device({1, 2, 3})};
   auto step = [](const std::vector<Tensor>& req, const std::vector<Tensor>& in) {
     return std::vector<Tensor>{ops::add(ops::mul(in[0], req[0]), req[0])};
   };
@@ -215,10 +211,10 @@ TEST(StepGraph, RecordingRefusedOrOutOfMemoryRunsStepsDirectly) {
     StepGraph graph(dev, StepGraphKey(request, {Shape{3}}), step);
     graph.begin_request(request);
     const int64_t replays = ops::device_graph_replays();
-    EXPECT_EQ(graph.run({on_dev({1, 1, 1})}).tensors[0].to_vector(), (std::vector<float>{2, 4, 6}));
+    EXPECT_EQ(graph.run({on_placement_device({1, 1, 1})}).tensors[0].to_vector(), (std::vector<float>{2, 4, 6}));
     ops::DeviceGraph::fail_next_stand_in_recording(code);
     for (int i = 0; i < 3; ++i) {
-      const StepGraph::Outputs out = graph.run({on_dev({2, 2, 2})});
+      const StepGraph::Outputs out = graph.run({on_placement_device({2, 2, 2})});
       EXPECT_FALSE(out.replayed);
       EXPECT_EQ(out.tensors[0].to_vector(), (std::vector<float>{3, 6, 9}));
     }
@@ -226,9 +222,9 @@ TEST(StepGraph, RecordingRefusedOrOutOfMemoryRunsStepsDirectly) {
   }
   StepGraph graph(dev, StepGraphKey(request, {Shape{3}}), step);
   graph.begin_request(request);
-  graph.run({on_dev({1, 1, 1})});
+  graph.run({on_placement_device({1, 1, 1})});
   ops::DeviceGraph::fail_next_stand_in_recording(ErrorCode::InvalidArgument);
-  EXPECT_THROW(graph.run({on_dev({1, 1, 1})}), Error);
+  EXPECT_THROW(graph.run({on_placement_device({1, 1, 1})}), Error);
 }
 
 // The cache's bookkeeping: a graph taken out is not handed to a second request of its shape (that
