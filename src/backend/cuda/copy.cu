@@ -94,9 +94,9 @@ __device__ __forceinline__ int64_t load_i(const void* p, DT dt, int64_t i) {
 __device__ __forceinline__ void store_from_integer(void* p, DT dt, int64_t i, int64_t v) {
   switch (dt) {
     case DT::F64: static_cast<double*>(p)[i] = static_cast<double>(v); return;
-    case DT::F32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
-    case DT::BF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(static_cast<float>(v)); return;
-    case DT::F16: static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(static_cast<float>(v)); return;
+    case DT::F32:
+    case DT::BF16:
+    case DT::F16: store_from_float(p, dt, i, static_cast<float>(v)); return;
     case DT::I64: static_cast<int64_t*>(p)[i] = v; return;
     case DT::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
     case DT::I16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); return;

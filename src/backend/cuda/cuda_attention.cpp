@@ -167,6 +167,14 @@ kern::AttentionParams params_of(const backend::AttentionArgs& a) {
   return p;
 }
 
+// The kernels' fallback-row counter, read back for the stats (this synchronises the stream).
+int read_fallback_rows(DeviceContext& c, const int* counter) {
+  int fallback = 0;
+  FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream()), "attention");
+  FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "attention");
+  return fallback;
+}
+
 void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* stats) {
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.out, "out"},
                                 {a.rope_cos, "rope_cos"}, {a.rope_sin, "rope_sin"}, {a.rope_q_cos, "rope_q_cos"},
@@ -184,7 +192,7 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
   DeviceContext& c = context_of(a.q);
   if (composed_shape(a) && tensor_cores_allowed() && run_composed(c, a)) {
     if (stats) {
-      const int64_t rows = a.q.size(0) * a.q.size(2) * a.q.size(1);
+      const int64_t rows = a.q.size(0) * a.q.size(1) * a.q.size(2);
       stats->calls += 1;
       stats->rows += rows;
       stats->gemm_rows += rows;
@@ -205,15 +213,11 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
     FLUXRT_CUDA_CHECK(kern::launch_attention_tc(p, online, scratch.get(), stats ? counter : nullptr, c.stream()),
                       "attention (tensor cores)");
     if (stats) {
-      int fallback = 0;
-      FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream()),
-                        "attention");
-      FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "attention");
       const int64_t rows = p.B * p.H * p.Lq;
       stats->calls += 1;
       stats->rows += rows;
       stats->tensor_core_rows += rows;
-      stats->fallback_rows += fallback;
+      stats->fallback_rows += read_fallback_rows(c, counter);
       if (online) stats->online_rows += rows;
     }
     return;
@@ -226,12 +230,9 @@ void run(const backend::AttentionArgs& a, bool force_online, AttentionStats* sta
   FLUXRT_CUDA_CHECK(kern::launch_attention(p, fixed, scratch.as<float>(), stats ? counter : nullptr, c.stream()),
                     "attention");
   if (stats) {
-    int fallback = 0;
-    FLUXRT_CUDA_CHECK(cudaMemcpyAsync(&fallback, counter, sizeof(int), cudaMemcpyDeviceToHost, c.stream()), "attention");
-    FLUXRT_CUDA_CHECK(cudaStreamSynchronize(c.stream()), "attention");
     stats->calls += 1;
     stats->rows += p.B * p.H * p.Lq;
-    stats->fallback_rows += fallback;
+    stats->fallback_rows += read_fallback_rows(c, counter);
     if (!fixed || a.bias.defined()) stats->online_rows += p.B * p.H * p.Lq;
   }
 }

@@ -70,7 +70,7 @@ void check_32bit(const Tensor& t, const char* name) {
   int64_t reach = 1;
   for (int i = 0; i < t.dim(); ++i) reach += (t.size(i) - 1) * t.stride(i);
   FLUXRT_CHECK(t.numel() <= INT32_MAX && reach <= INT32_MAX, ErrorCode::Unsupported,
-               "[conv2d] {} {} has over 2^31 elements, more than cuDNN indexes (decode tiled: --vae-tiling)", name,
+               "[conv2d] {} {} has over 2^31 elements, more than cuDNN indexes (decode in tiles: --vae-tiling on)", name,
                t.shape().str());
 }
 

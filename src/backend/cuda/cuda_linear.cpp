@@ -145,10 +145,7 @@ bool gemm(DeviceContext& c, int64_t M, int64_t N, int64_t K, const GemmOperand& 
     const cudaDataType_t bt = cuda_type(bias.dtype());
     check_lt(cublasLtMatmulDescSetAttribute(L.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)), "bias type");
   }
-  if (w_nk)
-    check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype), K, N, ldw), "layout W");
-  else
-    check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype), N, K, ldw), "layout W");
+  check_lt(cublasLtMatrixLayoutCreate(&L.a, cuda_type(w.dtype), w_nk ? K : N, w_nk ? N : K, ldw), "layout W");
   check_lt(cublasLtMatrixLayoutCreate(&L.b, cuda_type(x.dtype), K, M, ldx), "layout x");
   check_lt(cublasLtMatrixLayoutCreate(&L.d, cuda_type(out_type), N, M, ld_out), "layout y");
 

@@ -64,18 +64,18 @@ class RecordingStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// Maps the graph's memory now, on the device's stream, so a device too full for it fails here (the
-// step then runs directly) rather than at a replay. The pool still caches the direct step's
-// intermediates, the same sizes the graph needs: on failure those go back to the driver and the
-// upload is tried once more.
-void upload_graph(DeviceContext& c, cudaGraphExec_t exec) {
-  cudaError_t status = cudaGraphUpload(exec, c.default_stream);
+// A call that maps graph memory (an upload, a launch of a graph whose memory was trimmed): when the
+// device has no room, what the pool caches goes back to the driver (it still holds the direct
+// step's intermediates, the sizes the graph needs) and the call is tried once more.
+template <typename Call>
+void map_graph_memory(DeviceContext& c, Call call, const char* what) {
+  cudaError_t status = call();
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     trim_cached_memory(c);
-    status = cudaGraphUpload(exec, c.default_stream);
+    status = call();
   }
-  FLUXRT_CUDA_CHECK(status, "graph: upload");
+  FLUXRT_CUDA_CHECK(status, what);
 }
 
 }  // namespace
@@ -110,20 +110,16 @@ std::shared_ptr<Graph> capture_graph(int index, const std::function<void()>& fn)
          cudaGetErrorName(ended), cudaGetErrorString(ended));
   }
   FLUXRT_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0), "graph: instantiate");
-  upload_graph(c, g->exec);
+  // Mapped now, so a device too full for the graph fails here (the step then runs directly) rather
+  // than at a replay.
+  map_graph_memory(c, [&] { return cudaGraphUpload(g->exec, c.default_stream); }, "graph: upload");
   return g;
 }
 
 void launch_graph(const Graph& graph) {
   DeviceContext& c = context(graph.index);
   // A kept graph whose memory was trimmed (to make room for something else) maps it again here.
-  cudaError_t status = cudaGraphLaunch(graph.exec, c.default_stream);
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    trim_cached_memory(c);
-    status = cudaGraphLaunch(graph.exec, c.default_stream);
-  }
-  FLUXRT_CUDA_CHECK(status, "graph: launch");
+  map_graph_memory(c, [&] { return cudaGraphLaunch(graph.exec, c.default_stream); }, "graph: launch");
 }
 
 }  // namespace fluxrt::cuda

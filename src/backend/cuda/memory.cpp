@@ -186,6 +186,43 @@ void* device_allocate(int index, size_t bytes) {
   return p;
 }
 
+namespace {
+
+// Stream-ordered: the block is reused only by work queued after every kernel that used it. A
+// recording may free only what it allocated (a free node of the graph); a block from before it
+// may be read by every replay, so it is freed when the graph goes (defer_free).
+void free_block(DeviceContext& c, void* ptr) {
+  bool recorded = false;
+  if (c.stream() != c.default_stream) {
+    recorded = forget_recorded_allocation(ptr);
+    if (!recorded) {
+      defer_free(ptr);
+      return;
+    }
+  }
+  const cudaError_t freed = cudaFreeAsync(ptr, c.stream());
+  if (freed != cudaSuccess) cudaGetLastError();
+  // A recorded block whose free failed (the recording broke before it) never had memory of its own.
+  if (freed != cudaSuccess && !recorded) {
+    // At exit the runtime may be gone already; anything else is a block lost, kept in the stats.
+    if (freed != cudaErrorCudartUnloading)
+      FLUXRT_LOG_WARN("[cuda] freeing a block on cuda:{} failed: {}", c.index, cudaGetErrorString(freed));
+    return;
+  }
+  size_t bytes = 0;
+  {
+    std::lock_guard lock(c.sizes_mutex);
+    auto it = c.sizes.find(ptr);
+    if (it != c.sizes.end()) {
+      bytes = it->second;
+      c.sizes.erase(it);
+    }
+  }
+  c.in_use.fetch_sub(bytes);
+}
+
+}  // namespace
+
 void device_release(int index, void* ptr) {
   if (!ptr) return;
   // A release runs from destructors, often in the middle of another device's op (a temporary of
@@ -194,39 +231,7 @@ void device_release(int index, void* ptr) {
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
   try {
-    DeviceContext& c = context(index);
-    // Stream-ordered: the block is reused only by work queued after every kernel that used it. A
-    // recording may free only what it allocated (a free node of the graph); a block from before
-    // it may be read by every replay, so it is freed when the graph goes (defer_free).
-    bool recorded = false;
-    if (c.stream() != c.default_stream) {
-      recorded = forget_recorded_allocation(ptr);
-      if (!recorded) {
-        defer_free(ptr);
-        if (previous >= 0 && previous != index && cudaSetDevice(previous) != cudaSuccess) cudaGetLastError();
-        return;
-      }
-    }
-    const cudaError_t freed = cudaFreeAsync(ptr, c.stream());
-    // A recorded block whose free failed (the recording broke before it) never had memory of its own.
-    if (freed == cudaSuccess || recorded) {
-      if (freed != cudaSuccess) cudaGetLastError();
-      size_t bytes = 0;
-      {
-        std::lock_guard lock(c.sizes_mutex);
-        auto it = c.sizes.find(ptr);
-        if (it != c.sizes.end()) {
-          bytes = it->second;
-          c.sizes.erase(it);
-        }
-      }
-      c.in_use.fetch_sub(bytes);
-    } else {
-      cudaGetLastError();
-      // At exit the runtime may be gone already; anything else is a block lost, kept in the stats.
-      if (freed != cudaErrorCudartUnloading)
-        FLUXRT_LOG_WARN("[cuda] freeing a block on cuda:{} failed: {}", index, cudaGetErrorString(freed));
-    }
+    free_block(context(index), ptr);
   } catch (const Error&) {
     // Destructors must not throw; a failed free at exit leaks nothing the process keeps.
   }
