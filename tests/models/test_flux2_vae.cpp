@@ -12,6 +12,7 @@
 #include "models/vae/flux2_vae.h"
 #include "support/compare.h"
 #include "support/rss_peak.h"
+#include "support/thread_count.h"
 #include "support/vae_tiling.h"
 
 namespace fluxrt::models {
@@ -214,8 +215,12 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
 // image (7 divides no level's height, so every band seam, the image borders and a short last band
 // are exercised, in the plain, upsampling and stride-2 convolutions). Auto picks it when only its
 // estimate fits the budget. Memory: the tensor allocator's high-water mark, bounded by the lean
-// estimate, and the process's resident peak (which also sees oneDNN's blocked copies).
+// estimate, and the process's resident peak (which also sees oneDNN's blocked copies). On one
+// thread: with two, which thread's malloc arena and oneDNN scratch a band lands in varies from run
+// to run, and that moved the megabyte-sized resident peaks by up to 30% between identical runs
+// (lean bf16 encode 1.3 to 2.6 MB), while on one thread they repeat to the page.
 TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
+  const test::RestoreThreadCount one_thread(1);
   uint64_t state = 777;
   auto uniform = [&]() {  // LCG, [-1, 1)
     state = state * 6364136223846793005ull + 1442695040888963407ull;

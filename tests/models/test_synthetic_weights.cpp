@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "models/synthetic_weights.h"
+#include "support/thread_count.h"
 
 namespace fluxrt::models {
 namespace {
@@ -19,14 +20,12 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 TEST(SyntheticWeights, IndependentOfTheThreadCount) {
   // Several 64K-element chunks plus a ragged tail, so the chunks land on different threads.
   const Shape shape{3, 100003};
-  const int saved = num_threads();
-  set_num_threads(1);
+  test::RestoreThreadCount restore(1);
   const Tensor one_bf16 = synthetic_tensor(shape, DType::BF16, 7, 0.5f);
   const Tensor one_f32 = synthetic_tensor(shape, DType::F32, 7, 0.5f);
   set_num_threads(4);
   const Tensor four_bf16 = synthetic_tensor(shape, DType::BF16, 7, 0.5f);
   const Tensor four_f32 = synthetic_tensor(shape, DType::F32, 7, 0.5f);
-  set_num_threads(saved);
   EXPECT_TRUE(same_bytes(one_bf16, four_bf16));
   EXPECT_TRUE(same_bytes(one_f32, four_f32));
   // bf16 is the f32 value rounded.

@@ -14,6 +14,7 @@
 #include "conformance_common.h"
 #include "core/threads.h"
 #include "ops/vae_ops.h"
+#include "support/thread_count.h"
 
 namespace fluxrt::test {
 namespace {
@@ -21,12 +22,6 @@ namespace {
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
-
-// Restores the process's thread count when a test ends.
-struct ThreadCount {
-  int saved = num_threads();
-  ~ThreadCount() { set_num_threads(saved); }
-};
 
 struct Variant {
   std::string name;
@@ -45,7 +40,7 @@ Tensor input(const Variant& v, DType dt) {
 }
 
 TEST(CpuGroupNormThreads, SameBitsOnAnyThreadCountAndMatchesRef) {
-  ThreadCount restore;
+  RestoreThreadCount restore;
   const std::vector<Variant> variants = {{"plain", 0.2, false}, {"offset", 50.0, false}, {"outlier", 0.2, true}};
   for (DType dt : {DType::F32, DType::BF16}) {
     const Tensor w = random_normal({kShape[1]}, dt, 302, 1.0, 0.3), b = random_normal({kShape[1]}, dt, 303, 0.0, 0.3);
@@ -67,7 +62,7 @@ TEST(CpuGroupNormThreads, SameBitsOnAnyThreadCountAndMatchesRef) {
 }
 
 TEST(CpuGroupNormThreads, InPlaceSameBits) {
-  ThreadCount restore;
+  RestoreThreadCount restore;
   for (const Variant& v : {Variant{"plain", 0.2, false}, Variant{"outlier", 0.2, true}}) {
     SCOPED_TRACE(v.name);
     const Tensor x = input(v, DType::BF16);
