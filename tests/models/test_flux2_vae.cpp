@@ -217,8 +217,8 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
 // estimate fits the budget. Memory: the tensor allocator's high-water mark, bounded by the lean
 // estimate, and the process's resident peak (which also sees oneDNN's blocked copies). On one
 // thread: with two, which thread's malloc arena and oneDNN scratch a band lands in varies from run
-// to run, and that moved the megabyte-sized resident peaks by up to 30% between identical runs
-// (lean bf16 encode 1.3 to 2.6 MB), while on one thread they repeat to the page.
+// to run, and that moved the megabyte-sized resident peaks between identical runs (lean bf16
+// encode 1.3 to 2.6 MB, its ratio 0.32 to 0.63), while on one thread they repeat to the page.
 TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
   const test::RestoreThreadCount one_thread(1);
   uint64_t state = 777;
