@@ -139,8 +139,8 @@ HWY_INLINE void StoreFN(DF df, VF v, T* p, size_t n) {
 #endif
 
 // Upper clamp of ExpParts. With the reciprocal: 88 keeps exp finite (1.65e38), and every
-// d = 1 + exp(x) >= 2^126 (x >= 87.34) gets a reciprocal of exactly 0 (x86 flushes tiny results),
-// so x / d is +-0 for any finite x, as the exact quotient underflows. With true division: 88.72
+// d = 1 + exp(x) >= 2^126 (x >= 87.34) gets a reciprocal of exactly 0 (DivByAtLeastOne zeroes it
+// explicitly), so x / d is +-0 for any finite x, as the exact quotient underflows. With true division: 88.72
 // lets 2^n reach 2^128 = inf, so x / d = +-0 and -inf / inf = NaN as in ref.
 #if FLUXRT_CPU_RCP_DIVIDE
 inline constexpr float kExpUpperClamp = 88.0f;
@@ -242,10 +242,14 @@ HWY_INLINE VF OnePlusExpClamped(DF df, VF x) {
 // Accuracy::Bf16 skips the Newton step. d must be finite (inf * 0 would be NaN): ExpParts' clamp
 // sees to it. Where the divider is as fast as the rest (scalar / emulated targets) plain division
 // is kept.
+// The reciprocal of d >= 2^126 is set to 0 here rather than left to the instruction: AVX2's
+// vrcpps flushes such (subnormal) results to 0, but AVX-512's vrcp14ps returns the subnormal
+// 1/d, and since ExpParts clamps d at ~2^127 the quotient then grows with |x| (silu(-3e38) gave
+// -1.8 instead of -0). Selecting 0 makes every x86 target give the same +-0.
 template <Accuracy kAcc = Accuracy::F32>
 HWY_INLINE VF DivByAtLeastOne(DF df, VF x, VF d) {
 #if FLUXRT_CPU_RCP_DIVIDE
-  const VF r0 = hn::ApproximateReciprocal(d);
+  const VF r0 = hn::IfThenZeroElse(d >= hn::Set(df, 0x1p126f), hn::ApproximateReciprocal(d));
   if constexpr (kAcc == Accuracy::Bf16) return hn::Mul(x, r0);
   return hn::Mul(hn::Mul(x, r0), hn::NegMulAdd(d, r0, hn::Set(df, 2.0f)));
 #else
