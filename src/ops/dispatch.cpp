@@ -1,7 +1,5 @@
 #include "ops/dispatch.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,6 +9,7 @@
 #include "backend/cuda_backend.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strict_kernels.h"
 
 namespace fluxrt {
 
@@ -25,12 +24,6 @@ namespace ops {
 namespace {
 
 thread_local const backend::KernelTable* t_forced = nullptr;
-
-int strict_from_env() {
-  const char* v = std::getenv("FLUXRT_STRICT_KERNELS");
-  return v && std::string(v) == "1" ? 1 : 0;
-}
-std::atomic<int> g_strict{-1};  // -1: not read yet
 
 std::mutex g_fallback_mutex;
 std::set<std::pair<std::string, std::string>> g_logged;
@@ -54,16 +47,8 @@ ScopedKernelTable::ScopedKernelTable(const backend::KernelTable& table) : previo
 }
 ScopedKernelTable::~ScopedKernelTable() { t_forced = previous_; }
 
-bool strict_kernels() {
-  int s = g_strict.load();
-  if (s < 0) {
-    s = strict_from_env();
-    g_strict.store(s);
-  }
-  return s == 1;
-}
-
-void set_strict_kernels(bool strict) { g_strict.store(strict ? 1 : 0); }
+bool strict_kernels() { return fluxrt::strict_kernels(); }
+void set_strict_kernels(bool strict) { fluxrt::set_strict_kernels(strict); }
 
 void note_fallback(std::string_view op, const backend::KernelTable& table) {
   if (strict_kernels())

@@ -36,7 +36,8 @@ class ScopedKernelTable {
   const backend::KernelTable* previous_;
 };
 
-// True when FLUXRT_STRICT_KERNELS=1 (read once per process; tests may override it).
+// True when FLUXRT_STRICT_KERNELS=1 (core/strict_kernels.h; read once per process; tests may
+// override it).
 bool strict_kernels();
 void set_strict_kernels(bool strict);
 
