@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/linear_cpu.h"
+#include "backend/cpu/onednn_util.h"
 #include "support/random_tensor.h"
 
 namespace fluxrt::test {
@@ -90,6 +91,37 @@ TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
   const int weight_dtypes = backend::cpu_native_bf16() ? 2 : 1;
   EXPECT_EQ(checked, 4 * weight_dtypes * 8 * 3 * 2);
   for (const std::string& k : kernels) std::printf("[kernel] %s\n", k.c_str());
+}
+
+// The text encoders' and klein's other linears (plain and with bias, as they are called) at prompt
+// lengths: Qwen3-4B (hidden 2560, q 4096, kv 1024, MLP 9728), T5-XXL (4096, MLP 10240), CLIP-L
+// (768, MLP 3072) and klein's single-block output (3072 + 9216 -> 3072). Rows 77 (CLIP), 512
+// (T5/Qwen3) and 4608 (a 1024^2 klein step).
+TEST(LinearKernelChoice, NoTextEncoderLinearUsesTheReferenceMatmul) {
+  const Shape2 shapes[] = {{2560, 4096}, {2560, 1024}, {4096, 2560},  {2560, 9728},
+                           {9728, 2560}, {4096, 4096}, {4096, 10240}, {10240, 4096},
+                           {768, 768},   {768, 3072},  {3072, 768},   {12288, 3072}};
+  int checked = 0;
+  for (const Shape2 s : shapes) {
+    for (DType wdt : {DType::F32, DType::BF16}) {
+      if (wdt == DType::BF16 && !backend::cpu_native_bf16()) continue;
+      const Tensor w = Tensor::full({s.n, s.k}, wdt, 0.02);
+      const Tensor b = Tensor::full({s.n}, wdt, 0.01);
+      const auto with_bias = backend::prepare_linear_cpu_with(w, b, backend::CpuLinearImpl::OneDnn);
+      const auto without_bias = backend::prepare_linear_cpu_with(w, Tensor(), backend::CpuLinearImpl::OneDnn);
+      for (const Config& c : {kConfigs[0], kConfigs[1]}) {
+        for (int64_t m : {int64_t{77}, int64_t{512}, int64_t{4608}}) {
+          const std::string kernel = kernel_for(c.bias ? *with_bias : *without_bias, c, m, s.k, s.n, wdt);
+          SCOPED_TRACE(::testing::Message() << c.name << " M=" << m << " K=" << s.k << " N=" << s.n << " "
+                                            << dtype_name(wdt) << ": " << kernel);
+          EXPECT_EQ(kernel.rfind("onednn:", 0), 0u);
+          EXPECT_FALSE(backend::onednn::is_reference_impl(kernel.substr(7)));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 12 * (backend::cpu_native_bf16() ? 2 : 1) * 2 * 3);
 }
 
 // The packed GEMM answers for itself (no oneDNN primitive involved).

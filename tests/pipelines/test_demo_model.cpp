@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "backend/cpu/onednn_util.h"
+#include "core/strict_kernels.h"
 #include "io/image.h"
 #include "pipelines/demo_model_classifier.h"
 #include "pipelines/flux2_klein_pipeline.h"
@@ -81,6 +83,41 @@ TEST(DemoModel, FolderDescribesABaseModelWithGuidance) {
   EXPECT_EQ(pipe->transformer_config().heads * pipe->transformer_config().head_dim, 192);
   EXPECT_EQ(pipe->transformer_config().heads, 6);
   EXPECT_EQ(pipe->transformer_config().in_channels, 128);
+}
+
+// The whole pipeline (text encoder, transformer, VAE decode and, for the reference image, encode)
+// at 128x128 in both dtypes under strict kernels: no op takes a composed fallback and oneDNN makes
+// no primitive on its reference implementation (which a fixed weight layout once let in on AMX
+// CPUs at 256x256 and larger, conv_cpu.cpp). Shape-only checks at the real models' sizes are in
+// test_conv_kernel_choice and test_linear_kernel_choice.
+TEST(DemoModel, RunsOnJitKernelsOnlyUnderStrictMode) {
+  const bool was = strict_kernels();
+  set_strict_kernels(true);
+  const int before = backend::onednn::reference_primitive_count();
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    pipelines::PipelineOptions options;
+    options.dtype = dtype;
+    auto pipe = pipelines::Flux2KleinPipeline::load(kModel, options);
+    pipelines::GenerateRequest request;
+    request.prompts = {"a red circle on a blue background"};
+    request.seed = 5;
+    request.width = 128;
+    request.height = 128;
+    request.num_steps = 1;
+    request.guidance_scale = 4.0f;
+    io::Image ref;
+    ref.width = ref.height = 64;
+    ref.channels = 3;
+    ref.pixels.assign(64 * 64 * 3, 128);
+    request.reference_images = {ref};
+    EXPECT_NO_THROW({
+      const auto result = pipe->generate(request);
+      EXPECT_EQ(result.images.at(0).width, 128);
+    });
+  }
+  EXPECT_EQ(backend::onednn::reference_primitive_count(), before);
+  set_strict_kernels(was);
 }
 
 TEST(DemoModel, F32MatchesDiffusersWithinTwoLevels) {

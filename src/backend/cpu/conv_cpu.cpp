@@ -1,13 +1,14 @@
 #include "backend/cpu/conv_cpu.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
-
-#include <fmt/format.h>
+#include <vector>
 
 #include "backend/cpu/onednn_util.h"
 #include "core/error.h"
@@ -19,8 +20,10 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-// The spatial size used to ask oneDNN for its weight layout at prepare time (the layout depends
-// on channels, kernel size and ISA, not on H and W).
+// The spatial size used to ask oneDNN for a weight layout at prepare time, so the weights are
+// reordered (and converted to the compute dtype) once, before the first call. It is only a first
+// guess: the layout the fastest kernel wants can depend on H and W too (AMX's brgconv wants
+// another one at 256x256 than at 64x64), so each call shape asks again with layout `any`.
 constexpr int64_t kPrepareSize = 64;
 
 thread_local Conv2dPhaseTimes t_phases;
@@ -39,33 +42,45 @@ class OneDnnConv {
   OneDnnConv(const Tensor& weight, const Tensor& bias, DType compute);
   void run(const Conv2dArgs& a);
   std::string describe() const;
+  // The implementation run(a) would use (its primitive is made and kept, nothing is computed).
+  std::string kernel_for(const Conv2dArgs& a);
 
  private:
   struct Entry {
     dnnl::convolution_forward prim;
     dnnl::memory::desc src, dst;
     dnnl::memory weights;
+    std::string impl;  // impl_info_str of prim
   };
   // N, H, W (after upsampling), stride, pads (t, b, l, r), residual
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool>;
+  static Key key_for(const Conv2dArgs& a);
   Entry& entry(const Key& key);
-  dnnl::convolution_forward::primitive_desc make_pd(const Key& key, const dnnl::memory::desc& weights) const;
+  dnnl::convolution_forward::primitive_desc make_pd(const Key& key) const;
+  // The weights in `layout`: the prepared memory when it matches, else a reorder of it made once
+  // per layout and kept (a few layouts at most: by stride, and by size on some ISAs).
+  dnnl::memory weights_in(const dnnl::memory::desc& layout);
+  std::string shape_of(const Key& key) const;
 
   int64_t cout_, cin_, kh_, kw_;
   DType compute_;
-  dnnl::memory weights_;
+  dnnl::memory weights_;                     // the prepare-time layout
+  std::vector<dnnl::memory> other_layouts_;  // reorders of weights_ for other call shapes
   dnnl::memory bias_;
   std::string impl_;
   mutable std::mutex mutex_;
   std::map<Key, Entry> cache_;
 };
 
-dnnl::convolution_forward::primitive_desc OneDnnConv::make_pd(const Key& key,
-                                                              const dnnl::memory::desc& weights) const {
+// With every layout `any` (weights included), oneDNN's first implementation that accepts the
+// shape is its fastest JIT kernel, which then names the layouts it wants; a fixed weight layout
+// would let the reference kernel accept shapes the JIT kernels refuse for that layout.
+dnnl::convolution_forward::primitive_desc OneDnnConv::make_pd(const Key& key) const {
   const auto [n, h, w, stride, pt, pb, pl, pr, residual] = key;
   const int64_t ho = (h + pt + pb - kh_) / stride + 1, wo = (w + pl + pr - kw_) / stride + 1;
   const dt cdt = onednn::to_dnnl(compute_);
   dnnl::memory::desc src({n, cin_, h, w}, cdt, tag::any);
+  dnnl::memory::desc weights({cout_, cin_, kh_, kw_}, cdt, tag::any);
   dnnl::memory::desc dst({n, cout_, ho, wo}, cdt, tag::any);
   dnnl::memory::desc bias = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   dnnl::primitive_attr attr;
@@ -91,7 +106,7 @@ OneDnnConv::OneDnnConv(const Tensor& weight, const Tensor& bias, DType compute)
   }
   const int pad = static_cast<int>(kh_ / 2);
   const Key probe{1, kPrepareSize, kPrepareSize, 1, pad, pad, pad, pad, false};
-  auto pd = make_pd(probe, dnnl::memory::desc({cout_, cin_, kh_, kw_}, cdt, tag::any));
+  auto pd = make_pd(probe);
   impl_ = pd.impl_info_str();
   const Tensor w = weight.dtype() == compute ? weight : weight.to(compute);
   dnnl::memory plain(strided_nchw(w, cdt), eng, const_cast<void*>(w.raw_data()));
@@ -100,28 +115,49 @@ OneDnnConv::OneDnnConv(const Tensor& weight, const Tensor& bias, DType compute)
   onednn::stream().wait();
 }
 
+std::string OneDnnConv::shape_of(const Key& key) const {
+  const auto [n, h, w, stride, pt, pb, pl, pr, residual] = key;
+  return fmt::format("{} {}x{}x{}x{} -> {} channels, {}x{} kernel, stride {}{}", dtype_name(compute_), n,
+                     cin_, h, w, cout_, kh_, kw_, stride, residual ? ", residual" : "");
+}
+
+dnnl::memory OneDnnConv::weights_in(const dnnl::memory::desc& layout) {
+  if (layout == weights_.get_desc()) return weights_;
+  for (const dnnl::memory& m : other_layouts_) {
+    if (m.get_desc() == layout) return m;
+  }
+  dnnl::memory m(layout, onednn::engine());
+  dnnl::reorder(weights_, m).execute(onednn::stream(), weights_, m);
+  onednn::stream().wait();
+  other_layouts_.push_back(m);
+  return m;
+}
+
 OneDnnConv::Entry& OneDnnConv::entry(const Key& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
+  const dnnl::convolution_forward::primitive_desc pd = make_pd(key);
+  onednn::check_implementation("conv2d", pd.impl_info_str(), shape_of(key));
   Entry e;
-  dnnl::convolution_forward::primitive_desc pd;
-  try {
-    pd = make_pd(key, weights_.get_desc());
-    e.weights = weights_;
-  } catch (const dnnl::error&) {
-    // This shape wants another weight layout (e.g. stride 2): reorder once for it and keep it.
-    pd = make_pd(key, dnnl::memory::desc({cout_, cin_, kh_, kw_}, onednn::to_dnnl(compute_), tag::any));
-    FLUXRT_LOG_DEBUG("[conv2d] second weight layout for stride {} ({})", std::get<3>(key), pd.impl_info_str());
-    e.weights = dnnl::memory(pd.weights_desc(), onednn::engine());
-    dnnl::reorder(weights_, e.weights).execute(onednn::stream(), weights_, e.weights);
-    onednn::stream().wait();
+  e.weights = weights_in(pd.weights_desc());
+  if (e.weights != weights_) {
+    FLUXRT_LOG_DEBUG("[conv2d] another weight layout for {} ({})", shape_of(key), pd.impl_info_str());
   }
   e.prim = dnnl::convolution_forward(pd);
   e.src = pd.src_desc();
   e.dst = pd.dst_desc();
+  e.impl = pd.impl_info_str();
   return cache_.emplace(key, std::move(e)).first->second;
 }
+
+OneDnnConv::Key OneDnnConv::key_for(const Conv2dArgs& a) {
+  const int64_t scale = a.upsample_nearest_2x ? 2 : 1;
+  return Key{a.x.size(0), scale * a.x.size(2), scale * a.x.size(3), a.stride, a.pad_top, a.pad_bottom,
+             a.pad_left,  a.pad_right,         a.residual.defined()};
+}
+
+std::string OneDnnConv::kernel_for(const Conv2dArgs& a) { return entry(key_for(a)).impl; }
 
 // Nearest 2x upsample of x (any float dtype, any strides) into a contiguous f32 NCHW tensor: each
 // source row is widened once and written to two output rows.
@@ -152,9 +188,7 @@ void OneDnnConv::run(const Conv2dArgs& a) {
   auto t0 = std::chrono::steady_clock::now();
   Tensor x = a.x;
   if (a.upsample_nearest_2x) x = upsample_nearest_2x_f32(x);
-  const Key key{x.size(0), x.size(2), x.size(3), a.stride, a.pad_top, a.pad_bottom, a.pad_left, a.pad_right,
-                a.residual.defined()};
-  Entry& e = entry(key);
+  Entry& e = entry(key_for(a));
 
   // Input: reorder (and convert) from x's strides into the layout the primitive wants.
   if (x.dtype() != DType::F32 && x.dtype() != compute_) x = x.to(DType::F32);
@@ -217,6 +251,13 @@ void conv2d_cpu(const Conv2dArgs& a) {
   auto* conv = static_cast<OneDnnConv*>(a.w->state.get());
   FLUXRT_CHECK(conv != nullptr, ErrorCode::InvalidArgument, "[conv2d] weight was not prepared by the CPU backend");
   conv->run(a);
+}
+
+std::string conv2d_cpu_kernel_for(const Conv2dArgs& a) {
+  auto* conv = static_cast<OneDnnConv*>(a.w->state.get());
+  FLUXRT_CHECK(conv != nullptr, ErrorCode::InvalidArgument,
+               "[conv2d] weight was not prepared by the CPU backend");
+  return conv->kernel_for(a);
 }
 
 std::string describe_conv2d_cpu(const PreparedConv2d& prepared) {

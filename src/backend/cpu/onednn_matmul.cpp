@@ -1,5 +1,7 @@
 #include "backend/cpu/onednn_matmul.h"
 
+#include <fmt/format.h>
+
 #include <unordered_map>
 #include <vector>
 
@@ -140,6 +142,9 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
     p = plan(plain_2d(m, n_, dt::f32, n_), attr_for(false));
     gate_outside = true;
   }
+  check_implementation(
+      "linear", p.pd.impl_info_str(),
+      fmt::format("{} M={} K={} N={}{}", dtype_name(compute_), m, k_, n_, gated ? " gated" : ""));
   Entry e;
   e.prim = dnnl::matmul(p.pd);
   e.impl = p.pd.impl_info_str();

@@ -1,8 +1,16 @@
 #include "backend/cpu/onednn_util.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+
 #include "core/error.h"
+#include "core/log.h"
+#include "core/strict_kernels.h"
 #include "core/threads.h"
 
 namespace fluxrt::backend::onednn {
@@ -55,5 +63,42 @@ void sync_threads() {
   const int n = num_threads();
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 }
+
+bool is_reference_impl(std::string_view impl) {
+  // impl_info_str is "name:isa" (e.g. "brg:avx512_core_amx", "jit:avx2", "gemm:jit", "ref:any");
+  // a reference kernel has a part that starts with "ref".
+  size_t start = 0;
+  while (start <= impl.size()) {
+    const size_t end = std::min(impl.find(':', start), impl.size());
+    if (impl.substr(start, end - start).rfind("ref", 0) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+namespace {
+std::atomic<int> g_reference_count{0};
+std::mutex g_reported_mutex;
+std::set<std::string> g_reported;
+}  // namespace
+
+void check_implementation(std::string_view op, std::string_view impl, const std::string& shape) {
+  if (!is_reference_impl(impl)) return;
+  g_reference_count.fetch_add(1);
+  if (strict_kernels()) {
+    fail(ErrorCode::Unsupported,
+         "[{}] oneDNN chose its reference implementation '{}' for {} (ISA {}) and FLUXRT_STRICT_KERNELS=1 "
+         "forbids it",
+         op, impl, shape, isa_name());
+  }
+  std::lock_guard<std::mutex> lock(g_reported_mutex);
+  if (g_reported.insert(fmt::format("{}|{}|{}", op, shape, impl)).second) {
+    FLUXRT_LOG_WARN(
+        "[{}] oneDNN runs {} on its reference implementation '{}' (ISA {}): expect it to be very slow", op,
+        shape, impl, isa_name());
+  }
+}
+
+int reference_primitive_count() { return g_reference_count.load(); }
 
 }  // namespace fluxrt::backend::onednn

@@ -2,6 +2,8 @@
 // Shared oneDNN plumbing for the CPU GEMM and convolution: one engine per process, a stream per
 // thread, dtype mapping, and the run-time question "does this CPU do bf16 natively?".
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <string_view>
 
 #include "core/dtype.h"
 
@@ -20,5 +22,20 @@ dnnl::memory::data_type to_dnnl(DType dtype);
 
 // Sets oneDNN's thread count to fluxrt::num_threads() (OpenMP runtime).
 void sync_threads();
+
+// Whether a primitive_desc::impl_info_str() names one of oneDNN's reference implementations
+// ("ref:any", "ref_int8:any", "gemm:ref", ...): scalar loops, 10-1000x slower than the JIT ones.
+bool is_reference_impl(std::string_view impl);
+
+// Called whenever a hot primitive (matmul, convolution) is made, with its implementation and a
+// description of its shape. A reference implementation is counted, logged once per
+// (op, shape, implementation) at warn level, and is an Unsupported error under
+// FLUXRT_STRICT_KERNELS=1: oneDNN picks "ref" silently when no JIT kernel accepts the
+// descriptors, and a VAE decode then runs for minutes instead of seconds.
+void check_implementation(std::string_view op, std::string_view impl, const std::string& shape);
+
+// How many primitives check_implementation saw on a reference implementation in this process
+// (tests assert it stays 0).
+int reference_primitive_count();
 
 }  // namespace fluxrt::backend::onednn
