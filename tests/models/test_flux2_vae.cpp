@@ -11,7 +11,6 @@
 #include "io/safetensors.h"
 #include "models/vae/flux2_vae.h"
 #include "support/compare.h"
-#include "support/rss_peak.h"
 #include "support/thread_count.h"
 #include "support/vae_tiling.h"
 
@@ -215,10 +214,13 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
 // image (7 divides no level's height, so every band seam, the image borders and a short last band
 // are exercised, in the plain, upsampling and stride-2 convolutions). Auto picks it when only its
 // estimate fits the budget. Memory: the tensor allocator's high-water mark, bounded by the lean
-// estimate, and the process's resident peak (which also sees oneDNN's blocked copies). On one
-// thread: with two, which thread's malloc arena and oneDNN scratch a band lands in varies from run
-// to run, and that moved the megabyte-sized resident peaks between identical runs (lean bf16
-// encode 1.3 to 2.6 MB, its ratio 0.32 to 0.63), while on one thread they repeat to the page.
+// estimate, and well under the untiled pass's — the allocator's own counter, which repeats exactly
+// from run to run and under sanitizers, and which also counts the convolutions' channel-blocked
+// copies (conv_cpu.cpp takes them from the tensor allocator): measured on AVX-512 lean/untiled
+// 0.61 (f32 decode), 0.62 (f32 encode), 0.50 and 0.58 (bf16); a pass whose bands had become the
+// whole image would read 1.0. The process's resident peak (which also sees oneDNN's scratch,
+// malloc arenas and, under ASan, shadow memory and quarantine) is compared in the slow
+// real-shapes test (test_flux2_vae_lean_slow), not here. On one thread: quicker on a shared box.
 TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
   const test::RestoreThreadCount one_thread(1);
   uint64_t state = 777;
@@ -236,45 +238,34 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
       for (auto& v : xv) v = uniform();
       const Tensor z = Tensor::from_vector(zv, {1, 128, h / 16, w / 16});
       const Tensor x = Tensor::from_vector(xv, {1, 3, h, w});
-      struct Peaks {
-        size_t tensors = 0, rss = 0;
-      };
-      auto peaks_of = [&](const TilingOptions& t, bool decode, Tensor& out) {
+      // Peak tensor bytes of one pass above what was held before it.
+      auto peak_of = [&](const TilingOptions& t, bool decode, Tensor& out) {
         vae.set_tiling(t);
-        out = decode ? vae.decode_latents(z) : vae.encode_mode(x);  // warm: oneDNN primitives exist
-        Peaks p;
-        p.rss = test::rss_peak_during([&] {
-          reset_host_bytes_peak();
-          const size_t base = host_bytes_in_use();
-          out = Tensor();
-          out = decode ? vae.decode_latents(z) : vae.encode_mode(x);
-          p.tensors = host_bytes_peak() - base;
-        });
-        return p;
+        out = Tensor();
+        reset_host_bytes_peak();
+        const size_t base = host_bytes_in_use();
+        out = decode ? vae.decode_latents(z) : vae.encode_mode(x);
+        return host_bytes_peak() - base;
       };
       for (bool decode : {true, false}) {
         SCOPED_TRACE(decode ? "decode" : "encode");
         Tensor full, banded;
-        const Peaks fp = peaks_of(TilingOptions{TilingMode::Never}, decode, full);
-        const Peaks lp = peaks_of(lean, decode, banded);
+        const size_t full_peak = peak_of(TilingOptions{TilingMode::Never}, decode, full);
+        const size_t lean_peak = peak_of(lean, decode, banded);
         const TilePlan plan = decode ? vae.decode_tile_plan(1, h, w) : vae.encode_tile_plan(1, h, w);
         EXPECT_TRUE(plan.lean);
         EXPECT_FALSE(plan.tiled);
         ASSERT_EQ(banded.shape(), full.shape());
         const double r = rel_l2(banded, full);
+        const double ratio = static_cast<double>(lean_peak) / static_cast<double>(full_peak);
         std::printf("[lean %s %dx%d %s] rel-L2 vs untiled %.3g; peak tensor bytes untiled %zu, lean %zu (ratio %.2f); "
-                    "peak RSS growth untiled %zu, lean %zu (ratio %.2f); estimates lean %zu, untiled %zu\n",
-                    std::string(dtype_name(dtype)).c_str(), h, w, decode ? "decode" : "encode", r, fp.tensors,
-                    lp.tensors, static_cast<double>(lp.tensors) / static_cast<double>(fp.tensors), fp.rss, lp.rss,
-                    fp.rss ? static_cast<double>(lp.rss) / static_cast<double>(fp.rss) : 0.0,
-                    plan.lean_estimate_bytes, plan.estimate_bytes);
-        if (lp.rss && fp.rss) {  // braces: gtest's macro is an if/else (-Wdangling-else)
-          EXPECT_LT(static_cast<double>(lp.rss), (dtype == DType::F32 ? 0.9 : 0.6) * static_cast<double>(fp.rss));
-        }
+                    "estimates lean %zu, untiled %zu\n",
+                    std::string(dtype_name(dtype)).c_str(), h, w, decode ? "decode" : "encode", r, full_peak, lean_peak,
+                    ratio, plan.lean_estimate_bytes, plan.estimate_bytes);
+        EXPECT_LT(ratio, 0.75);
         if (dtype == DType::F32) EXPECT_LE(r, 1e-5);
         else EXPECT_LE(r, 1e-2);  // bf16 roundings at the same places: differences only from oneDNN's per-shape kernels
-        EXPECT_LE(lp.tensors, fp.tensors);
-        EXPECT_LE(lp.tensors, plan.lean_estimate_bytes);  // the estimate bounds what was measured
+        EXPECT_LE(lean_peak, plan.lean_estimate_bytes);  // the estimate bounds what was measured
         EXPECT_LT(plan.lean_estimate_bytes, plan.estimate_bytes);
         // Auto with a budget between the two estimates runs the lean pass, and blended tiles below that.
         TilingOptions autot = test::auto_tiles(plan.lean_estimate_bytes, 128, 32);

@@ -41,7 +41,8 @@ namespace {
 // input + normed input + conv1 output, or input + two outputs; an upsampler: input + output; the
 // mid block's attention: about nine C x h x w tensors), in the pass dtype, plus the band copies
 // of one convolution (the backend's blocked input and output and the upsampled rows, each about
-// one band). The tensor allocator's measured peak stays under it (Flux2Vae.LeanPassMatches-
+// one band; the CPU backend takes those copies from the tensor allocator too, in f32 at most).
+// The tensor allocator's measured peak stays under it (Flux2Vae.LeanPassMatches-
 // UntiledWithBoundedMemory); the process's resident peak does not: real klein shapes, bf16,
 // 256x256, 16-row bands: +157 MiB against 93.5 estimated (the plain pass: +429 against 384), the
 // rest being oneDNN's own buffers, which is what Auto's budget of half of MemAvailable leaves room for.
