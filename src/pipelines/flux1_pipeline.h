@@ -59,8 +59,8 @@ class Flux1Pipeline {
   static std::unique_ptr<Flux1Pipeline> load(const std::filesystem::path& model_root, const PipelineOptions& options);
   // Random weights of a variant's real shapes and no weight files (benchmarks): "flux.1-dev",
   // "flux.1-schnell", or "flux.1-tiny" (the tiny test folders' shapes, a dev with guidance, for
-  // smoke tests). The real tokenizers are still needed: `clip_tokenizer_dir` (vocab.json +
-  // merges.txt) and `t5_tokenizer_dir` (spiece.model or tokenizer.json).
+  // smoke tests). The real tokenizers are still needed: `clip_tokenizer_dir` (tokenizer.json or
+  // vocab.json + merges.txt) and `t5_tokenizer_dir` (spiece.model or tokenizer.json).
   static std::unique_ptr<Flux1Pipeline> synthetic(const std::string& variant,
                                                   const std::filesystem::path& clip_tokenizer_dir,
                                                   const std::filesystem::path& t5_tokenizer_dir,

@@ -29,6 +29,7 @@ struct TokenizerConfig {
   std::optional<std::string> pad_token;
   std::optional<std::string> eos_token;
   std::optional<std::string> bos_token;
+  std::optional<std::string> unk_token;
   std::optional<std::string> padding_side;     // "right" when absent (the transformers default)
   std::optional<std::string> truncation_side;  // likewise
   std::vector<AddedToken> added_tokens;     // from added_tokens_decoder

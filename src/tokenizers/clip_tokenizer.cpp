@@ -2,9 +2,7 @@
 
 #include <utf8proc.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -12,8 +10,8 @@
 #include "tokenizers/bpe_model.h"
 #include "tokenizers/bpe_tokenizer.h"
 #include "tokenizers/byte_level.h"
-#include "tokenizers/json_reader.h"
 #include "tokenizers/text_stages.h"
+#include "tokenizers/tokenizer_files.h"
 
 namespace fluxrt::tokenizers {
 namespace fs = std::filesystem;
@@ -113,91 +111,23 @@ void split_clip_words(std::string_view text, std::vector<std::string_view>& word
   }
 }
 
-std::string read_file_text(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::Io, "{}: cannot read tokenizer file", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::Io, "{}: read failed", path.string());
-  return std::move(buffer).str();
-}
-
-void load_vocab(const fs::path& path, BpeModel& model) {
-  const std::string label = path.string();
-  const std::string text = read_file_text(path);
-  model.reserve(text.size() / 17, text.size(), text.size() / 17);
-  JsonReader reader(text, label);
-  reader.begin_object();
-  std::string_view key;
-  std::vector<BpeModel::TokenEntry> batch;
-  std::vector<std::string> keys;  // escaped keys live in the reader's buffer only until the next read
-  batch.reserve(BpeModel::kBatch);
-  keys.reserve(BpeModel::kBatch);
-  auto flush = [&] {
-    model.add_tokens(batch.data(), batch.size(), label);
-    batch.clear();
-    keys.clear();
-  };
-  while (reader.next_key(key)) {
-    if (!reader.in_input(key)) {
-      keys.emplace_back(key);
-      key = keys.back();
-    }
-    const int64_t id = reader.read_int();
-    if (id < 0 || id >= (int64_t{1} << 24)) fail(ErrorCode::Format, "{}: token id {} out of range", label, id);
-    batch.push_back({key, static_cast<int32_t>(id)});
-    if (batch.size() == BpeModel::kBatch) flush();
-  }
-  flush();
-  if (reader.peek() != '\0') reader.error("trailing data after the vocabulary object");
-}
-
-// merges.txt: a "#version" first line, then "left right" per line, in rank order.
-void load_merges(const fs::path& path, BpeModel& model) {
-  const std::string label = path.string();
-  const std::string text = read_file_text(path);
-  std::vector<BpeModel::MergeEntry> batch;
-  batch.reserve(BpeModel::kBatch);
-  size_t pos = 0, line_number = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_number;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
-    const size_t space = line.find(' ');
-    if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-      fail(ErrorCode::Format, "{}: line {} is not 'left right'", label, line_number);
-    }
-    batch.push_back({line.substr(0, space), line.substr(space + 1)});
-    if (batch.size() == BpeModel::kBatch) {
-      model.add_merges(batch.data(), batch.size(), label);
-      batch.clear();
-    }
-  }
-  model.add_merges(batch.data(), batch.size(), label);
-}
-
 // pad_token from special_tokens_map.json, for folders whose tokenizer_config.json lacks it.
 std::optional<std::string> special_map_token(const fs::path& path, const char* key) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(read_file_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::Format, "{}: malformed JSON: {}", path.string(), e.what());
+  const FileText file(path);
+  const nlohmann::json doc = parse_small_json(file.text(), path.string());
+  return doc.is_object() ? get_token_string(doc, key) : std::nullopt;
+}
+
+TokenizerConfig read_clip_config(const fs::path& path) {
+  if (path.empty()) return {};
+  TokenizerConfig config = read_tokenizer_config(path);
+  if (!config.tokenizer_class.empty() && config.tokenizer_class.rfind("CLIPTokenizer", 0) != 0) {
+    fail(ErrorCode::Unsupported, "{}: tokenizer_class '{}' is not a CLIP tokenizer", path.string(),
+         config.tokenizer_class);
   }
-  auto it = doc.is_object() ? doc.find(key) : doc.end();
-  if (it == doc.end()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
-  return std::nullopt;
+  return config;
 }
 
 }  // namespace
@@ -247,6 +177,11 @@ struct ClipTokenizer::Impl {
     split_clip_words(normalized, words);
     for (std::string_view word : words) model.encode_word(word, out);
   }
+
+  // The rest of loading, the same for both layouts once `model` holds the vocabulary and merges:
+  // unk, the end-of-word symbols, the special and added tokens.
+  void finish(const TokenizerConfig& config, const fs::path& config_path, std::string_view unk,
+              std::vector<AddedToken> added);
 };
 
 ClipTokenizer::ClipTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -254,22 +189,9 @@ ClipTokenizer::ClipTokenizer(ClipTokenizer&&) noexcept = default;
 ClipTokenizer& ClipTokenizer::operator=(ClipTokenizer&&) noexcept = default;
 ClipTokenizer::~ClipTokenizer() = default;
 
-ClipTokenizer ClipTokenizer::from_files(const fs::path& vocab_json, const fs::path& merges_txt,
-                                        const fs::path& config_path) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = vocab_json.parent_path().string();
-  TokenizerConfig config;
-  if (!config_path.empty()) {
-    config = read_tokenizer_config(config_path);
-    if (!config.tokenizer_class.empty() && config.tokenizer_class.rfind("CLIPTokenizer", 0) != 0) {
-      fail(ErrorCode::Unsupported, "{}: tokenizer_class '{}' is not a CLIP tokenizer", config_path.string(),
-           config.tokenizer_class);
-    }
-  }
-  load_vocab(vocab_json, impl->model);
-  load_merges(merges_txt, impl->model);
-  const std::string label = impl->source;
-
+void ClipTokenizer::Impl::finish(const TokenizerConfig& config, const fs::path& config_path,
+                                 std::string_view unk, std::vector<AddedToken> added) {
+  const std::string& label = source;
   // transformers' CLIPTokenizer defaults: unk = eos = pad = "<|endoftext|>".
   const std::string bos = config.bos_token.value_or(std::string(kDefaultBos));
   const std::string eos = config.eos_token.value_or(std::string(kDefaultEos));
@@ -278,15 +200,14 @@ ClipTokenizer ClipTokenizer::from_files(const fs::path& vocab_json, const fs::pa
     pad = special_map_token(config_path.parent_path() / "special_tokens_map.json", "pad_token").value_or("");
   }
   if (pad.empty()) pad = eos;
-  impl->model.finalize(kDefaultEos, false, label);
-  impl->model.set_end_of_word_suffix(kEndOfWord, label);
+  model.finalize(unk, false, label);
+  model.set_end_of_word_suffix(kEndOfWord, label);
 
-  std::vector<AddedToken> added = config.added_tokens;
   for (const std::string& special : {bos, eos, pad}) {
     bool listed = false;
     for (const AddedToken& token : added) listed |= token.content == special;
     if (listed) continue;
-    auto id = impl->model.token_to_id(special);
+    auto id = model.token_to_id(special);
     if (!id) fail(ErrorCode::Format, "{}: special token '{}' is not in the vocabulary", label, special);
     added.push_back(AddedToken{special, *id, true, false, false, false, false});
   }
@@ -298,33 +219,85 @@ ClipTokenizer ClipTokenizer::from_files(const fs::path& vocab_json, const fs::pa
            token.content);
     }
     (token.normalized ? normalized : raw).push_back(token);
-    if (impl->added_by_id.emplace(token.id, token.content).second && impl->model.id_to_token(token.id).empty()) {
+    if (added_by_id.emplace(token.id, token.content).second && model.id_to_token(token.id).empty()) {
       ++extra_ids;
     }
   }
-  impl->raw_matcher = AddedTokenMatcher(std::move(raw));
-  impl->normalized_matcher = AddedTokenMatcher(std::move(normalized));
-  impl->vocab_size = impl->model.vocab_size() + extra_ids;
+  raw_matcher = AddedTokenMatcher(std::move(raw));
+  normalized_matcher = AddedTokenMatcher(std::move(normalized));
+  vocab_size = model.vocab_size() + extra_ids;
   auto id_of = [&](const std::string& token) {
     for (const AddedToken& a : added) {
       if (a.content == token) return a.id;
     }
     fail(ErrorCode::Format, "{}: special token '{}' has no id", label, token);
   };
-  impl->bos_id = id_of(bos);
-  impl->eos_id = id_of(eos);
-  impl->pad_id = id_of(pad);
+  bos_id = id_of(bos);
+  eos_id = id_of(eos);
+  pad_id = id_of(pad);
+}
+
+ClipTokenizer ClipTokenizer::from_files(const fs::path& vocab_json, const fs::path& merges_txt,
+                                        const fs::path& config_path) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = vocab_json.parent_path().string();
+  const TokenizerConfig config = read_clip_config(config_path);
+  read_vocab_and_merges(vocab_json, merges_txt, impl->model);
+  impl->finish(config, config_path, config.unk_token.value_or(std::string(kDefaultEos)), config.added_tokens);
+  return ClipTokenizer(std::move(impl));
+}
+
+ClipTokenizer ClipTokenizer::from_tokenizer_json(const fs::path& tokenizer_json,
+                                                 const fs::path& config_path) {
+  auto impl = std::make_unique<Impl>();
+  const std::string label = tokenizer_json.string();
+  impl->source = label;
+  const TokenizerConfig config = read_clip_config(config_path);
+  const FileText file(tokenizer_json);
+  // transformers writes CLIP's tokenizer.json indented: about 25 bytes per vocabulary entry (9 of
+  // them the token) and 48 per merge, one of each per 73 bytes. Only sizes the tables; they grow.
+  const size_t per_entry = file.text().size() / 70;
+  impl->model.reserve(per_entry, per_entry * 9, per_entry);
+  const BpeJsonFile parts = read_bpe_tokenizer_json(file.text(), label, impl->model);
+  // transformers 5 takes only the vocabulary and merges from the file and rebuilds the CLIP
+  // pipeline around them (CLIPTokenizer.__init__: NFC + white space + lower case, the CLIP split,
+  // byte level, "</w>", no dropout), so the file's normalizer, pre-tokenizer, post-processor and
+  // dropout are not read here either. A vocabulary built for another word-boundary scheme would
+  // not work with that pipeline: refused rather than silently mis-encoded.
+  if (parts.end_of_word_suffix.value_or(std::string(kEndOfWord)) != kEndOfWord) {
+    fail(ErrorCode::Unsupported, "{}: BPE end_of_word_suffix '{}' is not CLIP's '{}'", label,
+         *parts.end_of_word_suffix, kEndOfWord);
+  }
+  if (!parts.continuing_subword_prefix.value_or("").empty()) {
+    fail(ErrorCode::Unsupported, "{}: BPE continuing_subword_prefix '{}' is not supported by CLIP", label,
+         *parts.continuing_subword_prefix);
+  }
+  // The added tokens of the file (with their normalized flags), then any the config adds.
+  std::vector<AddedToken> added = parse_added_tokens(parts.raw_added_tokens, label);
+  for (const AddedToken& token : config.added_tokens) {
+    bool known = false;
+    for (const AddedToken& existing : added) known |= existing.id == token.id;
+    if (!known) added.push_back(token);
+  }
+  // unk: the config's (what transformers passes to BPE), else the file's, else the default.
+  const std::string unk = config.unk_token.value_or(parts.unk_token.value_or(std::string(kDefaultEos)));
+  impl->finish(config, config_path, unk, std::move(added));
   return ClipTokenizer(std::move(impl));
 }
 
 ClipTokenizer ClipTokenizer::from_directory(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(ErrorCode::NotFound, "{}: tokenizer folder not found", dir.string());
-  if (!fs::exists(dir / "vocab.json") || !fs::exists(dir / "merges.txt")) {
-    fail(ErrorCode::NotFound, "{}: CLIP tokenizer needs vocab.json and merges.txt", dir.string());
-  }
   const fs::path config = dir / "tokenizer_config.json";
-  return from_files(dir / "vocab.json", dir / "merges.txt", fs::exists(config) ? config : fs::path());
+  const fs::path config_arg = fs::exists(config, ec) ? config : fs::path();
+  // tokenizer.json first, as transformers 5 does when a folder has both (published repos do);
+  // what it saves has only tokenizer.json, older folders only vocab.json + merges.txt.
+  if (fs::exists(dir / "tokenizer.json", ec)) return from_tokenizer_json(dir / "tokenizer.json", config_arg);
+  if (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec)) {
+    return from_files(dir / "vocab.json", dir / "merges.txt", config_arg);
+  }
+  fail(ErrorCode::NotFound, "{}: no CLIP tokenizer: needs tokenizer.json, or vocab.json + merges.txt",
+       dir.string());
 }
 
 std::vector<int32_t> ClipTokenizer::encode(std::string_view text) const {

@@ -31,15 +31,22 @@ inline constexpr int kClipMaxLength = 77;
 
 class ClipTokenizer {
  public:
-  // A model folder with vocab.json + merges.txt; tokenizer_config.json (and special_tokens_map.json)
-  // when present give the special tokens, otherwise transformers' CLIPTokenizer defaults apply
-  // (bos "<|startoftext|>", eos = pad = unk "<|endoftext|>"). ErrorCode::NotFound when the
-  // vocabulary files are missing, ErrorCode::Format when they are malformed or the special tokens
-  // are not in the vocabulary.
+  // A model folder: tokenizer.json when present (what transformers 5 saves, and what it reads when a
+  // folder also has the older files), otherwise vocab.json + merges.txt. tokenizer_config.json (and
+  // special_tokens_map.json) when present give the special tokens, otherwise transformers'
+  // CLIPTokenizer defaults apply (bos "<|startoftext|>", eos = pad = unk "<|endoftext|>").
+  // ErrorCode::NotFound when neither layout is there, ErrorCode::Format when the files are
+  // malformed or the special tokens are not in the vocabulary.
   static ClipTokenizer from_directory(const std::filesystem::path& dir);
   // `config` may be empty (defaults as above).
   static ClipTokenizer from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt,
                                   const std::filesystem::path& config = {});
+  // A tokenizer.json with a BPE model (merges as "a b" strings or [a, b] pairs). As transformers 5,
+  // only its vocabulary, merges, unk token and added tokens (with their normalized flags) are read;
+  // the pipeline above is CLIP's whatever the file's normalizer and pre-tokenizer say.
+  // ErrorCode::Unsupported when the model is not BPE or its end-of-word suffix is not "</w>".
+  static ClipTokenizer from_tokenizer_json(const std::filesystem::path& tokenizer_json,
+                                           const std::filesystem::path& config = {});
 
   ClipTokenizer(ClipTokenizer&&) noexcept;
   ClipTokenizer& operator=(ClipTokenizer&&) noexcept;

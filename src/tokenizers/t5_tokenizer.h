@@ -12,8 +12,9 @@
 //   5. "</s>" appended.
 // Both spiece.model (read with libsentencepiece) and tokenizer.json (its Unigram vocabulary and
 // Precompiled charsmap) load into this same pipeline, as transformers rebuilds it from either file.
-// The tokenizer.json's own normalizer/pre-tokenizer (Strip + Replace, no WhitespaceSplit) is NOT
-// what transformers runs; they differ on U+0085 only in the corpus.
+// The published tokenizer.json's own normalizer/pre-tokenizer (Strip + Replace, no WhitespaceSplit)
+// is NOT what transformers runs; they differ on U+0085 only in the corpus. The tokenizer.json that
+// transformers 5 saves (with no spiece.model next to it) spells out the pipeline it runs instead.
 //
 // Padding as FluxPipeline._get_t5_prompt_embeds asks: padding="max_length", truncation=True,
 // max_length = 512 (dev) / 256 (schnell); a too-long prompt keeps max_length-1 ids and ends with

@@ -1,4 +1,7 @@
-// Loading BpeTokenizer from tokenizer.json or from vocab.json + merges.txt + tokenizer_config.json.
+// Loading BpeTokenizer from tokenizer.json or from vocab.json + merges.txt + tokenizer_config.json,
+// and the readers of those files that ClipTokenizer shares (tokenizer_files.h).
+#include "tokenizers/tokenizer_files.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -21,77 +24,10 @@ using nlohmann::json;
 
 namespace {
 
-// A read-only view of a whole file: mapped when possible, which saves zero-filling and copying an
-// 11 MB buffer; read into memory otherwise (empty files, pipes, file systems without mmap).
-class FileText {
- public:
-  explicit FileText(const fs::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
-    struct stat info {};
-    if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
-      void* map = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      if (map != MAP_FAILED) {
-        map_ = map;
-        view_ = std::string_view(static_cast<const char*>(map), static_cast<size_t>(info.st_size));
-        ::close(fd);
-        return;
-      }
-    }
-    if (S_ISDIR(info.st_mode)) {
-      ::close(fd);
-      fail(ErrorCode::Io, "{}: is a directory, not a tokenizer file", path.string());
-    }
-    char chunk[1 << 16];
-    while (true) {
-      const ssize_t got = ::read(fd, chunk, sizeof(chunk));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) {
-        ::close(fd);
-        fail(ErrorCode::Io, "{}: read failed: {}", path.string(), std::strerror(errno));
-      }
-      if (got == 0) break;
-      copy_.append(chunk, static_cast<size_t>(got));
-    }
-    ::close(fd);
-    view_ = copy_;
-  }
-  ~FileText() {
-    if (map_) ::munmap(map_, view_.size());
-  }
-  FileText(const FileText&) = delete;
-  FileText& operator=(const FileText&) = delete;
-  std::string_view text() const { return view_; }
-
- private:
-  void* map_ = nullptr;
-  std::string copy_;
-  std::string_view view_;
-};
-
-json parse_small_json(std::string_view text, const std::string& label) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(ErrorCode::Format, "{}: malformed JSON: {}", label, e.what());
-  }
-}
-
 // Values in these files are loosely typed across versions; read them defensively.
 bool get_bool(const json& obj, const char* key, bool fallback) {
   auto it = obj.find(key);
   return (it != obj.end() && it->is_boolean()) ? it->get<bool>() : fallback;
-}
-
-std::optional<std::string> get_token_string(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto content = it->find("content");
-    if (content != it->end() && content->is_string()) return content->get<std::string>();
-  }
-  return std::nullopt;
 }
 
 AddedToken parse_added_token(const json& obj, int64_t id, const std::string& label) {
@@ -259,6 +195,62 @@ void merge_config_added_tokens(BpeTokenizer::Impl& impl) {
 
 }  // namespace
 
+FileText::FileText(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorCode::NotFound, "{}: cannot open tokenizer file", path.string());
+  struct stat info {};
+  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0) {
+    void* map =
+        ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (map != MAP_FAILED) {
+      map_ = map;
+      view_ = std::string_view(static_cast<const char*>(map), static_cast<size_t>(info.st_size));
+      ::close(fd);
+      return;
+    }
+  }
+  if (S_ISDIR(info.st_mode)) {
+    ::close(fd);
+    fail(ErrorCode::Io, "{}: is a directory, not a tokenizer file", path.string());
+  }
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      ::close(fd);
+      fail(ErrorCode::Io, "{}: read failed: {}", path.string(), std::strerror(errno));
+    }
+    if (got == 0) break;
+    copy_.append(chunk, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  view_ = copy_;
+}
+
+FileText::~FileText() {
+  if (map_) ::munmap(map_, view_.size());
+}
+
+json parse_small_json(std::string_view text, const std::string& label) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(ErrorCode::Format, "{}: malformed JSON: {}", label, e.what());
+  }
+}
+
+std::optional<std::string> get_token_string(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    auto content = it->find("content");
+    if (content != it->end() && content->is_string()) return content->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 TokenizerConfig read_tokenizer_config(const fs::path& path) {
   const std::string label = path.string();
   const FileText file(path);
@@ -269,6 +261,7 @@ TokenizerConfig read_tokenizer_config(const fs::path& path) {
   config.pad_token = get_token_string(doc, "pad_token");
   config.eos_token = get_token_string(doc, "eos_token");
   config.bos_token = get_token_string(doc, "bos_token");
+  config.unk_token = get_token_string(doc, "unk_token");
   if (auto it = doc.find("padding_side"); it != doc.end() && it->is_string()) config.padding_side = *it;
   if (auto it = doc.find("truncation_side"); it != doc.end() && it->is_string()) config.truncation_side = *it;
   if (auto it = doc.find("added_tokens_decoder"); it != doc.end() && it->is_object()) {
@@ -284,34 +277,26 @@ TokenizerConfig read_tokenizer_config(const fs::path& path) {
   return config;
 }
 
-BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, const fs::path& config) {
-  auto impl = std::make_unique<Impl>();
-  const std::string label = tokenizer_json.string();
-  impl->source = label;
-  if (!config.empty()) impl->config = read_tokenizer_config(config);
-  const FileText file(tokenizer_json);
-  const std::string_view text = file.text();
-  // Qwen's tokenizer.json has about 75 bytes per vocabulary entry plus its merge; the tables take a
-  // load factor up to 3/4, so this estimate leaves room without doubling their size.
-  impl->model.reserve(text.size() / 72, text.size() / 8, text.size() / 72);
-
+BpeJsonFile read_bpe_tokenizer_json(std::string_view text, const std::string& label, BpeModel& model) {
   JsonReader reader(text, label);
-  std::string_view added_raw = "[]", normalizer_raw = "null", pre_raw = "null", post_raw = "null";
+  BpeJsonFile file;
   bool have_model = false, have_vocab = false;
   std::string_view deferred_merges;
-  std::string unk_token;
-  bool ignore_merges = false;
+  auto optional_string = [&]() -> std::optional<std::string> {
+    if (reader.consume_null()) return std::nullopt;
+    return std::string(reader.read_string());
+  };
   reader.begin_object();
   std::string_view key;
   while (reader.next_key(key)) {
     if (key == "added_tokens") {
-      added_raw = reader.raw_value();
+      file.raw_added_tokens = reader.raw_value();
     } else if (key == "normalizer") {
-      normalizer_raw = reader.raw_value();
+      file.raw_normalizer = reader.raw_value();
     } else if (key == "pre_tokenizer") {
-      pre_raw = reader.raw_value();
+      file.raw_pre_tokenizer = reader.raw_value();
     } else if (key == "post_processor") {
-      post_raw = reader.raw_value();
+      file.raw_post_processor = reader.raw_value();
     } else if (key == "model") {
       have_model = true;
       reader.begin_object();
@@ -321,28 +306,25 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, c
           std::string_view type = reader.read_string();
           if (type != "BPE") fail(ErrorCode::Unsupported, "{}: model type '{}' is not BPE", label, type);
         } else if (model_key == "vocab") {
-          parse_vocab_object(reader, impl->model, label);
+          parse_vocab_object(reader, model, label);
           have_vocab = true;
         } else if (model_key == "merges") {
           if (have_vocab) {
-            parse_merges_array(reader, impl->model, label);
+            parse_merges_array(reader, model, label);
           } else {
             deferred_merges = reader.raw_value();  // merges need the vocabulary to resolve ids
           }
         } else if (model_key == "unk_token") {
-          if (!reader.consume_null()) unk_token = std::string(reader.read_string());
-        } else if (model_key == "continuing_subword_prefix" || model_key == "end_of_word_suffix") {
-          std::string name(model_key);
-          if (!reader.consume_null() && !reader.read_string().empty()) {
-            fail(ErrorCode::Unsupported, "{}: BPE {} is not supported", label, name);
-          }
+          file.unk_token = optional_string();
+        } else if (model_key == "end_of_word_suffix") {
+          file.end_of_word_suffix = optional_string();
+        } else if (model_key == "continuing_subword_prefix") {
+          file.continuing_subword_prefix = optional_string();
         } else if (model_key == "ignore_merges") {
-          ignore_merges = reader.read_bool();
+          file.ignore_merges = reader.read_bool();
         } else if (model_key == "dropout") {
           std::string_view value = reader.raw_value();
-          if (value != "null" && value != "0" && value != "0.0") {
-            fail(ErrorCode::Unsupported, "{}: BPE dropout is not supported", label);
-          }
+          file.dropout = value != "null" && value != "0" && value != "0.0";
         } else {
           reader.raw_value();  // fuse_unk, byte_fallback: no effect with a complete byte alphabet
         }
@@ -354,38 +336,24 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, c
   if (!have_model || !have_vocab) fail(ErrorCode::Format, "{}: no model.vocab", label);
   if (!deferred_merges.empty()) {
     JsonReader merges_reader(deferred_merges, label);
-    parse_merges_array(merges_reader, impl->model, label);
+    parse_merges_array(merges_reader, model, label);
   }
-  impl->model.finalize(unk_token, ignore_merges, label);
+  return file;
+}
 
-  impl->normalization = parse_normalizer(parse_small_json(normalizer_raw, label), label);
-  parse_pre_tokenizer(parse_small_json(pre_raw, label), *impl, label);
-  check_post_processor(parse_small_json(post_raw, label), label);
-  json added = parse_small_json(added_raw, label);
+std::vector<AddedToken> parse_added_tokens(std::string_view raw, const std::string& label) {
+  json added = parse_small_json(raw, label);
   if (!added.is_array()) fail(ErrorCode::Format, "{}: added_tokens is not an array", label);
+  std::vector<AddedToken> tokens;
   for (const json& token : added) {
     auto id = token.is_object() ? token.find("id") : token.end();
     if (id == token.end() || !id->is_number_integer()) fail(ErrorCode::Format, "{}: added token without an id", label);
-    impl->added.push_back(parse_added_token(token, id->get<int64_t>(), label));
+    tokens.push_back(parse_added_token(token, id->get<int64_t>(), label));
   }
-  merge_config_added_tokens(*impl);
-  impl->finish_added_tokens();
-  return BpeTokenizer(std::move(impl));
+  return tokens;
 }
 
-BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const fs::path& merges_txt,
-                                             const fs::path& config) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = vocab_json.parent_path().string();
-  if (!config.empty()) {
-    impl->config = read_tokenizer_config(config);
-    const std::string& cls = impl->config.tokenizer_class;
-    // vocab.json + merges.txt do not say how text is split; that is implied by the class.
-    if (!cls.empty() && cls.rfind("Qwen2Tokenizer", 0) != 0) {
-      fail(ErrorCode::Unsupported, "{}: tokenizer_class '{}' is not a Qwen2 tokenizer; only Qwen2 is read from "
-           "vocab.json + merges.txt", config.string(), cls);
-    }
-  }
+void read_vocab_and_merges(const fs::path& vocab_json, const fs::path& merges_txt, BpeModel& model) {
   const std::string vocab_label = vocab_json.string();
   const FileText vocab_file(vocab_json);
   const std::string_view vocab_text = vocab_file.text();
@@ -393,10 +361,10 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
   const FileText merges_file(merges_txt);
   const std::string_view merges_text = merges_file.text();
   // About 18 bytes of vocab.json per entry and 11 bytes of merges.txt per merge.
-  impl->model.reserve(vocab_text.size() / 17, vocab_text.size(), merges_text.size() / 10);
+  model.reserve(vocab_text.size() / 17, vocab_text.size(), merges_text.size() / 10);
   {
     JsonReader reader(vocab_text, vocab_label);
-    parse_vocab_object(reader, impl->model, vocab_label);
+    parse_vocab_object(reader, model, vocab_label);
     if (reader.peek() != '\0') reader.error("trailing data after the vocabulary object");
   }
   // merges.txt: an optional "#version" first line, then "left right" per line.
@@ -418,14 +386,61 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const f
     }
     batch.push_back({line.substr(0, space), line.substr(space + 1)});
     if (batch.size() == BpeModel::kBatch) {
-      impl->model.add_merges(batch.data(), batch.size(), merges_label);
+      model.add_merges(batch.data(), batch.size(), merges_label);
       batch.clear();
     }
   }
-  impl->model.add_merges(batch.data(), batch.size(), merges_label);
-  impl->model.finalize({}, false, vocab_label);
+  model.add_merges(batch.data(), batch.size(), merges_label);
+}
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(const fs::path& tokenizer_json, const fs::path& config) {
+  auto impl = std::make_unique<Impl>();
+  const std::string label = tokenizer_json.string();
+  impl->source = label;
+  if (!config.empty()) impl->config = read_tokenizer_config(config);
+  const FileText file(tokenizer_json);
+  const std::string_view text = file.text();
+  // Qwen's tokenizer.json has about 75 bytes per vocabulary entry plus its merge; the tables take a
+  // load factor up to 3/4, so this estimate leaves room without doubling their size.
+  impl->model.reserve(text.size() / 72, text.size() / 8, text.size() / 72);
+  const BpeJsonFile parts = read_bpe_tokenizer_json(text, label, impl->model);
+  if (parts.end_of_word_suffix.value_or("") != "") {
+    fail(ErrorCode::Unsupported, "{}: BPE end_of_word_suffix is not supported", label);
+  }
+  if (parts.continuing_subword_prefix.value_or("") != "") {
+    fail(ErrorCode::Unsupported, "{}: BPE continuing_subword_prefix is not supported", label);
+  }
+  if (parts.dropout) fail(ErrorCode::Unsupported, "{}: BPE dropout is not supported", label);
+  impl->model.finalize(parts.unk_token.value_or(""), parts.ignore_merges, label);
+
+  impl->normalization = parse_normalizer(parse_small_json(parts.raw_normalizer, label), label);
+  parse_pre_tokenizer(parse_small_json(parts.raw_pre_tokenizer, label), *impl, label);
+  check_post_processor(parse_small_json(parts.raw_post_processor, label), label);
+  impl->added = parse_added_tokens(parts.raw_added_tokens, label);
+  merge_config_added_tokens(*impl);
+  impl->finish_added_tokens();
+  return BpeTokenizer(std::move(impl));
+}
+
+BpeTokenizer BpeTokenizer::from_vocab_merges(const fs::path& vocab_json, const fs::path& merges_txt,
+                                             const fs::path& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = vocab_json.parent_path().string();
+  if (!config.empty()) {
+    impl->config = read_tokenizer_config(config);
+    const std::string& cls = impl->config.tokenizer_class;
+    // vocab.json + merges.txt do not say how text is split; that is implied by the class.
+    if (!cls.empty() && cls.rfind("Qwen2Tokenizer", 0) != 0) {
+      fail(ErrorCode::Unsupported,
+           "{}: tokenizer_class '{}' is not a Qwen2 tokenizer; only Qwen2 is read from "
+           "vocab.json + merges.txt",
+           config.string(), cls);
+    }
+  }
+  read_vocab_and_merges(vocab_json, merges_txt, impl->model);
+  impl->model.finalize({}, false, vocab_json.string());
   impl->normalization = Normalization::Nfc;
-  impl->splitter = std::make_unique<RegexSplitter>(kQwen2SplitPattern, vocab_label);
+  impl->splitter = std::make_unique<RegexSplitter>(kQwen2SplitPattern, vocab_json.string());
   merge_config_added_tokens(*impl);
   impl->finish_added_tokens();
   return BpeTokenizer(std::move(impl));

@@ -1,6 +1,8 @@
 // CLIP BPE tokenizer (FLUX.1 `tokenizer/`) against transformers' CLIPTokenizer: the CLIP rows of
 // shared/data/tokenizers/reference_vectors.json and the corpus and pipeline encodings made by
-// tools/reference/make_clip_tokenizer_corpus.py (all checked in under tests/data/tokenizers/clip/).
+// tools/reference/make_clip_tokenizer_corpus.py (all checked in under tests/data/tokenizers/clip/),
+// from vocab.json + merges.txt and from the tokenizer.json transformers 5 saves
+// (tests/data/tokenizers/transformers5/clip/, made by make_transformers5_tokenizers.py).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,6 +24,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kClipDir = fs::path(FLUXRT_TEST_DATA_DIR) / "tokenizers" / "clip";
+// The same tokenizer as transformers 5 saves it: tokenizer.json + tokenizer_config.json only.
+const fs::path kClip5Dir = fs::path(FLUXRT_TEST_DATA_DIR) / "tokenizers" / "transformers5" / "clip";
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -44,10 +48,29 @@ const ClipTokenizer& clip() {
   return tokenizer;
 }
 
+const ClipTokenizer& clip5() {
+  static const ClipTokenizer tokenizer = ClipTokenizer::from_directory(kClip5Dir);
+  return tokenizer;
+}
+
 const json& corpus() {
   static const json data = read_json(kClipDir / "clip_corpus.json");
   return data;
 }
+
+// A scratch folder removed at the end of the test.
+struct TempDir {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("fluxrt_clip_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name, std::ios::binary) << text;
+  }
+  fs::path path;
+};
 
 std::vector<int32_t> with_markers(const std::vector<int32_t>& ids) {
   std::vector<int32_t> out{49406};
@@ -232,6 +255,184 @@ TEST(ClipTokenizer, BadFilesFailWithOneLine) {
   write("vocab.json", R"({"a": 0, "b": )");
   expect_error(ErrorCode::Format, [&] { ClipTokenizer::from_directory(tmp); });
   fs::remove_all(tmp);
+}
+
+// ---- the transformers 5 layout: tokenizer.json + tokenizer_config.json, nothing else -------------
+
+TEST(ClipTokenizer, Transformers5FolderHasOnlyTheNewFiles) {
+  // What the fixture must keep showing: no vocab.json / merges.txt / special_tokens_map.json, and
+  // a config without added_tokens_decoder (the added tokens are only in tokenizer.json).
+  EXPECT_TRUE(fs::exists(kClip5Dir / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(kClip5Dir / "vocab.json"));
+  EXPECT_FALSE(fs::exists(kClip5Dir / "merges.txt"));
+  EXPECT_FALSE(fs::exists(kClip5Dir / "special_tokens_map.json"));
+  EXPECT_FALSE(read_json(kClip5Dir / "tokenizer_config.json").contains("added_tokens_decoder"));
+  const ClipTokenizer& tok = clip5();
+  EXPECT_NE(tok.source().find("tokenizer.json"), std::string::npos) << tok.source();
+  EXPECT_EQ(tok.vocab_size(), clip().vocab_size());
+  EXPECT_EQ(tok.merge_count(), clip().merge_count());
+  EXPECT_EQ(tok.bos_id(), 49406);
+  EXPECT_EQ(tok.eos_id(), 49407);
+  EXPECT_EQ(tok.pad_id(), 49407);
+  for (int32_t id = 0; id < 49410; ++id) ASSERT_EQ(tok.id_to_token(id), clip().id_to_token(id)) << id;
+}
+
+TEST(ClipTokenizer, Transformers5FolderGivesTheSameIdsOnTheWholeCorpus) {
+  size_t checked = 0;
+  for (const json& row : corpus()["cases"]) {
+    if (row.contains("text_hex")) {
+      const std::string raw = from_hex(row["text_hex"]);
+      expect_error(ErrorCode::InvalidArgument, [&] { clip5().encode(raw); });
+      continue;
+    }
+    const std::string text = row["text"];
+    const auto ids = clip5().encode(text);
+    // Identical to the separate-file tokenizer on every row, including those whose reference ids
+    // need newer Unicode tables than ours (both loaders share the same pipeline).
+    ASSERT_EQ(ids, clip().encode(text)) << row["category"] << ": " << text;
+    if (!row.contains("unicode") ||
+        !version_less(clip_unicode_version(), row["unicode"].get<std::string>())) {
+      EXPECT_EQ(ids, row["ids"].get<std::vector<int32_t>>()) << text;
+    }
+    EXPECT_EQ(clip5().encode_padded(text), clip().encode_padded(text)) << text;
+    ++checked;
+  }
+  EXPECT_GE(checked, 500u);
+  const json pipeline = read_json(kClipDir / "clip_flux_pipeline.json");
+  ASSERT_GE(pipeline["cases"].size(), 50u);
+  for (const json& row : pipeline["cases"]) {
+    const std::string prompt = row["prompt"];
+    EXPECT_EQ(clip5().encode_padded(prompt), row["input_ids"].get<std::vector<int32_t>>()) << prompt;
+  }
+  for (const json& row : corpus()["decode"]) {
+    EXPECT_EQ(clip5().decode(row["ids"].get<std::vector<int32_t>>()), row["text"].get<std::string>());
+  }
+}
+
+TEST(ClipTokenizer, TokenizerJsonIsPreferredWhenBothLayoutsAreThere) {
+  // Published repos carry both; transformers 5 reads tokenizer.json then, and so do we.
+  TempDir dir("both");
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer_config.json"}) {
+    fs::copy_file(kClipDir / name, dir.path / name);
+  }
+  fs::copy_file(kClip5Dir / "tokenizer.json", dir.path / "tokenizer.json");
+  const ClipTokenizer tok = ClipTokenizer::from_directory(dir.path);
+  EXPECT_NE(tok.source().find("tokenizer.json"), std::string::npos) << tok.source();
+  EXPECT_EQ(tok.encode("A photo of a cat, it's <|StartOfText|>"),
+            clip().encode("A photo of a cat, it's <|StartOfText|>"));
+}
+
+TEST(ClipTokenizer, TokenizerJsonVariants) {
+  // Older `tokenizers` wrote merges as "left right" strings, and a file may list merges before
+  // the vocabulary; no tokenizer_config.json leaves the CLIP defaults.
+  json doc = read_json(kClip5Dir / "tokenizer.json");
+  json strings = json::array();
+  for (const json& pair : doc["model"]["merges"]) {
+    strings.push_back(pair[0].get<std::string>() + " " + pair[1].get<std::string>());
+  }
+  json model = json::object();
+  model["type"] = "BPE";
+  model["merges"] = strings;  // nlohmann keeps keys sorted: "merges" is written before "vocab"
+  model["vocab"] = doc["model"]["vocab"];
+  model["unk_token"] = "<|endoftext|>";
+  model["end_of_word_suffix"] = "</w>";
+  doc["model"] = model;
+  TempDir dir("variants");
+  dir.write("tokenizer.json", doc.dump());
+  const ClipTokenizer legacy = ClipTokenizer::from_tokenizer_json(dir.path / "tokenizer.json");
+  EXPECT_EQ(legacy.merge_count(), clip().merge_count());
+  EXPECT_EQ(legacy.pad_id(), 49407);
+  size_t checked = 0;
+  for (const json& row : corpus()["cases"]) {
+    if (!row.contains("text") || checked++ % 4 != 0) continue;
+    const std::string text = row["text"];
+    ASSERT_EQ(legacy.encode(text), clip().encode(text)) << text;
+  }
+  // The added tokens' normalized flags come from the file: "<|startoftext|>" is normalized=true,
+  // so "<|StartOfText|>" (lower-cased first) is that token; with normalized=false it is text.
+  EXPECT_EQ(legacy.encode("<|StartOfText|>"), std::vector<int32_t>{49406});
+  for (json& added : doc["added_tokens"]) {
+    if (added["content"] == "<|startoftext|>") added["normalized"] = false;
+  }
+  dir.write("tokenizer.json", doc.dump());
+  const ClipTokenizer raw = ClipTokenizer::from_tokenizer_json(dir.path / "tokenizer.json");
+  EXPECT_EQ(raw.encode("<|startoftext|>"), std::vector<int32_t>{49406});
+  EXPECT_NE(raw.encode("<|StartOfText|>"), std::vector<int32_t>{49406});
+}
+
+TEST(ClipTokenizer, MalformedTokenizerJsonFailsWithOneLine) {
+  TempDir dir("badjson");
+  const std::string good = read_text(kClip5Dir / "tokenizer.json");
+  auto expect_file_error = [&](ErrorCode code, const std::string& text, const char* what) {
+    dir.write("tokenizer.json", text);
+    SCOPED_TRACE(what);
+    expect_error(code, [&] { ClipTokenizer::from_directory(dir.path); });
+  };
+  expect_file_error(ErrorCode::Format, "", "empty file");
+  expect_file_error(ErrorCode::Format, good.substr(0, good.size() / 2), "cut in half");
+  expect_file_error(ErrorCode::Format, "{}", "no model");
+  expect_file_error(ErrorCode::Format, R"({"model": {"type": "BPE"}})", "no vocabulary");
+  expect_file_error(ErrorCode::Unsupported, R"({"model": {"type": "Unigram", "vocab": []}})", "not BPE");
+  // The special tokens (and unk) must be in the vocabulary.
+  expect_file_error(ErrorCode::Format, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    "no special tokens");
+  json doc = json::parse(good);
+  auto with = [&](const std::function<void(json&)>& edit) {
+    json copy = doc;
+    edit(copy);
+    return copy.dump();
+  };
+  expect_file_error(ErrorCode::Unsupported, with([](json& d) { d["model"]["end_of_word_suffix"] = "@@"; }),
+                    "another end-of-word suffix");
+  expect_file_error(ErrorCode::Unsupported, with([](json& d) { d["model"]["end_of_word_suffix"] = ""; }),
+                    "no end-of-word suffix");
+  expect_file_error(ErrorCode::Unsupported,
+                    with([](json& d) { d["model"]["continuing_subword_prefix"] = "##"; }),
+                    "a subword prefix");
+  expect_file_error(ErrorCode::Format, with([](json& d) {
+                      d["model"]["merges"][0] = json::array({"i", "n", "x"});
+                    }),
+                    "a merge of three");
+  expect_file_error(ErrorCode::Format, with([](json& d) { d["model"]["merges"][0] = "in"; }),
+                    "a merge without a space");
+  expect_file_error(ErrorCode::Format, with([](json& d) {
+                      d["model"]["merges"][0] = json::array({"qq", "zz"});
+                    }),
+                    "a merge of unknown tokens");
+  expect_file_error(ErrorCode::Format, with([](json& d) { d["model"]["vocab"]["a</w>"] = -4; }),
+                    "a negative id");
+  expect_file_error(ErrorCode::Format, with([](json& d) { d["added_tokens"] = json::object(); }),
+                    "added_tokens not a list");
+  expect_file_error(ErrorCode::Format, with([](json& d) { d["added_tokens"][0].erase("id"); }),
+                    "an added token without an id");
+  expect_file_error(ErrorCode::Unsupported, with([](json& d) { d["added_tokens"][0]["lstrip"] = true; }),
+                    "an lstrip added token");
+  dir.write("tokenizer.json", good);
+  dir.write("tokenizer_config.json", R"({"tokenizer_class": "T5Tokenizer"})");
+  expect_error(ErrorCode::Unsupported, [&] { ClipTokenizer::from_directory(dir.path); });
+  dir.write("tokenizer_config.json",
+            R"({"tokenizer_class": "CLIPTokenizer", "unk_token": "<|nosuchtoken|>"})");
+  expect_error(ErrorCode::Format, [&] { ClipTokenizer::from_directory(dir.path); });
+  fs::remove(dir.path / "tokenizer_config.json");
+  fs::remove(dir.path / "tokenizer.json");
+  fs::create_directories(dir.path / "tokenizer.json");  // a folder where the file should be
+  expect_error(ErrorCode::Io, [&] { ClipTokenizer::from_directory(dir.path); });
+}
+
+TEST(ClipTokenizer, FolderWithNeitherLayoutNamesBoth) {
+  TempDir dir("empty");
+  dir.write("merges.txt", read_text(kClipDir / "merges.txt"));  // half of the old layout is not enough
+  try {
+    ClipTokenizer::from_directory(dir.path);
+    ADD_FAILURE() << "loaded a folder without tokenizer files";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::NotFound) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find(dir.path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("tokenizer.json"), std::string::npos) << message;
+    EXPECT_NE(message.find("vocab.json + merges.txt"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

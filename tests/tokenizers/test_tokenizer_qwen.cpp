@@ -429,6 +429,67 @@ TEST(QwenTokenizer, HandMadeTokenizerJson) {
   EXPECT_THROW(tok.encode("\xFF"), Error);
 }
 
+// ---- the transformers 5 layout: tokenizer.json, tokenizer_config.json, chat_template.jinja ---------
+
+// transformers5/qwen3 is the mini tokenizer saved by transformers 5 with the genuine Qwen3 config
+// (make_transformers5_tokenizers.py): no added_tokens_decoder (the added tokens are in
+// tokenizer.json), the chat template in its own file, new keys (backend, extra_special_tokens,
+// is_local) and null bos/unk tokens.
+TEST(QwenTokenizer, Transformers5FolderLoads) {
+  const fs::path dir = kDataDir / "transformers5" / "qwen3";
+  ASSERT_TRUE(fs::exists(dir / "chat_template.jinja"));
+  const json config = read_json(dir / "tokenizer_config.json");
+  ASSERT_FALSE(config.contains("added_tokens_decoder"));
+  ASSERT_FALSE(config.contains("chat_template"));
+  ASSERT_TRUE(config.contains("extra_special_tokens"));
+  BpeTokenizer tok = BpeTokenizer::from_directory(dir);
+  BpeTokenizer mini = BpeTokenizer::from_tokenizer_json(kDataDir / "qwen3_mini_tokenizer.json");
+  EXPECT_EQ(tok.added_tokens().size(), 26u);
+  EXPECT_EQ(tok.vocab_size(), mini.vocab_size());
+  EXPECT_EQ(tok.merge_count(), mini.merge_count());
+  EXPECT_EQ(tok.config().tokenizer_class, "Qwen2Tokenizer");
+  EXPECT_EQ(tok.config().pad_token, "<|endoftext|>");
+  EXPECT_EQ(tok.config().eos_token, "<|im_end|>");
+  EXPECT_FALSE(tok.config().bos_token.has_value());
+  EXPECT_FALSE(tok.config().unk_token.has_value());
+  const json expected = read_json(kDataDir / "qwen3_mini_expected.json");
+  size_t count = 0;
+  for (const json& row : expected.at("cases")) {
+    const std::string text = row.at("text");
+    const auto ids = tok.encode(text);
+    ASSERT_EQ(ids, ids_of(row.at("ids"))) << text;
+    ASSERT_EQ(ids, mini.encode(text)) << text;
+    ++count;
+  }
+  EXPECT_GE(count, 300u);
+  // The prompt encoder needs the chat-template tokens and the pad token from the new config.
+  QwenPromptEncoder encoder(tok), mini_encoder(mini);
+  EXPECT_EQ(encoder.pad_id(), *mini.token_to_id("<|endoftext|>"));
+  EXPECT_EQ(encoder.encode("A cat holding a sign", 64).input_ids,
+            mini_encoder.encode("A cat holding a sign", 64).input_ids);
+}
+
+TEST(QwenTokenizer, ConfigWithMissingOrUnknownFields) {
+  // A tokenizer_config.json may lack every field or carry keys this reader has never seen.
+  const fs::path dir = fs::temp_directory_path() / ("fluxrt_tok_cfg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(kDataDir / "transformers5" / "qwen3" / "tokenizer.json", dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  const std::vector<int32_t> want =
+      BpeTokenizer::from_directory(kDataDir / "transformers5" / "qwen3").encode("a photo");
+  for (const char* text :
+       {"{}", R"({"backend": "tokenizers", "pad_token": null, "future_field": {"x": [1, 2]},
+                                    "extra_special_tokens": {"image_token": "<|image_pad|>"}, "model_max_length": 1e30})"}) {
+    std::ofstream(dir / "tokenizer_config.json") << text;
+    BpeTokenizer tok = BpeTokenizer::from_directory(dir);
+    EXPECT_EQ(tok.encode("a photo"), want) << text;
+    EXPECT_FALSE(tok.config().pad_token.has_value()) << text;
+    QwenPromptEncoder encoder(tok);  // pad falls back to "<|endoftext|>"
+    EXPECT_EQ(encoder.pad_id(), *tok.token_to_id("<|endoftext|>"));
+  }
+  fs::remove_all(dir);
+}
+
 // ---- robustness ------------------------------------------------------------------------------------
 
 TEST(QwenTokenizer, LongRunsDoNotBlowUp) {

@@ -1,7 +1,9 @@
 // T5 (FLUX.1 tokenizer_2) tokenizer against the reference data: the T5 rows of
 // shared/data/tokenizers/reference_vectors.json and the corpus made by
 // tools/reference/make_t5_tokenizer_corpus.py (transformers' T5TokenizerFast + diffusers'
-// FluxPipeline), from spiece.model and from tokenizer.json, both checked in under tests/data.
+// FluxPipeline), from spiece.model and from tokenizer.json, both checked in under tests/data, and
+// from the folder transformers 5 saves (tests/data/tokenizers/transformers5/t5: tokenizer.json +
+// tokenizer_config.json, no spiece.model; made by make_transformers5_tokenizers.py).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,6 +27,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kT5Dir = fs::path(FLUXRT_TEST_DATA_DIR) / "tokenizers" / "t5";
+const fs::path kT5v5Dir = fs::path(FLUXRT_TEST_DATA_DIR) / "tokenizers" / "transformers5" / "t5";
 
 json read_json(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -326,6 +329,30 @@ void check_corpus(const T5Tokenizer& tok, const std::string& what) {
 
 TEST(T5Tokenizer, CorpusFromSpieceModel) { check_corpus(from_spiece(), "spiece.model"); }
 TEST(T5Tokenizer, CorpusFromTokenizerJson) { check_corpus(from_json(), "tokenizer.json"); }
+
+TEST(T5Tokenizer, Transformers5FolderWithoutSpieceModel) {
+  // transformers 5 rewrites tokenizer.json with the pipeline it runs (normalizer Precompiled alone,
+  // pre-tokenizer WhitespaceSplit + Metaspace) and a tokenizer_config.json with
+  // extra_special_tokens instead of additional_special_tokens and no added_tokens_decoder.
+  ASSERT_FALSE(fs::exists(kT5v5Dir / "spiece.model"));
+  const json doc = read_json(kT5v5Dir / "tokenizer.json");
+  ASSERT_EQ(doc.at("normalizer").at("type"), "Precompiled");
+  ASSERT_FALSE(read_json(kT5v5Dir / "tokenizer_config.json").contains("added_tokens_decoder"));
+  const T5Tokenizer tok = T5Tokenizer::from_directory(kT5v5Dir);
+  EXPECT_NE(tok.source().find("tokenizer.json"), std::string::npos) << tok.source();
+  ASSERT_EQ(tok.vocab_size(), 32100u);
+  for (int32_t id = 0; id < 32100; ++id) ASSERT_EQ(tok.id_to_token(id), from_spiece().id_to_token(id)) << id;
+  EXPECT_EQ(tok.token_to_id("<extra_id_0>"), 32099);
+  EXPECT_EQ(tok.pad_id(), 0);
+  EXPECT_EQ(tok.eos_id(), 1);
+  EXPECT_EQ(tok.unk_id(), 2);
+  check_corpus(tok, "transformers5/t5");
+  for (const json& row : corpus().at("cases")) {
+    if (!row.contains("text")) continue;
+    const std::string text = row.at("text");
+    ASSERT_EQ(tok.encode(text), from_spiece().encode(text)) << text;
+  }
+}
 
 TEST(T5Tokenizer, CorpusCoversTheEdgeCases) {
   // The corpus must keep exercising what differs from plain SentencePiece and what truncates.
