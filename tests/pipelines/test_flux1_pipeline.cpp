@@ -221,6 +221,20 @@ TEST(Flux1PipelineTiny, LoadingModesGiveTheSameImageAndRecordSpans) {
   EXPECT_NE(prof_low.find(kSpanLoadTransformer), nullptr);
 }
 
+// A folder re-saved by transformers 5 has tokenizer.json + tokenizer_config.json only (no
+// vocab.json/merges.txt for CLIP, no spiece.model for T5): flux1-dev-tiny-transformers5 is
+// flux1-dev-tiny with such tokenizers (tools/reference/make_transformers5_tokenizers.py) and must
+// give the same image, bit for bit, for a prompt with punctuation, digits, case and accents.
+TEST(Flux1PipelineTiny, Transformers5TokenizerFolderGivesTheSameImage) {
+  GenerateRequest req = small_request();
+  req.prompts = {"A Café's 3 \"neon\" signs, at night -- 1024px!"};
+  const GenerateResult separate_files = Flux1Pipeline::load(kDev, f32_options())->generate(req);
+  const GenerateResult json_only =
+      Flux1Pipeline::load(kData / "models" / "flux1-dev-tiny-transformers5", f32_options())->generate(req);
+  ASSERT_EQ(json_only.images.size(), 1u);
+  EXPECT_EQ(json_only.images[0].pixels, separate_files.images[0].pixels);
+}
+
 // CLIP-L and T5-XXL are timed apart inside the text-encoding span: once per encode_prompt call
 // (twice with true CFG: prompt and negative), never more than the span that holds them.
 TEST(Flux1PipelineTiny, TextEncodingSplitsIntoClipAndT5SubSpans) {
