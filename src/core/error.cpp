@@ -2,6 +2,8 @@
 
 namespace fluxrt {
 
+Error::~Error() = default;
+
 const char* error_code_name(ErrorCode code) {
   switch (code) {
     case ErrorCode::InvalidArgument: return "invalid argument";

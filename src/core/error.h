@@ -1,35 +1,15 @@
 #pragma once
-// One exception type for the whole engine (DESIGN.md section 4). Messages name the op, tensor or
-// file involved; the CLI prints them on one line, the server maps the code to an HTTP status.
+// The library's side of fluxrt::Error (defined in the public include/fluxrt/error.h, so callers
+// catch the type thrown here): fail() and the FLUXRT_CHECK / FLUXRT_DCHECK macros that format
+// the one-line message.
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "fluxrt/error.h"
 
 namespace fluxrt {
-
-enum class ErrorCode {
-  InvalidArgument,
-  NotFound,
-  Format,
-  Unsupported,
-  Io,
-  OutOfMemory,
-  Device,
-  Internal,
-  Cancelled,  // the caller asked to stop (Ctrl-C, a cancelled server request)
-};
-
-const char* error_code_name(ErrorCode code);
-
-class Error : public std::runtime_error {
- public:
-  Error(ErrorCode code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
-  ErrorCode code() const { return code_; }
-
- private:
-  ErrorCode code_;
-};
 
 template <typename... Args>
 [[noreturn]] void fail(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
