@@ -1,0 +1,7 @@
+#include "fluxrt/version.h"
+
+namespace fluxrt {
+
+const char* version() { return FLUXRT_VERSION_STRING; }
+
+}  // namespace fluxrt
