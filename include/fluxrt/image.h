@@ -1,0 +1,33 @@
+#pragma once
+// Images as the public API passes them: 8-bit RGB, row-major, no alpha. Requests take them as
+// reference and init images, results return them; these functions read and write PNG files so a
+// front end needs no image library of its own.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fluxrt {
+
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;  // width * height * 3 bytes: (y * width + x) * 3 + channel
+};
+
+// PNG text chunks (keyword, value), in the order they are written.
+using TextChunks = std::vector<std::pair<std::string, std::string>>;
+
+// Reads any PNG (every colour type and bit depth) as RGB: alpha dropped, gray expanded, 16-bit
+// samples rounded. Error NotFound / Io / Format naming the file.
+Image read_png(const std::string& path);
+
+// Encodes an RGB image as PNG bytes with the text chunks (UTF-8 values; keywords 1-79 Latin-1
+// characters), e.g. for a server's response. InvalidArgument for a malformed image or chunk.
+std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text = {});
+
+// Writes encode_png's bytes to `path` atomically: through a temporary file renamed over it, so
+// `path` never holds a partial image. Error Io naming the path.
+void write_png(const std::string& path, const Image& image, const TextChunks& text = {});
+
+}  // namespace fluxrt

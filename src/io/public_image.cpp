@@ -1,0 +1,42 @@
+#include "io/public_image.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace fluxrt {
+
+io::Image io::from_public(const fluxrt::Image& image, const char* what) {
+  const size_t expected =
+      static_cast<size_t>(std::max(image.width, 0)) * static_cast<size_t>(std::max(image.height, 0)) * 3;
+  FLUXRT_CHECK(image.width > 0 && image.height > 0 && image.rgb.size() == expected,
+               ErrorCode::InvalidArgument, "{}: {}x{} RGB needs {} bytes, has {}", what, image.width,
+               image.height, expected, image.rgb.size());
+  io::Image out;
+  out.width = image.width;
+  out.height = image.height;
+  out.channels = 3;
+  out.pixels = image.rgb;
+  return out;
+}
+
+fluxrt::Image io::to_public(io::Image image) {
+  if (image.channels != 3) image = io::to_rgb(image);
+  fluxrt::Image out;
+  out.width = image.width;
+  out.height = image.height;
+  out.rgb = std::move(image.pixels);
+  return out;
+}
+
+Image read_png(const std::string& path) { return io::to_public(io::read_png(path)); }
+
+std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text) {
+  return io::encode_png(io::from_public(image), text);
+}
+
+void write_png(const std::string& path, const Image& image, const TextChunks& text) {
+  io::write_png(path, io::from_public(image, path.c_str()), text);
+}
+
+}  // namespace fluxrt
