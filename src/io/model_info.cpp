@@ -1,4 +1,5 @@
-// inspect_model: discovery + variant + header statistics per component, for `fluxrt info`.
+// inspect_model: discovery + variant + header statistics per component, for `fluxrt info`, and
+// the public fluxrt::inspect_model / model_info_json over it (include/fluxrt/model_info.h).
 #include "io/model_info.h"
 
 #include <nlohmann/json.hpp>
@@ -49,29 +50,65 @@ ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_
   return report;
 }
 
-std::string model_report_json(const ModelReport& report) {
-  using json = nlohmann::ordered_json;
+fluxrt::ModelInfo to_public(const ModelReport& report) {
   const ResolvedModel& m = report.model;
   const VariantInfo& v = report.variant;
-  json root;
-  root["spec"] = m.spec;
-  root["path"] = m.path;
-  root["source"] = model_source_name(m.source);
-  if (!m.repo_id.empty()) {
-    root["repo_id"] = m.repo_id;
-    root["revision"] = m.revision;
-  }
-  if (!m.pipeline_class.empty()) root["pipeline_class"] = m.pipeline_class;
-  json variant;
-  variant["description"] = v.description;
-  variant["family"] = model_family_name(v.family);
-  variant["variant"] = model_variant_name(v.variant);
-  variant["layout"] = weight_layout_name(v.layout);
-  if (!v.key_prefix.empty()) variant["key_prefix"] = v.key_prefix;
-  variant["distilled"] = v.distilled.has_value() ? json(*v.distilled) : json(nullptr);
-  if (!v.distilled_from.empty()) variant["distilled_from"] = v.distilled_from;
+  fluxrt::ModelInfo info;
+  info.spec = m.spec;
+  info.path = m.path;
+  info.source = std::string(model_source_name(m.source));
+  info.repo_id = m.repo_id;
+  info.revision = m.revision;
+  info.pipeline_class = m.pipeline_class;
+  info.description = v.description;
+  info.family = std::string(model_family_name(v.family));
+  info.variant = std::string(model_variant_name(v.variant));
+  info.layout = std::string(weight_layout_name(v.layout));
+  info.key_prefix = v.key_prefix;
+  info.distilled = v.distilled;
+  info.distilled_from = v.distilled_from;
   if (v.family != ModelFamily::Unknown) {
     const TransformerShape& s = v.shape;
+    info.shape = fluxrt::TransformerShape{s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,
+                                          s.single_blocks, s.in_channels, s.context_dim, s.guidance_embed};
+  }
+  for (const ComponentReport& c : report.components)
+    info.components.push_back({c.name, c.library, c.class_name, c.folder, c.weights, c.present, c.files,
+                               c.tensors, c.parameters, c.bytes, c.dtypes});
+  return info;
+}
+
+std::string model_report_json(const ModelReport& report) {
+  return fluxrt::model_info_json(to_public(report));
+}
+
+}  // namespace fluxrt::io
+
+namespace fluxrt {
+
+ModelInfo inspect_model(const std::string& model) { return io::to_public(io::inspect_model(model)); }
+
+std::string model_info_json(const ModelInfo& info) {
+  using json = nlohmann::ordered_json;
+  json root;
+  root["spec"] = info.spec;
+  root["path"] = info.path;
+  root["source"] = info.source;
+  if (!info.repo_id.empty()) {
+    root["repo_id"] = info.repo_id;
+    root["revision"] = info.revision;
+  }
+  if (!info.pipeline_class.empty()) root["pipeline_class"] = info.pipeline_class;
+  json variant;
+  variant["description"] = info.description;
+  variant["family"] = info.family;
+  variant["variant"] = info.variant;
+  variant["layout"] = info.layout;
+  if (!info.key_prefix.empty()) variant["key_prefix"] = info.key_prefix;
+  variant["distilled"] = info.distilled.has_value() ? json(*info.distilled) : json(nullptr);
+  if (!info.distilled_from.empty()) variant["distilled_from"] = info.distilled_from;
+  if (info.shape) {
+    const TransformerShape& s = *info.shape;
     variant["hidden_size"] = s.hidden_size;
     variant["num_heads"] = s.num_heads;
     variant["head_dim"] = s.head_dim;
@@ -83,7 +120,7 @@ std::string model_report_json(const ModelReport& report) {
   }
   root["variant"] = variant;
   json components = json::array();
-  for (const ComponentReport& c : report.components) {
+  for (const ComponentInfo& c : info.components) {
     json j;
     j["name"] = c.name;
     j["library"] = c.library;
@@ -104,4 +141,4 @@ std::string model_report_json(const ModelReport& report) {
   return root.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
-}  // namespace fluxrt::io
+}  // namespace fluxrt

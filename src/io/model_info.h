@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fluxrt/model_info.h"
 #include "io/model_discovery.h"
 
 namespace fluxrt::io {
@@ -36,7 +37,9 @@ ModelReport inspect_model(const std::string& spec);
 ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_dir);
 
 std::string_view model_source_name(ModelSource source);  // "diffusers-folder", ...
-// The report as a JSON document (for `fluxrt info --json`).
+// The report in the public API's plain types (fluxrt::inspect_model returns it).
+fluxrt::ModelInfo to_public(const ModelReport& report);
+// The report as a JSON document (fluxrt::model_info_json of to_public: `fluxrt info --json`).
 std::string model_report_json(const ModelReport& report);
 
 }  // namespace fluxrt::io
