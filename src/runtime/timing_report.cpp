@@ -14,7 +14,7 @@
 #include "fluxrt/version.h"
 #include "pipelines/spans.h"
 
-namespace fluxrt::runtime {
+namespace fluxrt {
 namespace fs = std::filesystem;
 namespace pl = fluxrt::pipelines;
 
@@ -75,40 +75,6 @@ nlohmann::ordered_json run_json(const RunTimings& r) {
 }
 
 }  // namespace
-
-LoadTimings load_timings_from(const Profiler& profiler) {
-  const std::vector<ProfileEntry> entries = profiler.entries();
-  LoadTimings l;
-  l.transformer_s = span_total(entries, pl::kSpanLoadTransformer);
-  l.text_encoder_s = span_total(entries, pl::kSpanLoadTextEncoder);
-  l.vae_s = span_total(entries, pl::kSpanLoadVae);
-  l.total_s = span_total(entries, pl::kSpanLoadTotal);
-  if (l.total_s == 0) l.total_s = l.transformer_s + l.text_encoder_s + l.vae_s;  // sequential loads
-  return l;
-}
-
-RunTimings run_timings_from(const Profiler& profiler) {
-  const std::vector<ProfileEntry> entries = profiler.entries();
-  RunTimings r;
-  r.text_encoding_s = span_total(entries, pl::kSpanTextEncoding);
-  r.clip_encoding_s = span_total(entries, pl::kSpanTextEncodingClip);
-  r.t5_encoding_s = span_total(entries, pl::kSpanTextEncodingT5);
-  if (const ProfileEntry* e = span(entries, pl::kSpanReferenceEncode)) {
-    r.has_reference_images = true;
-    r.reference_encode_s = e->total_seconds;
-  }
-  if (const ProfileEntry* e = span(entries, pl::kSpanDenoiseStep)) {
-    r.steps = e->count;
-    r.step_min_s = e->min_seconds;
-    r.step_max_s = e->max_seconds;
-  }
-  r.denoise_total_s = span_total(entries, pl::kSpanDenoiseTotal);
-  r.vae_decode_s = span_total(entries, pl::kSpanVaeDecode);
-  const LoadTimings in_run = load_timings_from(profiler);
-  r.load_s = in_run.total_s;
-  r.loads = in_run;
-  return r;
-}
 
 std::string format_timing_report(const TimingReport& t) {
   std::string out = fmt::format("timing: {} ({}), {}x{}, {} image{}, {} step{}, {}, {}, {} thread{}\n", t.model,
@@ -186,6 +152,42 @@ std::string timing_report_json(const TimingReport& t) {
   return j.dump(2) + "\n";
 }
 
+namespace runtime {
+
+LoadTimings load_timings_from(const Profiler& profiler) {
+  const std::vector<ProfileEntry> entries = profiler.entries();
+  LoadTimings l;
+  l.transformer_s = span_total(entries, pl::kSpanLoadTransformer);
+  l.text_encoder_s = span_total(entries, pl::kSpanLoadTextEncoder);
+  l.vae_s = span_total(entries, pl::kSpanLoadVae);
+  l.total_s = span_total(entries, pl::kSpanLoadTotal);
+  if (l.total_s == 0) l.total_s = l.transformer_s + l.text_encoder_s + l.vae_s;  // sequential loads
+  return l;
+}
+
+RunTimings run_timings_from(const Profiler& profiler) {
+  const std::vector<ProfileEntry> entries = profiler.entries();
+  RunTimings r;
+  r.text_encoding_s = span_total(entries, pl::kSpanTextEncoding);
+  r.clip_encoding_s = span_total(entries, pl::kSpanTextEncodingClip);
+  r.t5_encoding_s = span_total(entries, pl::kSpanTextEncodingT5);
+  if (const ProfileEntry* e = span(entries, pl::kSpanReferenceEncode)) {
+    r.has_reference_images = true;
+    r.reference_encode_s = e->total_seconds;
+  }
+  if (const ProfileEntry* e = span(entries, pl::kSpanDenoiseStep)) {
+    r.steps = e->count;
+    r.step_min_s = e->min_seconds;
+    r.step_max_s = e->max_seconds;
+  }
+  r.denoise_total_s = span_total(entries, pl::kSpanDenoiseTotal);
+  r.vae_decode_s = span_total(entries, pl::kSpanVaeDecode);
+  const LoadTimings in_run = load_timings_from(profiler);
+  r.load_s = in_run.total_s;
+  r.loads = in_run;
+  return r;
+}
+
 void write_file_atomically(const fs::path& path, const std::string& contents) {
   static std::atomic<unsigned> counter{0};
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
@@ -212,4 +214,5 @@ void write_file_atomically(const fs::path& path, const std::string& contents) {
   }
 }
 
-}  // namespace fluxrt::runtime
+}  // namespace runtime
+}  // namespace fluxrt

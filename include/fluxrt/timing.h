@@ -1,0 +1,79 @@
+#pragma once
+// The timing report (docs/cli.md): load (cold: the first load of the process; warm: a second
+// load with the files in the page cache), an untimed warm-up request when there is one, then the
+// timed request split into text encoding, reference encoding, denoising loop (ms per step, it/s),
+// VAE decode and image write, the total and the peak RSS. Engine::generate returns it with every
+// result, so `fluxrt generate`, `fluxrt bench pipeline` and a server report the same figures.
+// Seconds throughout; a figure that did not happen is 0 (or unset where 0 would mislead).
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace fluxrt {
+
+struct LoadTimings {
+  double total_s = 0;  // wall time of the whole (parallel) load
+  double transformer_s = 0;
+  double text_encoder_s = 0;
+  double vae_s = 0;
+};
+
+// One generate call.
+struct RunTimings {
+  double text_encoding_s = 0;
+  // FLUX.1's two encoders inside text_encoding_s (CLIP-L, T5-XXL); 0 when not recorded (klein).
+  double clip_encoding_s = 0;
+  double t5_encoding_s = 0;
+  double reference_encode_s = 0;
+  bool has_reference_images = false;
+  double denoise_total_s = 0;
+  int steps = 0;  // denoising steps timed
+  double step_min_s = 0;
+  double step_max_s = 0;
+  // Steps that replayed a recorded graph (EngineOptions::cuda_graphs); unset without graphs.
+  std::optional<int> graph_steps;
+  double vae_decode_s = 0;
+  double load_s = 0;         // loads inside the call (low-memory mode loads per request), else 0
+  LoadTimings loads;         // their split per component
+  double image_write_s = 0;  // set by whoever writes the images; 0 when nothing was written
+  double total_s = 0;        // the generate call (plus the image write, when the writer adds it)
+
+  double ms_per_step() const { return steps > 0 ? 1e3 * denoise_total_s / steps : 0; }
+  double steps_per_second() const { return denoise_total_s > 0 ? steps / denoise_total_s : 0; }
+};
+
+// Throughput of the denoising loop against the GEMM peak of the same run (`fluxrt bench
+// pipeline` only).
+struct LoopThroughput {
+  double flop = 0;              // GEMMs + attention of every forward of the loop
+  double gflops = 0;            // flop / denoise_total_s
+  double gemm_peak_gflops = 0;  // 0: not measured
+  double gflops_per_cpu_s = 0;  // flop / process CPU seconds of the loop
+  double gemm_peak_per_cpu_s = 0;
+  std::string peak_source;
+};
+
+struct TimingReport {
+  std::string model;    // path or repo id as given, or "synthetic"
+  std::string variant;  // e.g. "FLUX.2-klein-4B (distilled)"
+  std::string dtype;    // "bf16" or "f32"
+  std::string device;   // "cpu", "cuda:0", ...
+  int width = 0, height = 0;
+  int images = 0;  // in the timed run
+  int threads = 0;
+  std::optional<LoadTimings> cold_load;
+  std::optional<LoadTimings> warm_load;
+  std::optional<RunTimings> warmup;
+  RunTimings run;
+  std::optional<LoopThroughput> throughput;
+  bool writes_images = true;  // false for the benchmark: no image-write line, null in JSON
+  double total_s = 0;         // wall time of the whole command (the generate call, from the Engine)
+  size_t peak_rss_bytes = 0;  // the process's peak resident memory so far
+};
+
+// A fixed-width table, one figure per line, ending in a newline (what `fluxrt generate` prints).
+std::string format_timing_report(const TimingReport& report);
+// A JSON object with every figure in seconds (null for what did not happen); see docs/cli.md.
+std::string timing_report_json(const TimingReport& report);
+
+}  // namespace fluxrt
