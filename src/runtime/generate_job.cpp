@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <system_error>
 
@@ -252,6 +253,50 @@ fs::path reserve_output_path(const fs::path& dir, const std::string& name) {
   fail(ErrorCode::Io, "no free file name for {} in {}", name, dir.string());
 }
 
+ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components) {
+  ResolvedPipeline r;
+  r.given = io::resolve_model(spec);
+  if (r.given.source == io::ModelSource::SingleFile) {
+    r.transformer_file = r.given.path;
+    r.model = find_components_folder(r.given, components);
+    check_klein_pipeline_folder(r.model, /*transformer_from_file=*/true);
+  } else {
+    FLUXRT_CHECK(!components, ErrorCode::InvalidArgument,
+                 "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
+                 spec);
+    r.model = r.given;
+    check_klein_pipeline_folder(r.model);
+  }
+  return r;
+}
+
+std::string variant_label(const ResolvedPipeline& pipeline) {
+  try {
+    const io::VariantInfo v =
+        io::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
+    return v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
+  } catch (const Error&) {
+    return pipeline.model.pipeline_class;  // detection is informational; the load validates for real
+  }
+}
+
+void reference_run_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height) {
+  const int multiple = 2 * vae_scale_factor;
+  int w = image_width, h = image_height;
+  if (static_cast<int64_t>(w) * h > pipelines::kReferenceTargetArea)
+    pipelines::reference_target_size(image_width, image_height, pipelines::kReferenceTargetArea, &w, &h);
+  *width = std::max(w / multiple * multiple, multiple);
+  *height = std::max(h / multiple * multiple, multiple);
+}
+
+void check_run_size(const ResolvedPipeline& pipeline, int width, int height, int images, int vae_scale_factor,
+                    const pipelines::MemoryCheck& memory) {
+  if (pipeline.flux1())
+    pipelines::Flux1Pipeline::validate_size(width, height, images, vae_scale_factor, memory);
+  else
+    pipelines::Flux2KleinPipeline::validate_size(width, height, images, vae_scale_factor, memory);
+}
+
 GenerateJob resolve_generate_job(const GenerateInputs& in) {
   RunConfig preset;
   GenerateJob job;
@@ -344,44 +389,25 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   } else {
     job.model_label = find_bundled_demo_model().string();
   }
-  const io::ResolvedModel given = io::resolve_model(job.model_label);
-  if (given.source == io::ModelSource::SingleFile) {
-    job.transformer_file = given.path;
-    job.model = find_components_folder(given, in.components);
-    check_klein_pipeline_folder(job.model, /*transformer_from_file=*/true);
-  } else {
-    FLUXRT_CHECK(!in.components, ErrorCode::InvalidArgument,
-                 "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
-                 job.model_label);
-    job.model = given;
-    check_klein_pipeline_folder(job.model);
-  }
+  const ResolvedPipeline pipeline = resolve_pipeline(job.model_label, in.components);
+  job.model = pipeline.model;
+  job.transformer_file = pipeline.transformer_file;
   job.vae_scale_factor = vae_scale_factor_of(job.model);
   // Size and memory before anything is loaded: the size the run will have (given, else the first
   // reference image's as the klein pipeline crops it, else the pipelines' default 128 x factor),
   // its activations plus the weights resident at the same time.
   const pipelines::ResidentWeights weights =
       pipelines::pipeline_weight_bytes(job.model.path, job.dtype, job.transformer_file);
-  const int multiple = 2 * job.vae_scale_factor;
   int width = 128 * job.vae_scale_factor, height = width;
   if (!job.reference_images.empty()) {
     const io::Image& first = job.reference_images.front();
-    width = first.width;
-    height = first.height;
-    if (static_cast<int64_t>(width) * height > pipelines::kReferenceTargetArea)
-      pipelines::reference_target_size(first.width, first.height, pipelines::kReferenceTargetArea, &width, &height);
-    width = std::max(width / multiple * multiple, multiple);
-    height = std::max(height / multiple * multiple, multiple);
+    reference_run_size(first.width, first.height, job.vae_scale_factor, &width, &height);
   }
   width = job.width.value_or(width);
   height = job.height.value_or(height);
-  const bool flux1 = job.model.pipeline_class == "FluxPipeline" || job.model.pipeline_class == "FluxImg2ImgPipeline";
   auto check_size = [&](bool low_memory) {
-    const pipelines::MemoryCheck memory{weights.peak(low_memory), in.ram_limit_bytes, !low_memory};
-    if (flux1)
-      pipelines::Flux1Pipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
-    else
-      pipelines::Flux2KleinPipeline::validate_size(width, height, job.total_images(), job.vae_scale_factor, memory);
+    check_run_size(pipeline, width, height, job.total_images(), job.vae_scale_factor,
+                   pipelines::MemoryCheck{weights.peak(low_memory), in.ram_limit_bytes, !low_memory});
   };
   try {
     check_size(job.low_memory);
@@ -397,12 +423,7 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
         static_cast<double>(weights.peak(false)) / 1073741824.0);
   }
   job.resident_weight_bytes = weights.peak(job.low_memory);
-  try {
-    const io::VariantInfo v = io::detect_variant(job.transformer_file.empty() ? job.model : given);
-    job.variant = v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
-  } catch (const Error&) {
-    job.variant = job.model.pipeline_class;  // detection is informational; the load validates for real
-  }
+  job.variant = variant_label(pipeline);
   return job;
 }
 
@@ -421,56 +442,57 @@ pipelines::GenerateRequest make_generate_request(const GenerateJob& job) {
   return r;
 }
 
-io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index) {
-  const int prompt_index = index / job.images_per_prompt;
-  io::TextChunks text = {
-      {"prompt", job.prompts.at(static_cast<size_t>(prompt_index))},
-      {"negative_prompt", job.negative_prompt},
-      {"seed", std::to_string(job.seed)},
-      {"batch_index", fmt::format("{} of {}", index, job.total_images())},
-      {"steps", std::to_string(result.num_steps)},
-      {"guidance", fmt::format("{}", result.guidance_scale)},
-      {"size", fmt::format("{}x{}", result.width, result.height)},
-      {"max_sequence_length", job.max_sequence_length ? std::to_string(*job.max_sequence_length) : std::string("default")},
-      {"model", job.model_label},
-      {"variant", job.variant},
-      {"dtype", std::string(dtype_name(job.dtype))},
-      {"fluxrt_version", FLUXRT_VERSION_STRING},
-  };
-  if (!job.reference_paths.empty()) {
-    std::string refs;
-    for (const std::string& p : job.reference_paths) refs += (refs.empty() ? "" : ", ") + fs::path(p).filename().string();
-    text.emplace_back("reference_images", refs);
+fluxrt::ImageMetadata image_metadata(const GenerateJob& job, const pipelines::GenerateResult& result,
+                                     int index) {
+  fluxrt::ImageMetadata m;
+  m.prompt_index = index / job.images_per_prompt;
+  m.image_index = index % job.images_per_prompt;
+  m.prompt = job.prompts.at(static_cast<size_t>(m.prompt_index));
+  m.negative_prompt = job.negative_prompt;
+  m.seed = job.seed;
+  m.index = index;
+  m.count = job.total_images();
+  m.steps = result.num_steps;
+  m.scheduled_steps = result.schedule.num_steps();
+  m.guidance = result.guidance_scale;
+  m.width = result.width;
+  m.height = result.height;
+  m.max_sequence_length = job.max_sequence_length;
+  m.model = job.model_label;
+  m.variant = job.variant;
+  m.dtype = std::string(dtype_name(job.dtype));
+  m.version = FLUXRT_VERSION_STRING;
+  for (const std::string& p : job.reference_paths)
+    m.reference_images.push_back(fs::path(p).filename().string());
+  m.img2img = !job.init_image_path.empty();
+  if (m.img2img) {
+    m.init_image = fs::path(job.init_image_path).filename().string();
+    m.strength = job.strength;
   }
-  if (!job.init_image_path.empty()) {
-    text.emplace_back("init_image", fs::path(job.init_image_path).filename().string());
-    if (job.strength) text.emplace_back("strength", fmt::format("{}", *job.strength));
-    // "steps" is what ran; rerunning needs the schedule's length, which strength trims.
-    text.emplace_back("scheduled_steps", std::to_string(result.schedule.num_steps()));
-  }
-  if (job.true_cfg) text.emplace_back("true_cfg", fmt::format("{}", *job.true_cfg));
-  return text;
+  m.true_cfg = job.true_cfg;
+  return m;
 }
 
-std::vector<fs::path> write_generated_images(const GenerateJob& job, const pipelines::GenerateResult& result) {
+io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index) {
+  return fluxrt::metadata_text(image_metadata(job, result, index));
+}
+
+std::vector<fs::path> write_numbered_pngs(
+    const fs::path& dir, const std::string& pattern, const OutputNameFields& run, int images_per_prompt,
+    size_t count, const std::function<void(size_t index, const fs::path& path)>& write) {
   std::error_code ec;
-  fs::create_directories(job.out_dir, ec);
-  FLUXRT_CHECK(!ec && fs::is_directory(job.out_dir, ec), ErrorCode::Io, "cannot create output folder {}: {}",
-               job.out_dir.string(), ec.message());
+  fs::create_directories(dir, ec);
+  FLUXRT_CHECK(!ec && fs::is_directory(dir, ec), ErrorCode::Io, "cannot create output folder {}: {}",
+               dir.string(), ec.message());
   std::vector<fs::path> written;
-  for (size_t i = 0; i < result.images.size(); ++i) {
-    const int index = static_cast<int>(i);
-    OutputNameFields f;
-    f.seed = job.seed;
-    f.index = index;
-    f.prompt_index = index / job.images_per_prompt;
-    f.image_index = index % job.images_per_prompt;
-    f.width = result.width;
-    f.height = result.height;
-    f.steps = result.num_steps;
-    const fs::path path = reserve_output_path(job.out_dir, format_output_name(job.filename_pattern, f));
+  for (size_t i = 0; i < count; ++i) {
+    OutputNameFields f = run;
+    f.index = static_cast<int>(i);
+    f.prompt_index = f.index / images_per_prompt;
+    f.image_index = f.index % images_per_prompt;
+    const fs::path path = reserve_output_path(dir, format_output_name(pattern, f));
     try {
-      io::write_png(path.string(), result.images[i], png_text_chunks(job, result, index));
+      write(i, path);
     } catch (...) {
       fs::remove(path, ec);  // the empty placeholder
       throw;
@@ -478,6 +500,20 @@ std::vector<fs::path> write_generated_images(const GenerateJob& job, const pipel
     written.push_back(path);
   }
   return written;
+}
+
+std::vector<fs::path> write_generated_images(const GenerateJob& job,
+                                             const pipelines::GenerateResult& result) {
+  OutputNameFields run;
+  run.seed = job.seed;
+  run.width = result.width;
+  run.height = result.height;
+  run.steps = result.num_steps;
+  return write_numbered_pngs(job.out_dir, job.filename_pattern, run, job.images_per_prompt,
+                             result.images.size(), [&](size_t i, const fs::path& path) {
+                               io::write_png(path.string(), result.images[i],
+                                             png_text_chunks(job, result, static_cast<int>(i)));
+                             });
 }
 
 }  // namespace fluxrt::runtime

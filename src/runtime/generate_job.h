@@ -4,15 +4,17 @@
 // reference images, size, output folder, file-name pattern -- so a bad input fails in one line
 // before any model is loaded or any file is written. Then the request for Flux2KleinPipeline, and
 // the PNG writing (atomic, never overwriting an existing file, with the settings as text chunks).
-// `fluxrt generate` uses it; a future HTTP server reuses the same functions.
+// `fluxrt generate` uses it; the model resolution and size checks here also serve runtime::Engine.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "fluxrt/engine.h"
 #include "io/image.h"
 #include "io/model_discovery.h"
 #include "pipelines/flux2_klein_pipeline.h"
@@ -88,6 +90,35 @@ struct GenerateJob {
 // weights, writes nothing. Throws a one-line fluxrt::Error on the first problem.
 GenerateJob resolve_generate_job(const GenerateInputs& inputs);
 
+// A model as a pipeline folder to load: what the spec resolved to, the folder the components come
+// from, and with a single-file spec the transformer checkpoint used instead of its transformer/.
+struct ResolvedPipeline {
+  io::ResolvedModel given;
+  io::ResolvedModel model;
+  std::string transformer_file;  // PipelineOptions::transformer_file; empty for a folder
+
+  bool flux1() const { return model.pipeline_class == "FluxPipeline"; }  // else FLUX.2 klein
+};
+
+// Resolves `spec` (io::resolve_model), finds the components folder of a single file
+// (find_components_folder) and checks the folder (check_klein_pipeline_folder). InvalidArgument
+// for `components` with a folder.
+ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components);
+
+// The variant in words ("FLUX.2-klein-4B (distilled)"), else the pipeline class: detection is
+// informational here, the load validates for real.
+std::string variant_label(const ResolvedPipeline& pipeline);
+
+// The size a klein run takes from its first reference image (image_width x image_height) when
+// none is given: the image's, shrunk to kReferenceTargetArea when larger and floored to multiples
+// of 2 x the VAE factor, as the pipeline preprocesses it.
+void reference_run_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height);
+
+// The pipeline's validate_size for `pipeline`'s family: InvalidArgument for a bad size or batch,
+// OutOfMemory when it does not fit.
+void check_run_size(const ResolvedPipeline& pipeline, int width, int height, int images, int vae_scale_factor,
+                    const pipelines::MemoryCheck& memory);
+
 // diffusers' vae_scale_factor of a resolved model, 2 ** (len(block_out_channels) - 1) from its
 // vae/config.json, without loading weights; 8 (every released FLUX VAE) when there is no config.
 // Format naming the file when it is unreadable.
@@ -133,11 +164,21 @@ std::string format_output_name(const std::string& pattern, const OutputNameField
 // taken, so concurrent writers and earlier runs are never overwritten; returns the reserved path.
 std::filesystem::path reserve_output_path(const std::filesystem::path& dir, const std::string& name);
 
-// The PNG text chunks of image `index` of a result: prompt, negative prompt, seed, steps run,
-// guidance, size, text length, model, variant, dtype, version; and only when used the reference
-// images (file names), the init image (file name) with its strength and the schedule's step count,
-// and the true CFG scale.
+// What image `index` of a result records (file names for the reference and init images), and as
+// PNG text chunks (fluxrt::metadata_text): prompt, negative prompt, seed, steps run, guidance,
+// size, text length, model, variant, dtype, version; and only when used the reference images, the
+// init image with its strength and the schedule's step count, and the true CFG scale.
+fluxrt::ImageMetadata image_metadata(const GenerateJob& job, const pipelines::GenerateResult& result,
+                                     int index);
 io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index);
+
+// Reserves a name per image in `dir` (created when missing) from `pattern` with `run`'s seed, size
+// and steps and each image's indices, and calls write(index, path) for it; a failed write removes
+// its placeholder and rethrows. Returns the paths in order.
+std::vector<std::filesystem::path> write_numbered_pngs(
+    const std::filesystem::path& dir, const std::string& pattern, const OutputNameFields& run,
+    int images_per_prompt, size_t count,
+    const std::function<void(size_t index, const std::filesystem::path& path)>& write);
 
 // Writes every image of `result` into job.out_dir (created when missing) atomically and returns
 // the paths in request order. On failure the images of this call written so far stay, the failing

@@ -1,0 +1,237 @@
+#pragma once
+// fluxrt::Engine: a FLUX model loaded once and kept resident, turning requests into images.
+// Everything a front end (the `fluxrt` command, a server, a binding) needs is in plain standard
+// types; no tensor, device or pipeline type crosses this header.
+//
+//   fluxrt::Engine engine("models/demo");                  // or a hub repo id, or a .safetensors
+//   fluxrt::GenerateRequest request;
+//   request.prompts = {"a red circle on a blue background"};
+//   request.seed = 7;
+//   fluxrt::GenerateResult result = engine.generate(request);
+//   fluxrt::write_png("out.png", result.images[0].image, fluxrt::metadata_text(result.images[0].metadata));
+//
+// Errors are fluxrt::Error (fluxrt/error.h) with a code and a one-line message, from the
+// constructor (model not found, corrupt, unsupported) and from generate (bad request, out of
+// memory, cancelled).
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fluxrt/error.h"
+#include "fluxrt/image.h"
+#include "fluxrt/model_info.h"
+#include "fluxrt/timing.h"
+#include "fluxrt/version.h"
+
+namespace fluxrt {
+
+// The dtype of the weights as used, the activations and the latents. BF16 is the checkpoints' own
+// (zero-copy on the CPU); F32 converts at load and is slower, closest to an f32 reference.
+enum class Precision { BF16, F32 };
+
+// VAE decode/encode in tiles: Auto tiles when the whole image would not fit in memory.
+enum class VaeTiling { Auto, On, Off };
+
+struct EngineOptions {
+  // "cpu", "cuda" / "cuda:N" (builds with CUDA), or "cpu:N" (N >= 1: the CPU posing as another
+  // device, to check that every tensor is placed; docs/cuda.md).
+  std::string device = "cpu";
+  Precision precision = Precision::BF16;
+  // Worker threads (OpenMP and oneDNN), 0 = all cores. One setting per process: an Engine opened
+  // with it set changes it for every Engine. Unset: left as it is.
+  std::optional<int> threads;
+  // Keep one large component resident at a time (the text encoder, then the transformer, then
+  // the VAE, each loaded per request): a much smaller peak, slower requests. Unset: chosen at
+  // open, on when the components do not fit in RAM together at the model's default size.
+  std::optional<bool> low_memory;
+  VaeTiling vae_tiling = VaeTiling::Auto;
+  // Load the VAE encoder, which reference images and img2img need; false saves its weights and
+  // load time, and a request that needs it fails with InvalidArgument.
+  bool vae_encoder = true;
+  // On cuda:N (and cpu:N): record the transformer calls of a denoising step once and replay them
+  // as a graph for the later steps. No effect on plain "cpu".
+  bool cuda_graphs = false;
+  // With a single transformer .safetensors as the model: the diffusers pipeline folder or hub
+  // repo id giving the text encoder(s), tokenizer(s), VAE and scheduler. Unset: the folder
+  // holding the file (or the one above it) when it has a model_index.json.
+  std::optional<std::string> components;
+};
+
+struct GenerateRequest {
+  // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order
+  // (diffusers' prompt list + num_images_per_prompt). An empty prompt is allowed.
+  std::vector<std::string> prompts{""};
+  // The klein base variants (guidance > 1) and FLUX.1 true CFG; "" is diffusers' default.
+  std::string negative_prompt;
+  int images_per_prompt = 1;
+  // Unset: the first reference image's size, else the model's (ModelDefaults). Multiples of
+  // ModelDefaults::size_multiple.
+  std::optional<int> width, height;
+  std::optional<int> steps;       // denoising steps of the schedule; unset: the model's
+  std::optional<float> guidance;  // guidance scale; unset: the model's (unused by distilled klein)
+  // FLUX.1 only: true classifier-free guidance with negative_prompt when > 1 (two forwards per
+  // step). A field the model family cannot honour is an InvalidArgument, never dropped.
+  std::optional<float> true_cfg;
+  uint64_t seed = 0;  // the noise, drawn as torch.randn would on a CPU generator with this seed
+  std::optional<int> max_sequence_length;  // text tokens; unset: the model's (512; schnell 256)
+  // FLUX.2 klein: images to edit or combine, encoded by the VAE and attended to.
+  std::vector<Image> reference_images;
+  // FLUX.1 img2img: start from this image (resized to the output size), noised by `strength` in
+  // (0, 1] (unset: 0.6); about steps x strength steps run.
+  std::optional<Image> init_image;
+  std::optional<float> strength;
+  // What the metadata records for the images above (file names, say); may be left empty.
+  std::vector<std::string> reference_image_names;
+  std::string init_image_name;
+};
+
+// After each denoising step, on the thread running generate.
+struct Progress {
+  int step = 0;   // 1-based
+  int total = 0;  // steps that run (with img2img fewer than the schedule's)
+  double step_seconds = 0;
+  double elapsed_seconds = 0;  // denoising so far
+  double eta_seconds = 0;      // the rest of the loop at the mean step time so far
+};
+
+// Stops a generate call between steps: it then throws Error(Cancelled) and returns no image.
+// Copies share one flag, so the thread that wants to stop keeps a copy; cancel() is a single
+// lock-free store, safe in a signal handler. A token stays cancelled.
+class CancelToken {
+ public:
+  CancelToken() : state_(std::make_shared<std::atomic<bool>>(false)), flag_(state_.get()) {}
+  void cancel() noexcept { flag_->store(true, std::memory_order_relaxed); }
+  bool cancelled() const noexcept { return flag_->load(std::memory_order_relaxed); }
+  // The flag itself, for code that polls it as an atomic (the pipelines do, between steps).
+  const std::atomic<bool>* flag() const noexcept { return flag_; }
+
+  static_assert(std::atomic<bool>::is_always_lock_free, "cancel() must be safe in a signal handler");
+
+ private:
+  std::shared_ptr<std::atomic<bool>> state_;
+  std::atomic<bool>* flag_;  // state_.get(), read without touching the shared_ptr
+};
+
+struct Callbacks {
+  std::function<void(const Progress&)> on_progress;  // may be empty
+  CancelToken cancel;
+};
+
+// What the engine knows about one generated image: the settings that made it, so it can be
+// reproduced (the `fluxrt generate` PNGs carry them as text chunks: metadata_text).
+struct ImageMetadata {
+  std::string prompt;
+  std::string negative_prompt;
+  uint64_t seed = 0;
+  int index = 0;            // in the request's image order
+  int count = 0;            // images in the request
+  int prompt_index = 0;     // index / images_per_prompt
+  int image_index = 0;      // index % images_per_prompt
+  int steps = 0;            // denoising steps that ran
+  int scheduled_steps = 0;  // the schedule's length (img2img runs only its tail)
+  float guidance = 0;
+  int width = 0, height = 0;
+  std::optional<int> max_sequence_length;  // the text length used; unset: "default"
+
+  std::string model;                          // as given to the Engine
+  std::string variant;                        // "FLUX.2-klein-4B (distilled)", ...
+  std::string dtype;                          // "bf16" or "f32"
+  std::string version;                        // of the library that made it
+  std::vector<std::string> reference_images;  // the request's names for them
+  bool img2img = false;
+  std::string init_image;         // img2img: the request's name for it
+  std::optional<float> strength;  // img2img: the strength used
+  std::optional<float> true_cfg;  // set only when true CFG ran
+};
+
+// The metadata as PNG text chunks: prompt, negative_prompt, seed, batch_index ("i of n"), steps,
+// guidance, size, max_sequence_length, model, variant, dtype, fluxrt_version; then, only when
+// used, reference_images (names joined by ", "), init_image, strength and scheduled_steps, and
+// true_cfg.
+TextChunks metadata_text(const ImageMetadata& metadata);
+
+struct GeneratedImage {
+  Image image;  // RGB 8-bit, width x height
+  ImageMetadata metadata;
+};
+
+struct GenerateResult {
+  std::vector<GeneratedImage> images;  // in request order
+  int width = 0, height = 0;
+  int steps = 0;  // denoising steps that ran
+  float guidance = 0;
+  bool used_cfg = false;  // two forwards per step (klein base with guidance > 1, FLUX.1 true CFG)
+  int graph_steps = 0;    // steps that replayed a recorded graph (EngineOptions::cuda_graphs)
+  // This call: run timings, the engine's load as cold_load, total_s the call's wall time.
+  TimingReport timing;
+};
+
+// The model's own defaults: what a request's unset fields become.
+struct ModelDefaults {
+  int steps = 0;
+  float guidance = 0;
+  int width = 0, height = 0;
+  int max_sequence_length = 0;
+  int size_multiple = 16;  // widths and heights are multiples of this (2 x the VAE's factor)
+
+  std::optional<float> img2img_guidance;  // FLUX.1 img2img only
+  std::optional<float> img2img_strength;  // FLUX.1 img2img only
+};
+
+// What generate would run for a request: its unset fields resolved.
+struct RequestPlan {
+  int width = 0, height = 0;
+  int steps = 0;      // the schedule's length
+  int steps_run = 0;  // denoising steps that run (img2img: the schedule's tail)
+  float guidance = 0;
+  int max_sequence_length = 0;
+  std::optional<float> strength;  // img2img
+  int images = 0;
+};
+
+class Engine {
+ public:
+  // Resolves `model` (a diffusers pipeline folder, a single transformer .safetensors with
+  // options.components, or a hub repo id "org/name[@rev]" in the local Hugging Face cache),
+  // checks that it is a FLUX.2 klein or FLUX.1 pipeline, and loads it (its components in
+  // parallel; in low-memory mode nothing is loaded until a request). Error NotFound / Format /
+  // Unsupported / InvalidArgument / OutOfMemory naming what is wrong.
+  explicit Engine(const std::string& model, const EngineOptions& options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  // Generates the request's images. Thread-safe: calls from several threads run one at a time
+  // (a mutex, which promises no order; running them as one batch is the server's next step),
+  // each with its own callbacks and result. The cancel token is checked before the text encoding,
+  // between denoising steps and before the VAE decode: a cancelled call throws Error(Cancelled).
+  GenerateResult generate(const GenerateRequest& request, const Callbacks& callbacks = {});
+
+  // The request's unset fields as generate would resolve them, and the steps that run, without
+  // running anything (to show or check before queueing). InvalidArgument when img2img's strength
+  // leaves no denoising step; the size, memory and field checks happen in generate.
+  RequestPlan plan(const GenerateRequest& request) const;
+
+  ModelDefaults defaults() const;
+  // The model as given to the constructor, and its variant in words.
+  const std::string& model() const;
+  const std::string& variant() const;
+  // `fluxrt info`'s data for the model (read from its headers on the first call).
+  ModelInfo info() const;
+  // The load done by the constructor; unset in low-memory mode (loads happen per request and
+  // are in each result's timing.run.load_s).
+  std::optional<LoadTimings> load_timings() const;
+  // The options as used: low_memory decided, the device as the library spells it ("gpu" and
+  // "cuda:0" -> "cuda").
+  const EngineOptions& options() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fluxrt

@@ -1,0 +1,250 @@
+#include "runtime/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "io/public_image.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/memory_estimate.h"
+#include "runtime/timing_report.h"
+
+namespace fluxrt::runtime {
+
+namespace {
+
+models::TilingMode tiling_mode(fluxrt::VaeTiling tiling) {
+  switch (tiling) {
+    case fluxrt::VaeTiling::On:
+      return models::TilingMode::Always;
+    case fluxrt::VaeTiling::Off:
+      return models::TilingMode::Never;
+    case fluxrt::VaeTiling::Auto:
+      break;
+  }
+  return models::TilingMode::Auto;
+}
+
+// Low-memory mode unless every component fits in RAM together with one image of the model's
+// default size (what an engine opened without a request can know).
+bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype) {
+  const int factor = vae_scale_factor_of(pipeline.model);
+  const pipelines::ResidentWeights weights =
+      pipelines::pipeline_weight_bytes(pipeline.model.path, dtype, pipeline.transformer_file);
+  try {
+    check_run_size(pipeline, 128 * factor, 128 * factor, 1, factor,
+                   pipelines::MemoryCheck{weights.peak(false), 0, true});
+    return false;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::OutOfMemory) throw;
+    return true;
+  }
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
+    : model_(model), options_(options), device_(Device::parse(options.device)) {
+  options_.device = device_.str();
+  dtype_ = options.precision == fluxrt::Precision::F32 ? DType::F32 : DType::BF16;
+  if (options.threads) {
+    FLUXRT_CHECK(*options.threads >= 0, ErrorCode::InvalidArgument, "threads {} must be >= 0",
+                 *options.threads);
+    set_num_threads(*options.threads);
+  }
+  pipeline_ = resolve_pipeline(model, options.components);
+  variant_ = variant_label(pipeline_);
+  if (!options_.low_memory) options_.low_memory = needs_low_memory(pipeline_, dtype_);
+
+  pipelines::PipelineOptions p;
+  p.dtype = dtype_;
+  p.device = device_;
+  p.low_memory = *options_.low_memory;
+  p.cuda_graphs = options.cuda_graphs;
+  p.transformer_file = pipeline_.transformer_file;
+  p.load_vae_encoder = options.vae_encoder;
+  p.vae_tiling.mode = tiling_mode(options.vae_tiling);
+  p.profiler = &profiler_;
+
+  Stopwatch watch;
+  if (pipeline_.flux1())
+    flux1_ = pipelines::Flux1Pipeline::load(pipeline_.model.path, p);
+  else
+    klein_ = pipelines::Flux2KleinPipeline::load(pipeline_.model.path, p);
+  // In low-memory mode the components load per request, inside generate's timings.
+  if (!p.low_memory) {
+    load_ = load_timings_from(profiler_);
+    if (load_->total_s == 0) load_->total_s = watch.seconds();
+  }
+  profiler_.clear();
+}
+
+Engine::~Engine() = default;
+
+fluxrt::ModelDefaults Engine::defaults() const {
+  fluxrt::ModelDefaults d;
+  if (flux1_) {
+    const pipelines::Flux1ModelDefaults& f = flux1_->defaults();
+    d.steps = f.num_steps;
+    d.guidance = f.guidance_scale;
+    d.width = f.width;
+    d.height = f.height;
+    d.max_sequence_length = f.max_sequence_length;
+    d.size_multiple = 2 * flux1_->vae_scale_factor();
+    d.img2img_guidance = f.img2img_guidance_scale;
+    d.img2img_strength = f.img2img_strength;
+  } else {
+    const pipelines::KleinModelDefaults& k = klein_->defaults();
+    d.steps = k.num_steps;
+    d.guidance = k.guidance_scale;
+    d.width = k.width;
+    d.height = k.height;
+    d.max_sequence_length = k.max_sequence_length;
+    d.size_multiple = 2 * klein_->vae_scale_factor();
+  }
+  return d;
+}
+
+fluxrt::RequestPlan Engine::plan(const fluxrt::GenerateRequest& request) const {
+  const fluxrt::ModelDefaults d = defaults();
+  const bool img2img = request.init_image.has_value();
+  fluxrt::RequestPlan plan;
+  plan.width = d.width;
+  plan.height = d.height;
+  if (klein_ && !request.reference_images.empty()) {
+    const fluxrt::Image& first = request.reference_images.front();
+    reference_run_size(first.width, first.height, d.size_multiple / 2, &plan.width, &plan.height);
+  }
+  plan.width = request.width.value_or(plan.width);
+  plan.height = request.height.value_or(plan.height);
+  plan.steps = request.steps.value_or(d.steps);
+  plan.steps_run = plan.steps;
+  plan.guidance = request.guidance.value_or(img2img && d.img2img_guidance ? *d.img2img_guidance : d.guidance);
+  plan.max_sequence_length = request.max_sequence_length.value_or(d.max_sequence_length);
+  plan.images = static_cast<int>(request.prompts.size()) * request.images_per_prompt;
+  if (img2img && flux1_) {
+    plan.strength = request.strength.value_or(*d.img2img_strength);
+    plan.steps_run = plan.steps - pipelines::flux1_img2img_start_index(plan.steps, *plan.strength);
+  }
+  return plan;
+}
+
+fluxrt::ModelInfo Engine::info() const {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  if (!info_) info_ = fluxrt::inspect_model(model_);
+  return *info_;
+}
+
+pipelines::GenerateRequest Engine::pipeline_request(const fluxrt::GenerateRequest& request) const {
+  pipelines::GenerateRequest r;
+  r.prompts = request.prompts;
+  r.negative_prompt = request.negative_prompt;
+  r.images_per_prompt = request.images_per_prompt;
+  r.width = request.width;
+  r.height = request.height;
+  r.num_steps = request.steps;
+  r.guidance_scale = request.guidance;
+  r.max_sequence_length = request.max_sequence_length.value_or(
+      flux1_ ? flux1_->defaults().max_sequence_length : klein_->defaults().max_sequence_length);
+  r.seed = request.seed;
+  for (size_t i = 0; i < request.reference_images.size(); ++i)
+    r.reference_images.push_back(
+        io::from_public(request.reference_images[i], fmt::format("reference image {}", i + 1).c_str()));
+  if (request.init_image) r.init_image = io::from_public(*request.init_image, "init image");
+  r.strength = request.strength;
+  r.true_cfg_scale = request.true_cfg;
+  return r;
+}
+
+fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& request,
+                                             const pipelines::GenerateRequest& ran,
+                                             const pipelines::GenerateResult& result, int index) const {
+  fluxrt::ImageMetadata m;
+  m.prompt_index = index / request.images_per_prompt;
+  m.image_index = index % request.images_per_prompt;
+  m.prompt = request.prompts.at(static_cast<size_t>(m.prompt_index));
+  m.negative_prompt = request.negative_prompt;
+  m.seed = request.seed;
+  m.index = index;
+  m.count = static_cast<int>(result.images.size());
+  m.steps = result.num_steps;
+  m.scheduled_steps = result.schedule.num_steps();
+  m.guidance = result.guidance_scale;
+  m.width = result.width;
+  m.height = result.height;
+  m.max_sequence_length = ran.max_sequence_length;
+  m.model = model_;
+  m.variant = variant_;
+  m.dtype = std::string(dtype_name(dtype_));
+  m.version = FLUXRT_VERSION_STRING;
+  m.reference_images = request.reference_image_names;
+  m.reference_images.resize(std::max(m.reference_images.size(), request.reference_images.size()));
+  // Only FLUX.1 takes an init image or true CFG (the klein pipeline refuses both).
+  if (flux1_ && request.init_image) {
+    m.img2img = true;
+    m.init_image = request.init_image_name;
+    m.strength = request.strength.value_or(flux1_->defaults().img2img_strength);
+  }
+  if (flux1_ && result.used_cfg) m.true_cfg = request.true_cfg;
+  return m;
+}
+
+fluxrt::GenerateResult Engine::generate(const fluxrt::GenerateRequest& request,
+                                        const fluxrt::Callbacks& callbacks) {
+  std::lock_guard<std::mutex> lock(generate_mutex_);
+  pipelines::GenerateRequest r = pipeline_request(request);
+  r.cancel = callbacks.cancel.flag();
+  double elapsed = 0;
+  if (callbacks.on_progress) {
+    r.on_step = [&](int step, int total, double seconds) {
+      elapsed += seconds;
+      fluxrt::Progress p;
+      p.step = step;
+      p.total = total;
+      p.step_seconds = seconds;
+      p.elapsed_seconds = elapsed;
+      p.eta_seconds = step > 0 ? elapsed / step * (total - step) : 0;
+      callbacks.on_progress(p);
+    };
+  }
+
+  profiler_.clear();
+  Stopwatch watch;
+  pipelines::GenerateResult out = flux1_ ? flux1_->generate(r) : klein_->generate(r);
+  RunTimings run = run_timings_from(profiler_);
+  run.total_s = watch.seconds();
+  if (options_.cuda_graphs) run.graph_steps = out.graph_steps;
+
+  fluxrt::GenerateResult result;
+  result.width = out.width;
+  result.height = out.height;
+  result.steps = out.num_steps;
+  result.guidance = out.guidance_scale;
+  result.used_cfg = out.used_cfg;
+  result.graph_steps = out.graph_steps;
+  for (size_t i = 0; i < out.images.size(); ++i) {
+    fluxrt::GeneratedImage g;
+    g.metadata = image_metadata(request, r, out, static_cast<int>(i));
+    g.image = io::to_public(std::move(out.images[i]));
+    result.images.push_back(std::move(g));
+  }
+  TimingReport& t = result.timing;
+  t.model = model_;
+  t.variant = variant_;
+  t.dtype = std::string(dtype_name(dtype_));
+  t.device = device_.str();
+  t.width = out.width;
+  t.height = out.height;
+  t.images = static_cast<int>(result.images.size());
+  t.threads = num_threads();
+  t.cold_load = load_;
+  t.run = run;
+  t.total_s = run.total_s;
+  t.peak_rss_bytes = process_peak_rss_bytes();
+  return result;
+}
+
+}  // namespace fluxrt::runtime

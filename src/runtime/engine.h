@@ -1,0 +1,69 @@
+#pragma once
+// runtime::Engine: what the public fluxrt::Engine (include/fluxrt/engine.h) runs on. It owns the
+// orchestration that used to sit in the CLI: resolving the model to a pipeline folder, picking
+// the pipeline its class names (FluxPipeline: FLUX.1, else FLUX.2 klein), the pipeline options,
+// the load with its timings, the request translated for the pipeline, and the result with
+// per-image metadata and the timing report built from the pipeline's profiler spans. The
+// pipelines themselves (pipelines/flux2_klein_pipeline.h, flux1_pipeline.h) are unchanged.
+//
+// generate holds a mutex for the whole call: the pipelines keep per-request state (the profiler,
+// step-graph caches, low-memory leases) that one call at a time may use.
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/timer.h"
+#include "fluxrt/engine.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "runtime/generate_job.h"
+
+namespace fluxrt::pipelines {
+class Flux1Pipeline;
+}
+
+namespace fluxrt::runtime {
+
+class Engine {
+ public:
+  Engine(const std::string& model, const fluxrt::EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  fluxrt::GenerateResult generate(const fluxrt::GenerateRequest& request, const fluxrt::Callbacks& callbacks);
+  fluxrt::RequestPlan plan(const fluxrt::GenerateRequest& request) const;
+  fluxrt::ModelDefaults defaults() const;
+  const std::string& model() const { return model_; }
+  const std::string& variant() const { return variant_; }
+  fluxrt::ModelInfo info() const;
+  std::optional<LoadTimings> load_timings() const { return load_; }
+  const fluxrt::EngineOptions& options() const { return options_; }
+
+ private:
+  // The request as the pipelines take it, with the text length the model defaults to filled in
+  // (so the metadata records the value used).
+  pipelines::GenerateRequest pipeline_request(const fluxrt::GenerateRequest& request) const;
+  fluxrt::ImageMetadata image_metadata(const fluxrt::GenerateRequest& request,
+                                       const pipelines::GenerateRequest& ran,
+                                       const pipelines::GenerateResult& result, int index) const;
+
+  std::string model_;
+  std::string variant_;
+  fluxrt::EngineOptions options_;
+  Device device_;
+  DType dtype_ = DType::BF16;
+  ResolvedPipeline pipeline_;
+  // The pipelines record their spans here (PipelineOptions::profiler); cleared per call.
+  Profiler profiler_;
+  std::unique_ptr<pipelines::Flux2KleinPipeline> klein_;
+  std::unique_ptr<pipelines::Flux1Pipeline> flux1_;
+  std::optional<LoadTimings> load_;
+  std::mutex generate_mutex_;
+  mutable std::mutex info_mutex_;
+  mutable std::optional<fluxrt::ModelInfo> info_;
+};
+
+}  // namespace fluxrt::runtime
