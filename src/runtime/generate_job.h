@@ -4,7 +4,8 @@
 // reference images, size, output folder, file-name pattern -- so a bad input fails in one line
 // before any model is loaded or any file is written. Then the request for Flux2KleinPipeline, and
 // the PNG writing (atomic, never overwriting an existing file, with the settings as text chunks).
-// `fluxrt generate` uses it; the model resolution and size checks here also serve runtime::Engine.
+// `fluxrt generate` reaches it through the public fluxrt::resolve_run (include/fluxrt/run.h); the
+// model resolution and size checks here also serve runtime::Engine.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
