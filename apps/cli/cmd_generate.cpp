@@ -1,37 +1,31 @@
 // `fluxrt generate`: prompt (+ reference images for FLUX.2 klein, + an init image for FLUX.1
-// img2img) to PNG files with a FLUX.2 klein or FLUX.1 pipeline folder. Everything is validated
-// before the model is loaded (runtime/generate_job.h, generate_flux1_options.h); progress goes to
-// stderr, the written paths and the timing report to stdout. Ctrl-C stops between steps and
-// writes nothing (main maps ErrorCode::Cancelled to exit code 130).
+// img2img) to PNG files with a FLUX.2 klein or FLUX.1 pipeline folder. A thin client of the public
+// API: fluxrt::resolve_run validates everything before the model is loaded, fluxrt::Engine loads
+// and generates, fluxrt::write_run_images writes; this file only turns flags into settings and
+// prints. Progress goes to stderr, the written paths and the timing report to stdout. Ctrl-C stops
+// between steps and writes nothing (main maps ErrorCode::Cancelled to exit code 130).
 #include <signal.h>
 
-#include <atomic>
+#include <chrono>
 #include <cstdio>
-#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/threads.h"
-#include "core/timer.h"
-#include "pipelines/flux2_klein_pipeline.h"
-#include "pipelines/flux1_pipeline.h"
-#include "runtime/generate_flux1_options.h"
-#include "runtime/generate_job.h"
-#include "runtime/progress.h"
-#include "runtime/run_config.h"
-#include "runtime/timing_report.h"
+#include "fluxrt/engine.h"
+#include "fluxrt/run.h"
+#include "progress.h"
 
 namespace fluxrt::cli {
 namespace {
 
-std::atomic<bool> g_cancel_requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "the SIGINT handler needs a lock-free flag");
+// Set before the handler is installed and never replaced, so the handler only stores to its flag.
+CancelToken g_cancel;
 
-void on_sigint(int) { g_cancel_requested.store(true); }
+void on_sigint(int) { g_cancel.cancel(); }
 
 // SA_RESETHAND: the first Ctrl-C asks for a clean stop, a second one kills at once as usual.
 void install_sigint_handler() {
@@ -43,43 +37,71 @@ void install_sigint_handler() {
 }
 
 void throw_if_cancelled() {
-  if (g_cancel_requested.load()) fail(ErrorCode::Cancelled, "interrupted (Ctrl-C); nothing written");
+  if (g_cancel.cancelled()) throw Error(ErrorCode::Cancelled, "interrupted (Ctrl-C); nothing written");
 }
+
+// Wall time since construction: the report's totals are the command's own (loading, writing).
+class Stopwatch {
+ public:
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 bool given(const GenerateOptions& o, const char* flag) { return o.command->count(flag) > 0; }
 
-runtime::GenerateInputs inputs_from(const GenerateOptions& o) {
-  runtime::GenerateInputs in;
-  runtime::RunConfig& f = in.flags;
-  if (given(o, "--model")) f.model = o.model;
-  if (given(o, "--components")) in.components = o.components;
-  if (given(o, "--size")) {
-    int w = 0, h = 0;
-    runtime::parse_size(o.size, "--size", &w, &h);
-    f.width = w;
-    f.height = h;
+// Only the flags given: the rest falls back to the preset, then to the model's defaults.
+RunSettings settings_from(const GenerateOptions& o) {
+  RunSettings s;
+  if (given(o, "--model")) s.model = o.model;
+  if (given(o, "--components")) s.components = o.components;
+  if (given(o, "--size")) s.size = o.size;
+  if (given(o, "--steps")) s.steps = o.steps;
+  if (given(o, "--guidance")) s.guidance = o.guidance;
+  if (given(o, "--seed")) s.seed = o.seed;
+  if (given(o, "--max-sequence-length")) s.max_sequence_length = o.max_sequence_length;
+  if (given(o, "--dtype")) s.dtype = o.dtype;
+  if (given(o, "--device")) s.device = o.device;
+  if (given(o, "--threads")) s.threads = o.threads;
+  if (given(o, "--low-memory")) s.low_memory = o.low_memory;
+  if (given(o, "--batch")) s.images_per_prompt = o.batch;
+  if (given(o, "--out")) s.out_dir = o.out_dir;
+  if (given(o, "--filename")) s.filename_pattern = o.filename;
+  if (given(o, "--negative-prompt")) s.negative_prompt = o.negative_prompt;
+  if (given(o, "--init-image")) s.init_image = o.init_image;
+  if (given(o, "--strength")) s.strength = o.strength;
+  if (given(o, "--true-cfg")) s.true_cfg = o.true_cfg;
+  if (given(o, "--vae-tiling")) s.vae_tiling = o.vae_tiling;
+  if (given(o, "--config")) s.preset = o.config;
+  if (given(o, "--prompt")) s.prompt = o.prompt;
+  if (given(o, "--prompts-file")) s.prompts_file = o.prompts_file;
+  if (!o.profile_path.empty()) s.profile = o.profile_path;
+  s.reference_images = o.images;
+  s.cuda_graphs = o.cuda_graphs;
+  return s;
+}
+
+// With img2img, what runs of the schedule (the steps may be the model's, so this comes after the
+// load, still before anything runs).
+std::string img2img_message(const Run& run, const Engine& engine) {
+  const ModelDefaults defaults = engine.defaults();
+  const int steps = run.request.steps.value_or(defaults.steps);
+  const float strength = run.request.strength.value_or(defaults.img2img_strength.value_or(0.6f));
+  int steps_run = 0;
+  try {
+    steps_run = engine.plan(run.request).steps_run;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::InvalidArgument) throw;
+    throw Error(e.code(),
+                fmt::format("--init-image with --strength {} and {} steps runs no denoising step (raise "
+                            "--strength or --steps)",
+                            strength, steps));
   }
-  if (given(o, "--steps")) f.steps = o.steps;
-  if (given(o, "--guidance")) f.guidance = o.guidance;
-  if (given(o, "--seed")) f.seed = o.seed;
-  if (given(o, "--max-sequence-length")) f.max_sequence_length = o.max_sequence_length;
-  if (given(o, "--dtype")) f.dtype = o.dtype;
-  if (given(o, "--device")) f.device = o.device;
-  if (given(o, "--threads")) f.threads = o.threads;
-  if (given(o, "--low-memory")) f.low_memory = o.low_memory;
-  if (given(o, "--batch")) f.batch = o.batch;
-  if (given(o, "--out")) f.out_dir = o.out_dir;
-  if (given(o, "--filename")) f.filename_pattern = o.filename;
-  if (given(o, "--negative-prompt")) f.negative_prompt = o.negative_prompt;
-  if (given(o, "--init-image")) f.init_image = o.init_image;
-  if (given(o, "--strength")) f.strength = o.strength;
-  if (given(o, "--true-cfg")) f.true_cfg = o.true_cfg;
-  if (given(o, "--vae-tiling")) f.vae_tiling = o.vae_tiling;
-  if (given(o, "--config")) in.preset = o.config;
-  if (given(o, "--prompt")) in.prompt = o.prompt;
-  if (given(o, "--prompts-file")) in.prompts_file = o.prompts_file;
-  in.reference_paths = o.images;
-  return in;
+  return fmt::format("img2img from {}: strength {}, {} of {} steps run", run.init_image, strength, steps_run,
+                     steps);
 }
 
 }  // namespace
@@ -137,140 +159,59 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
 
 namespace {
 
-// The pipeline the folder's class names (FluxPipeline: FLUX.1, else FLUX.2-klein); both take the
-// same request and report the same profiler spans.
-struct LoadedPipeline {
-  std::unique_ptr<pipelines::Flux2KleinPipeline> klein;
-  std::unique_ptr<pipelines::Flux1Pipeline> flux1;
-
-  static LoadedPipeline load(const runtime::GenerateJob& job, const pipelines::PipelineOptions& options) {
-    LoadedPipeline p;
-    if (job.model.pipeline_class == "FluxPipeline") {
-      p.flux1 = pipelines::Flux1Pipeline::load(job.model.path, options);
-    } else {
-      p.klein = pipelines::Flux2KleinPipeline::load(job.model.path, options);
-    }
-    return p;
-  }
-  void reset() {
-    klein.reset();
-    flux1.reset();
-  }
-  pipelines::GenerateResult generate(const pipelines::GenerateRequest& r) const {
-    return flux1 ? flux1->generate(r) : klein->generate(r);
-  }
-  int max_sequence_length() const {
-    return flux1 ? flux1->defaults().max_sequence_length : klein->defaults().max_sequence_length;
-  }
-};
-
 int generate_and_write(const GenerateOptions& o) {
   Stopwatch command;
-  const runtime::GenerateInputs inputs = inputs_from(o);
-  runtime::GenerateJob job = runtime::resolve_generate_job(inputs);
-  const runtime::GenerateFlux1Options extra = runtime::resolve_generate_flux1_options(inputs, job);
-  if (!o.profile_path.empty()) {
-    const std::filesystem::path profile(o.profile_path);
-    runtime::check_output_dir_writable(profile.has_parent_path() ? profile.parent_path() : ".");
-    std::error_code ec;
-    FLUXRT_CHECK(!std::filesystem::is_directory(profile, ec), ErrorCode::InvalidArgument,
-                 "--profile {} is a folder; give a file name", o.profile_path);
-  }
-  if (job.threads) set_num_threads(*job.threads);
+  const Run run = resolve_run(settings_from(o));
   install_sigint_handler();
 
-  runtime::ProgressReporter progress(runtime::detect_progress_style(stderr, o.quiet), stderr);
-  progress.message(fmt::format("model {} ({}), seed {}{}, {} image{}", job.model_label, job.variant, job.seed,
-                               job.seed_was_random ? " (random)" : "", job.total_images(),
-                               job.total_images() == 1 ? "" : "s"));
-  for (const std::string& note : extra.notes) progress.message("note: " + note);
-  if (!job.low_memory_note.empty()) progress.message("note: " + job.low_memory_note);
+  ProgressReporter progress(detect_progress_style(stderr, o.quiet), stderr);
+  progress.message(fmt::format("model {} ({}), seed {}{}, {} image{}", run.model, run.variant,
+                               run.request.seed, run.seed_was_random ? " (random)" : "", run.images(),
+                               run.images() == 1 ? "" : "s"));
+  for (const std::string& note : run.notes) progress.message("note: " + note);
 
-  Profiler profiler;
-  pipelines::PipelineOptions options;
-  options.dtype = job.dtype;
-  options.device = job.device;
-  options.low_memory = job.low_memory;
-  options.cuda_graphs = o.cuda_graphs;
-  if (o.cuda_graphs && job.device == Device::cpu()) progress.message("note: --cuda-graphs has no effect on the CPU");
-  options.transformer_file = job.transformer_file;
-  options.load_vae_encoder = !job.reference_images.empty();
-  options.profiler = &profiler;
-  extra.apply_to(options);
-
-  runtime::TimingReport report;
-  report.model = job.model_label;
-  report.variant = job.variant;
-  report.dtype = std::string(dtype_name(job.dtype));
-  report.device = job.device.str();
-  report.threads = num_threads();
-
-  Stopwatch load_watch;
-  LoadedPipeline pipe = LoadedPipeline::load(job, options);
-  if (!job.low_memory) {
-    report.cold_load = runtime::load_timings_from(profiler);
-    if (report.cold_load->total_s == 0) report.cold_load->total_s = load_watch.seconds();
-  }
-  profiler.clear();
+  std::optional<Engine> engine(std::in_place, run.model, run.engine);
+  const std::optional<LoadTimings> cold_load = engine->load_timings();
   throw_if_cancelled();
+  std::optional<LoadTimings> warm_load;
   if (o.reload) {
-    pipe.reset();
-    load_watch.reset();
-    pipe = LoadedPipeline::load(job, options);
-    if (!job.low_memory) {
-      report.warm_load = runtime::load_timings_from(profiler);
-      if (report.warm_load->total_s == 0) report.warm_load->total_s = load_watch.seconds();
-    }
-    profiler.clear();
+    engine.reset();
+    engine.emplace(run.model, run.engine);
+    warm_load = engine->load_timings();
     throw_if_cancelled();
   }
-  // Recorded in the PNGs as the values used, not as "the default". (The size, default or not, was
-  // checked by resolve_generate_job with the model's VAE factor before loading.)
-  if (!job.max_sequence_length) job.max_sequence_length = pipe.max_sequence_length();
-  if (extra.init_image) {
-    // The steps may come from the model: checked now, still before anything runs.
-    const int steps = job.steps.value_or(pipe.flux1->defaults().num_steps);
-    const float strength = extra.strength.value_or(pipe.flux1->defaults().img2img_strength);
-    progress.message(fmt::format("img2img from {}: strength {}, {} of {} steps run", extra.init_image_path, strength,
-                                 extra.steps_run(steps, strength), steps));
-    job.init_image_path = extra.init_image_path;
-    job.strength = strength;
-  }
-  if (extra.true_cfg_used) job.true_cfg = extra.true_cfg;
+  if (run.request.init_image) progress.message(img2img_message(run, *engine));
 
-  pipelines::GenerateRequest request = runtime::make_generate_request(job);
-  extra.apply_to(request);
-  request.cancel = &g_cancel_requested;
-  request.on_step = [&progress](int step, int total, double seconds) { progress.step(step, total, seconds); };
+  Callbacks callbacks;
+  callbacks.cancel = g_cancel;
+  callbacks.on_progress = [&progress](const Progress& p) { progress.step(p.step, p.total, p.step_seconds); };
+  std::optional<RunTimings> warmup;
   if (o.warmup) {
     Stopwatch warm;
-    pipe.generate(request);
-    report.warmup = runtime::run_timings_from(profiler);
-    report.warmup->total_s = warm.seconds();
-    profiler.clear();
+    warmup = engine->generate(run.request, callbacks).timing.run;
+    warmup->graph_steps.reset();  // the report counts the timed run's replays only
+    warmup->total_s = warm.seconds();
   }
 
   Stopwatch run_watch;
-  const pipelines::GenerateResult result = pipe.generate(request);
+  const GenerateResult result = engine->generate(run.request, callbacks);
   progress.finish();
-  report.run = runtime::run_timings_from(profiler);
   throw_if_cancelled();  // Ctrl-C during the decode: still nothing written
 
   Stopwatch write_watch;
-  const std::vector<std::filesystem::path> paths = runtime::write_generated_images(job, result);
+  const std::vector<std::string> paths = write_run_images(run, result);
+  TimingReport report = result.timing;
   report.run.image_write_s = write_watch.seconds();
   report.run.total_s = run_watch.seconds();
-  for (const auto& p : paths) std::printf("%s\n", p.string().c_str());
+  for (const std::string& p : paths) std::printf("%s\n", p.c_str());
 
-  if (o.cuda_graphs) report.run.graph_steps = result.graph_steps;
-  report.width = result.width;
-  report.height = result.height;
-  report.images = static_cast<int>(result.images.size());
-  report.peak_rss_bytes = process_peak_rss_bytes();
+  report.cold_load = cold_load;
+  report.warm_load = warm_load;
+  report.warmup = warmup;
   report.total_s = command.seconds();
-  if (!o.quiet) std::printf("%s", runtime::format_timing_report(report).c_str());
+  if (!o.quiet) std::printf("%s", format_timing_report(report).c_str());
   std::fflush(stdout);
-  if (!o.profile_path.empty()) runtime::write_file_atomically(o.profile_path, runtime::timing_report_json(report));
+  if (!o.profile_path.empty()) write_text_file(o.profile_path, timing_report_json(report));
   return 0;
 }
 

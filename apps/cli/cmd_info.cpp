@@ -1,10 +1,11 @@
 // `fluxrt info <model>`: where a model resolved to, which variant it is, what its components hold.
+// A client of the public fluxrt::inspect_model (include/fluxrt/model_info.h); this file only prints.
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "commands.h"
-#include "io/model_info.h"
+#include "fluxrt/model_info.h"
 
 namespace fluxrt::cli {
 namespace {
@@ -20,36 +21,34 @@ std::string human_bytes(uint64_t bytes) {
   return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
 }
 
-std::string dtype_list(const io::ComponentReport& c) {
+std::string dtype_list(const ComponentInfo& c) {
   std::string out;
   for (const auto& [name, count] : c.dtypes) out += fmt::format("{}{} x{}", out.empty() ? "" : ", ", name, count);
   return out;
 }
 
-void print_text(const io::ModelReport& r) {
-  const io::ResolvedModel& m = r.model;
-  const io::VariantInfo& v = r.variant;
+void print_text(const ModelInfo& m) {
   fmt::print("model:   {}\n", m.spec);
   fmt::print("path:    {}\n", m.path);
   if (!m.repo_id.empty()) fmt::print("hub:     {} @ {}\n", m.repo_id, m.revision);
-  fmt::print("source:  {}{}\n", io::model_source_name(m.source),
+  fmt::print("source:  {}{}\n", m.source,
              m.pipeline_class.empty() ? "" : fmt::format(" ({})", m.pipeline_class));
-  fmt::print("variant: {}\n", v.description);
-  if (v.family != io::ModelFamily::Unknown) {
-    const io::TransformerShape& s = v.shape;
-    fmt::print("layout:  {}{}\n", io::weight_layout_name(v.layout),
-               v.key_prefix.empty() ? "" : fmt::format(" (keys prefixed \"{}\")", v.key_prefix));
+  fmt::print("variant: {}\n", m.description);
+  if (m.shape) {
+    const TransformerShape& s = *m.shape;
+    fmt::print("layout:  {}{}\n", m.layout,
+               m.key_prefix.empty() ? "" : fmt::format(" (keys prefixed \"{}\")", m.key_prefix));
     fmt::print("shape:   hidden {} ({} head{} x {}), {} double + {} single blocks, in {}, context {}, guidance {}\n",
                s.hidden_size, s.num_heads, s.num_heads == 1 ? "" : "s", s.head_dim, s.double_blocks, s.single_blocks, s.in_channels,
                s.context_dim, s.guidance_embed ? "yes" : "no");
-    if (v.distilled.has_value())
-      fmt::print("kind:    {} (from {})\n", *v.distilled ? "distilled" : "base", v.distilled_from);
+    if (m.distilled.has_value())
+      fmt::print("kind:    {} (from {})\n", *m.distilled ? "distilled" : "base", m.distilled_from);
   }
   fmt::print("\n{:<14} {:<32} {:>8} {:>14} {:>12}  {}\n", "component", "class", "tensors", "parameters", "bytes",
              "dtypes");
   size_t tensors = 0;
   uint64_t parameters = 0, bytes = 0;
-  for (const io::ComponentReport& c : r.components) {
+  for (const ComponentInfo& c : m.components) {
     const std::string cls = c.class_name.empty() ? "-" : c.class_name;
     if (!c.present) {
       fmt::print("{:<14} {:<32} {:>8}\n", c.name, cls, "(missing)");
@@ -63,7 +62,7 @@ void print_text(const io::ModelReport& r) {
       bytes += c.bytes;
     }
   }
-  if (r.components.size() > 1)
+  if (m.components.size() > 1)
     fmt::print("{:<14} {:<32} {:>8} {:>14} {:>12}\n", "total", "", tensors, parameters, human_bytes(bytes));
 }
 
@@ -79,11 +78,11 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
 }
 
 int run_info(const InfoOptions& options) {
-  const io::ModelReport report = io::inspect_model(options.model);
+  const ModelInfo info = inspect_model(options.model);
   if (options.json)
-    fmt::print("{}\n", io::model_report_json(report));
+    fmt::print("{}\n", model_info_json(info));
   else
-    print_text(report);
+    print_text(info);
   std::fflush(stdout);
   return 0;
 }

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "commands.h"
-#include "core/error.h"
+#include "fluxrt/error.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "fluxrt/version.h"

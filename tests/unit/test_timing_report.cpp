@@ -1,6 +1,6 @@
 // Timing report (runtime/timing_report.h): figures read from the pipeline's Profiler spans, the
-// text table, the JSON document (every field, null for what did not happen), atomic JSON writes,
-// and the progress texts (runtime/progress.h).
+// text table, the JSON document (every field, null for what did not happen) and atomic JSON
+// writes. The progress texts are the CLI's (tests/apps/test_cli_progress.cpp).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipelines/spans.h"
-#include "runtime/progress.h"
 #include "runtime/timing_report.h"
 
 namespace fs = std::filesystem;
@@ -193,44 +192,4 @@ TEST(TimingReport, AtomicWrite) {
   EXPECT_EQ(entries, 1u);  // no temporaries left behind
   EXPECT_THROW(rt::write_file_atomically(dir / "missing" / "x.json", "x"), fluxrt::Error);
   fs::remove_all(dir);
-}
-
-TEST(Progress, Texts) {
-  EXPECT_EQ(rt::progress_line_text(2, 4, 0.531), "step 2/4 0.53 s");
-  EXPECT_EQ(rt::progress_bar_text(0, 4, 0, 8), "denoising [........] 0/4 -- it/s ETA --");
-  EXPECT_EQ(rt::progress_bar_text(1, 4, 0.5, 8), "denoising [##......] 1/4 2.00 it/s ETA 1.5 s");
-  EXPECT_EQ(rt::progress_bar_text(2, 4, 4.0, 8), "denoising [####....] 2/4 2.00 s/it ETA 4.0 s");
-  EXPECT_EQ(rt::progress_bar_text(4, 4, 2.0, 8), "denoising [########] 4/4 2.00 it/s 2.0 s");
-  EXPECT_EQ(rt::detect_progress_style(stderr, true), rt::ProgressStyle::Silent);
-}
-
-TEST(Progress, LinesAndBarOutput) {
-  std::FILE* f = std::tmpfile();
-  ASSERT_NE(f, nullptr);
-  {
-    rt::ProgressReporter lines(rt::ProgressStyle::Lines, f);
-    lines.message("loading");
-    lines.step(1, 2, 0.25);
-    lines.step(2, 2, 0.5);
-  }
-  {
-    rt::ProgressReporter bar(rt::ProgressStyle::Bar, f);
-    bar.step(1, 2, 1.0);
-    bar.step(2, 2, 1.0);  // the last step ends the line
-  }
-  {
-    rt::ProgressReporter silent(rt::ProgressStyle::Silent, f);
-    silent.message("hidden");
-    silent.step(1, 1, 1.0);
-  }
-  std::rewind(f);
-  std::string text;
-  char buf[256];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  EXPECT_EQ(text,
-            "loading\nstep 1/2 0.25 s\nstep 2/2 0.50 s\n"
-            "\rdenoising [############............] 1/2 1.00 it/s ETA 1.0 s\x1b[K"
-            "\rdenoising [########################] 2/2 1.00 it/s 2.0 s\x1b[K\n");
 }

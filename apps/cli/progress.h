@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 
 enum class ProgressStyle { Bar, Lines, Silent };
 
@@ -39,4 +39,4 @@ class ProgressReporter {
   double elapsed_s_ = 0;
 };
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli

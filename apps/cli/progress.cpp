@@ -1,4 +1,4 @@
-#include "runtime/progress.h"
+#include "progress.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 
 ProgressStyle detect_progress_style(std::FILE* stream, bool quiet) {
   if (quiet) return ProgressStyle::Silent;
@@ -63,4 +63,4 @@ void ProgressReporter::finish() {
   bar_open_ = false;
 }
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli
