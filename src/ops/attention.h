@@ -10,6 +10,9 @@
 
 namespace fluxrt::ops {
 
+// Where RoPE pairs sit in the head dimension; models name it through ops.
+using backend::RopeLayout;
+
 struct AttentionOptions {
   std::optional<float> scale;  // default 1/sqrt(D); T5 passes 1
   backend::RopeLayout rope = backend::RopeLayout::None;

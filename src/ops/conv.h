@@ -12,6 +12,9 @@
 
 namespace fluxrt::ops {
 
+// The prepared (repacked / uploaded) weight of a convolution; models hold it through this name.
+using PreparedConv2d = backend::PreparedConv2d;
+
 struct Conv2dOptions {
   int stride = 1;
   int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;

@@ -14,6 +14,8 @@
 namespace fluxrt::ops {
 
 using backend::Activation;
+// The prepared (packed / uploaded) weight of a linear; models hold it through this name.
+using PreparedLinear = backend::PreparedLinear;
 
 // weight [N, K] (kept in its dtype; bf16 checkpoints stay bf16), bias [N] or undefined.
 // The result belongs to the backend of `device` and must be used with tensors on that device; the

@@ -96,12 +96,12 @@ void ClipTextModel::bind(const TensorStore& store) {
   token_embedding_ = binder.require("embeddings.token_embedding.weight", {c.vocab_size, H});
   position_embedding_ =
       binder.require("embeddings.position_embedding.weight", {c.max_position_embeddings, H}, options_.dtype);
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<backend::PreparedLinear> {
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
     Tensor w = binder.require(name + ".weight", {n, k}, wdtype);
     Tensor b = binder.require(name + ".bias", {n}, wdtype);
     return w.defined() && b.defined() ? ops::prepare_linear(w, b, options_.device) : nullptr;
   };
-  auto qkv = [&](const std::string& attn) -> std::shared_ptr<backend::PreparedLinear> {
+  auto qkv = [&](const std::string& attn) -> std::shared_ptr<ops::PreparedLinear> {
     std::vector<Tensor> ws, bs;
     for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
       ws.push_back(binder.require(attn + proj + ".weight", {H, H}, wdtype));

@@ -161,7 +161,7 @@ void Flux1Transformer::bind(const Fetch& fetch) {
 
 // diffusers TimestepEmbedding / PixArtAlphaTextProjection(act "silu"): linear_1, SiLU, linear_2.
 Tensor Flux1Transformer::embed(const MlpEmbedder& e, const Tensor& input) const {
-  const Tensor h = ops::linear(input, *e.in, backend::Activation::Silu);  // [B, D]
+  const Tensor h = ops::linear(input, *e.in, ops::Activation::Silu);        // [B, D]
   return ops::linear(h, *e.out);                                            // [B, D]
 }
 
@@ -224,7 +224,7 @@ void Flux1Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor&
 
   // Joint attention over [txt ; img] (text first).
   ops::AttentionOptions opt;
-  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope = ops::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
   const Tensor q = ops::concat({qt, qi}, 1);                                    // [B, L, H, d]
   const Tensor k = ops::concat({kt, ki}, 1);                                    // [B, L, H, d]
@@ -234,7 +234,7 @@ void Flux1Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor&
   auto finish = [&](const Stream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
     flux_gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                // x += g1 * proj(attn)
     const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);   // [B, Lx, D]
-    const Tensor h = ops::linear(n, *s.mlp_in, backend::Activation::GeluTanh);    // [B, Lx, M]
+    const Tensor h = ops::linear(n, *s.mlp_in, ops::Activation::GeluTanh);        // [B, Lx, M]
     flux_gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                  // x += g2 * mlp(n)
   };
   finish(blk.img, img, mod_img, attn.slice(1, lt, l));
@@ -254,10 +254,10 @@ void Flux1Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
   const Tensor k = ops::rms_norm(heads(ops::linear(n, *blk.k)), blk.k_norm, eps);          // [B, L, H, d]
   const Tensor v = heads(ops::linear(n, *blk.v));                                          // [B, L, H, d]
   ops::AttentionOptions opt;
-  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope = ops::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
   const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});            // [B, L, D]
-  const Tensor mlp = ops::linear(n, *blk.mlp, backend::Activation::GeluTanh);  // [B, L, M]
+  const Tensor mlp = ops::linear(n, *blk.mlp, ops::Activation::GeluTanh);      // [B, L, M]
   const Tensor cat = ops::concat({attn, mlp}, 2);                               // [B, L, D + M]
   flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);   // x += gate * out
 }

@@ -161,7 +161,7 @@ void Flux2Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor&
 
   // Joint attention over [txt ; img] (text first).
   ops::AttentionOptions opt;
-  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope = ops::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
   const Tensor q = ops::concat({qt, qi}, 1);                                            // [B, L, H, d]
   const Tensor k = ops::concat({kt, ki}, 1);                                            // [B, L, H, d]
@@ -190,7 +190,7 @@ void Flux2Transformer::single_block(const SingleBlock& blk, Tensor& x, const Ten
   const Tensor k = ops::rms_norm(flux_heads_view(h.narrow(2, d, d), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
   const Tensor v = flux_heads_view(h.narrow(2, 2 * d, d), c.heads, c.head_dim);                 // [B, L, H, d]
   ops::AttentionOptions opt;
-  opt.rope = backend::RopeLayout::AdjacentPairs;
+  opt.rope = ops::RopeLayout::AdjacentPairs;
   opt.rope_table = {rope_cos, rope_sin};
   const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                       // [B, L, D]
   const Tensor mlp = ops::swiglu(h.narrow(2, 3 * d, 2 * m));                              // [B, L, M]
@@ -240,7 +240,8 @@ Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   const int64_t li = x.size(1), lt = ctx.size(1);
 
   // 1. Timestep embedding and the shared modulations, once per forward.
-  const Tensor h_t = ops::linear(to_device(timestep_proj, options_.device), *time_in_1_, backend::Activation::Silu);
+  const Tensor h_t =
+      ops::linear(to_device(timestep_proj, options_.device), *time_in_1_, ops::Activation::Silu);
   const Tensor temb = ops::linear(h_t, *time_in_2_);                 // [B, D]
   const Tensor temb_act = ops::silu(temb);                           // [B, D]
   const Tensor mod_img = ops::linear(temb_act, *mod_img_);           // [B, 6D] shift, scale, gate x 2

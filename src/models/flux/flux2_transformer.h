@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/args/linear.h"
 #include "core/device.h"
 #include "core/tensor.h"
 #include "models/flux/flux2_config.h"
 #include "models/flux/flux_common.h"
 #include "models/weight_binder.h"
+#include "ops/linear.h"
 
 namespace fluxrt::models {
 
@@ -73,7 +73,7 @@ class Flux2Transformer {
   size_t weight_bytes() const { return weight_bytes_; }
 
  private:
-  using Linear = std::shared_ptr<backend::PreparedLinear>;
+  using Linear = std::shared_ptr<ops::PreparedLinear>;
   struct AttnStream {  // one stream of a double block (img_* or txt_*)
     Linear q, k, v, proj, mlp_in, mlp_out;
     Tensor q_norm, k_norm;

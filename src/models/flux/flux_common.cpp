@@ -53,7 +53,8 @@ Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {
   return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
 }
 
-void flux_gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x) {
+void flux_gated_residual_linear(const Tensor& h, const ops::PreparedLinear& w, const Tensor& gate,
+                                Tensor& x) {
   for (int64_t b = 0; b < x.size(0); ++b) {
     Tensor xb = x.select(0, b);  // [L, N]
     ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <span>
 
-#include "backend/args/linear.h"
 #include "core/device.h"
 #include "core/tensor.h"
+#include "ops/linear.h"
 
 namespace fluxrt::models {
 
@@ -38,6 +38,6 @@ Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim);
 
 // x += gate * layer(h) with gate [B, N] (one row per batch element) and x [B, L, N]: the GEMM
 // epilogue takes one gate row, so one fused GEMM per batch element (each still M = L rows).
-void flux_gated_residual_linear(const Tensor& h, const backend::PreparedLinear& w, const Tensor& gate, Tensor& x);
+void flux_gated_residual_linear(const Tensor& h, const ops::PreparedLinear& w, const Tensor& gate, Tensor& x);
 
 }  // namespace fluxrt::models

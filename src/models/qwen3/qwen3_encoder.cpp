@@ -131,7 +131,7 @@ void Qwen3Encoder::bind(const TensorStore& store) {
   const std::optional<DType> wdtype =
       options_.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
   embed_tokens_ = to_device(binder.require("embed_tokens.weight", {c.vocab_size, H}), options_.device);
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<backend::PreparedLinear> {
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
     Tensor w = binder.require(name, {n, k}, wdtype);
     return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
   };
@@ -224,7 +224,7 @@ Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_ma
   // transformers' default position_ids are 0..L-1 (the pipeline passes none; right padding keeps
   // the real tokens at 0..n-1). Qwen3RotaryEmbedding: rotate-half tables in f32.
   ops::AttentionOptions attn;
-  attn.rope = backend::RopeLayout::HalfSplit;
+  attn.rope = ops::RopeLayout::HalfSplit;
   // ids, mask and RoPE tables are built on the host; they move to the device once per forward.
   const Device dev = options_.device;
   const ops::RopeTable rope = ops::rope_rotate_half(Lseq, D, c.rope_theta);

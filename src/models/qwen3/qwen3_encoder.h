@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/args/linear.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
+#include "ops/linear.h"
 #include "tokenizers/bpe_tokenizer.h"
 #include "tokenizers/qwen_prompt.h"
 
@@ -79,7 +79,7 @@ class Qwen3Encoder {
  private:
   struct Layer {
     Tensor input_norm, post_norm, q_norm, k_norm;  // [H], [H], [D], [D]
-    std::shared_ptr<backend::PreparedLinear> q, k, v, o, gate, up, down;
+    std::shared_ptr<ops::PreparedLinear> q, k, v, o, gate, up, down;
   };
   Qwen3Encoder(Qwen3Config config, Qwen3EncoderOptions options);
   static void validate(const Qwen3Config& config, const Qwen3EncoderOptions& options);

@@ -120,21 +120,22 @@ void T5Encoder::bind(const TensorStore& store) {
   } else {
     shared_ = binder.require("encoder.embed_tokens.weight", {c.vocab_size, D});
   }
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<backend::PreparedLinear> {
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
     Tensor w = binder.require(name, {n, k}, wdtype);
     return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
   };
   // Several [n, k] weights stacked by rows into one linear (a copy: the mapping's tensors are
   // separate). Every name is required first, so the binder reports all problems at once.
-  auto fused = [&](const std::vector<std::string>& names, int64_t n, int64_t k)
-      -> std::shared_ptr<backend::PreparedLinear> {
+  auto fused = [&](const std::vector<std::string>& names, int64_t n,
+                   int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
     std::vector<Tensor> parts;
     for (const std::string& name : names) parts.push_back(binder.require(name, {n, k}, wdtype));
     for (const Tensor& w : parts)
       if (!w.defined()) return nullptr;
     const int64_t rows = n * static_cast<int64_t>(parts.size());
     Tensor stacked = Tensor::empty({rows, k}, parts[0].dtype());  // [parts * n, k]
-    for (size_t i = 0; i < parts.size(); ++i) stacked.narrow(0, static_cast<int64_t>(i) * n, n).copy_from(parts[i]);
+    for (size_t i = 0; i < parts.size(); ++i)
+      stacked.narrow(0, static_cast<int64_t>(i) * n, n).copy_from(parts[i]);
     auto p = ops::prepare_linear(stacked, Tensor(), options_.device);
     // The CPU backends keep their own packed / reordered copy: drop the stacked one (a zero-memory
     // stand-in of the same shape) so those weights are not resident twice.

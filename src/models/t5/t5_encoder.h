@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/args/linear.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
+#include "ops/linear.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace fluxrt::models {
@@ -83,7 +83,7 @@ class T5Encoder {
   // (two); the outputs are used as strided views.
   struct Layer {
     Tensor attn_norm, ff_norm;  // [d_model]
-    std::shared_ptr<backend::PreparedLinear> qkv, o, wi, wo;
+    std::shared_ptr<ops::PreparedLinear> qkv, o, wi, wo;
   };
   T5Encoder(T5Config config, T5EncoderOptions options);
   static void validate(const T5Config& config, const T5EncoderOptions& options);

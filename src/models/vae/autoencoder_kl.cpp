@@ -21,8 +21,8 @@
 #include "ops/vae_ops.h"
 
 namespace fluxrt::models {
-using PConv = std::shared_ptr<backend::PreparedConv2d>;
-using PLinear = std::shared_ptr<backend::PreparedLinear>;
+using PConv = std::shared_ptr<ops::PreparedConv2d>;
+using PLinear = std::shared_ptr<ops::PreparedLinear>;
 
 // ---------------------------------------------------------------------------------------------
 // config.json fields
@@ -286,7 +286,7 @@ struct AutoencoderKL::Impl {
     if (options.tiling.band_rows > 0) return options.tiling.band_rows;
     return band_rows_for(cin, cout, width, batch, kLeanBandBytes);
   }
-  Tensor conv_lean(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& o) const {
+  Tensor conv_lean(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& o) const {
     const int64_t up = o.upsample_nearest_2x ? 2 : 1;
     return conv2d_banded(x, w, o, band_rows(w.weight.size(1), w.weight.size(0), x.size(3) * up / o.stride, x.size(0)));
   }

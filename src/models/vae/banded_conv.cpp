@@ -7,8 +7,8 @@
 
 namespace fluxrt::models {
 
-void conv2d_banded(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& opt, const Tensor& y,
-                   const Tensor& residual, int64_t band_rows) {
+void conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& opt,
+                   const Tensor& y, const Tensor& residual, int64_t band_rows) {
   const Shape out = ops::conv2d_output_shape(x, w, opt);
   FLUXRT_CHECK(y.shape() == out, ErrorCode::InvalidArgument, "[conv2d banded] y {} should be {}", y.shape().str(),
                out.str());
@@ -45,7 +45,7 @@ void conv2d_banded(const Tensor& x, const backend::PreparedConv2d& w, const ops:
   }
 }
 
-Tensor conv2d_banded(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& opt,
+Tensor conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& opt,
                      int64_t band_rows) {
   Tensor y = Tensor::empty(ops::conv2d_output_shape(x, w, opt), x.dtype(), x.device());
   conv2d_banded(x, w, opt, y, Tensor(), band_rows);

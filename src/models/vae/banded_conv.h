@@ -6,7 +6,6 @@
 // output pixel sees exactly the input the whole-image convolution gives it.
 #include <cstdint>
 
-#include "backend/args/conv.h"
 #include "core/tensor.h"
 #include "ops/conv.h"
 
@@ -15,11 +14,11 @@ namespace fluxrt::models {
 // y = conv(x) (+ residual) into the preallocated whole-image y [N, Cout, Ho, Wo], `band_rows` output
 // rows at a time (<= 0 or >= Ho: one call on the whole image). residual may alias y (the resnet's
 // in-place skip): each band reads its residual rows before writing them.
-void conv2d_banded(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& opt, const Tensor& y,
-                   const Tensor& residual, int64_t band_rows);
+void conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& opt,
+                   const Tensor& y, const Tensor& residual, int64_t band_rows);
 
 // The same, allocating y in x's dtype.
-Tensor conv2d_banded(const Tensor& x, const backend::PreparedConv2d& w, const ops::Conv2dOptions& opt,
+Tensor conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& opt,
                      int64_t band_rows);
 
 // Output rows per band so that one band of the widest side (max(cin, cout) channels of `width`
