@@ -3,43 +3,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 
 #include <fmt/format.h>
-#include <oneapi/dnnl/dnnl.hpp>
 
-#include "backend/cpu/onednn_util.h"
+#include "backend/cpu_bench.h"
 #include "core/threads.h"
 
 namespace fluxrt::bench {
 namespace {
 
-using dt = dnnl::memory::data_type;
-using tag = dnnl::memory::format_tag;
-
 // Square matmul with weights in oneDNN's preferred layout (what a prepared linear layer gets).
-double matmul_gflops(int size, dt type, dt dst_type, double* per_core) {
-  auto& eng = backend::onednn::engine();
-  auto& strm = backend::onednn::stream();
-  backend::onednn::sync_threads();
-  const dnnl::memory::dim n = size;
-  dnnl::memory::desc src({n, n}, type, tag::ab), wts({n, n}, type, tag::any), dst({n, n}, dst_type, tag::ab);
-  dnnl::matmul::primitive_desc pd;
-  try {
-    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wts, dst), eng);
-  } catch (const dnnl::error&) {
-    return 0.0;  // no implementation for this type on this CPU
-  }
-  dnnl::memory a(src, eng), b(pd.weights_desc(), eng), c(dst, eng);
-  std::memset(a.get_data_handle(), 0, src.get_size());
-  std::memset(b.get_data_handle(), 0, pd.weights_desc().get_size());
-  dnnl::matmul prim(pd);
-  auto run = [&] {
-    prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-    strm.wait();
-  };
+double matmul_gflops(int size, bool bf16, double* per_core) {
+  const std::function<void()> run = backend::cpu::make_gemm_peak_matmul(size, bf16);
+  if (!run) return 0.0;  // no implementation for this type on this CPU
   const Timing t = time_runs(run, 1, 5, 10.0);
   const double flops = 2.0 * size * double(size) * size;
   if (per_core) *per_core = flops / t.min_cpu_s / 1e9;
@@ -49,10 +27,10 @@ double matmul_gflops(int size, dt type, dt dst_type, double* per_core) {
 }  // namespace
 
 double measure_bf16_gemm_peak_gflops(int size, double* per_core) {
-  return matmul_gflops(size, dt::bf16, dt::f32, per_core);
+  return matmul_gflops(size, true, per_core);
 }
 double measure_f32_gemm_peak_gflops(int size, double* per_core) {
-  return matmul_gflops(size, dt::f32, dt::f32, per_core);
+  return matmul_gflops(size, false, per_core);
 }
 
 GemmPeak measure_gemm_peak(int size) {
@@ -66,7 +44,8 @@ GemmPeak measure_gemm_peak(int size) {
     p.source = fmt::format("oneDNN bf16 matmul {}^3", size);
   } else {
     p.gflops = p.f32_gflops;
-    p.source = fmt::format("oneDNN f32 matmul {}^3 (no bf16 matmul on {})", size, backend::onednn::isa_name());
+    p.source =
+        fmt::format("oneDNN f32 matmul {}^3 (no bf16 matmul on {})", size, backend::cpu::gemm_isa_name());
   }
   return p;
 }
@@ -131,7 +110,7 @@ std::string machine_line() {
       break;
     }
   }
-  return fmt::format("{} | {} threads | oneDNN ISA {}", model, num_threads(), backend::onednn::isa_name());
+  return fmt::format("{} | {} threads | oneDNN ISA {}", model, num_threads(), backend::cpu::gemm_isa_name());
 }
 
 }  // namespace fluxrt::bench
