@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,29 +59,36 @@ std::string kernel_for(const backend::PreparedLinear& w, const Config& c, int64_
   return backend::linear_cpu_kernel_for(a);
 }
 
-TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
+// Asks the kernel of every (shape, weight dtype, config, rows, activation dtype) and fails on any
+// that is not oneDNN's or is one of its reference kernels; returns how many were asked. Weights in
+// both checkpoint dtypes, forced onto oneDNN (bf16 weights take the packed GEMM by default on CPUs
+// without native bf16; FLUXRT_LINEAR_IMPL=onednn selects oneDNN there). Without native bf16 both
+// compute in f32 (the same primitives), so bf16 is asked only where it differs. The values do not
+// matter for the choice: constants are quick to make. Activations: both dtypes, or (when
+// `activations_as_weights`) the weights' own, as the text encoders call them.
+int expect_no_reference_matmul(const std::vector<Shape2>& shapes, const std::vector<Config>& configs,
+                               const std::vector<int64_t>& rows, bool activations_as_weights,
+                               std::set<std::string>& kernels) {
   int checked = 0;
-  std::set<std::string> kernels;
-  for (const Shape2 s : kShapes) {
-    // Weights in both checkpoint dtypes, forced onto oneDNN (bf16 weights take the packed GEMM
-    // by default on CPUs without native bf16; FLUXRT_LINEAR_IMPL=onednn selects oneDNN there).
-    // Without native bf16 both compute in f32 (the same primitives), so bf16 is asked only where
-    // it differs. The values do not matter for the choice: constants are quick to make.
+  for (const Shape2 s : shapes) {
     for (DType wdt : {DType::F32, DType::BF16}) {
       if (wdt == DType::BF16 && !backend::cpu_native_bf16()) continue;
       const Tensor w = Tensor::full({s.n, s.k}, wdt, 0.02);
       const Tensor b = Tensor::full({s.n}, wdt, 0.01);
       const auto with_bias = backend::prepare_linear_cpu_with(w, b, backend::CpuLinearImpl::OneDnn);
       const auto without_bias = backend::prepare_linear_cpu_with(w, Tensor(), backend::CpuLinearImpl::OneDnn);
-      for (const Config& c : kConfigs) {
-        for (int64_t m : kRows) {
-          for (DType adt : {DType::F32, DType::BF16}) {
+      const std::vector<DType> activations =
+          activations_as_weights ? std::vector<DType>{wdt} : std::vector<DType>{DType::F32, DType::BF16};
+      for (const Config& c : configs) {
+        for (int64_t m : rows) {
+          for (DType adt : activations) {
             const std::string kernel = kernel_for(c.bias ? *with_bias : *without_bias, c, m, s.k, s.n, adt);
             SCOPED_TRACE(::testing::Message() << c.name << " M=" << m << " K=" << s.k << " N=" << s.n << " weights "
                                               << dtype_name(wdt) << " activations " << dtype_name(adt) << ": "
                                               << kernel);
             EXPECT_EQ(kernel.rfind("onednn:", 0), 0u);
             EXPECT_NE(kernel.rfind("onednn:ref", 0), 0u) << "oneDNN's reference matmul";
+            EXPECT_FALSE(backend::onednn::is_reference_impl(kernel.substr(kernel.find(':') + 1)));
             kernels.insert(kernel);
             ++checked;
           }
@@ -88,6 +96,15 @@ TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
       }
     }
   }
+  return checked;
+}
+
+TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
+  std::set<std::string> kernels;
+  const int checked = expect_no_reference_matmul(std::vector<Shape2>(std::begin(kShapes), std::end(kShapes)),
+                                                 std::vector<Config>(std::begin(kConfigs), std::end(kConfigs)),
+                                                 std::vector<int64_t>(std::begin(kRows), std::end(kRows)),
+                                                 /*activations_as_weights=*/false, kernels);
   const int weight_dtypes = backend::cpu_native_bf16() ? 2 : 1;
   EXPECT_EQ(checked, 4 * weight_dtypes * 8 * 3 * 2);
   for (const std::string& k : kernels) std::printf("[kernel] %s\n", k.c_str());
@@ -98,29 +115,11 @@ TEST(LinearKernelChoice, NoFluxLinearConfigurationUsesTheReferenceMatmul) {
 // (768, MLP 3072) and klein's single-block output (3072 + 9216 -> 3072). Rows 77 (CLIP), 512
 // (T5/Qwen3) and 4608 (a 1024^2 klein step).
 TEST(LinearKernelChoice, NoTextEncoderLinearUsesTheReferenceMatmul) {
-  const Shape2 shapes[] = {{2560, 4096}, {2560, 1024}, {4096, 2560},  {2560, 9728},
-                           {9728, 2560}, {4096, 4096}, {4096, 10240}, {10240, 4096},
-                           {768, 768},   {768, 3072},  {3072, 768},   {12288, 3072}};
-  int checked = 0;
-  for (const Shape2 s : shapes) {
-    for (DType wdt : {DType::F32, DType::BF16}) {
-      if (wdt == DType::BF16 && !backend::cpu_native_bf16()) continue;
-      const Tensor w = Tensor::full({s.n, s.k}, wdt, 0.02);
-      const Tensor b = Tensor::full({s.n}, wdt, 0.01);
-      const auto with_bias = backend::prepare_linear_cpu_with(w, b, backend::CpuLinearImpl::OneDnn);
-      const auto without_bias = backend::prepare_linear_cpu_with(w, Tensor(), backend::CpuLinearImpl::OneDnn);
-      for (const Config& c : {kConfigs[0], kConfigs[1]}) {
-        for (int64_t m : {int64_t{77}, int64_t{512}, int64_t{4608}}) {
-          const std::string kernel = kernel_for(c.bias ? *with_bias : *without_bias, c, m, s.k, s.n, wdt);
-          SCOPED_TRACE(::testing::Message() << c.name << " M=" << m << " K=" << s.k << " N=" << s.n << " "
-                                            << dtype_name(wdt) << ": " << kernel);
-          EXPECT_EQ(kernel.rfind("onednn:", 0), 0u);
-          EXPECT_FALSE(backend::onednn::is_reference_impl(kernel.substr(7)));
-          ++checked;
-        }
-      }
-    }
-  }
+  std::set<std::string> kernels;
+  const int checked = expect_no_reference_matmul(
+      {{2560, 4096}, {2560, 1024}, {4096, 2560}, {2560, 9728}, {9728, 2560}, {4096, 4096}, {4096, 10240},
+       {10240, 4096}, {768, 768}, {768, 3072}, {3072, 768}, {12288, 3072}},
+      {kConfigs[0], kConfigs[1]}, {77, 512, 4608}, /*activations_as_weights=*/true, kernels);
   EXPECT_EQ(checked, 12 * (backend::cpu_native_bf16() ? 2 : 1) * 2 * 3);
 }
 
