@@ -86,24 +86,22 @@ Engine::~Engine() = default;
 
 fluxrt::ModelDefaults Engine::defaults() const {
   fluxrt::ModelDefaults d;
-  if (flux1_) {
-    const pipelines::Flux1ModelDefaults& f = flux1_->defaults();
+  // The fields both families' defaults have, under the same names.
+  auto common = [&d](const auto& f, int vae_scale_factor) {
     d.steps = f.num_steps;
     d.guidance = f.guidance_scale;
     d.width = f.width;
     d.height = f.height;
     d.max_sequence_length = f.max_sequence_length;
-    d.size_multiple = 2 * flux1_->vae_scale_factor();
+    d.size_multiple = 2 * vae_scale_factor;
+  };
+  if (flux1_) {
+    const pipelines::Flux1ModelDefaults& f = flux1_->defaults();
+    common(f, flux1_->vae_scale_factor());
     d.img2img_guidance = f.img2img_guidance_scale;
     d.img2img_strength = f.img2img_strength;
   } else {
-    const pipelines::KleinModelDefaults& k = klein_->defaults();
-    d.steps = k.num_steps;
-    d.guidance = k.guidance_scale;
-    d.width = k.width;
-    d.height = k.height;
-    d.max_sequence_length = k.max_sequence_length;
-    d.size_multiple = 2 * klein_->vae_scale_factor();
+    common(klein_->defaults(), klein_->vae_scale_factor());
   }
   return d;
 }
