@@ -211,6 +211,19 @@ class Engine {
   // between denoising steps and before the VAE decode: a cancelled call throws Error(Cancelled).
   GenerateResult generate(const GenerateRequest& request, const Callbacks& callbacks = {});
 
+  // Several requests as one batch: one text encoding and one denoising loop for all their
+  // images, which is faster per image than one call each. results[i] belongs to requests[i] and
+  // holds the images generate(requests[i]) gives alone: each request's noise comes from its own
+  // seed, its metadata and indices are its own (the timing is the batch's). Every request needs
+  // the same non-empty batch_key, else InvalidArgument; an invalid request fails the whole batch,
+  // so check requests before batching them. One request is the same as generate.
+  std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests,
+                                             const Callbacks& callbacks = {});
+  // What must agree for requests to share a batch, as a string: size, steps, guidance, true CFG,
+  // text length (with the model's defaults filled in) and the negative prompt. "" for a request
+  // that cannot join a batch (reference images, an init image).
+  std::string batch_key(const GenerateRequest& request) const;
+
   // The request's unset fields as generate would resolve them, and the steps that run, without
   // running anything (to show or check before queueing). InvalidArgument when img2img's strength
   // leaves no denoising step; the size, memory and field checks happen in generate.

@@ -15,6 +15,7 @@
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "pipelines/batch.h"
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
@@ -22,17 +23,6 @@
 
 namespace fluxrt::pipelines {
 namespace {
-
-// Rows of x [N, ...] each repeated `times` times consecutively (diffusers' repeat + view).
-Tensor repeat_rows(const Tensor& x, int64_t times) {
-  if (times == 1) return x;
-  Shape shape = x.shape();
-  shape[0] *= times;
-  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  for (int64_t r = 0; r < x.size(0); ++r)
-    for (int64_t k = 0; k < times; ++k) out.narrow(0, r * times + k, 1).copy_from(x.narrow(0, r, 1));
-  return out;
-}
 
 // neg + s * (pos - neg) as torch evaluates it on model-dtype tensors: each op rounds to that dtype.
 Tensor true_cfg(const Tensor& v_pos, const Tensor& v_neg, float scale) {
@@ -74,20 +64,6 @@ double decimal_double(float v) {
   double d = v;
   std::from_chars(buf, res.ptr, d);
   return d;
-}
-
-std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
-  const Tensor c = u8.contiguous();
-  const int64_t b = c.size(0), h = c.size(1), w = c.size(2);
-  std::vector<io::Image> images;
-  const uint8_t* src = c.data<uint8_t>();
-  const size_t per = static_cast<size_t>(h * w * 3);
-  for (int64_t i = 0; i < b; ++i) {
-    io::Image im{static_cast<int>(w), static_cast<int>(h), 3, {}};
-    im.pixels.assign(src + i * per, src + (i + 1) * per);
-    images.push_back(std::move(im));
-  }
-  return images;
 }
 
 void check_cancel(const GenerateRequest& request, const char* where) {
@@ -277,9 +253,9 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const bool img2img = request.init_image.has_value();
 
   // 1. check inputs
-  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
-  FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "generate: images_per_prompt {} < 1",
-               request.images_per_prompt);
+  const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
+  FLUXRT_CHECK(!img2img || request.noise_groups.empty(), ErrorCode::InvalidArgument,
+               "generate: noise groups (batched requests) are for text to image, not img2img");
   FLUXRT_CHECK(request.reference_images.empty(), ErrorCode::InvalidArgument,
                "generate: FLUX.1 takes no reference images (use init_image for img2img)");
   // strength means something only for img2img; without an init image it would be dropped silently.
@@ -297,7 +273,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
   FLUXRT_CHECK(max_len >= 1 && max_len <= 512, ErrorCode::InvalidArgument,
                "generate: max_sequence_length {} not in [1, 512] (FLUX.1 T5 limit)", max_len);
-  const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
+  const int64_t batch = batch_size(request);
   const int height = request.height.value_or(m.defaults.height);
   const int width = request.width.value_or(m.defaults.width);
   const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
@@ -333,11 +309,11 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
       {
         ScopedTimer clip_span(prof, kSpanTextEncodingClip);
-        pool = repeat_rows(encoders->pooled(prompts), request.images_per_prompt);  // [B, 768]
+        pool = repeat_rows(encoders->pooled(prompts), repeats);  // [B, 768]
         ops::synchronize(m.options.device);  // each span ends when the device has finished
       }
       ScopedTimer t5_span(prof, kSpanTextEncodingT5);
-      embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, request.images_per_prompt);  // [B, L, 4096]
+      embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, repeats);  // [B, L, 4096]
       ops::synchronize(m.options.device);
     };
     encode(request.prompts, prompt_embeds, pooled);
@@ -373,7 +349,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     image_latents = image_latents.expand(shape).contiguous();  // [B, 16, h, w]
   }
   Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
-                                         : randn_tensor(noise_shape, dtype, generator);
+                                         : draw_noise(request, noise_shape, dtype, generator);
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]

@@ -10,10 +10,11 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
-#include "models/weight_binder.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/weight_binder.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "pipelines/batch.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
@@ -23,44 +24,11 @@
 namespace fluxrt::pipelines {
 namespace {
 
-// Rows of x [N, ...] each repeated `times` times consecutively, like diffusers'
-// prompt_embeds.repeat(1, n, 1).view(N * n, ...).
-Tensor repeat_rows(const Tensor& x, int64_t times) {
-  if (times == 1) return x;
-  Shape shape = x.shape();
-  shape[0] *= times;
-  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  for (int64_t r = 0; r < x.size(0); ++r)
-    for (int64_t k = 0; k < times; ++k) out.narrow(0, r * times + k, 1).copy_from(x.narrow(0, r, 1));
-  return out;
-}
-
-// The batch-B version of a batch-1 tensor (reference tokens, the negative prompt).
-Tensor broadcast_batch(const Tensor& x, int64_t batch) {
-  Shape shape = x.shape();
-  shape[0] = batch;
-  return x.expand(shape).contiguous();
-}
-
 // v_neg + s * (v_pos - v_neg) as torch evaluates it on tensors of the model dtype: each op
 // rounds to that dtype, the Python-float scale is applied in f32.
 Tensor classifier_free_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
   const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
   return ops::add(v_neg, ops::scale(diff, scale));
-}
-
-std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
-  const Tensor c = u8.contiguous();
-  const int64_t b = c.size(0), h = c.size(1), w = c.size(2);
-  std::vector<io::Image> images;
-  const uint8_t* src = c.data<uint8_t>();
-  const size_t per = static_cast<size_t>(h * w * 3);
-  for (int64_t i = 0; i < b; ++i) {
-    io::Image im{static_cast<int>(w), static_cast<int>(h), 3, {}};
-    im.pixels.assign(src + i * per, src + (i + 1) * per);
-    images.push_back(std::move(im));
-  }
-  return images;
 }
 
 void check_cancel(const GenerateRequest& request, const char* where) {
@@ -181,9 +149,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   Profiler* prof = m.options.profiler;
 
   // 1. check inputs
-  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
-  FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "generate: images_per_prompt {} < 1",
-               request.images_per_prompt);
+  const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
   // FLUX.1-only fields: Flux2KleinPipeline has no img2img and no separate true-CFG scale, and
   // ignoring them would silently give another image than the one asked for.
   FLUXRT_CHECK(!request.init_image, ErrorCode::InvalidArgument,
@@ -200,7 +166,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
   FLUXRT_CHECK(max_len >= 1 && max_len <= 4096, ErrorCode::InvalidArgument,
                "generate: max_sequence_length {} not in [1, 4096]", max_len);
-  const int64_t batch = static_cast<int64_t>(request.prompts.size()) * request.images_per_prompt;
+  const int64_t batch = batch_size(request);
   const bool cfg = guidance > 1.0f && !m.defaults.is_distilled;  // do_classifier_free_guidance
   const int vae_scale = m.vae_config.spatial_factor();            // self.vae_scale_factor
 
@@ -228,17 +194,18 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   {
     ComponentLease<models::KleinPromptEmbedder> embedder = m.embedder_lease();
     ScopedTimer span(prof, kSpanTextEncoding);
-    prompt_embeds = repeat_rows(embedder->embed(request.prompts, max_len).embeds, request.images_per_prompt);
+    prompt_embeds = repeat_rows(embedder->embed(request.prompts, max_len).embeds, repeats);
     if (cfg) negative_embeds = broadcast_batch(embedder->embed({request.negative_prompt}, max_len).embeds, batch);
     ops::synchronize(m.options.device);  // the span ends when the device has finished
   }
   const Tensor text_ids = klein_text_ids(prompt_embeds.size(1));
   const DType dtype = prompt_embeds.dtype();
 
-  // 5. noise: one torch CPU generator for the whole batch, in the prompt-embedding dtype.
+  // 5. noise: one torch CPU generator for the whole batch (or per noise group), in the
+  // prompt-embedding dtype.
   TorchGenerator generator(request.seed);
-  const Tensor noise =
-      request.initial_latents ? request.initial_latents->to(dtype).contiguous() : randn_tensor(noise_shape, dtype, generator);
+  const Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
+                                               : draw_noise(request, noise_shape, dtype, generator);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(pack_latents(noise), m.options.device);  // [B, Li, 128]
   Tensor latent_ids = klein_image_ids(lh, lw);

@@ -109,6 +109,17 @@ struct GenerateRequest {
   std::optional<float> true_cfg_scale;
   std::optional<io::Image> init_image;
   std::optional<float> strength;
+  // Several requests as one batch (runtime::Engine::generate_batch; pipelines/batch.h).
+  // prompt_repeats[p]: the images of prompts[p] (empty: images_per_prompt each). noise_groups:
+  // runs of consecutive images whose noise one generator seeded with the group's seed draws, as
+  // that request alone would (empty: one generator with `seed` for the whole batch). Text to
+  // image only: FLUX.1 img2img refuses noise groups.
+  std::vector<int> prompt_repeats;
+  struct NoiseGroup {
+    uint64_t seed = 0;
+    int64_t images = 0;
+  };
+  std::vector<NoiseGroup> noise_groups;
   StepCallback on_step;
   const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
 };

@@ -167,7 +167,7 @@ fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& requ
   m.negative_prompt = request.negative_prompt;
   m.seed = request.seed;
   m.index = index;
-  m.count = static_cast<int>(result.images.size());
+  m.count = static_cast<int>(request.prompts.size()) * request.images_per_prompt;
   m.steps = result.num_steps;
   m.scheduled_steps = result.schedule.num_steps();
   m.guidance = result.guidance_scale;
@@ -190,10 +190,57 @@ fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& requ
   return m;
 }
 
+std::string Engine::batch_key(const fluxrt::GenerateRequest& request) const {
+  // Reference and init images are per request inputs of the loop (tokens, the start latents).
+  if (!request.reference_images.empty() || request.init_image) return "";
+  const fluxrt::RequestPlan p = plan(request);
+  // The negative prompt last, with its length, so no prompt text can make two keys collide.
+  return fmt::format("{}x{} steps {} guidance {} true_cfg {} text {} negative {}:{}", p.width, p.height,
+                     p.steps, p.guidance, request.true_cfg ? fmt::format("{}", *request.true_cfg) : "unset",
+                     p.max_sequence_length, request.negative_prompt.size(), request.negative_prompt);
+}
+
 fluxrt::GenerateResult Engine::generate(const fluxrt::GenerateRequest& request,
                                         const fluxrt::Callbacks& callbacks) {
+  std::vector<fluxrt::GenerateResult> results = run({&request}, callbacks);
+  return std::move(results.front());
+}
+
+std::vector<fluxrt::GenerateResult> Engine::generate_batch(
+    const std::vector<fluxrt::GenerateRequest>& requests, const fluxrt::Callbacks& callbacks) {
+  FLUXRT_CHECK(!requests.empty(), ErrorCode::InvalidArgument, "generate_batch: no requests");
+  std::vector<const fluxrt::GenerateRequest*> batch;
+  const std::string key = requests.size() > 1 ? batch_key(requests.front()) : std::string();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests.size() > 1) {
+      FLUXRT_CHECK(
+          !key.empty() && batch_key(requests[i]) == key, ErrorCode::InvalidArgument,
+          "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
+          "guidance, true CFG, text length or negative prompt differ from request 1)",
+          i + 1);
+    }
+    batch.push_back(&requests[i]);
+  }
+  return run(batch, callbacks);
+}
+
+std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::GenerateRequest*>& requests,
+                                                const fluxrt::Callbacks& callbacks) {
   std::lock_guard<std::mutex> lock(generate_mutex_);
-  pipelines::GenerateRequest r = pipeline_request(request);
+  pipelines::GenerateRequest r = pipeline_request(*requests.front());
+  if (requests.size() > 1) {
+    // One prompt list; each request's images keep their own count and their own generator.
+    r.prompts.clear();
+    for (const fluxrt::GenerateRequest* q : requests) {
+      FLUXRT_CHECK(q->images_per_prompt >= 1, ErrorCode::InvalidArgument,
+                   "generate: images_per_prompt {} < 1", q->images_per_prompt);
+      for (const std::string& prompt : q->prompts) {
+        r.prompts.push_back(prompt);
+        r.prompt_repeats.push_back(q->images_per_prompt);
+      }
+      r.noise_groups.push_back({q->seed, static_cast<int64_t>(q->prompts.size()) * q->images_per_prompt});
+    }
+  }
   r.cancel = callbacks.cancel.flag();
   double elapsed = 0;
   if (callbacks.on_progress) {
@@ -216,33 +263,42 @@ fluxrt::GenerateResult Engine::generate(const fluxrt::GenerateRequest& request,
   run.total_s = watch.seconds();
   if (options_.cuda_graphs) run.graph_steps = out.graph_steps;
 
-  fluxrt::GenerateResult result;
-  result.width = out.width;
-  result.height = out.height;
-  result.steps = out.num_steps;
-  result.guidance = out.guidance_scale;
-  result.used_cfg = out.used_cfg;
-  result.graph_steps = out.graph_steps;
-  for (size_t i = 0; i < out.images.size(); ++i) {
-    fluxrt::GeneratedImage g;
-    g.metadata = image_metadata(request, r, out, static_cast<int>(i));
-    g.image = io::to_public(std::move(out.images[i]));
-    result.images.push_back(std::move(g));
+  std::vector<fluxrt::GenerateResult> results;
+  size_t first_image = 0;  // of this request in the batch's images
+  for (const fluxrt::GenerateRequest* q : requests) {
+    fluxrt::GenerateResult result;
+    result.width = out.width;
+    result.height = out.height;
+    result.steps = out.num_steps;
+    result.guidance = out.guidance_scale;
+    result.used_cfg = out.used_cfg;
+    result.graph_steps = out.graph_steps;
+    const size_t count = q->prompts.size() * static_cast<size_t>(q->images_per_prompt);
+    FLUXRT_CHECK(first_image + count <= out.images.size(), ErrorCode::Internal,
+                 "generate: the pipeline returned {} images for a batch of more", out.images.size());
+    for (size_t i = 0; i < count; ++i) {
+      fluxrt::GeneratedImage g;
+      g.metadata = image_metadata(*q, r, out, static_cast<int>(i));
+      g.image = io::to_public(std::move(out.images[first_image + i]));
+      result.images.push_back(std::move(g));
+    }
+    first_image += count;
+    TimingReport& t = result.timing;
+    t.model = model_;
+    t.variant = variant_;
+    t.dtype = std::string(dtype_name(dtype_));
+    t.device = device_.str();
+    t.width = out.width;
+    t.height = out.height;
+    t.images = static_cast<int>(result.images.size());
+    t.threads = num_threads();
+    t.cold_load = load_;
+    t.run = run;  // the whole batch's
+    t.total_s = run.total_s;
+    t.peak_rss_bytes = process_peak_rss_bytes();
+    results.push_back(std::move(result));
   }
-  TimingReport& t = result.timing;
-  t.model = model_;
-  t.variant = variant_;
-  t.dtype = std::string(dtype_name(dtype_));
-  t.device = device_.str();
-  t.width = out.width;
-  t.height = out.height;
-  t.images = static_cast<int>(result.images.size());
-  t.threads = num_threads();
-  t.cold_load = load_;
-  t.run = run;
-  t.total_s = run.total_s;
-  t.peak_rss_bytes = process_peak_rss_bytes();
-  return result;
+  return results;
 }
 
 }  // namespace fluxrt::runtime

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -34,6 +35,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   fluxrt::GenerateResult generate(const fluxrt::GenerateRequest& request, const fluxrt::Callbacks& callbacks);
+  std::vector<fluxrt::GenerateResult> generate_batch(const std::vector<fluxrt::GenerateRequest>& requests,
+                                                     const fluxrt::Callbacks& callbacks);
+  std::string batch_key(const fluxrt::GenerateRequest& request) const;
   fluxrt::RequestPlan plan(const fluxrt::GenerateRequest& request) const;
   fluxrt::ModelDefaults defaults() const;
   const std::string& model() const { return model_; }
@@ -43,6 +47,10 @@ class Engine {
   const fluxrt::EngineOptions& options() const { return options_; }
 
  private:
+  // One pipeline call for the requests (more than one: a batch whose keys agree), each getting
+  // its own result.
+  std::vector<fluxrt::GenerateResult> run(const std::vector<const fluxrt::GenerateRequest*>& requests,
+                                          const fluxrt::Callbacks& callbacks);
   // The request as the pipelines take it, with the text length the model defaults to filled in
   // (so the metadata records the value used).
   pipelines::GenerateRequest pipeline_request(const fluxrt::GenerateRequest& request) const;

@@ -21,6 +21,11 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 GenerateResult Engine::generate(const GenerateRequest& request, const Callbacks& callbacks) {
   return impl_->generate(request, callbacks);
 }
+std::vector<GenerateResult> Engine::generate_batch(const std::vector<GenerateRequest>& requests,
+                                                   const Callbacks& callbacks) {
+  return impl_->generate_batch(requests, callbacks);
+}
+std::string Engine::batch_key(const GenerateRequest& request) const { return impl_->batch_key(request); }
 RequestPlan Engine::plan(const GenerateRequest& request) const { return impl_->plan(request); }
 ModelDefaults Engine::defaults() const { return impl_->defaults(); }
 const std::string& Engine::model() const { return impl_->model(); }

@@ -1,0 +1,95 @@
+#include "pipelines/batch.h"
+
+#include <numeric>
+
+#include "core/error.h"
+
+namespace fluxrt::pipelines {
+
+std::vector<int64_t> images_per_prompt(const GenerateRequest& request) {
+  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
+  std::vector<int64_t> repeats;
+  if (request.prompt_repeats.empty()) {
+    FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument,
+                 "generate: images_per_prompt {} < 1", request.images_per_prompt);
+    repeats.assign(request.prompts.size(), request.images_per_prompt);
+  } else {
+    FLUXRT_CHECK(request.prompt_repeats.size() == request.prompts.size(), ErrorCode::InvalidArgument,
+                 "generate: prompt_repeats has {} entries for {} prompts", request.prompt_repeats.size(),
+                 request.prompts.size());
+    for (const int n : request.prompt_repeats) {
+      FLUXRT_CHECK(n >= 1, ErrorCode::InvalidArgument, "generate: prompt_repeats holds {} < 1", n);
+      repeats.push_back(n);
+    }
+  }
+  if (!request.noise_groups.empty()) {
+    const int64_t images = std::accumulate(repeats.begin(), repeats.end(), int64_t{0});
+    int64_t covered = 0;
+    for (const GenerateRequest::NoiseGroup& g : request.noise_groups) {
+      FLUXRT_CHECK(g.images >= 1, ErrorCode::InvalidArgument, "generate: a noise group of {} images",
+                   g.images);
+      covered += g.images;
+    }
+    FLUXRT_CHECK(covered == images, ErrorCode::InvalidArgument,
+                 "generate: the noise groups cover {} images of a batch of {}", covered, images);
+  }
+  return repeats;
+}
+
+int64_t batch_size(const GenerateRequest& request) {
+  const std::vector<int64_t> repeats = images_per_prompt(request);
+  return std::accumulate(repeats.begin(), repeats.end(), int64_t{0});
+}
+
+Tensor repeat_rows(const Tensor& x, const std::vector<int64_t>& repeats) {
+  FLUXRT_CHECK(x.size(0) == static_cast<int64_t>(repeats.size()), ErrorCode::InvalidArgument,
+               "repeat_rows: {} rows for {} repeat counts", x.size(0), repeats.size());
+  const int64_t total = std::accumulate(repeats.begin(), repeats.end(), int64_t{0});
+  if (total == x.size(0)) return x;  // every count is 1
+  Shape shape = x.shape();
+  shape[0] = total;
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  int64_t row = 0;
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t k = 0; k < repeats[r]; ++k) out.narrow(0, row++, 1).copy_from(x.narrow(0, r, 1));
+  return out;
+}
+
+Tensor broadcast_batch(const Tensor& x, int64_t batch) {
+  Shape shape = x.shape();
+  shape[0] = batch;
+  return x.expand(shape).contiguous();
+}
+
+Tensor draw_noise(const GenerateRequest& request, const Shape& shape, DType dtype,
+                  TorchGenerator& generator) {
+  if (request.noise_groups.empty()) return randn_tensor(shape, dtype, generator);
+  Tensor noise = Tensor::empty(shape, dtype);
+  int64_t first = 0;
+  for (const GenerateRequest::NoiseGroup& g : request.noise_groups) {
+    Shape part = shape;
+    part[0] = g.images;
+    TorchGenerator own(g.seed);
+    noise.narrow(0, first, g.images).copy_from(randn_tensor(part, dtype, own));
+    first += g.images;
+  }
+  FLUXRT_CHECK(first == shape[0], ErrorCode::InvalidArgument,
+               "generate: the noise groups cover {} of {} images", first, shape[0]);
+  return noise;
+}
+
+std::vector<io::Image> to_images(const Tensor& u8) {  // [B, H, W, 3] uint8
+  const Tensor c = u8.contiguous();
+  const int64_t b = c.size(0), h = c.size(1), w = c.size(2);
+  std::vector<io::Image> images;
+  const uint8_t* src = c.data<uint8_t>();
+  const size_t per = static_cast<size_t>(h * w * 3);
+  for (int64_t i = 0; i < b; ++i) {
+    io::Image im{static_cast<int>(w), static_cast<int>(h), 3, {}};
+    im.pixels.assign(src + i * per, src + (i + 1) * per);
+    images.push_back(std::move(im));
+  }
+  return images;
+}
+
+}  // namespace fluxrt::pipelines

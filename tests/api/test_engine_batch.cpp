@@ -1,0 +1,142 @@
+// fluxrt::Engine::generate_batch: several requests as one pipeline call give each request the
+// images it gets alone (its own seed's noise, its own prompts and counts), with its own metadata;
+// batch_key says which requests may share a batch, and a mismatched batch is refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "fluxrt/engine.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = FLUXRT_TEST_DATA_DIR;
+const fs::path kKlein = kData / "models" / "flux2-klein-tiny";
+const fs::path kKleinBase = kData / "models" / "flux2-klein-base-tiny";
+const fs::path kDev = kData / "models" / "flux1-dev-tiny";
+
+fluxrt::GenerateRequest request(std::vector<std::string> prompts, uint64_t seed, int images_per_prompt = 1) {
+  fluxrt::GenerateRequest r;
+  r.prompts = std::move(prompts);
+  r.images_per_prompt = images_per_prompt;
+  r.width = 64;
+  r.height = 64;
+  r.steps = 2;
+  r.seed = seed;
+  return r;
+}
+
+// Three requests of different prompt and image counts, seeds and prompts.
+std::vector<fluxrt::GenerateRequest> mixed_requests() {
+  return {request({"a red circle"}, 3, 2), request({"a blue square", ""}, 9), request({"a green line"}, 3)};
+}
+
+void expect_batch_equals_alone(fluxrt::Engine& engine, const std::vector<fluxrt::GenerateRequest>& requests) {
+  const std::vector<fluxrt::GenerateResult> batch = engine.generate_batch(requests);
+  ASSERT_EQ(batch.size(), requests.size());
+  for (size_t q = 0; q < requests.size(); ++q) {
+    const fluxrt::GenerateResult alone = engine.generate(requests[q]);
+    ASSERT_EQ(batch[q].images.size(), alone.images.size()) << "request " << q;
+    for (size_t i = 0; i < alone.images.size(); ++i) {
+      const fluxrt::GeneratedImage& b = batch[q].images[i];
+      const fluxrt::GeneratedImage& a = alone.images[i];
+      EXPECT_TRUE(b.image.rgb == a.image.rgb)
+          << "request " << q << " image " << i << " differs from it alone";
+      EXPECT_EQ(b.metadata.seed, requests[q].seed);
+      EXPECT_EQ(b.metadata.prompt, a.metadata.prompt);
+      EXPECT_EQ(b.metadata.index, static_cast<int>(i));
+      EXPECT_EQ(b.metadata.count, static_cast<int>(alone.images.size()));
+      EXPECT_EQ(b.metadata.prompt_index, a.metadata.prompt_index);
+      EXPECT_EQ(b.metadata.image_index, a.metadata.image_index);
+    }
+    EXPECT_EQ(batch[q].timing.images, static_cast<int>(alone.images.size()));
+  }
+  // Not a tautology: the batch's images differ from one another (different seeds and prompts).
+  EXPECT_FALSE(batch[0].images[0].image.rgb == batch[2].images[0].image.rgb);
+  EXPECT_FALSE(batch[0].images[0].image.rgb == batch[0].images[1].image.rgb);
+}
+
+}  // namespace
+
+TEST(EngineBatch, KleinBatchGivesEachRequestItsImagesAlone) {
+  fluxrt::Engine engine(kKlein.string());
+  expect_batch_equals_alone(engine, mixed_requests());
+}
+
+TEST(EngineBatch, KleinBaseWithGuidanceBatchesTheNegativeBranchToo) {
+  fluxrt::Engine engine(kKleinBase.string());
+  std::vector<fluxrt::GenerateRequest> requests = mixed_requests();
+  for (fluxrt::GenerateRequest& r : requests) {
+    r.guidance = 3.0f;
+    r.negative_prompt = "blurry";
+  }
+  expect_batch_equals_alone(engine, requests);
+}
+
+TEST(EngineBatch, Flux1BatchGivesEachRequestItsImagesAlone) {
+  fluxrt::Engine engine(kDev.string());
+  expect_batch_equals_alone(engine, mixed_requests());
+}
+
+TEST(EngineBatch, Flux1TrueCfgBatch) {
+  fluxrt::Engine engine(kDev.string());
+  std::vector<fluxrt::GenerateRequest> requests = mixed_requests();
+  for (fluxrt::GenerateRequest& r : requests) {
+    r.true_cfg = 2.0f;
+    r.negative_prompt = "blurry";
+  }
+  expect_batch_equals_alone(engine, requests);
+}
+
+TEST(EngineBatch, KeysSayWhatMayShareABatch) {
+  fluxrt::Engine engine(kKlein.string());
+  const fluxrt::GenerateRequest base = request({"a"}, 1);
+  fluxrt::GenerateRequest other_prompt_and_seed = request({"b", "c"}, 2, 3);
+  EXPECT_FALSE(engine.batch_key(base).empty());
+  EXPECT_EQ(engine.batch_key(base), engine.batch_key(other_prompt_and_seed));
+  // The model's defaults are filled in first: an unset field equals the default given explicitly.
+  fluxrt::GenerateRequest unset = base, explicit_default = base;
+  unset.max_sequence_length.reset();
+  explicit_default.max_sequence_length = engine.defaults().max_sequence_length;
+  EXPECT_EQ(engine.batch_key(unset), engine.batch_key(explicit_default));
+
+  std::vector<fluxrt::GenerateRequest> differ(6, base);
+  differ[0].width = 128;
+  differ[1].steps = 3;
+  differ[2].guidance = 2.5f;
+  differ[3].max_sequence_length = 16;
+  differ[4].negative_prompt = "x";
+  differ[5].true_cfg = 2.0f;
+  for (size_t i = 0; i < differ.size(); ++i)
+    EXPECT_NE(engine.batch_key(differ[i]), engine.batch_key(base)) << "field " << i;
+  // A negative prompt cannot forge another key by carrying a separator.
+  fluxrt::GenerateRequest a = base, b = base;
+  a.negative_prompt = "1:x";
+  b.negative_prompt = "x";
+  EXPECT_NE(engine.batch_key(a), engine.batch_key(b));
+
+  fluxrt::GenerateRequest with_reference = base;
+  with_reference.reference_images.push_back(fluxrt::Image{16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)});
+  EXPECT_EQ(engine.batch_key(with_reference), "");
+}
+
+TEST(EngineBatch, RefusesRequestsThatDoNotAgree) {
+  fluxrt::Engine engine(kKlein.string());
+  std::vector<fluxrt::GenerateRequest> requests{request({"a"}, 1), request({"b"}, 2)};
+  requests[1].steps = 3;
+  try {
+    engine.generate_batch(requests);
+    FAIL() << "a mismatched batch ran";
+  } catch (const fluxrt::Error& e) {
+    EXPECT_EQ(e.code(), fluxrt::ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("request 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(engine.generate_batch({}), fluxrt::Error);
+  // One request alone needs no key: a reference-image request runs through generate_batch.
+  fluxrt::GenerateRequest with_reference = request({"a"}, 1);
+  with_reference.reference_images.push_back(fluxrt::Image{64, 64, std::vector<uint8_t>(64 * 64 * 3, 90)});
+  EXPECT_EQ(engine.generate_batch({with_reference}).at(0).images.size(), 1u);
+}
