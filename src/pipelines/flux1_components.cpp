@@ -102,8 +102,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
                "flux.1 pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
   const io::ResolvedModel model = io::resolve_model(where);
-  FLUXRT_CHECK(model.pipeline_class.empty() || model.pipeline_class == "FluxPipeline" ||
-                   model.pipeline_class == "FluxImg2ImgPipeline",
+  FLUXRT_CHECK(model.pipeline_class.empty() || flux1_kind().accepts_class(model.pipeline_class),
                ErrorCode::Unsupported, "flux.1 pipeline: {} holds a {}, not a FluxPipeline", where,
                model.pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
@@ -118,7 +117,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                  "flux.1 pipeline: transformer file {} not found", transformer_file.string());
   const io::VariantInfo info =
       io::detect_variant(transformer_file.empty() ? model : io::resolve_model(transformer_file.string()));
-  FLUXRT_CHECK(info.family == io::ModelFamily::Flux1, ErrorCode::Unsupported,
+  FLUXRT_CHECK(flux1_kind().takes_transformer(info), ErrorCode::Unsupported,
                "flux.1 pipeline: {} holds a {} transformer, not FLUX.1",
                transformer_file.empty() ? where : transformer_file.string(), info.description);
 

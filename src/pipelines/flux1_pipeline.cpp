@@ -241,7 +241,20 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
 
+const PipelineKind& Flux1Pipeline::kind() const { return flux1_kind(); }
 const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
+RequestDefaults Flux1Pipeline::request_defaults() const {
+  const Flux1ModelDefaults& d = impl_->defaults;
+  RequestDefaults r;
+  r.num_steps = d.num_steps;
+  r.guidance_scale = d.guidance_scale;
+  r.width = d.width;
+  r.height = d.height;
+  r.max_sequence_length = d.max_sequence_length;
+  r.img2img_guidance_scale = d.img2img_guidance_scale;
+  r.img2img_strength = d.img2img_strength;
+  return r;
+}
 const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }
 int Flux1Pipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }

@@ -14,8 +14,8 @@
 // diffusers' retrieve_latents), (z - shift) * scale, the schedule trimmed by strength
 // (t_start = int(N - min(N * strength, N))), and noised with sigma_{t_start} (scale_noise).
 //
-// It reuses the request / result / options types of the klein pipeline (flux2_klein_pipeline.h)
-// and the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
+// It takes the request / result / options types every pipeline takes (pipelines/pipeline.h)
+// and records the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
 // same way; inside kSpanTextEncoding it also records CLIP-L and T5-XXL apart (kSpanTextEncodingClip / T5).
 // Fields that mean nothing for FLUX.1 (reference_images) are refused with a one-line error.
 //
@@ -30,8 +30,8 @@
 #include "core/tensor.h"
 #include "io/image.h"
 #include "models/flux/flux1_config.h"
-#include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/noise.h"
+#include "pipelines/pipeline.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::pipelines {
@@ -50,7 +50,7 @@ struct Flux1ModelDefaults {
   int max_sequence_length = 512;  // schnell: 256
 };
 
-class Flux1Pipeline {
+class Flux1Pipeline final : public Pipeline {
  public:
   // A diffusers FluxPipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,
   // text_encoder_2/, tokenizer_2/, vae/, scheduler/). With options.low_memory nothing is loaded
@@ -65,22 +65,24 @@ class Flux1Pipeline {
                                                   const std::filesystem::path& clip_tokenizer_dir,
                                                   const std::filesystem::path& t5_tokenizer_dir,
                                                   const PipelineOptions& options, uint64_t seed = 42);
-  ~Flux1Pipeline();
+  ~Flux1Pipeline() override;
 
-  GenerateResult generate(const GenerateRequest& request);
+  const PipelineKind& kind() const override;
+  GenerateResult generate(const GenerateRequest& request) override;
+  RequestDefaults request_defaults() const override;
 
   const Flux1ModelDefaults& defaults() const;
   const models::Flux1Config& transformer_config() const;
-  const PipelineOptions& options() const;
+  const PipelineOptions& options() const override;
   // diffusers' vae_scale_factor, 2 ** (len(vae.config.block_out_channels) - 1): 8 for FLUX.1's VAE.
-  int vae_scale_factor() const;
+  int vae_scale_factor() const override;
   // InvalidArgument (one line) when a size is not a positive multiple of 2 x vae_scale_factor,
   // OutOfMemory when the activations of a batch plus memory.weight_bytes (the weights resident at
   // the same time) would not fit in the RAM (memory.ram_bytes, default the machine's).
   static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
                             const MemoryCheck& memory = {});
   // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
-  const ResidentWeights& resident_weights() const;
+  const ResidentWeights& resident_weights() const override;
 
   struct Impl;
 

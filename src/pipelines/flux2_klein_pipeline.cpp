@@ -138,7 +138,18 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::str
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
 
+const PipelineKind& Flux2KleinPipeline::kind() const { return flux2_klein_kind(); }
 const KleinModelDefaults& Flux2KleinPipeline::defaults() const { return impl_->defaults; }
+RequestDefaults Flux2KleinPipeline::request_defaults() const {
+  const KleinModelDefaults& d = impl_->defaults;
+  RequestDefaults r;
+  r.num_steps = d.num_steps;
+  r.guidance_scale = d.guidance_scale;
+  r.width = d.width;
+  r.height = d.height;
+  r.max_sequence_length = d.max_sequence_length;
+  return r;
+}
 const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
 int Flux2KleinPipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }

@@ -33,6 +33,7 @@
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
 #include "pipelines/memory_estimate.h"
+#include "pipelines/pipeline.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::models {
@@ -55,86 +56,7 @@ struct KleinModelDefaults {
   int max_sequence_length = 512;
 };
 
-struct PipelineOptions {
-  DType dtype = DType::BF16;  // transformer, text encoder, VAE and latent dtype; F32 selectable
-  Device device = Device::cpu();
-  // Load the three components concurrently (each on its own thread).
-  bool parallel_load = true;
-  // Keep at most one large component resident: the text encoder is loaded, used and freed before
-  // the transformer is loaded; the VAE is loaded after the denoising loop. Slower (nothing
-  // overlaps, weights are re-mapped per request), much smaller peak.
-  bool low_memory = false;
-  bool load_vae_encoder = true;  // needed for reference images only
-  // A single transformer checkpoint (.safetensors, or its .index.json; BFL, ComfyUI or diffusers
-  // tensor names, as the transformer loaders read them) used instead of the folder's
-  // transformer/. The folder then supplies only the text encoder(s), tokenizer(s), VAE and
-  // scheduler (its transformer/ may be absent). The family must match the pipeline, and the
-  // transformer's text width and latent channels the folder's (Unsupported otherwise).
-  std::filesystem::path transformer_file;
-  models::TilingOptions vae_tiling;
-  // Record the transformer call(s) of a denoising step (after one eager step) and replay them for
-  // the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in on cpu:N). The
-  // resident transformer keeps the graphs of the last StepGraphCache::kCapacity request shapes
-  // (batch, size, references, text length, CFG), so a later request of a kept shape replays every
-  // step; in low-memory mode each request records its own. Ignored on plain cpu.
-  // GenerateResult::graph_steps says how many steps replayed.
-  bool cuda_graphs = false;
-  Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
-};
-
-// Called after each denoising step (step is 1-based) with the wall time of that step.
-using StepCallback = std::function<void(int step, int num_steps, double step_seconds)>;
-
-struct GenerateRequest {
-  // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order,
-  // exactly like diffusers' prompt list + num_images_per_prompt. An empty prompt is allowed.
-  std::vector<std::string> prompts{""};
-  std::string negative_prompt;  // base variants only (CFG); "" is diffusers' default negative
-  int images_per_prompt = 1;
-  std::optional<int> width, height;  // default: first reference image's size, else the model's
-  std::optional<int> num_steps;
-  std::optional<float> guidance_scale;
-  std::optional<int> max_sequence_length;  // 512 (default) or 256 etc.
-  uint64_t seed = 0;
-  // Reference images (RGB or RGBA 8-bit), preprocessed as Flux2ImageProcessor does.
-  std::vector<io::Image> reference_images;
-  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/(2f), W/(2f)]
-  // (FLUX.1: [B, 16, H/f, W/f]), f the VAE's vae_scale_factor (8 for the released models).
-  std::optional<Tensor> initial_latents;
-  // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
-  // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
-  // with strength in [0, 1] (diffusers' default 0.6). The klein pipeline refuses them
-  // (InvalidArgument naming the field), FLUX.1 refuses reference_images and strength without
-  // init_image: a field a pipeline cannot honour is an error, never silently dropped.
-  std::optional<float> true_cfg_scale;
-  std::optional<io::Image> init_image;
-  std::optional<float> strength;
-  // Several requests as one batch (runtime::Engine::generate_batch; pipelines/batch.h).
-  // prompt_repeats[p]: the images of prompts[p] (empty: images_per_prompt each). noise_groups:
-  // runs of consecutive images whose noise one generator seeded with the group's seed draws, as
-  // that request alone would (empty: one generator with `seed` for the whole batch). Text to
-  // image only: FLUX.1 img2img refuses noise groups.
-  std::vector<int> prompt_repeats;
-  struct NoiseGroup {
-    uint64_t seed = 0;
-    int64_t images = 0;
-  };
-  std::vector<NoiseGroup> noise_groups;
-  StepCallback on_step;
-  const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
-};
-
-struct GenerateResult {
-  std::vector<io::Image> images;  // RGB, width x height, in request order
-  int width = 0, height = 0, num_steps = 0;
-  float guidance_scale = 0;
-  bool used_cfg = false;
-  int graph_steps = 0;  // denoising steps whose transformer calls ran as a replayed graph
-  Schedule schedule;
-  Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
-};
-
-class Flux2KleinPipeline {
+class Flux2KleinPipeline final : public Pipeline {
  public:
   // A diffusers Flux2KleinPipeline folder (model_index.json, transformer/, text_encoder/,
   // tokenizer/, vae/, scheduler/), given as a path already resolved by io::resolve_model.
@@ -148,17 +70,19 @@ class Flux2KleinPipeline {
   static std::unique_ptr<Flux2KleinPipeline> synthetic(const std::string& variant,
                                                        const std::filesystem::path& tokenizer_dir,
                                                        const PipelineOptions& options, uint64_t seed = 42);
-  ~Flux2KleinPipeline();
+  ~Flux2KleinPipeline() override;
 
-  GenerateResult generate(const GenerateRequest& request);
+  const PipelineKind& kind() const override;
+  GenerateResult generate(const GenerateRequest& request) override;
+  RequestDefaults request_defaults() const override;
 
   const KleinModelDefaults& defaults() const;
   const models::Flux2Config& transformer_config() const;
-  const PipelineOptions& options() const;
+  const PipelineOptions& options() const override;
   // diffusers' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1), from the folder's
   // vae/config.json (8 for the released klein VAE; the demo model's 3-level VAE: 4). Sizes are
   // multiples of 2 x this; one latent token covers that many pixels per side.
-  int vae_scale_factor() const;
+  int vae_scale_factor() const override;
   // Throws InvalidArgument (one line) when a size is not a positive multiple of 2 x
   // vae_scale_factor (at most io::kMaxImageSide) or the batch is < 1, OutOfMemory when the
   // estimated activations plus memory.weight_bytes (the weights resident at the same time) exceed
@@ -168,7 +92,7 @@ class Flux2KleinPipeline {
   static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
                             const MemoryCheck& memory = {});
   // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
-  const ResidentWeights& resident_weights() const;
+  const ResidentWeights& resident_weights() const override;
 
   struct Impl;
 

@@ -93,8 +93,9 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
                "klein pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
   const io::ResolvedModel model = io::resolve_model(where);
-  FLUXRT_CHECK(model.pipeline_class.empty() || model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
-               "klein pipeline: {} holds a {}, not a Flux2KleinPipeline", where, model.pipeline_class);
+  FLUXRT_CHECK(model.pipeline_class.empty() || flux2_klein_kind().accepts_class(model.pipeline_class),
+               ErrorCode::Unsupported, "klein pipeline: {} holds a {}, not a {}", where, model.pipeline_class,
+               flux2_klein_kind().pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
   for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
     if (!transformer_file.empty() && std::string(component) == "transformer") continue;
@@ -113,9 +114,9 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
     FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound, "klein pipeline: transformer file {} not found",
                  transformer_file.string());
     const io::VariantInfo info = io::detect_variant(io::resolve_model(transformer_file.string()));
-    FLUXRT_CHECK(info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev,
-                 ErrorCode::Unsupported, "klein pipeline: {} is not a FLUX.2 klein transformer ({})",
-                 transformer_file.string(), info.description);
+    FLUXRT_CHECK(flux2_klein_kind().takes_transformer(info), ErrorCode::Unsupported,
+                 "klein pipeline: {} is not a FLUX.2 klein transformer ({})", transformer_file.string(),
+                 info.description);
     m.transformer_config = flux2_config_of_file(transformer_file, info);
     check_transformer_file_fits(m.transformer_config, transformer_file, model_root);
     // A klein file name says distilled or base (BFL names the base files "...-base-..."); the

@@ -10,6 +10,7 @@
 #include "io/public_image.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/memory_estimate.h"
+#include "pipelines/pipeline.h"
 #include "runtime/timing_report.h"
 
 namespace fluxrt::runtime {
@@ -55,25 +56,22 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
                  *options.threads);
     set_num_threads(*options.threads);
   }
-  pipeline_ = resolve_pipeline(model, options.components);
-  variant_ = variant_label(pipeline_);
-  if (!options_.low_memory) options_.low_memory = needs_low_memory(pipeline_, dtype_);
+  resolved_ = resolve_pipeline(model, options.components);
+  variant_ = variant_label(resolved_);
+  if (!options_.low_memory) options_.low_memory = needs_low_memory(resolved_, dtype_);
 
   pipelines::PipelineOptions p;
   p.dtype = dtype_;
   p.device = device_;
   p.low_memory = *options_.low_memory;
   p.cuda_graphs = options.cuda_graphs;
-  p.transformer_file = pipeline_.transformer_file;
+  p.transformer_file = resolved_.transformer_file;
   p.load_vae_encoder = options.vae_encoder;
   p.vae_tiling.mode = tiling_mode(options.vae_tiling);
   p.profiler = &profiler_;
 
   Stopwatch watch;
-  if (pipeline_.flux1())
-    flux1_ = pipelines::Flux1Pipeline::load(pipeline_.model.path, p);
-  else
-    klein_ = pipelines::Flux2KleinPipeline::load(pipeline_.model.path, p);
+  pipeline_ = resolved_.kind->load(resolved_.model.path, p);
   // In low-memory mode the components load per request, inside generate's timings.
   if (!p.low_memory) {
     load_ = load_timings_from(profiler_);
@@ -85,24 +83,16 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
 Engine::~Engine() = default;
 
 fluxrt::ModelDefaults Engine::defaults() const {
+  const pipelines::RequestDefaults f = pipeline_->request_defaults();
   fluxrt::ModelDefaults d;
-  // The fields both families' defaults have, under the same names.
-  auto common = [&d](const auto& f, int vae_scale_factor) {
-    d.steps = f.num_steps;
-    d.guidance = f.guidance_scale;
-    d.width = f.width;
-    d.height = f.height;
-    d.max_sequence_length = f.max_sequence_length;
-    d.size_multiple = 2 * vae_scale_factor;
-  };
-  if (flux1_) {
-    const pipelines::Flux1ModelDefaults& f = flux1_->defaults();
-    common(f, flux1_->vae_scale_factor());
-    d.img2img_guidance = f.img2img_guidance_scale;
-    d.img2img_strength = f.img2img_strength;
-  } else {
-    common(klein_->defaults(), klein_->vae_scale_factor());
-  }
+  d.steps = f.num_steps;
+  d.guidance = f.guidance_scale;
+  d.width = f.width;
+  d.height = f.height;
+  d.max_sequence_length = f.max_sequence_length;
+  d.size_multiple = 2 * pipeline_->vae_scale_factor();
+  d.img2img_guidance = f.img2img_guidance_scale;
+  d.img2img_strength = f.img2img_strength;
   return d;
 }
 
@@ -112,7 +102,7 @@ fluxrt::RequestPlan Engine::plan(const fluxrt::GenerateRequest& request) const {
   fluxrt::RequestPlan plan;
   plan.width = d.width;
   plan.height = d.height;
-  if (klein_ && !request.reference_images.empty()) {
+  if (pipeline_->kind().reference_images && !request.reference_images.empty()) {
     const fluxrt::Image& first = request.reference_images.front();
     reference_run_size(first.width, first.height, d.size_multiple / 2, &plan.width, &plan.height);
   }
@@ -123,7 +113,7 @@ fluxrt::RequestPlan Engine::plan(const fluxrt::GenerateRequest& request) const {
   plan.guidance = request.guidance.value_or(img2img && d.img2img_guidance ? *d.img2img_guidance : d.guidance);
   plan.max_sequence_length = request.max_sequence_length.value_or(d.max_sequence_length);
   plan.images = static_cast<int>(request.prompts.size()) * request.images_per_prompt;
-  if (img2img && flux1_) {
+  if (img2img && pipeline_->kind().img2img) {
     plan.strength = request.strength.value_or(*d.img2img_strength);
     plan.steps_run = plan.steps - pipelines::flux1_img2img_start_index(plan.steps, *plan.strength);
   }
@@ -145,8 +135,8 @@ pipelines::GenerateRequest Engine::pipeline_request(const fluxrt::GenerateReques
   r.height = request.height;
   r.num_steps = request.steps;
   r.guidance_scale = request.guidance;
-  r.max_sequence_length = request.max_sequence_length.value_or(
-      flux1_ ? flux1_->defaults().max_sequence_length : klein_->defaults().max_sequence_length);
+  r.max_sequence_length =
+      request.max_sequence_length.value_or(pipeline_->request_defaults().max_sequence_length);
   r.seed = request.seed;
   for (size_t i = 0; i < request.reference_images.size(); ++i)
     r.reference_images.push_back(
@@ -180,13 +170,14 @@ fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& requ
   m.version = FLUXRT_VERSION_STRING;
   m.reference_images = request.reference_image_names;
   m.reference_images.resize(std::max(m.reference_images.size(), request.reference_images.size()));
-  // Only FLUX.1 takes an init image or true CFG (the klein pipeline refuses both).
-  if (flux1_ && request.init_image) {
+  // Only the families with img2img and true CFG (FLUX.1) take them; the others refuse both.
+  const pipelines::PipelineKind& kind = pipeline_->kind();
+  if (kind.img2img && request.init_image) {
     m.img2img = true;
     m.init_image = request.init_image_name;
-    m.strength = request.strength.value_or(flux1_->defaults().img2img_strength);
+    m.strength = request.strength ? request.strength : pipeline_->request_defaults().img2img_strength;
   }
-  if (flux1_ && result.used_cfg) m.true_cfg = request.true_cfg;
+  if (kind.true_cfg && result.used_cfg) m.true_cfg = request.true_cfg;
   return m;
 }
 
@@ -258,7 +249,7 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
 
   profiler_.clear();
   Stopwatch watch;
-  pipelines::GenerateResult out = flux1_ ? flux1_->generate(r) : klein_->generate(r);
+  pipelines::GenerateResult out = pipeline_->generate(r);
   RunTimings run = run_timings_from(profiler_);
   run.total_s = watch.seconds();
   if (options_.cuda_graphs) run.graph_steps = out.graph_steps;

@@ -1,10 +1,9 @@
 #pragma once
 // runtime::Engine: what the public fluxrt::Engine (include/fluxrt/engine.h) runs on. It owns the
-// orchestration that used to sit in the CLI: resolving the model to a pipeline folder, picking
-// the pipeline its class names (FluxPipeline: FLUX.1, else FLUX.2 klein), the pipeline options,
+// orchestration that used to sit in the CLI: resolving the model to a pipeline folder, the
+// pipeline kind its class names (the registry of pipelines/pipeline.h), the pipeline options,
 // the load with its timings, the request translated for the pipeline, and the result with
-// per-image metadata and the timing report built from the pipeline's profiler spans. The
-// pipelines themselves (pipelines/flux2_klein_pipeline.h, flux1_pipeline.h) are unchanged.
+// per-image metadata and the timing report built from the pipeline's profiler spans.
 //
 // generate holds a mutex for the whole call: the pipelines keep per-request state (the profiler,
 // step-graph caches, low-memory leases) that one call at a time may use.
@@ -18,12 +17,8 @@
 #include "core/dtype.h"
 #include "core/timer.h"
 #include "fluxrt/engine.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/pipeline.h"
 #include "runtime/generate_job.h"
-
-namespace fluxrt::pipelines {
-class Flux1Pipeline;
-}
 
 namespace fluxrt::runtime {
 
@@ -63,11 +58,10 @@ class Engine {
   fluxrt::EngineOptions options_;
   Device device_;
   DType dtype_ = DType::BF16;
-  ResolvedPipeline pipeline_;
-  // The pipelines record their spans here (PipelineOptions::profiler); cleared per call.
+  ResolvedPipeline resolved_;
+  // The pipeline records its spans here (PipelineOptions::profiler); cleared per call.
   Profiler profiler_;
-  std::unique_ptr<pipelines::Flux2KleinPipeline> klein_;
-  std::unique_ptr<pipelines::Flux1Pipeline> flux1_;
+  std::unique_ptr<pipelines::Pipeline> pipeline_;
   std::optional<LoadTimings> load_;
   std::mutex generate_mutex_;
   mutable std::mutex info_mutex_;

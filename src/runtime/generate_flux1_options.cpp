@@ -1,12 +1,13 @@
 #include "runtime/generate_flux1_options.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <system_error>
 
-#include <fmt/format.h>
-
 #include "core/error.h"
 #include "pipelines/flux1_pipeline.h"
+#include "pipelines/pipeline.h"
 
 namespace fluxrt::runtime {
 namespace fs = std::filesystem;
@@ -47,7 +48,9 @@ RunConfig merged_generate_config(const GenerateInputs& in) {
 GenerateFlux1Options resolve_generate_flux1_options(const GenerateInputs& in, const GenerateJob& job) {
   const RunConfig cfg = merged_generate_config(in);
   GenerateFlux1Options o;
-  o.flux1 = job.model.pipeline_class == "FluxPipeline";
+  // FluxImg2ImgPipeline folders are FLUX.1 too: the registry knows both classes.
+  const pipelines::PipelineKind* kind = pipelines::find_pipeline_kind(job.model.pipeline_class);
+  o.flux1 = kind != nullptr && kind->family == pipelines::PipelineFamily::Flux1;
   if (cfg.vae_tiling) o.vae_tiling = parse_vae_tiling(*cfg.vae_tiling);
 
   if (!o.flux1) {

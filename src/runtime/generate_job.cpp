@@ -100,32 +100,28 @@ int vae_scale_factor_of(const io::ResolvedModel& model) {
   return 1 << (static_cast<int>(levels.size()) - 1);
 }
 
-void check_klein_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file) {
-  auto needs = [&](const char* name) { return !(transformer_from_file && std::string(name) == "transformer"); };
+const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
+                                                     bool transformer_from_file) {
+  auto needs = [&](const std::string& name) { return !(transformer_from_file && name == "transformer"); };
   if (model.source != io::ModelSource::PipelineFolder)
     fail(ErrorCode::Unsupported,
          "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
          "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
          model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
-  if (model.pipeline_class == "FluxPipeline") {  // FLUX.1: Flux1Pipeline::load checks the rest
-    for (const char* name : {"transformer", "text_encoder", "text_encoder_2", "vae"}) {
-      if (!needs(name)) continue;
-      const io::ModelComponent* c = model.find(name);
-      FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
-                   "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
-    }
-    return;
-  }
-  FLUXRT_CHECK(model.pipeline_class == "Flux2KleinPipeline", ErrorCode::Unsupported,
-               "model {} is a {}: fluxrt generate supports Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline "
-               "(FLUX.1) folders",
-               model.path, model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class);
-  for (const char* name : {"transformer", "text_encoder", "vae"}) {
+  const pipelines::PipelineKind* kind = pipelines::find_pipeline_kind(model.pipeline_class);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
+      model.path,
+      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
+      pipelines::supported_pipelines_text());
+  for (const std::string& name : kind->weight_components) {
     if (!needs(name)) continue;
     const io::ModelComponent* c = model.find(name);
     FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
                  "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
   }
+  if (kind->family != pipelines::PipelineFamily::Flux2Klein)
+    return *kind;  // Flux1Pipeline::load checks the rest
   const io::ModelComponent* tok = model.find("tokenizer");
   const fs::path tok_dir = tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
   FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
@@ -133,16 +129,16 @@ void check_klein_pipeline_folder(const io::ResolvedModel& model, bool transforme
                tok_dir.string());
   const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
   FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path, scheduler.string());
+  return *kind;
 }
 
 io::ResolvedModel find_components_folder(const io::ResolvedModel& file, const std::optional<std::string>& components) {
   const io::VariantInfo info = io::detect_variant(file);
-  const char* wanted = nullptr;
-  if (info.family == io::ModelFamily::Flux1) wanted = "FluxPipeline";
-  if (info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev) wanted = "Flux2KleinPipeline";
-  FLUXRT_CHECK(wanted != nullptr, ErrorCode::Unsupported,
-               "model {} is {}: fluxrt generate takes FLUX.2 klein and FLUX.1 transformer files", file.path,
-               info.description.empty() ? std::string("not a FLUX transformer checkpoint") : info.description);
+  const pipelines::PipelineKind* kind = pipelines::pipeline_kind_for_transformer(info);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported,
+      "model {} is {}: fluxrt generate takes FLUX.2 klein and FLUX.1 transformer files", file.path,
+      info.description.empty() ? std::string("not a FLUX transformer checkpoint") : info.description);
   io::ResolvedModel folder;
   if (components) {
     folder = io::resolve_model(*components);
@@ -156,18 +152,18 @@ io::ResolvedModel find_components_folder(const io::ResolvedModel& file, const st
         break;
       }
     }
-    FLUXRT_CHECK(!folder.path.empty(), ErrorCode::NotFound,
-                 "model {} is a single {} transformer file: pass --components <a diffusers {} folder or hub repo id> "
-                 "for its text encoder, tokenizer, VAE and scheduler (no model_index.json next to the file)",
-                 file.path, info.family == io::ModelFamily::Flux1 ? "FLUX.1" : "FLUX.2 klein", wanted);
+    FLUXRT_CHECK(
+        !folder.path.empty(), ErrorCode::NotFound,
+        "model {} is a single {} transformer file: pass --components <a diffusers {} folder or hub repo id> "
+        "for its text encoder, tokenizer, VAE and scheduler (no model_index.json next to the file)",
+        file.path, kind->name, kind->pipeline_class);
   }
-  const bool same_family = folder.pipeline_class == wanted ||
-                           (std::string(wanted) == "FluxPipeline" && folder.pipeline_class == "FluxImg2ImgPipeline");
-  FLUXRT_CHECK(same_family, ErrorCode::Unsupported,
-               "model {} is a {} transformer but the components in {} are a {}: they must be a {} folder", file.path,
-               info.description, folder.path,
-               folder.pipeline_class.empty() ? std::string("pipeline without a _class_name") : folder.pipeline_class,
-               wanted);
+  FLUXRT_CHECK(
+      kind->accepts_class(folder.pipeline_class), ErrorCode::Unsupported,
+      "model {} is a {} transformer but the components in {} are a {}: they must be a {} folder", file.path,
+      info.description, folder.path,
+      folder.pipeline_class.empty() ? std::string("pipeline without a _class_name") : folder.pipeline_class,
+      kind->pipeline_class);
   return folder;
 }
 
@@ -259,13 +255,13 @@ ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<s
   if (r.given.source == io::ModelSource::SingleFile) {
     r.transformer_file = r.given.path;
     r.model = find_components_folder(r.given, components);
-    check_klein_pipeline_folder(r.model, /*transformer_from_file=*/true);
+    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/true);
   } else {
     FLUXRT_CHECK(!components, ErrorCode::InvalidArgument,
                  "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
                  spec);
     r.model = r.given;
-    check_klein_pipeline_folder(r.model);
+    r.kind = &check_pipeline_folder(r.model);
   }
   return r;
 }
@@ -291,10 +287,7 @@ void reference_run_size(int image_width, int image_height, int vae_scale_factor,
 
 void check_run_size(const ResolvedPipeline& pipeline, int width, int height, int images, int vae_scale_factor,
                     const pipelines::MemoryCheck& memory) {
-  if (pipeline.flux1())
-    pipelines::Flux1Pipeline::validate_size(width, height, images, vae_scale_factor, memory);
-  else
-    pipelines::Flux2KleinPipeline::validate_size(width, height, images, vae_scale_factor, memory);
+  pipeline.kind->validate_size(width, height, images, vae_scale_factor, memory);
 }
 
 GenerateJob resolve_generate_job(const GenerateInputs& in) {

@@ -19,6 +19,7 @@
 #include "io/image.h"
 #include "io/model_discovery.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/pipeline.h"
 #include "runtime/run_config.h"
 
 namespace fluxrt::runtime {
@@ -97,12 +98,12 @@ struct ResolvedPipeline {
   io::ResolvedModel given;
   io::ResolvedModel model;
   std::string transformer_file;  // PipelineOptions::transformer_file; empty for a folder
-
-  bool flux1() const { return model.pipeline_class == "FluxPipeline"; }  // else FLUX.2 klein
+  // The family that runs it (pipelines/pipeline.h), from the folder's pipeline class.
+  const pipelines::PipelineKind* kind = nullptr;
 };
 
 // Resolves `spec` (io::resolve_model), finds the components folder of a single file
-// (find_components_folder) and checks the folder (check_klein_pipeline_folder). InvalidArgument
+// (find_components_folder) and checks the folder (check_pipeline_folder). InvalidArgument
 // for `components` with a folder.
 ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components);
 
@@ -125,10 +126,12 @@ void check_run_size(const ResolvedPipeline& pipeline, int width, int height, int
 // Format naming the file when it is unreadable.
 int vae_scale_factor_of(const io::ResolvedModel& model);
 
-// Checks that `model` is a complete diffusers Flux2KleinPipeline folder (transformer, text encoder,
-// VAE weights, a Qwen tokenizer, scheduler config) or FluxPipeline folder; NotFound / Unsupported
-// naming what is missing. With `transformer_from_file` its transformer/ is not needed.
-void check_klein_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file = false);
+// Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
+// components present; klein also its Qwen tokenizer and scheduler config) and returns the kind;
+// NotFound / Unsupported naming what is missing. With `transformer_from_file` its transformer/ is
+// not needed.
+const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
+                                                     bool transformer_from_file = false);
 
 // --model FILE: the pipeline folder that supplies the other components. `components` (a folder or
 // hub repo id) when given; else the nearest folder with a model_index.json holding the file (the

@@ -88,11 +88,11 @@ TEST_F(GenerateJob, OutputFolderChecks) {
 }
 
 TEST_F(GenerateJob, ModelFolderChecks) {
-  EXPECT_NO_THROW(rt::check_klein_pipeline_folder(fluxrt::io::resolve_model(kTinyModel.string())));
+  EXPECT_NO_THROW(rt::check_pipeline_folder(fluxrt::io::resolve_model(kTinyModel.string())));
   // A lone transformer file is not enough to generate.
   const fs::path single = fs::path(FLUXRT_TEST_DATA_DIR) / "models" / "flux2-klein-tiny-bfl.safetensors";
   try {
-    rt::check_klein_pipeline_folder(fluxrt::io::resolve_model(single.string()));
+    rt::check_pipeline_folder(fluxrt::io::resolve_model(single.string()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
@@ -101,7 +101,7 @@ TEST_F(GenerateJob, ModelFolderChecks) {
   fs::copy(kTinyModel, tmp_ / "m", fs::copy_options::recursive);
   fs::remove_all(tmp_ / "m" / "tokenizer");
   try {
-    rt::check_klein_pipeline_folder(fluxrt::io::resolve_model((tmp_ / "m").string()));
+    rt::check_pipeline_folder(fluxrt::io::resolve_model((tmp_ / "m").string()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer"), std::string::npos) << e.what();

@@ -1,0 +1,178 @@
+#pragma once
+// One interface over the pipeline families and the registry that maps a diffusers pipeline class
+// (model_index.json's _class_name) or a transformer checkpoint's family to one, so that no code
+// above compares class names: runtime::Engine holds a Pipeline, asks its kind what a request may
+// carry, and loads through the kind's factory.
+//
+//   const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);   // null: not ours
+//   std::unique_ptr<Pipeline> pipe = kind->load(model_root, options);
+//   GenerateResult out = pipe->generate(request);
+//
+// The request, result and options types every pipeline takes are here too. Fields a family cannot
+// honour (FLUX.1's init image and true CFG on klein, reference images on FLUX.1) are refused by
+// that family's generate with a one-line InvalidArgument, never dropped.
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/timer.h"
+#include "io/image.h"
+#include "io/model_discovery.h"
+#include "models/vae/vae_tiling_plan.h"
+#include "pipelines/memory_estimate.h"
+#include "pipelines/schedule.h"
+
+namespace fluxrt::pipelines {
+
+struct PipelineOptions {
+  DType dtype = DType::BF16;  // transformer, text encoder, VAE and latent dtype; F32 selectable
+  Device device = Device::cpu();
+  // Load the three components concurrently (each on its own thread).
+  bool parallel_load = true;
+  // Keep at most one large component resident: the text encoder is loaded, used and freed before
+  // the transformer is loaded; the VAE is loaded after the denoising loop. Slower (nothing
+  // overlaps, weights are re-mapped per request), much smaller peak.
+  bool low_memory = false;
+  bool load_vae_encoder = true;  // needed for reference images only
+  // A single transformer checkpoint (.safetensors, or its .index.json; BFL, ComfyUI or diffusers
+  // tensor names, as the transformer loaders read them) used instead of the folder's
+  // transformer/. The folder then supplies only the text encoder(s), tokenizer(s), VAE and
+  // scheduler (its transformer/ may be absent). The family must match the pipeline, and the
+  // transformer's text width and latent channels the folder's (Unsupported otherwise).
+  std::filesystem::path transformer_file;
+  models::TilingOptions vae_tiling;
+  // Record the transformer call(s) of a denoising step (after one eager step) and replay them for
+  // the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in on cpu:N). The
+  // resident transformer keeps the graphs of the last StepGraphCache::kCapacity request shapes
+  // (batch, size, references, text length, CFG), so a later request of a kept shape replays every
+  // step; in low-memory mode each request records its own. Ignored on plain cpu.
+  // GenerateResult::graph_steps says how many steps replayed.
+  bool cuda_graphs = false;
+  Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
+};
+
+// Called after each denoising step (step is 1-based) with the wall time of that step.
+using StepCallback = std::function<void(int step, int num_steps, double step_seconds)>;
+
+struct GenerateRequest {
+  // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order,
+  // exactly like diffusers' prompt list + num_images_per_prompt. An empty prompt is allowed.
+  std::vector<std::string> prompts{""};
+  std::string negative_prompt;  // base variants only (CFG); "" is diffusers' default negative
+  int images_per_prompt = 1;
+  std::optional<int> width, height;  // default: first reference image's size, else the model's
+  std::optional<int> num_steps;
+  std::optional<float> guidance_scale;
+  std::optional<int> max_sequence_length;  // 512 (default) or 256 etc.
+  uint64_t seed = 0;
+  // Reference images (RGB or RGBA 8-bit), preprocessed as Flux2ImageProcessor does.
+  std::vector<io::Image> reference_images;
+  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/(2f), W/(2f)]
+  // (FLUX.1: [B, 16, H/f, W/f]), f the VAE's vae_scale_factor (8 for the released models).
+  std::optional<Tensor> initial_latents;
+  // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
+  // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
+  // with strength in [0, 1] (diffusers' default 0.6). The klein pipeline refuses them
+  // (InvalidArgument naming the field), FLUX.1 refuses reference_images and strength without
+  // init_image: a field a pipeline cannot honour is an error, never silently dropped.
+  std::optional<float> true_cfg_scale;
+  std::optional<io::Image> init_image;
+  std::optional<float> strength;
+  // Several requests as one batch (runtime::Engine::generate_batch; pipelines/batch.h).
+  // prompt_repeats[p]: the images of prompts[p] (empty: images_per_prompt each). noise_groups:
+  // runs of consecutive images whose noise one generator seeded with the group's seed draws, as
+  // that request alone would (empty: one generator with `seed` for the whole batch). Text to
+  // image only: FLUX.1 img2img refuses noise groups.
+  std::vector<int> prompt_repeats;
+  struct NoiseGroup {
+    uint64_t seed = 0;
+    int64_t images = 0;
+  };
+  std::vector<NoiseGroup> noise_groups;
+  StepCallback on_step;
+  const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
+};
+
+struct GenerateResult {
+  std::vector<io::Image> images;  // RGB, width x height, in request order
+  int width = 0, height = 0, num_steps = 0;
+  float guidance_scale = 0;
+  bool used_cfg = false;
+  int graph_steps = 0;  // denoising steps whose transformer calls ran as a replayed graph
+  Schedule schedule;
+  Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
+};
+
+// A request's unset fields as a family fills them in, in one shape for every family.
+struct RequestDefaults {
+  int num_steps = 0;
+  float guidance_scale = 0;
+  int width = 0, height = 0;
+  int max_sequence_length = 0;
+  std::optional<float> img2img_guidance_scale;  // families with img2img only
+  std::optional<float> img2img_strength;
+};
+
+struct PipelineKind;
+
+class Pipeline {
+ public:
+  virtual ~Pipeline() = default;
+  virtual const PipelineKind& kind() const = 0;
+  virtual GenerateResult generate(const GenerateRequest& request) = 0;
+  virtual RequestDefaults request_defaults() const = 0;
+  virtual const PipelineOptions& options() const = 0;
+  // diffusers' vae_scale_factor, 2 ** (levels - 1) of the folder's VAE; sizes are multiples of
+  // twice this.
+  virtual int vae_scale_factor() const = 0;
+  // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
+  virtual const ResidentWeights& resident_weights() const = 0;
+};
+
+enum class PipelineFamily { Flux2Klein, Flux1 };
+
+// A pipeline family as the registry knows it: how to recognise its folders and checkpoints, what
+// its requests may carry, and how to load it.
+struct PipelineKind {
+  PipelineFamily family = PipelineFamily::Flux2Klein;
+  const char* name = "";                   // "FLUX.2 klein", "FLUX.1"
+  const char* pipeline_class = "";         // the diffusers class its folders name: "Flux2KleinPipeline", ...
+  std::vector<std::string> other_classes;  // further classes with the same folder layout
+  std::vector<std::string> weight_components;  // the components whose weights a folder must have
+  bool reference_images = false;               // GenerateRequest::reference_images
+  bool img2img = false;                        // GenerateRequest::init_image and strength
+  bool true_cfg = false;                       // GenerateRequest::true_cfg_scale
+  // Whether a single transformer checkpoint of this family (io::detect_variant) runs here.
+  bool (*takes_transformer)(const io::VariantInfo& transformer) = nullptr;
+  // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
+  // (components resident unless options.low_memory).
+  std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
+                                    const PipelineOptions& options) = nullptr;
+  // The family's size check before anything is loaded (its validate_size).
+  void (*validate_size)(int width, int height, int batch, int vae_scale_factor,
+                        const MemoryCheck& memory) = nullptr;
+
+  bool accepts_class(std::string_view class_name) const;
+};
+
+// Every family, klein first.
+const std::vector<const PipelineKind*>& pipeline_kinds();
+const PipelineKind& flux2_klein_kind();
+const PipelineKind& flux1_kind();
+// The kind whose folders name `pipeline_class`; null when none does.
+const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
+// The kind that runs a single transformer checkpoint of this family; null when none does.
+const PipelineKind* pipeline_kind_for_transformer(const io::VariantInfo& transformer);
+// "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)", for messages.
+std::string supported_pipelines_text();
+
+}  // namespace fluxrt::pipelines
