@@ -16,6 +16,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/batch.h"
+#include "pipelines/denoise.h"
 #include "pipelines/flux1_components.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
@@ -24,11 +25,7 @@
 namespace fluxrt::pipelines {
 namespace {
 
-// neg + s * (pos - neg) as torch evaluates it on model-dtype tensors: each op rounds to that dtype.
-Tensor true_cfg(const Tensor& v_pos, const Tensor& v_neg, float scale) {
-  const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
-  return ops::add(v_neg, ops::scale(diff, scale));
-}
+constexpr const char* kWho = "flux.1 pipeline";
 
 // A FLUX.1 step for StepGraph: request inputs {T5 embeddings, CLIP pooled, their negatives
 // (undefined without true CFG), guidance projection (undefined for schnell), RoPE cos, RoPE sin},
@@ -64,11 +61,6 @@ double decimal_double(float v) {
   double d = v;
   std::from_chars(buf, res.ptr, d);
   return d;
-}
-
-void check_cancel(const GenerateRequest& request, const char* where) {
-  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
-    fail(ErrorCode::Cancelled, "flux.1 pipeline: cancelled {}", where);
 }
 
 }  // namespace
@@ -310,7 +302,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     t_start = flux1_img2img_start_index(steps, request.strength.value_or(m.defaults.img2img_strength));
     init_pixels = flux1_preprocess_init_image(*request.init_image, width, height);  // [1, 3, H, W] f32
   }
-  check_cancel(request, "before text encoding");
+  check_cancel(request, kWho, "before text encoding");
 
   // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
   Tensor prompt_embeds, pooled, negative_embeds, negative_pooled;
@@ -374,12 +366,21 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   if (!m.transformer_config.guidance) result.guidance_scale = 0.0f;
 
   // 6. denoising loop
-  check_cancel(request, "before denoising");
+  check_cancel(request, kWho, "before denoising");
   {
     auto transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
-    std::unique_ptr<StepGraph> graph;  // from the resident transformer's cache, or this request's own
-    if (m.options.cuda_graphs) {
+    DenoiseLoop loop;
+    loop.schedule = &result.schedule;
+    loop.first_step = t_start;
+    loop.latent_dtype = dtype;
+    loop.batch = batch;
+    if (do_true_cfg) loop.guidance_scale = cfg_scale;
+    loop.device = m.options.device;
+    loop.profiler = prof;
+    loop.request = &request;
+    loop.who = kWho;
+    if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
       auto on_device = [&](const Tensor& t) {
         return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
       };
@@ -387,43 +388,27 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
       const std::vector<Tensor> request_inputs{
           on_device(prompt_embeds),   on_device(pooled), on_device(negative_embeds), on_device(negative_pooled),
           guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(), rope.cos, rope.sin};
-      graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
-                              {latents.shape(), Shape{batch, transformer->config().timestep_channels}}, flux1_step(*transformer));
+      loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
+                                   {latents.shape(), Shape{batch, transformer->config().timestep_channels}},
+                                   flux1_step(*transformer));
+      loop.graph_cache = m.step_graphs.get();
     }
-    Stopwatch total;
-    for (int i = t_start; i < steps; ++i) {
-      check_cancel(request, "between denoising steps");
-      Stopwatch step_watch;
-      // timestep = t.expand(B).to(latents.dtype) / 1000
-      const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
-      const Tensor input = latents.to(model_dtype);
-      Tensor v, v_neg;
-      if (graph) {
-        const StepGraph::Outputs out = graph->run({input, transformer->projection(timestep)});
-        v = out.tensors[0];
-        if (do_true_cfg) v_neg = out.tensors[1];
-        result.graph_steps += out.replayed;
-      } else {
-        v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep, guidance_tensor);
-        if (do_true_cfg)
-          v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled, timestep,
-                                       guidance_tensor);
-      }
-      if (do_true_cfg) v = true_cfg(v, v_neg, cfg_scale);
-      latents = euler_step(latents, v, result.schedule, i);
-      // A step's time is the device's: the Euler step no longer downloads, so wait here, only
-      // when someone reads the time (no per-step synchronisation otherwise).
-      if (prof || request.on_step) ops::synchronize(m.options.device);
-      const double seconds = step_watch.seconds();
-      if (prof) prof->add(kSpanDenoiseStep, seconds);
-      if (request.on_step) request.on_step(i - t_start + 1, steps - t_start, seconds);
-    }
-    if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
-    // Back for the next request of this shape only after a whole loop (a request that failed or was
-    // cancelled drops it).
-    if (graph && m.step_graphs) m.step_graphs->release(std::move(graph));
+    DenoiseModel model;
+    model.input = [&](const Tensor& x) { return x.to(model_dtype); };
+    model.forward = [&](const Tensor& input, const Tensor& timestep) {
+      std::vector<Tensor> v{transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep,
+                                                 guidance_tensor)};
+      if (do_true_cfg)
+        v.push_back(transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled,
+                                         timestep, guidance_tensor));
+      return v;
+    };
+    model.timestep_projection = [&](const Tensor& timestep) { return transformer->projection(timestep); };
+    DenoiseOutcome denoised = denoise(std::move(latents), std::move(loop), model);
+    latents = std::move(denoised.latents);
+    result.graph_steps = denoised.graph_steps;
   }
-  check_cancel(request, "before VAE decode");
+  check_cancel(request, kWho, "before VAE decode");
 
   // 7. unpack, z / scaling + shift, decode, 8-bit conversion
   const Tensor final_latents = flux1_unpack_latents(latents, lh, lw);  // [B, 16, h, w] on the device

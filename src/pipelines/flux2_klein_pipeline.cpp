@@ -15,6 +15,7 @@
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "pipelines/batch.h"
+#include "pipelines/denoise.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
@@ -24,17 +25,7 @@
 namespace fluxrt::pipelines {
 namespace {
 
-// v_neg + s * (v_pos - v_neg) as torch evaluates it on tensors of the model dtype: each op
-// rounds to that dtype, the Python-float scale is applied in f32.
-Tensor classifier_free_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
-  const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
-  return ops::add(v_neg, ops::scale(diff, scale));
-}
-
-void check_cancel(const GenerateRequest& request, const char* where) {
-  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
-    fail(ErrorCode::Cancelled, "klein pipeline: cancelled {}", where);
-}
+constexpr const char* kWho = "klein pipeline";
 
 // A klein step for StepGraph: request inputs {prompt embeddings, negative embeddings (undefined
 // without CFG), RoPE cos, RoPE sin}, step inputs {transformer input, timestep projection};
@@ -198,7 +189,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
                  "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),
                  noise_shape.str());
   }
-  check_cancel(request, "before text encoding");
+  check_cancel(request, kWho, "before text encoding");
 
   // 3. prompt embeddings (encode_prompt), repeated per image; the negative branch for CFG.
   Tensor prompt_embeds, negative_embeds;
@@ -250,52 +241,43 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
-    Stopwatch total;
-    std::unique_ptr<StepGraph> graph;  // from the resident transformer's cache, or this request's own
-    if (m.options.cuda_graphs) {
+    DenoiseLoop loop;
+    loop.schedule = &result.schedule;
+    loop.latent_dtype = dtype;
+    loop.batch = batch;
+    if (cfg) loop.guidance_scale = guidance;
+    loop.device = m.options.device;
+    loop.profiler = prof;
+    loop.request = &request;
+    loop.who = kWho;
+    if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
           cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos, rope.sin};
       const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)};
-      graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
-                              {input_shape, Shape{batch, transformer->config().timestep_channels}}, klein_step(*transformer));
+      loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
+                                   {input_shape, Shape{batch, transformer->config().timestep_channels}},
+                                   klein_step(*transformer));
+      loop.graph_cache = m.step_graphs.get();
     }
-    for (int i = 0; i < steps; ++i) {
-      check_cancel(request, "between denoising steps");
-      Stopwatch step_watch;
-      // timestep = t.expand(B).to(latents.dtype) / 1000
-      const Tensor timestep = Tensor::full({batch}, dtype, model_timestep(result.schedule.timesteps[i], dtype));
-      const Tensor input = (ref_tokens.defined() ? ops::concat({latents, ref_tokens}, 1) : latents).to(model_dtype);
-      Tensor v, v_neg;
-      if (graph) {
-        const StepGraph::Outputs out = graph->run({input, transformer->timestep_projection(timestep)});
-        v = out.tensors[0];
-        if (cfg) v_neg = out.tensors[1];
-        result.graph_steps += out.replayed;
-      } else {
-        v = transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep);
-        if (cfg) v_neg = transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep);
-      }
-      if (ref_tokens.defined()) v = v.narrow(1, 0, image_tokens).contiguous();  // noise tokens only
-      if (cfg) {
-        if (ref_tokens.defined()) v_neg = v_neg.narrow(1, 0, image_tokens).contiguous();
-        v = classifier_free_guidance(v, v_neg, guidance);
-      }
-      latents = euler_step(latents, v, result.schedule, i);
-      // A step's time is the device's: the Euler step no longer downloads, so wait here, only
-      // when someone reads the time (no per-step synchronisation otherwise).
-      if (prof || request.on_step) ops::synchronize(m.options.device);
-      const double seconds = step_watch.seconds();
-      if (prof) prof->add(kSpanDenoiseStep, seconds);
-      if (request.on_step) request.on_step(i + 1, steps, seconds);
-    }
-    if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
-    // Back for the next request of this shape only after a whole loop (a request that failed or was
-    // cancelled drops it).
-    if (graph && m.step_graphs) m.step_graphs->release(std::move(graph));
+    DenoiseModel model;
+    model.input = [&](const Tensor& x) {
+      return (ref_tokens.defined() ? ops::concat({x, ref_tokens}, 1) : x).to(model_dtype);
+    };
+    model.forward = [&](const Tensor& input, const Tensor& timestep) {
+      std::vector<Tensor> v{transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep)};
+      if (cfg) v.push_back(transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep));
+      return v;
+    };
+    model.timestep_projection = [&](const Tensor& timestep) {
+      return transformer->timestep_projection(timestep);
+    };
+    DenoiseOutcome denoised = denoise(std::move(latents), std::move(loop), model);
+    latents = std::move(denoised.latents);
+    result.graph_steps = denoised.graph_steps;
   }
-  check_cancel(request, "before VAE decode");
+  check_cancel(request, kWho, "before VAE decode");
 
   // unpack, BN-denormalise, unpatchify, decode, 8-bit conversion
   const Tensor final_latents = unpack_latents(latents, lh, lw);  // [B, 128, h, w] on the device

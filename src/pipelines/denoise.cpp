@@ -1,0 +1,66 @@
+#include "pipelines/denoise.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "ops/dispatch.h"
+#include "ops/elementwise.h"
+#include "pipelines/spans.h"
+
+namespace fluxrt::pipelines {
+
+Tensor combine_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
+  const Tensor diff = ops::add(v_pos, ops::scale(v_neg, -1.0f));  // negation is exact
+  return ops::add(v_neg, ops::scale(diff, scale));
+}
+
+void check_cancel(const GenerateRequest& request, const char* who, const char* where) {
+  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
+    fail(ErrorCode::Cancelled, "{}: cancelled {}", who, where);
+}
+
+DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& model) {
+  const GenerateRequest& request = *loop.request;
+  const Schedule& schedule = *loop.schedule;
+  const int steps = schedule.num_steps();
+  const bool guided = loop.guidance_scale.has_value();
+  Profiler* prof = loop.profiler;
+  DenoiseOutcome out;
+  Stopwatch total;
+  for (int i = loop.first_step; i < steps; ++i) {
+    check_cancel(request, loop.who, "between denoising steps");
+    Stopwatch step_watch;
+    // timestep = t.expand(B).to(latents.dtype) / 1000
+    const Tensor timestep = Tensor::full({loop.batch}, loop.latent_dtype,
+                                         model_timestep(schedule.timesteps[i], loop.latent_dtype));
+    const Tensor input = model.input(latents);
+    std::vector<Tensor> v;
+    if (loop.graph) {
+      StepGraph::Outputs replay = loop.graph->run({input, model.timestep_projection(timestep)});
+      v = std::move(replay.tensors);
+      out.graph_steps += replay.replayed;
+    } else {
+      v = model.forward(input, timestep);
+    }
+    FLUXRT_CHECK(v.size() == (guided ? 2u : 1u), ErrorCode::Internal,
+                 "denoise: {} velocities for {} guidance", v.size(), guided ? "with" : "without");
+    // Only the noise tokens are denoised; the reference tokens' rows come back unused.
+    for (Tensor& velocity : v)
+      if (velocity.size(1) != latents.size(1)) velocity = velocity.narrow(1, 0, latents.size(1)).contiguous();
+    const Tensor velocity = guided ? combine_guidance(v[0], v[1], *loop.guidance_scale) : v[0];
+    latents = euler_step(latents, velocity, schedule, i);
+    // A step's time is the device's: the Euler step no longer downloads, so wait here, only
+    // when someone reads the time (no per-step synchronisation otherwise).
+    if (prof || request.on_step) ops::synchronize(loop.device);
+    const double seconds = step_watch.seconds();
+    if (prof) prof->add(kSpanDenoiseStep, seconds);
+    if (request.on_step) request.on_step(i - loop.first_step + 1, steps - loop.first_step, seconds);
+  }
+  if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
+  // Back for the next request of this shape only after a whole loop.
+  if (loop.graph && loop.graph_cache) loop.graph_cache->release(std::move(loop.graph));
+  out.latents = std::move(latents);
+  return out;
+}
+
+}  // namespace fluxrt::pipelines
