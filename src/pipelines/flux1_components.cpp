@@ -2,15 +2,14 @@
 #include "pipelines/flux1_components.h"
 
 #include <algorithm>
-#include <exception>
 #include <functional>
-#include <thread>
 
 #include "core/error.h"
 #include "core/timer.h"
 #include "io/model_discovery.h"
 #include "io/safetensors.h"
 #include "models/flux/flux1_names.h"
+#include "pipelines/component_loading.h"
 #include "pipelines/spans.h"
 
 namespace fluxrt::pipelines {
@@ -200,28 +199,8 @@ std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() con
         models::T5Encoder::synthetic(t5_config, t5_options, synthetic_seed + 2),
         tokenizers::T5Tokenizer::from_directory(t5_tokenizer_dir));
   };
-  if (!options.parallel_load) {
-    load_clip();
-    enc->t5 = load_t5();
-    return enc;
-  }
   // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
-  std::exception_ptr clip_error;
-  std::thread clip_thread([&] {
-    try {
-      load_clip();
-    } catch (...) {
-      clip_error = std::current_exception();
-    }
-  });
-  try {
-    enc->t5 = load_t5();
-  } catch (...) {
-    clip_thread.join();
-    throw;
-  }
-  clip_thread.join();
-  if (clip_error) std::rethrow_exception(clip_error);
+  load_components({load_clip, [&] { enc->t5 = load_t5(); }}, options.parallel_load);
   return enc;
 }
 
@@ -242,29 +221,10 @@ std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encode
 
 void Flux1Pipeline::Impl::load_resident() {
   Stopwatch total;
-  std::vector<std::function<void()>> jobs = {
-      [this] { text_encoders = make_text_encoders(); },
-      [this] { transformer = make_transformer(); },
-      [this] { vae = make_vae(options.load_vae_encoder); },
-  };
-  if (options.parallel_load) {
-    std::vector<std::exception_ptr> errors(jobs.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          jobs[i]();
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-  } else {
-    for (auto& job : jobs) job();
-  }
+  load_components(
+      {[this] { text_encoders = make_text_encoders(); }, [this] { transformer = make_transformer(); },
+       [this] { vae = make_vae(options.load_vae_encoder); }},
+      options.parallel_load);
   transformer_config = transformer->config();
   if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());

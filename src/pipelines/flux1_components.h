@@ -1,7 +1,7 @@
 #pragma once
 // The state behind Flux1Pipeline: the folder it reads, the defaults it found there, and the four
 // components — resident after load(), or, with PipelineOptions::low_memory, created for each use
-// and released right after it (ComponentLease from klein_components.h).
+// and released right after it (ComponentLease from component_loading.h).
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,8 +12,8 @@
 #include "models/flux/flux1_transformer.h"
 #include "models/t5/t5_encoder.h"
 #include "models/vae/flux1_vae.h"
+#include "pipelines/component_loading.h"
 #include "pipelines/flux1_pipeline.h"
-#include "pipelines/klein_components.h"
 #include "pipelines/schedule.h"
 #include "pipelines/step_graph.h"
 #include "tokenizers/clip_tokenizer.h"

@@ -1,9 +1,7 @@
 // Component sources and loading for Flux2KleinPipeline (see klein_components.h).
 #include "pipelines/klein_components.h"
 
-#include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -196,32 +194,9 @@ std::unique_ptr<models::Flux2Vae> Flux2KleinPipeline::Impl::make_vae(bool with_e
 
 void Flux2KleinPipeline::Impl::load_resident() {
   Stopwatch total;
-  auto load_transformer = [this] { transformer = make_transformer(); };
-  auto load_embedder = [this] { embedder = make_embedder(); };
-  auto load_vae = [this] { vae = make_vae(options.load_vae_encoder); };
-  if (options.parallel_load) {
-    std::exception_ptr errors[3];
-    std::vector<std::thread> threads;
-    const std::function<void()> jobs[3] = {load_embedder, load_transformer, load_vae};
-    for (int i = 0; i < 3; ++i) {
-      threads.emplace_back([&, i, n = num_threads()] {
-        // OpenMP's thread count is per thread: carry the process setting (--threads) over.
-        set_num_threads(n);
-        try {
-          jobs[i]();
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-  } else {
-    load_embedder();
-    load_transformer();
-    load_vae();
-  }
+  load_components({[this] { embedder = make_embedder(); }, [this] { transformer = make_transformer(); },
+                   [this] { vae = make_vae(options.load_vae_encoder); }},
+                  options.parallel_load);
   transformer_config = transformer->config();  // the weights' own config when config.json was absent
   if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());

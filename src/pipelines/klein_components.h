@@ -2,7 +2,7 @@
 // The state behind Flux2KleinPipeline: where its three components come from (a diffusers folder
 // or synthetic weights of a named variant), the defaults read from the folder, and the
 // components themselves — resident after load(), or, with PipelineOptions::low_memory, created
-// for each use and released right after it (ComponentLease).
+// for each use and released right after it (ComponentLease, pipelines/component_loading.h).
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,26 +11,12 @@
 #include "models/flux/flux2_transformer.h"
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
+#include "pipelines/component_loading.h"
 #include "pipelines/flux2_klein_pipeline.h"
-#include "pipelines/step_graph.h"
 #include "pipelines/schedule.h"
+#include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
-
-// A component for the duration of one pipeline stage: either borrowed from the resident set or
-// owned (low-memory mode) and freed when the lease ends.
-template <typename T>
-class ComponentLease {
- public:
-  explicit ComponentLease(const T* resident) : ptr_(resident) {}
-  explicit ComponentLease(std::unique_ptr<T> owned) : owned_(std::move(owned)), ptr_(owned_.get()) {}
-  const T* operator->() const { return ptr_; }
-  const T& operator*() const { return *ptr_; }
-
- private:
-  std::unique_ptr<T> owned_;
-  const T* ptr_ = nullptr;
-};
 
 // Rough activation bytes of one generate call (worst case f32), used to refuse sizes that cannot
 // fit in RAM before anything runs.
