@@ -435,41 +435,6 @@ pipelines::GenerateRequest make_generate_request(const GenerateJob& job) {
   return r;
 }
 
-fluxrt::ImageMetadata image_metadata(const GenerateJob& job, const pipelines::GenerateResult& result,
-                                     int index) {
-  fluxrt::ImageMetadata m;
-  m.prompt_index = index / job.images_per_prompt;
-  m.image_index = index % job.images_per_prompt;
-  m.prompt = job.prompts.at(static_cast<size_t>(m.prompt_index));
-  m.negative_prompt = job.negative_prompt;
-  m.seed = job.seed;
-  m.index = index;
-  m.count = job.total_images();
-  m.steps = result.num_steps;
-  m.scheduled_steps = result.schedule.num_steps();
-  m.guidance = result.guidance_scale;
-  m.width = result.width;
-  m.height = result.height;
-  m.max_sequence_length = job.max_sequence_length;
-  m.model = job.model_label;
-  m.variant = job.variant;
-  m.dtype = std::string(dtype_name(job.dtype));
-  m.version = FLUXRT_VERSION_STRING;
-  for (const std::string& p : job.reference_paths)
-    m.reference_images.push_back(fs::path(p).filename().string());
-  m.img2img = !job.init_image_path.empty();
-  if (m.img2img) {
-    m.init_image = fs::path(job.init_image_path).filename().string();
-    m.strength = job.strength;
-  }
-  m.true_cfg = job.true_cfg;
-  return m;
-}
-
-io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index) {
-  return fluxrt::metadata_text(image_metadata(job, result, index));
-}
-
 std::vector<fs::path> write_numbered_pngs(
     const fs::path& dir, const std::string& pattern, const OutputNameFields& run, int images_per_prompt,
     size_t count, const std::function<void(size_t index, const fs::path& path)>& write) {
@@ -493,20 +458,6 @@ std::vector<fs::path> write_numbered_pngs(
     written.push_back(path);
   }
   return written;
-}
-
-std::vector<fs::path> write_generated_images(const GenerateJob& job,
-                                             const pipelines::GenerateResult& result) {
-  OutputNameFields run;
-  run.seed = job.seed;
-  run.width = result.width;
-  run.height = result.height;
-  run.steps = result.num_steps;
-  return write_numbered_pngs(job.out_dir, job.filename_pattern, run, job.images_per_prompt,
-                             result.images.size(), [&](size_t i, const fs::path& path) {
-                               io::write_png(path.string(), result.images[i],
-                                             png_text_chunks(job, result, static_cast<int>(i)));
-                             });
 }
 
 }  // namespace fluxrt::runtime

@@ -2,8 +2,8 @@
 // The glue between a generation request as a user states it (flags, a preset, a prompts file)
 // and the pipeline: everything is resolved and validated up front -- model folder and tokenizer,
 // reference images, size, output folder, file-name pattern -- so a bad input fails in one line
-// before any model is loaded or any file is written. Then the request for Flux2KleinPipeline, and
-// the PNG writing (atomic, never overwriting an existing file, with the settings as text chunks).
+// before any model is loaded or any file is written. Then the PNG names and writing (never
+// overwriting an existing file; the settings as text chunks come from the Engine's metadata).
 // `fluxrt generate` reaches it through the public fluxrt::resolve_run (include/fluxrt/run.h); the
 // model resolution and size checks here also serve runtime::Engine.
 #include <cstdint>
@@ -68,13 +68,6 @@ struct GenerateJob {
   bool seed_was_random = false;
   std::vector<std::string> reference_paths;
   std::vector<io::Image> reference_images;  // RGB
-  // FLUX.1 img2img and true CFG as they ran, for the PNG text chunks only (the request gets them
-  // from GenerateFlux1Options, which validates them; the caller copies them here once the model's
-  // defaults are known). Empty / unset: not used, and not recorded.
-  std::string init_image_path;
-  std::optional<float> strength;  // with init_image_path: the strength used (given or the model's)
-  std::optional<float> true_cfg;  // set only when true CFG ran (> 1 with a negative prompt)
-
   DType dtype = DType::BF16;
   Device device = Device::cpu();
   std::optional<int> threads;
@@ -152,6 +145,7 @@ std::vector<std::string> read_prompts_file(const std::filesystem::path& file);
 // The folder exists and is writable, or can be created under a writable ancestor; Io otherwise.
 void check_output_dir_writable(const std::filesystem::path& dir);
 
+// The pipeline request of a job (tests drive the pipelines with it; the CLI goes through Engine).
 pipelines::GenerateRequest make_generate_request(const GenerateJob& job);
 
 // File-name patterns: {seed}, {index} (image in the request, 0-based), {prompt_index},
@@ -168,14 +162,6 @@ std::string format_output_name(const std::string& pattern, const OutputNameField
 // taken, so concurrent writers and earlier runs are never overwritten; returns the reserved path.
 std::filesystem::path reserve_output_path(const std::filesystem::path& dir, const std::string& name);
 
-// What image `index` of a result records (file names for the reference and init images), and as
-// PNG text chunks (fluxrt::metadata_text): prompt, negative prompt, seed, steps run, guidance,
-// size, text length, model, variant, dtype, version; and only when used the reference images, the
-// init image with its strength and the schedule's step count, and the true CFG scale.
-fluxrt::ImageMetadata image_metadata(const GenerateJob& job, const pipelines::GenerateResult& result,
-                                     int index);
-io::TextChunks png_text_chunks(const GenerateJob& job, const pipelines::GenerateResult& result, int index);
-
 // Reserves a name per image in `dir` (created when missing) from `pattern` with `run`'s seed, size
 // and steps and each image's indices, and calls write(index, path) for it; a failed write removes
 // its placeholder and rethrows. Returns the paths in order.
@@ -183,11 +169,5 @@ std::vector<std::filesystem::path> write_numbered_pngs(
     const std::filesystem::path& dir, const std::string& pattern, const OutputNameFields& run,
     int images_per_prompt, size_t count,
     const std::function<void(size_t index, const std::filesystem::path& path)>& write);
-
-// Writes every image of `result` into job.out_dir (created when missing) atomically and returns
-// the paths in request order. On failure the images of this call written so far stay, the failing
-// one leaves no file, and Error names it.
-std::vector<std::filesystem::path> write_generated_images(const GenerateJob& job,
-                                                          const pipelines::GenerateResult& result);
 
 }  // namespace fluxrt::runtime

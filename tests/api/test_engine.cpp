@@ -100,8 +100,14 @@ TEST(Engine, KleinReferenceImageIsThePipelines) {
   r.width.reset();
   r.height.reset();  // from the reference image: 80x64 -> 80x64 (multiples of 16)
   r.reference_images = {gradient(80, 64)};
+  r.reference_image_names = {"ref one.png"};
   const fluxrt::GenerateResult got = engine.generate(r);
   EXPECT_EQ(got.width, 80);
+  // The names the request gave, joined; no FLUX.1 chunks on klein.
+  const fluxrt::TextChunks text = fluxrt::metadata_text(got.images[0].metadata);
+  const fluxrt::TextChunks want_tail = {{"reference_images", "ref one.png"}};
+  ASSERT_GE(text.size(), 1u);
+  EXPECT_EQ(fluxrt::TextChunks(text.end() - 1, text.end()), want_tail);
   EXPECT_EQ(engine.plan(r).width, 80);
   EXPECT_TRUE(got.timing.run.has_reference_images);
 
