@@ -1,0 +1,73 @@
+#pragma once
+// nn::Linear: PyTorch nn.Linear (y = x @ W^T + b) over the prepared GEMM of ops/linear.h. Every
+// projection of every model goes through it, so it is the one place where what changes a
+// projection without changing the model code attaches:
+// - an unmerged LoRA delta (issue 25): y = act(x W^T + b + s * (x A^T) B^T) as a low-rank side
+//   branch. It has to be added before the activation and the gate, so a Linear carrying one would
+//   run the fused forms below as GEMM + delta + epilogue; models see no difference.
+// - quantized weights (issue 26): another weight representation prepared by `prepare`, i.e. a
+//   different ops::PreparedLinear state; the forward methods stay as they are.
+// Models never hold or name the prepared weight itself.
+//
+//   nn::Linear to_q = nn::Linear::prepare(w, b, device);   // once, at load
+//   Tensor q = to_q(x);                                      // [..., in] -> [..., out]
+//   to_out.add_gated_residual(attn, gate, x);                // x += gate * to_out(attn)
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "ops/linear.h"
+
+namespace fluxrt::nn {
+
+using ops::Activation;
+
+class Linear {
+ public:
+  /// An unbound layer (a weight that was missing at bind time): `bound()` is false and any
+  /// forward is a logic error.
+  Linear() = default;
+
+  /// weight [out, in] (kept in its dtype: bf16 checkpoints stay bf16), bias [out] or undefined.
+  /// The backend of `device` prepares (packs, uploads) it once. An undefined weight gives an
+  /// unbound Linear, so binders can pass on what the weight binder reported missing.
+  static Linear prepare(const Tensor& weight, const Tensor& bias = Tensor(), Device device = Device::cpu());
+
+  bool bound() const { return prepared_ != nullptr; }
+  explicit operator bool() const { return bound(); }
+  int64_t in_features() const;
+  int64_t out_features() const;
+  /// The source weight [out, in] and bias [out] (or undefined) as prepared, on the prepared device.
+  const Tensor& weight() const;
+  const Tensor& bias() const;
+  /// Bytes of the weight and bias as bound (a released source still counts its full size).
+  size_t parameter_bytes() const;
+
+  /// Drops this layer's reference to the source weight, keeping a zero-memory stand-in of the
+  /// same shape and dtype, for backends that packed their own copy (synthetic weights, fused
+  /// copies): otherwise the weight is resident twice. Only safe when the backend's prepared state
+  /// does not read the source and nothing else needs it.
+  void release_source();
+
+  /// y [..., out] = act(x [..., in] @ W^T + b), y in x's dtype; x may have strided rows.
+  Tensor operator()(const Tensor& x, Activation act = Activation::None) const;
+  /// The same into a preallocated y [..., out].
+  void forward_into(const Tensor& x, const Tensor& y, Activation act = Activation::None) const;
+  /// y = residual + gate[out] * act(x @ W^T + b), fused into the GEMM epilogue; residual may be y.
+  void gated_residual_into(const Tensor& x, const Tensor& gate, const Tensor& residual, const Tensor& y,
+                           Activation act = Activation::None) const;
+  /// FLUX's gated residual x [B, L, out] += gate [B, out] * this(h [B, L, in]): the epilogue takes
+  /// one gate row, so one fused GEMM per batch element (each still L rows).
+  void add_gated_residual(const Tensor& h, const Tensor& gate, Tensor& x) const;
+
+ private:
+  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared) : prepared_(std::move(prepared)) {}
+  const ops::PreparedLinear& prepared() const;
+
+  // Shared by copies of the layer (FLUX.1's shared-weight benchmark blocks reuse block 0's).
+  std::shared_ptr<ops::PreparedLinear> prepared_;
+};
+
+}  // namespace fluxrt::nn

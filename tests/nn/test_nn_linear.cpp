@@ -1,0 +1,101 @@
+// nn::Linear against the prepared-GEMM ops it wraps: bitwise the same as ops::linear* on the CPU
+// backend (it adds nothing to the math), and within the GEMM tolerance of the ref backend.
+#include <gtest/gtest.h>
+
+#include "backend/kernel_table.h"
+#include "core/error.h"
+#include "nn/linear.h"
+#include "ops/dispatch.h"
+#include "ops/linear.h"
+#include "support/compare.h"
+#include "support/random_tensor.h"
+
+namespace fluxrt::nn {
+namespace {
+
+using test::all_close;
+using test::random_normal;
+using test::TolClass;
+
+// `fn` with every op (and every preparation) on the ref backend: the oracle.
+template <typename Fn>
+Tensor on_ref(Fn&& fn) {
+  ops::ScopedKernelTable force(backend::ref_kernels());
+  return fn();
+}
+
+TEST(NnLinear, ForwardMatchesOpsAndRef) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (Activation act : {Activation::None, Activation::GeluTanh, Activation::Silu}) {
+      const Tensor w = random_normal({48, 32}, dt, 1, 0.0, 0.2);
+      const Tensor b = random_normal({48}, dt, 2);
+      const Tensor x = random_normal({2, 5, 32}, dt, 3);
+      const Linear lin = Linear::prepare(w, b);
+      EXPECT_EQ(lin.in_features(), 32);
+      EXPECT_EQ(lin.out_features(), 48);
+      const Tensor y = lin(x, act);  // [2, 5, 48]
+      ASSERT_EQ(y.shape(), (Shape{2, 5, 48}));
+      EXPECT_TRUE(all_close(y, ops::linear(x, *ops::prepare_linear(w, b), act), TolClass::Exact));
+      const Tensor ref = on_ref([&] { return ops::linear(x, *ops::prepare_linear(w, b), act); });
+      EXPECT_TRUE(all_close(y, ref, TolClass::Gemm)) << dtype_name(dt) << " act " << static_cast<int>(act);
+    }
+  }
+}
+
+TEST(NnLinear, ForwardIntoAndGatedResidualInto) {
+  const Tensor w = random_normal({24, 16}, DType::F32, 4, 0.0, 0.2);
+  const Tensor x = random_normal({7, 16}, DType::F32, 5);
+  const Tensor gate = random_normal({24}, DType::F32, 6);
+  const Tensor residual = random_normal({7, 24}, DType::F32, 7);
+  const Linear lin = Linear::prepare(w);
+  const Tensor y = Tensor::empty({7, 24}, DType::F32);
+  lin.forward_into(x, y);
+  EXPECT_TRUE(all_close(y, lin(x), TolClass::Exact));
+  const Tensor g = Tensor::empty({7, 24}, DType::F32);
+  lin.gated_residual_into(x, gate, residual, g);
+  const Tensor ref =
+      on_ref([&] { return ops::linear_gated_residual(x, *ops::prepare_linear(w), gate, residual); });
+  EXPECT_TRUE(all_close(g, ref, TolClass::Gemm));
+}
+
+TEST(NnLinear, AddGatedResidualPerBatchRow) {
+  // x [B, L, N] += gate [B, N] * lin(h): each batch element with its own gate row.
+  const Tensor w = random_normal({32, 20}, DType::F32, 8, 0.0, 0.2);
+  const Tensor h = random_normal({3, 6, 20}, DType::F32, 9);
+  const Tensor gate = random_normal({3, 32}, DType::F32, 10);
+  Tensor x = random_normal({3, 6, 32}, DType::F32, 11);
+  const Tensor x0 = x.clone();
+  Linear::prepare(w).add_gated_residual(h, gate, x);
+  const Tensor ref = on_ref([&] {
+    const auto p = ops::prepare_linear(w);
+    Tensor expect = x0.clone();
+    for (int64_t b = 0; b < 3; ++b) {
+      Tensor eb = expect.select(0, b);
+      ops::linear_gated_residual_into(h.select(0, b), *p, gate.select(0, b), eb, eb);
+    }
+    return expect;
+  });
+  EXPECT_TRUE(all_close(x, ref, TolClass::Gemm));
+}
+
+TEST(NnLinear, UnboundAndReleasedSource) {
+  const Linear unbound = Linear::prepare(Tensor());
+  EXPECT_FALSE(unbound.bound());
+  EXPECT_EQ(unbound.parameter_bytes(), 0u);
+  EXPECT_THROW((void)unbound(random_normal({2, 4}, DType::F32, 1)), Error);
+
+  const Tensor w = random_normal({8, 4}, DType::BF16, 2);
+  const Tensor b = random_normal({8}, DType::BF16, 3);
+  Linear lin = Linear::prepare(w, b);
+  EXPECT_EQ(lin.parameter_bytes(), w.nbytes() + b.nbytes());
+  const Tensor x = random_normal({3, 4}, DType::BF16, 4);
+  const Tensor before = lin(x);
+  lin.release_source();
+  EXPECT_EQ(lin.weight().shape(), w.shape());
+  EXPECT_EQ(lin.weight().dtype(), w.dtype());
+  EXPECT_EQ(lin.parameter_bytes(), w.nbytes() + b.nbytes());
+  EXPECT_TRUE(all_close(lin(x), before, TolClass::Exact));  // the CPU backend packed its own copy
+}
+
+}  // namespace
+}  // namespace fluxrt::nn
