@@ -10,9 +10,7 @@
 #include "models/flux/flux2_transformer.h"
 #include "models/flux/flux_common.h"
 #include "models/synthetic_weights.h"
-#include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/norm.h"
 
 namespace fluxrt::models {
@@ -91,25 +89,29 @@ Tensor Flux1Transformer::vector(const Fetch& fetch, const std::string& name, int
   return flux_to_device(t, options_.device);
 }
 
-Flux1Transformer::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& prefix, int64_t n,
-                                                   int64_t k) {
+nn::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k) {
   Tensor w = fetch(prefix + ".weight", {n, k});
   Tensor b = vector(fetch, prefix + ".bias", n);
-  if (!w.defined() || !b.defined()) return nullptr;
+  if (!w.defined() || !b.defined()) return nn::Linear();
   weight_bytes_ += w.nbytes();
-  // No copy to the device first: prepare_linear uploads what the backend needs (the CUDA backend
-  // keeps its own device copy), and a moved source would hold every weight twice there.
-  auto prepared = ops::prepare_linear(w, b, options_.device);
-  if (options_.release_prepared_sources) {
-    // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
-    prepared->weight = Tensor::zeros({1, 1}, w.dtype(), options_.device).expand(w.shape());
-  }
+  // No copy to the device first: prepare uploads what the backend needs (the CUDA backend keeps
+  // its own device copy), and a moved source would hold every weight twice there.
+  nn::Linear prepared = nn::Linear::prepare(w, b, options_.device);
+  if (options_.release_prepared_sources) prepared.release_source();
   return prepared;
 }
 
 void Flux1Transformer::bind(const Fetch& fetch) {
   const Flux1Config& c = config_;
   const int64_t d = c.hidden, m = c.mlp_hidden, hd = c.head_dim;
+  // Per-head QK RMSNorm (torch.nn.RMSNorm, eps from the config) over `heads` x `head_dim`. The
+  // fetch order is the synthetic weights' seed order: keep it.
+  auto qk_norm = [&](const std::string& p, nn::QkNormAttention& a) {
+    a.norm = {vector(fetch, p + "query_norm.scale", hd), vector(fetch, p + "key_norm.scale", hd), c.eps,
+              ops::RmsRounding::Once};
+    a.heads = a.kv_heads = c.heads;
+    a.head_dim = hd;
+  };
   img_in_ = prepare(fetch, "img_in", d, c.in_channels);
   txt_in_ = prepare(fetch, "txt_in", d, c.context_dim);
   time_in_ = {prepare(fetch, "time_in.in_layer", d, c.timestep_channels), prepare(fetch, "time_in.out_layer", d, d)};
@@ -123,32 +125,32 @@ void Flux1Transformer::bind(const Fetch& fetch) {
   double_.resize(static_cast<size_t>(c.double_blocks));
   for (int64_t i = 0; i < distinct_double; ++i) {
     for (const std::string stream : {"img", "txt"}) {
-      Stream& s = stream == "img" ? double_[i].img : double_[i].txt;
+      FluxStream& s = stream == "img" ? double_[i].img : double_[i].txt;
       const std::string p = "double_blocks." + std::to_string(i) + "." + stream;
-      s.mod = prepare(fetch, p + "_mod.lin", 6 * d, d);
-      s.q = prepare(fetch, p + "_attn.q", d, d);
-      s.k = prepare(fetch, p + "_attn.k", d, d);
-      s.v = prepare(fetch, p + "_attn.v", d, d);
-      s.q_norm = vector(fetch, p + "_attn.norm.query_norm.scale", hd);
-      s.k_norm = vector(fetch, p + "_attn.norm.key_norm.scale", hd);
-      s.proj = prepare(fetch, p + "_attn.proj", d, d);
-      s.mlp_in = prepare(fetch, p + "_mlp.0", m, d);
-      s.mlp_out = prepare(fetch, p + "_mlp.2", d, m);
+      s.mod = {prepare(fetch, p + "_mod.lin", 6 * d, d), 2};
+      s.attn.to_q = prepare(fetch, p + "_attn.q", d, d);
+      s.attn.to_k = prepare(fetch, p + "_attn.k", d, d);
+      s.attn.to_v = prepare(fetch, p + "_attn.v", d, d);
+      qk_norm(p + "_attn.norm.", s.attn);
+      s.attn.to_out = prepare(fetch, p + "_attn.proj", d, d);
+      s.mlp.kind = nn::MlpKind::GeluTanh;
+      s.mlp.in = prepare(fetch, p + "_mlp.0", m, d);
+      s.mlp.out = prepare(fetch, p + "_mlp.2", d, m);
     }
   }
   for (int64_t i = distinct_double; i < c.double_blocks; ++i) double_[i] = double_[0];
   single_.resize(static_cast<size_t>(c.single_blocks));
   for (int64_t i = 0; i < distinct_single; ++i) {
-    SingleBlock& s = single_[i];
+    FluxSingleBlock& s = single_[i];
     const std::string p = "single_blocks." + std::to_string(i) + ".";
-    s.mod = prepare(fetch, p + "modulation.lin", 3 * d, d);
-    s.q = prepare(fetch, p + "q", d, d);
-    s.k = prepare(fetch, p + "k", d, d);
-    s.v = prepare(fetch, p + "v", d, d);
-    s.mlp = prepare(fetch, p + "mlp", m, d);
+    s.mod = {prepare(fetch, p + "modulation.lin", 3 * d, d), 1};
+    s.attn.to_q = prepare(fetch, p + "q", d, d);
+    s.attn.to_k = prepare(fetch, p + "k", d, d);
+    s.attn.to_v = prepare(fetch, p + "v", d, d);
+    s.mlp.kind = nn::MlpKind::GeluTanh;
+    s.mlp.in = prepare(fetch, p + "mlp", m, d);
     s.linear2 = prepare(fetch, p + "linear2", d, d + m);
-    s.q_norm = vector(fetch, p + "norm.query_norm.scale", hd);
-    s.k_norm = vector(fetch, p + "norm.key_norm.scale", hd);
+    qk_norm(p + "norm.", s.attn);
   }
   for (int64_t i = distinct_single; i < c.single_blocks; ++i) single_[i] = single_[0];
   final_shift_ = prepare(fetch, "final_layer.shift", d, d);
@@ -161,8 +163,8 @@ void Flux1Transformer::bind(const Fetch& fetch) {
 
 // diffusers TimestepEmbedding / PixArtAlphaTextProjection(act "silu"): linear_1, SiLU, linear_2.
 Tensor Flux1Transformer::embed(const MlpEmbedder& e, const Tensor& input) const {
-  const Tensor h = ops::linear(input, *e.in, ops::Activation::Silu);        // [B, D]
-  return ops::linear(h, *e.out);                                            // [B, D]
+  const Tensor h = e.in(input, nn::Activation::Silu);  // [B, D]
+  return e.out(h);                                     // [B, D]
 }
 
 // diffusers CombinedTimestepGuidanceTextProjEmbeddings (dev) / CombinedTimestepTextProjEmbeddings
@@ -200,66 +202,6 @@ Tensor Flux1Transformer::conditioning_on_device(const Tensor& timestep_proj, con
 Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const {
   check_conditioning_inputs(timesteps, guidance, pooled);
   return conditioning_on_device(projection(timesteps), config_.guidance ? projection(guidance) : Tensor(), pooled);
-}
-
-// diffusers FluxTransformerBlock.forward (+ FluxAttnProcessor).
-void Flux1Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& vec_act,
-                                    const Tensor& rope_cos, const Tensor& rope_sin) const {
-  const Flux1Config& c = config_;
-  const int64_t d = c.hidden, lt = txt.size(1), l = lt + img.size(1);
-  const float eps = c.eps;
-  const Tensor mod_img = ops::linear(vec_act, *blk.img.mod);  // [B, 6D] shift, scale, gate x 2
-  const Tensor mod_txt = ops::linear(vec_act, *blk.txt.mod);  // [B, 6D]
-  auto chunk = [&](const Tensor& mod, int i) { return mod.narrow(1, i * d, d); };  // [B, D] view
-
-  auto project = [&](const Stream& s, const Tensor& x, const Tensor& mod, Tensor& q, Tensor& k, Tensor& v) {
-    const Tensor n = ops::adaln_modulate(x, chunk(mod, 0), chunk(mod, 1), eps);                     // [B, Lx, D]
-    q = ops::rms_norm(flux_heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
-    k = ops::rms_norm(flux_heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
-    v = flux_heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                                 // [B, Lx, H, d]
-  };
-  Tensor qi, ki, vi, qt, kt, vt;
-  project(blk.img, img, mod_img, qi, ki, vi);
-  project(blk.txt, txt, mod_txt, qt, kt, vt);
-
-  // Joint attention over [txt ; img] (text first).
-  ops::AttentionOptions opt;
-  opt.rope = ops::RopeLayout::AdjacentPairs;
-  opt.rope_table = {rope_cos, rope_sin};
-  const Tensor q = ops::concat({qt, qi}, 1);                                    // [B, L, H, d]
-  const Tensor k = ops::concat({kt, ki}, 1);                                    // [B, L, H, d]
-  const Tensor v = ops::concat({vt, vi}, 1);                                    // [B, L, H, d]
-  const Tensor attn = ops::attention(q, k, v, opt).view({img.size(0), l, d});  // [B, L, D]
-
-  auto finish = [&](const Stream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
-    flux_gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                // x += g1 * proj(attn)
-    const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);   // [B, Lx, D]
-    const Tensor h = ops::linear(n, *s.mlp_in, ops::Activation::GeluTanh);        // [B, Lx, M]
-    flux_gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                  // x += g2 * mlp(n)
-  };
-  finish(blk.img, img, mod_img, attn.slice(1, lt, l));
-  finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
-}
-
-// diffusers FluxSingleTransformerBlock.forward (+ FluxAttnProcessor without the text stream).
-void Flux1Transformer::single_block(const SingleBlock& blk, Tensor& x, const Tensor& vec_act, const Tensor& rope_cos,
-                                    const Tensor& rope_sin) const {
-  const Flux1Config& c = config_;
-  const int64_t d = c.hidden, b = x.size(0), l = x.size(1);
-  const float eps = c.eps;
-  auto heads = [&](const Tensor& t) { return flux_heads_view(t, c.heads, c.head_dim); };  // [B, L, H, d]
-  const Tensor mod = ops::linear(vec_act, *blk.mod);                                       // [B, 3D] shift, scale, gate
-  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);  // [B, L, D]
-  const Tensor q = ops::rms_norm(heads(ops::linear(n, *blk.q)), blk.q_norm, eps);          // [B, L, H, d]
-  const Tensor k = ops::rms_norm(heads(ops::linear(n, *blk.k)), blk.k_norm, eps);          // [B, L, H, d]
-  const Tensor v = heads(ops::linear(n, *blk.v));                                          // [B, L, H, d]
-  ops::AttentionOptions opt;
-  opt.rope = ops::RopeLayout::AdjacentPairs;
-  opt.rope_table = {rope_cos, rope_sin};
-  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});            // [B, L, D]
-  const Tensor mlp = ops::linear(n, *blk.mlp, ops::Activation::GeluTanh);      // [B, L, M]
-  const Tensor cat = ops::concat({attn, mlp}, 2);                               // [B, L, D + M]
-  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);   // x += gate * out
 }
 
 // diffusers FluxTransformer2DModel.forward.
@@ -311,22 +253,25 @@ Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   const Tensor vec_act = ops::silu(vec);                                            // [B, D]
 
   // 2. Input projections.
-  Tensor img = ops::linear(flux_to_device(x.to(dt).contiguous(), options_.device), *img_in_);    // [B, Li, D]
-  Tensor txt = ops::linear(flux_to_device(ctx.to(dt).contiguous(), options_.device), *txt_in_);  // [B, Lt, D]
+  Tensor img = img_in_(flux_to_device(x.to(dt).contiguous(), options_.device));    // [B, Li, D]
+  Tensor txt = txt_in_(flux_to_device(ctx.to(dt).contiguous(), options_.device));  // [B, Lt, D]
 
-  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables).
-  for (const auto& blk : double_) double_block(blk, img, txt, vec_act, rope.cos, rope.sin);
+  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables), each modulated by its
+  // own img_mod / txt_mod: (shift, scale, gate) x 2 of [B, D].
+  const ops::AttentionOptions attention = flux_attention_options(rope);
+  for (const auto& blk : double_)
+    flux_double_block(blk, img, txt, blk.img.mod(vec_act), blk.txt.mod(vec_act), attention, c.eps);
 
-  // 4. Single-stream blocks on [txt ; img].
+  // 4. Single-stream blocks on [txt ; img], modulation (shift, scale, gate) of [B, D] each.
   Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
-  for (const auto& blk : single_) single_block(blk, h, vec_act, rope.cos, rope.sin);
+  for (const auto& blk : single_) flux_single_block(blk, h, blk.mod(vec_act)[0], attention, c.eps);
 
   // 5. Final layer (AdaLayerNormContinuous: scale/shift from vec) on the image rows.
-  const Tensor shift = ops::linear(vec_act, *final_shift_);             // [B, D]
-  const Tensor scale = ops::linear(vec_act, *final_scale_);             // [B, D]
+  const Tensor shift = final_shift_(vec_act);                           // [B, D]
+  const Tensor scale = final_scale_(vec_act);                           // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();         // [B, Li, D]
   const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
-  return ops::linear(n, *final_linear_);                                // [B, Li, out]
+  return final_linear_(n);                                              // [B, Li, out]
 }
 
 }  // namespace fluxrt::models

@@ -4,7 +4,7 @@
 // (+ guidance embedding for dev) + pooled CLIP projection, per-block modulation linears on
 // SiLU(vector), double-stream blocks then single-stream blocks, text tokens first, per-head QK
 // RMSNorm, 3-axis adjacent-pair RoPE (16, 56, 56, theta 10000), GELU-tanh MLPs, final AdaLN.
-// Backend-free: only src/ops/ front ends.
+// Backend-free: nn:: layers (the blocks, shared with FLUX.2: flux_blocks.h) and src/ops/ front ends.
 //
 // Weights: bound by canonical names (flux1_names.h) with their expected shapes. bf16 checkpoint
 // tensors are used as zero-copy views of the mapping in bf16 mode; fp8 files are dequantised to
@@ -20,16 +20,17 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "models/flux/flux1_config.h"
+#include "models/flux/flux_blocks.h"
 #include "models/flux/flux_common.h"
 #include "models/weight_binder.h"
-#include "ops/linear.h"
+#include "nn/linear.h"
 
 namespace fluxrt::models {
 
 struct Flux1LoadOptions {
   DType dtype = DType::BF16;  // activation dtype; bf16 weights are used as stored in bf16 mode
   Device device = Device::cpu();
-  // Benchmarks with synthetic weights: after ops::prepare_linear, drop the model's reference to
+  // Benchmarks with synthetic weights: after nn::Linear::prepare, drop the model's reference to
   // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
   // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
   bool release_prepared_sources = false;
@@ -81,45 +82,28 @@ class Flux1Transformer {
   size_t weight_bytes() const { return weight_bytes_; }
 
  private:
-  using Linear = std::shared_ptr<ops::PreparedLinear>;
-  struct Stream {  // one stream of a double block (img_* or txt_*)
-    Linear mod, q, k, v, proj, mlp_in, mlp_out;
-    Tensor q_norm, k_norm;
-  };
-  struct DoubleBlock {
-    Stream img, txt;
-  };
-  struct SingleBlock {
-    Linear mod, q, k, v, mlp, linear2;
-    Tensor q_norm, k_norm;
-  };
-  struct MlpEmbedder {
-    Linear in, out;
+  struct MlpEmbedder {  // diffusers TimestepEmbedding / PixArtAlphaTextProjection
+    nn::Linear in, out;
   };
   using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
 
   Flux1Transformer(Flux1Config config, Flux1LoadOptions options) : config_(std::move(config)), options_(options) {}
   void bind(const Fetch& fetch);
   // "<prefix>.weight" [n, k] and "<prefix>.bias" [n].
-  Linear prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k);
+  nn::Linear prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k);
   Tensor vector(const Fetch& fetch, const std::string& name, int64_t n);
   Tensor embed(const MlpEmbedder& e, const Tensor& input) const;
   void check_conditioning_inputs(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const;
   Tensor conditioning_on_device(const Tensor& timestep_proj, const Tensor& guidance_proj, const Tensor& pooled) const;
 
-  void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& vec_act, const Tensor& rope_cos,
-                    const Tensor& rope_sin) const;
-  void single_block(const SingleBlock& blk, Tensor& x, const Tensor& vec_act, const Tensor& rope_cos,
-                    const Tensor& rope_sin) const;
-
   Flux1Config config_;
   Flux1LoadOptions options_;
   size_t weight_bytes_ = 0;
-  Linear img_in_, txt_in_;
+  nn::Linear img_in_, txt_in_;
   MlpEmbedder time_in_, guidance_in_, vector_in_;
-  std::vector<DoubleBlock> double_;
-  std::vector<SingleBlock> single_;
-  Linear final_shift_, final_scale_, final_linear_;
+  std::vector<FluxDoubleBlock> double_;  // each with its own img_mod / txt_mod
+  std::vector<FluxSingleBlock> single_;  // each with its own modulation
+  nn::Linear final_shift_, final_scale_, final_linear_;
 };
 
 }  // namespace fluxrt::models

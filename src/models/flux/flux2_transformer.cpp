@@ -9,9 +9,7 @@
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_common.h"
 #include "models/synthetic_weights.h"
-#include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/norm.h"
 
 namespace fluxrt::models {
@@ -70,17 +68,14 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config&
   return model;
 }
 
-Flux2Transformer::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name, const Shape& shape) {
+nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name, const Shape& shape) {
   Tensor w = fetch(name, shape);
-  if (!w.defined()) return nullptr;
+  if (!w.defined()) return nn::Linear();
   weight_bytes_ += w.nbytes();
-  // No copy to the device first: prepare_linear uploads what the backend needs (the CUDA backend
-  // keeps its own device copy), and a moved source would hold every weight twice there.
-  auto prepared = ops::prepare_linear(w, Tensor(), options_.device);
-  if (options_.release_prepared_sources) {
-    // A stand-in with the same shape and dtype and no memory (stride-0 broadcast of one element).
-    prepared->weight = Tensor::zeros({1, 1}, w.dtype(), options_.device).expand(w.shape());
-  }
+  // No copy to the device first: prepare uploads what the backend needs (the CUDA backend keeps
+  // its own device copy), and a moved source would hold every weight twice there.
+  nn::Linear prepared = nn::Linear::prepare(w, Tensor(), options_.device);
+  if (options_.release_prepared_sources) prepared.release_source();
   return prepared;
 }
 
@@ -92,35 +87,43 @@ void Flux2Transformer::bind(const Fetch& fetch) {
     if (t.defined()) weight_bytes_ += t.nbytes();
     return to_device(t, options_.device);
   };
+  // Per-head QK RMSNorm (torch.nn.RMSNorm, eps from the config) over `heads` x `head_dim`. The
+  // fetch order is the synthetic weights' seed order: keep it.
+  auto qk_norm = [&](const std::string& p, nn::QkNormAttention& a) {
+    a.norm = {norm(p + "query_norm.scale"), norm(p + "key_norm.scale"), c.eps, ops::RmsRounding::Once};
+    a.heads = a.kv_heads = c.heads;
+    a.head_dim = hd;
+  };
   img_in_ = prepare(fetch, "img_in.weight", {d, c.in_channels});
   txt_in_ = prepare(fetch, "txt_in.weight", {d, c.context_dim});
   time_in_1_ = prepare(fetch, "time_in.in_layer.weight", {d, c.timestep_channels});
   time_in_2_ = prepare(fetch, "time_in.out_layer.weight", {d, d});
-  mod_img_ = prepare(fetch, "double_stream_modulation_img.lin.weight", {6 * d, d});
-  mod_txt_ = prepare(fetch, "double_stream_modulation_txt.lin.weight", {6 * d, d});
-  mod_single_ = prepare(fetch, "single_stream_modulation.lin.weight", {3 * d, d});
+  mod_img_ = {prepare(fetch, "double_stream_modulation_img.lin.weight", {6 * d, d}), 2};
+  mod_txt_ = {prepare(fetch, "double_stream_modulation_txt.lin.weight", {6 * d, d}), 2};
+  mod_single_ = {prepare(fetch, "single_stream_modulation.lin.weight", {3 * d, d}), 1};
   double_.resize(static_cast<size_t>(c.double_blocks));
   for (int64_t i = 0; i < c.double_blocks; ++i) {
     for (const char* stream : {"img", "txt"}) {
-      AttnStream& s = std::string(stream) == "img" ? double_[i].img : double_[i].txt;
+      FluxStream& s = std::string(stream) == "img" ? double_[i].img : double_[i].txt;
       const std::string p = "double_blocks." + std::to_string(i) + "." + stream;
-      s.q = prepare(fetch, p + "_attn.q.weight", {d, d});
-      s.k = prepare(fetch, p + "_attn.k.weight", {d, d});
-      s.v = prepare(fetch, p + "_attn.v.weight", {d, d});
-      s.q_norm = norm(p + "_attn.norm.query_norm.scale");
-      s.k_norm = norm(p + "_attn.norm.key_norm.scale");
-      s.proj = prepare(fetch, p + "_attn.proj.weight", {d, d});
-      s.mlp_in = prepare(fetch, p + "_mlp.0.weight", {2 * m, d});
-      s.mlp_out = prepare(fetch, p + "_mlp.2.weight", {d, m});
+      s.attn.to_q = prepare(fetch, p + "_attn.q.weight", {d, d});
+      s.attn.to_k = prepare(fetch, p + "_attn.k.weight", {d, d});
+      s.attn.to_v = prepare(fetch, p + "_attn.v.weight", {d, d});
+      qk_norm(p + "_attn.norm.", s.attn);
+      s.attn.to_out = prepare(fetch, p + "_attn.proj.weight", {d, d});
+      s.mlp.kind = nn::MlpKind::SwiGlu;
+      s.mlp.in = prepare(fetch, p + "_mlp.0.weight", {2 * m, d});
+      s.mlp.out = prepare(fetch, p + "_mlp.2.weight", {d, m});
     }
   }
   single_.resize(static_cast<size_t>(c.single_blocks));
   for (int64_t i = 0; i < c.single_blocks; ++i) {
     const std::string p = "single_blocks." + std::to_string(i) + ".";
-    single_[i].linear1 = prepare(fetch, p + "linear1.weight", {3 * d + 2 * m, d});
-    single_[i].linear2 = prepare(fetch, p + "linear2.weight", {d, d + m});
-    single_[i].q_norm = norm(p + "norm.query_norm.scale");
-    single_[i].k_norm = norm(p + "norm.key_norm.scale");
+    FluxSingleBlock& s = single_[i];
+    s.linear1 = prepare(fetch, p + "linear1.weight", {3 * d + 2 * m, d});
+    s.linear2 = prepare(fetch, p + "linear2.weight", {d, d + m});
+    qk_norm(p + "norm.", s.attn);      // q, k, v themselves are linear1's columns
+    s.mlp.kind = nn::MlpKind::SwiGlu;  // on linear1's last 2M columns
   }
   final_shift_ = prepare(fetch, "final_layer.shift.weight", {d, d});
   final_scale_ = prepare(fetch, "final_layer.scale.weight", {d, d});
@@ -139,63 +142,6 @@ Tensor Flux2Transformer::timestep_projection(const Tensor& timesteps) const {
 
 Flux2Transformer::Rope Flux2Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
   return flux_rope_tables(x_ids, ctx_ids, config_.axes_dim, config_.rope_theta, options_.device);
-}
-
-// diffusers Flux2TransformerBlock.forward (+ Flux2AttnProcessor).
-void Flux2Transformer::double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& mod_img,
-                                    const Tensor& mod_txt, const Tensor& rope_cos, const Tensor& rope_sin) const {
-  const Flux2Config& c = config_;
-  const int64_t d = c.hidden, lt = txt.size(1), l = lt + img.size(1);
-  const float eps = c.eps;
-  auto chunk = [&](const Tensor& mod, int i) { return mod.narrow(1, i * d, d); };  // [B, D] view
-
-  auto project = [&](const AttnStream& s, const Tensor& x, const Tensor& mod, Tensor& q, Tensor& k, Tensor& v) {
-    const Tensor n = ops::adaln_modulate(x, chunk(mod, 0), chunk(mod, 1), eps);          // [B, Lx, D]
-    q = ops::rms_norm(flux_heads_view(ops::linear(n, *s.q), c.heads, c.head_dim), s.q_norm, eps);  // [B, Lx, H, d]
-    k = ops::rms_norm(flux_heads_view(ops::linear(n, *s.k), c.heads, c.head_dim), s.k_norm, eps);  // [B, Lx, H, d]
-    v = flux_heads_view(ops::linear(n, *s.v), c.heads, c.head_dim);                              // [B, Lx, H, d]
-  };
-  Tensor qi, ki, vi, qt, kt, vt;
-  project(blk.img, img, mod_img, qi, ki, vi);
-  project(blk.txt, txt, mod_txt, qt, kt, vt);
-
-  // Joint attention over [txt ; img] (text first).
-  ops::AttentionOptions opt;
-  opt.rope = ops::RopeLayout::AdjacentPairs;
-  opt.rope_table = {rope_cos, rope_sin};
-  const Tensor q = ops::concat({qt, qi}, 1);                                            // [B, L, H, d]
-  const Tensor k = ops::concat({kt, ki}, 1);                                            // [B, L, H, d]
-  const Tensor v = ops::concat({vt, vi}, 1);                                            // [B, L, H, d]
-  const Tensor attn = ops::attention(q, k, v, opt).view({img.size(0), l, d});          // [B, L, D]
-
-  auto finish = [&](const AttnStream& s, Tensor& x, const Tensor& mod, const Tensor& attn_x) {
-    flux_gated_residual_linear(attn_x, *s.proj, chunk(mod, 2), x);                          // x += g1 * proj(attn)
-    const Tensor n = ops::adaln_modulate(x, chunk(mod, 3), chunk(mod, 4), eps);        // [B, Lx, D]
-    const Tensor h = ops::swiglu(ops::linear(n, *s.mlp_in));                           // [B, Lx, M]
-    flux_gated_residual_linear(h, *s.mlp_out, chunk(mod, 5), x);                            // x += g2 * mlp(n)
-  };
-  finish(blk.img, img, mod_img, attn.slice(1, lt, l));
-  finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
-}
-
-// diffusers Flux2SingleTransformerBlock.forward (+ Flux2ParallelSelfAttnProcessor).
-void Flux2Transformer::single_block(const SingleBlock& blk, Tensor& x, const Tensor& mod, const Tensor& rope_cos,
-                                    const Tensor& rope_sin) const {
-  const Flux2Config& c = config_;
-  const int64_t d = c.hidden, m = c.mlp_hidden, b = x.size(0), l = x.size(1);
-  const float eps = c.eps;
-  const Tensor n = ops::adaln_modulate(x, mod.narrow(1, 0, d), mod.narrow(1, d, d), eps);  // [B, L, D]
-  const Tensor h = ops::linear(n, *blk.linear1);                                           // [B, L, 3D + 2M]
-  const Tensor q = ops::rms_norm(flux_heads_view(h.narrow(2, 0, d), c.heads, c.head_dim), blk.q_norm, eps);  // [B, L, H, d]
-  const Tensor k = ops::rms_norm(flux_heads_view(h.narrow(2, d, d), c.heads, c.head_dim), blk.k_norm, eps);  // [B, L, H, d]
-  const Tensor v = flux_heads_view(h.narrow(2, 2 * d, d), c.heads, c.head_dim);                 // [B, L, H, d]
-  ops::AttentionOptions opt;
-  opt.rope = ops::RopeLayout::AdjacentPairs;
-  opt.rope_table = {rope_cos, rope_sin};
-  const Tensor attn = ops::attention(q, k, v, opt).view({b, l, d});                       // [B, L, D]
-  const Tensor mlp = ops::swiglu(h.narrow(2, 3 * d, 2 * m));                              // [B, L, M]
-  const Tensor cat = ops::concat({attn, mlp}, 2);                                          // [B, L, D + M]
-  flux_gated_residual_linear(cat, *blk.linear2, mod.narrow(1, 2 * d, d), x);                    // x += gate * out
 }
 
 // diffusers Flux2Transformer2DModel.forward (kv_cache_mode None).
@@ -240,32 +186,33 @@ Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   const int64_t li = x.size(1), lt = ctx.size(1);
 
   // 1. Timestep embedding and the shared modulations, once per forward.
-  const Tensor h_t =
-      ops::linear(to_device(timestep_proj, options_.device), *time_in_1_, ops::Activation::Silu);
-  const Tensor temb = ops::linear(h_t, *time_in_2_);                 // [B, D]
-  const Tensor temb_act = ops::silu(temb);                           // [B, D]
-  const Tensor mod_img = ops::linear(temb_act, *mod_img_);           // [B, 6D] shift, scale, gate x 2
-  const Tensor mod_txt = ops::linear(temb_act, *mod_txt_);           // [B, 6D]
-  const Tensor mod_single = ops::linear(temb_act, *mod_single_);     // [B, 3D]
+  const Tensor t_proj = to_device(timestep_proj, options_.device);  // [B, 256]
+  const Tensor h_t = time_in_1_(t_proj, nn::Activation::Silu);      // [B, D]
+  const Tensor temb = time_in_2_(h_t);                              // [B, D]
+  const Tensor temb_act = ops::silu(temb);                          // [B, D]
+  const auto mod_img = mod_img_(temb_act);                          // (shift, scale, gate) x 2 of [B, D]
+  const auto mod_txt = mod_txt_(temb_act);                          // (shift, scale, gate) x 2 of [B, D]
+  const auto mod_single = mod_single_(temb_act);                    // (shift, scale, gate) of [B, D]
 
   // 2. Input projections.
   // Latents and text embeddings may come from the host (moved here) or already be on the device.
-  Tensor img = ops::linear(to_device(x, options_.device).to(dt), *img_in_);    // [B, Li, D]
-  Tensor txt = ops::linear(to_device(ctx, options_.device).to(dt), *txt_in_);  // [B, Lt, D]
+  Tensor img = img_in_(to_device(x, options_.device).to(dt));    // [B, Li, D]
+  Tensor txt = txt_in_(to_device(ctx, options_.device).to(dt));  // [B, Lt, D]
 
   // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables).
-  for (const auto& blk : double_) double_block(blk, img, txt, mod_img, mod_txt, rope.cos, rope.sin);
+  const ops::AttentionOptions attention = flux_attention_options(rope);
+  for (const auto& blk : double_) flux_double_block(blk, img, txt, mod_img, mod_txt, attention, c.eps);
 
   // 4. Single-stream blocks on [txt ; img].
   Tensor h = ops::concat({txt, img}, 1);                             // [B, L, D]
-  for (const auto& blk : single_) single_block(blk, h, mod_single, rope.cos, rope.sin);
+  for (const auto& blk : single_) flux_single_block(blk, h, mod_single[0], attention, c.eps);
 
   // 5. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
-  const Tensor shift = ops::linear(temb_act, *final_shift_);         // [B, D]
-  const Tensor scale = ops::linear(temb_act, *final_scale_);         // [B, D]
+  const Tensor shift = final_shift_(temb_act);                       // [B, D]
+  const Tensor scale = final_scale_(temb_act);                       // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();      // [B, Li, D]
   const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
-  return ops::linear(n, *final_linear_);                             // [B, Li, out]
+  return final_linear_(n);                                              // [B, Li, out]
 }
 
 }  // namespace fluxrt::models

@@ -3,10 +3,10 @@
 // Flux2Transformer2DModel: bias-free linears, modulation computed once per forward from the
 // timestep embedding and shared by every block, double-stream blocks then single-stream blocks,
 // text tokens first, per-head QK RMSNorm, 4-axis adjacent-pair RoPE (theta 2000), SwiGLU MLPs and
-// the final AdaLN layer. Backend-free: only src/ops/ front ends.
+// the final AdaLN layer. Backend-free: nn:: layers (the blocks: flux_blocks.h) and src/ops/ front ends.
 //
 // Weights: bound by canonical names (flux2_names.h) with their expected shapes. In bf16 mode the
-// checkpoint's bf16 tensors are handed to ops::prepare_linear as zero-copy views of the mapping
+// checkpoint's bf16 tensors are handed to nn::Linear::prepare as zero-copy views of the mapping
 // (what the backend then does with them is its business: the AVX2 packed GEMM keeps one packed
 // bf16 copy); in f32 mode they are converted once at load. q, k and v of the double blocks run
 // as three GEMMs on [D, D] views, so the BFL fused qkv and diffusers' split to_q/to_k/to_v both
@@ -20,16 +20,17 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "models/flux/flux2_config.h"
+#include "models/flux/flux_blocks.h"
 #include "models/flux/flux_common.h"
 #include "models/weight_binder.h"
-#include "ops/linear.h"
+#include "nn/linear.h"
 
 namespace fluxrt::models {
 
 struct Flux2LoadOptions {
   DType dtype = DType::BF16;  // activation dtype; weights are used as stored in bf16 mode
   Device device = Device::cpu();
-  // Benchmarks with synthetic weights: after ops::prepare_linear, drop the model's reference to
+  // Benchmarks with synthetic weights: after nn::Linear::prepare, drop the model's reference to
   // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
   // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
   bool release_prepared_sources = false;
@@ -73,39 +74,23 @@ class Flux2Transformer {
   size_t weight_bytes() const { return weight_bytes_; }
 
  private:
-  using Linear = std::shared_ptr<ops::PreparedLinear>;
-  struct AttnStream {  // one stream of a double block (img_* or txt_*)
-    Linear q, k, v, proj, mlp_in, mlp_out;
-    Tensor q_norm, k_norm;
-  };
-  struct DoubleBlock {
-    AttnStream img, txt;
-  };
-  struct SingleBlock {
-    Linear linear1, linear2;
-    Tensor q_norm, k_norm;
-  };
   using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
 
   Flux2Transformer(Flux2Config config, Flux2LoadOptions options) : config_(std::move(config)), options_(options) {}
   void bind(const Fetch& fetch);
-  Linear prepare(const Fetch& fetch, const std::string& name, const Shape& shape);
+  nn::Linear prepare(const Fetch& fetch, const std::string& name, const Shape& shape);
 
   void check_inputs(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
                     const Tensor& timesteps) const;
-  void double_block(const DoubleBlock& blk, Tensor& img, Tensor& txt, const Tensor& mod_img, const Tensor& mod_txt,
-                    const Tensor& rope_cos, const Tensor& rope_sin) const;
-  void single_block(const SingleBlock& blk, Tensor& x, const Tensor& mod, const Tensor& rope_cos,
-                    const Tensor& rope_sin) const;
 
   Flux2Config config_;
   Flux2LoadOptions options_;
   size_t weight_bytes_ = 0;
-  Linear img_in_, txt_in_, time_in_1_, time_in_2_;
-  Linear mod_img_, mod_txt_, mod_single_;
-  std::vector<DoubleBlock> double_;
-  std::vector<SingleBlock> single_;
-  Linear final_shift_, final_scale_, final_linear_;
+  nn::Linear img_in_, txt_in_, time_in_1_, time_in_2_;
+  nn::Modulation mod_img_, mod_txt_, mod_single_;  // shared by every block
+  std::vector<FluxDoubleBlock> double_;
+  std::vector<FluxSingleBlock> single_;
+  nn::Linear final_shift_, final_scale_, final_linear_;
 };
 
 }  // namespace fluxrt::models

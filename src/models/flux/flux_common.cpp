@@ -6,7 +6,6 @@
 #include "core/dtype.h"
 #include "models/weight_binder.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/rope.h"
 
 namespace fluxrt::models {
@@ -46,19 +45,6 @@ FluxRope flux_rope_tables(const Tensor& x_ids, const Tensor& ctx_ids, std::span<
                                  ctx_ids.dim() - 2);  // [(B,) L, axes]
   const ops::RopeTable rope = ops::rope_flux(ids, axes_dim, theta);  // [(B,) L, d/2]
   return FluxRope{to_device(rope.cos, device), to_device(rope.sin, device)};
-}
-
-Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim) {
-  if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
-  return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
-}
-
-void flux_gated_residual_linear(const Tensor& h, const ops::PreparedLinear& w, const Tensor& gate,
-                                Tensor& x) {
-  for (int64_t b = 0; b < x.size(0); ++b) {
-    Tensor xb = x.select(0, b);  // [L, N]
-    ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);
-  }
 }
 
 }  // namespace fluxrt::models

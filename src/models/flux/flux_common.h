@@ -1,13 +1,12 @@
 #pragma once
 // Pieces the FLUX.1 and FLUX.2 transformers share (flux-reference.md 2.1, 2.4): the sinusoidal
-// timestep/guidance embedding with the reference's dtype chain, head views of [B, L, H*d]
-// projections, the per-batch gated-residual GEMM and host->device copies.
+// timestep/guidance embedding with the reference's dtype chain, the RoPE tables and host->device
+// copies (the shared blocks: flux_blocks.h).
 #include <cstdint>
 #include <span>
 
 #include "core/device.h"
 #include "core/tensor.h"
-#include "ops/linear.h"
 
 namespace fluxrt::models {
 
@@ -31,13 +30,5 @@ struct FluxRope {
 };
 FluxRope flux_rope_tables(const Tensor& x_ids, const Tensor& ctx_ids, std::span<const int64_t> axes_dim, double theta,
                           Device device);
-
-// [B, L, H*d] (contiguous last dim) seen as [B, L, H, d]; strided rows (a column slice of a fused
-// projection) cost one copy.
-Tensor flux_heads_view(const Tensor& t, int64_t heads, int64_t head_dim);
-
-// x += gate * layer(h) with gate [B, N] (one row per batch element) and x [B, L, N]: the GEMM
-// epilogue takes one gate row, so one fused GEMM per batch element (each still M = L rows).
-void flux_gated_residual_linear(const Tensor& h, const ops::PreparedLinear& w, const Tensor& gate, Tensor& x);
 
 }  // namespace fluxrt::models

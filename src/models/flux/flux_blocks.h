@@ -1,0 +1,57 @@
+#pragma once
+// The transformer blocks FLUX.1 and FLUX.2 share (flux-reference.md 2.1): one double-stream block
+// and one single-stream block, on nn:: layers. The math is the same in both models; what differs
+// is carried by the weights:
+// - the MLP: FLUX.1 GELU-tanh (fused into the GEMM), FLUX.2 SwiGLU on a [2M, D] projection;
+// - where the modulation comes from: FLUX.1 runs a modulation linear per block on SiLU(vec),
+//   FLUX.2 computes three modulations once per forward from SiLU(temb); callers pass the result;
+// - the single block's input projection: FLUX.1 binds q, k, v and the MLP input as separate GEMMs
+//   (row views of linear1), FLUX.2 runs linear1 as one GEMM and takes its columns;
+// - biases (FLUX.1) or none (FLUX.2), which only change what the Linears hold.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/flux/flux_common.h"
+#include "nn/attention.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
+#include "nn/modulation.h"
+
+namespace fluxrt::models {
+
+// One stream (img_* or txt_*) of a double block.
+struct FluxStream {
+  nn::QkNormAttention attn;  // to_q/to_k/to_v + norm_q/norm_k; to_out is the gated `proj`
+  nn::Mlp mlp;               // in = mlp.0, out = mlp.2 (the gated residual)
+  nn::Modulation mod;        // FLUX.1 only: img_mod / txt_mod (6D); unbound in FLUX.2
+};
+
+struct FluxDoubleBlock {
+  FluxStream img, txt;
+};
+
+struct FluxSingleBlock {
+  nn::QkNormAttention attn;  // FLUX.1: q, k, v bound; FLUX.2: only the norms (q, k, v are linear1's columns)
+  nn::Mlp mlp;               // FLUX.1: in = the MLP rows of linear1; FLUX.2: activation only
+  nn::Linear linear1;        // FLUX.2: [3D + 2M, D] fused q, k, v, MLP input; unbound in FLUX.1
+  nn::Linear linear2;        // [D, D + M]
+  nn::Modulation mod;        // FLUX.1 only (3D); unbound in FLUX.2
+};
+
+// The attention options both blocks use: RoPE in FLUX's adjacent-pair layout over [txt ; img].
+ops::AttentionOptions flux_attention_options(const FluxRope& rope);
+
+// diffusers FluxTransformerBlock / Flux2TransformerBlock.forward: img [B, Li, D] and txt
+// [B, Lt, D] updated in place; mod_img / mod_txt the (attention, MLP) modulation pairs.
+void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
+                       const std::vector<nn::AdaLnParams>& mod_img,
+                       const std::vector<nn::AdaLnParams>& mod_txt, const ops::AttentionOptions& attention,
+                       float eps);
+
+// diffusers FluxSingleTransformerBlock / Flux2SingleTransformerBlock.forward on x [B, L, D]
+// ([txt ; img]), in place.
+void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
+                       const ops::AttentionOptions& attention, float eps);
+
+}  // namespace fluxrt::models
