@@ -16,7 +16,9 @@ enum class MlpKind {
 // linear_in, T5's wi_0 and wi_1 stacked at load) or from two, `in` = a [M, D] and `up` = b [M, D]
 // (Qwen3's gate_proj and up_proj).
 struct Mlp {
-  MlpKind kind = MlpKind::GeluTanh;
+  explicit Mlp(MlpKind kind = MlpKind::GeluTanh) : kind(kind) {}
+
+  MlpKind kind;
   Linear in;   // [M, D], or [2M, D] for a fused gated projection
   Linear up;   // [M, D], gated kinds with separate projections only
   Linear out;  // [D, M]; FLUX fuses it into its gated residual instead of calling operator()

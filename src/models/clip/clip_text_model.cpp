@@ -11,7 +11,6 @@
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/norm.h"
 
 namespace fluxrt::models {
@@ -96,20 +95,20 @@ void ClipTextModel::bind(const TensorStore& store) {
   token_embedding_ = binder.require("embeddings.token_embedding.weight", {c.vocab_size, H});
   position_embedding_ =
       binder.require("embeddings.position_embedding.weight", {c.max_position_embeddings, H}, options_.dtype);
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) {
     Tensor w = binder.require(name + ".weight", {n, k}, wdtype);
     Tensor b = binder.require(name + ".bias", {n}, wdtype);
-    return w.defined() && b.defined() ? ops::prepare_linear(w, b, options_.device) : nullptr;
+    return w.defined() && b.defined() ? nn::Linear::prepare(w, b, options_.device) : nn::Linear();
   };
-  auto qkv = [&](const std::string& attn) -> std::shared_ptr<ops::PreparedLinear> {
+  auto qkv = [&](const std::string& attn) {
     std::vector<Tensor> ws, bs;
     for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
       ws.push_back(binder.require(attn + proj + ".weight", {H, H}, wdtype));
       bs.push_back(binder.require(attn + proj + ".bias", {H}, wdtype));
     }
     for (size_t i = 0; i < 3; ++i)
-      if (!ws[i].defined() || !bs[i].defined()) return nullptr;
-    return ops::prepare_linear(ops::concat(ws, 0), ops::concat(bs, 0), options_.device);  // [3H, H], [3H]
+      if (!ws[i].defined() || !bs[i].defined()) return nn::Linear();
+    return nn::Linear::prepare(ops::concat(ws, 0), ops::concat(bs, 0), options_.device);  // [3H, H], [3H]
   };
   layers_.assign(static_cast<size_t>(c.num_layers), Layer{});
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -121,8 +120,8 @@ void ClipTextModel::bind(const TensorStore& store) {
     L.ln2_bias = binder.require(p + "layer_norm2.bias", {H}, wdtype);
     L.qkv = qkv(p + "self_attn.");
     L.out = lin(p + "self_attn.out_proj", H, H);
-    L.fc1 = lin(p + "mlp.fc1", I, H);
-    L.fc2 = lin(p + "mlp.fc2", H, I);
+    L.mlp.in = lin(p + "mlp.fc1", I, H);
+    L.mlp.out = lin(p + "mlp.fc2", H, I);
   }
   final_ln_weight_ = binder.require("final_layer_norm.weight", {H}, wdtype);
   final_ln_bias_ = binder.require("final_layer_norm.bias", {H}, wdtype);
@@ -133,7 +132,7 @@ void ClipTextModel::bind(const TensorStore& store) {
 }
 
 // The parameters the ops read directly (embeddings, LayerNorm weights and biases) go to the
-// model's device once; prepared linears were placed by prepare_linear.
+// model's device once; the linears were placed by nn::Linear::prepare.
 void ClipTextModel::place_all() {
   std::vector<Tensor*> params{&token_embedding_, &position_embedding_, &final_ln_weight_, &final_ln_bias_};
   for (Layer& L : layers_)
@@ -170,7 +169,7 @@ ClipTextModel ClipTextModel::synthetic(const ClipTextConfig& config, const ClipT
     // two statements: the seeds must not depend on the order arguments are evaluated in
     Tensor weight = synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f);
     Tensor bias = synthetic_tensor({n}, wd, ++s, 0.02f, 0.0f);
-    return ops::prepare_linear(weight, bias, options.device);
+    return nn::Linear::prepare(weight, bias, options.device);
   };
   auto norm_weight = [&] { return synthetic_tensor({H}, wd, ++s, 0.1f, 1.0f); };
   auto norm_bias = [&] { return synthetic_tensor({H}, wd, ++s, 0.02f, 0.0f); };
@@ -184,8 +183,8 @@ ClipTextModel ClipTextModel::synthetic(const ClipTextConfig& config, const ClipT
     L.ln2_bias = norm_bias();
     L.qkv = lin(3 * H, H);
     L.out = lin(H, H);
-    L.fc1 = lin(I, H);
-    L.fc2 = lin(H, I);
+    L.mlp.in = lin(I, H);
+    L.mlp.out = lin(H, I);
   }
   m.final_ln_weight_ = norm_weight();
   m.final_ln_bias_ = norm_bias();
@@ -237,14 +236,13 @@ ClipTextOutput ClipTextModel::forward(const Tensor& input_ids) const {
   for (const Layer& L : layers_) {
     // CLIPEncoderLayer: x = x + out_proj(attn(layer_norm1(x)))
     Tensor h = ops::layer_norm(x, L.ln1_weight, L.ln1_bias, c.layer_norm_eps);  // [B, L, H]
-    Tensor qkv = ops::linear(h, *L.qkv).view({B, Lseq, 3, nh, D});              // [B, L, 3, nh, D]
+    Tensor qkv = L.qkv(h).view({B, Lseq, 3, nh, D});                            // [B, L, 3, nh, D]
     Tensor q = qkv.select(2, 0), k = qkv.select(2, 1), v = qkv.select(2, 2);    // [B, L, nh, D] views
     Tensor a = ops::attention(q, k, v, attn).view({B, Lseq, H});                // [B, L, H]
-    ops::add_(x, ops::linear(a, *L.out));                                        // [B, L, H]
+    ops::add_(x, L.out(a));                                                     // [B, L, H]
     // CLIPMLP: x = x + fc2(quick_gelu(fc1(layer_norm2(x))))
     h = ops::layer_norm(x, L.ln2_weight, L.ln2_bias, c.layer_norm_eps);  // [B, L, H]
-    Tensor m = ops::quick_gelu(ops::linear(h, *L.fc1));                  // [B, L, I]
-    ops::add_(x, ops::linear(m, *L.fc2));                                // [B, L, H]
+    ops::add_(x, L.mlp(h));                                              // [B, L, H]
   }
   ClipTextOutput out;
   out.last_hidden_state = ops::layer_norm(x, final_ln_weight_, final_ln_bias_, c.layer_norm_eps);  // [B, L, H]
@@ -268,8 +266,7 @@ size_t ClipTextModel::weight_bytes() const {
   size_t total = token_embedding_.nbytes() + position_embedding_.nbytes() + final_ln_weight_.nbytes() +
                  final_ln_bias_.nbytes();
   for (const Layer& L : layers_) {
-    for (const auto* p : {&L.qkv, &L.out, &L.fc1, &L.fc2})
-      if (*p) total += (*p)->weight.nbytes() + ((*p)->bias.defined() ? (*p)->bias.nbytes() : 0);
+    for (const nn::Linear* p : {&L.qkv, &L.out, &L.mlp.in, &L.mlp.out}) total += p->parameter_bytes();
     total += L.ln1_weight.nbytes() + L.ln1_bias.nbytes() + L.ln2_weight.nbytes() + L.ln2_bias.nbytes();
   }
   return total;

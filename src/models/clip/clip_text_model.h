@@ -18,7 +18,8 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
-#include "ops/linear.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
 #include "tokenizers/clip_tokenizer.h"
 
 namespace fluxrt::models {
@@ -81,7 +82,8 @@ class ClipTextModel {
     Tensor ln1_weight, ln1_bias, ln2_weight, ln2_bias;  // [H]
     // q, k and v in one GEMM: weights concatenated at load ([3H, H], a copy of 3.5 MB per CLIP-L
     // layer in bf16), read back as three column views.
-    std::shared_ptr<ops::PreparedLinear> qkv, out, fc1, fc2;
+    nn::Linear qkv, out;
+    nn::Mlp mlp{nn::MlpKind::QuickGelu};  // CLIPMLP: in = fc1, out = fc2
   };
   ClipTextModel(ClipTextConfig config, ClipTextOptions options);
   static void validate(const ClipTextConfig& config, const ClipTextOptions& options);

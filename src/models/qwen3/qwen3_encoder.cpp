@@ -12,7 +12,6 @@
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 
@@ -32,6 +31,15 @@ int64_t json_int(const json& j, const char* key, const std::filesystem::path& pa
 // normalised value is rounded to the activation dtype before the weight multiply (a no-op in f32).
 Tensor qwen_rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   return ops::rms_norm(x, weight, eps, ops::RmsRounding::BeforeWeight);
+}
+
+// Qwen3Attention's heads, and Qwen3RMSNorm's rounding for q_norm / k_norm (as qwen_rms_norm).
+void qwen3_attention_shape(const Qwen3Config& c, nn::QkNormAttention& a) {
+  a.norm.eps = c.rms_norm_eps;
+  a.norm.rounding = ops::RmsRounding::BeforeWeight;
+  a.heads = c.num_heads;
+  a.kv_heads = c.num_kv_heads;
+  a.head_dim = c.head_dim;
 }
 
 }  // namespace
@@ -131,9 +139,8 @@ void Qwen3Encoder::bind(const TensorStore& store) {
   const std::optional<DType> wdtype =
       options_.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
   embed_tokens_ = to_device(binder.require("embed_tokens.weight", {c.vocab_size, H}), options_.device);
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
-    Tensor w = binder.require(name, {n, k}, wdtype);
-    return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) {
+    return nn::Linear::prepare(binder.require(name, {n, k}, wdtype), Tensor(), options_.device);
   };
   layers_.clear();
   layers_.resize(static_cast<size_t>(computed));
@@ -142,15 +149,17 @@ void Qwen3Encoder::bind(const TensorStore& store) {
     Layer& L = layers_[static_cast<size_t>(i)];
     L.input_norm = to_device(binder.require(p + "input_layernorm.weight", {H}, wdtype), options_.device);
     L.post_norm = to_device(binder.require(p + "post_attention_layernorm.weight", {H}, wdtype), options_.device);
-    L.q_norm = to_device(binder.require(p + "self_attn.q_norm.weight", {D}, wdtype), options_.device);
-    L.k_norm = to_device(binder.require(p + "self_attn.k_norm.weight", {D}, wdtype), options_.device);
-    L.q = lin(p + "self_attn.q_proj.weight", c.num_heads * D, H);
-    L.k = lin(p + "self_attn.k_proj.weight", c.num_kv_heads * D, H);
-    L.v = lin(p + "self_attn.v_proj.weight", c.num_kv_heads * D, H);
-    L.o = lin(p + "self_attn.o_proj.weight", H, c.num_heads * D);
-    L.gate = lin(p + "mlp.gate_proj.weight", I, H);
-    L.up = lin(p + "mlp.up_proj.weight", I, H);
-    L.down = lin(p + "mlp.down_proj.weight", H, I);
+    L.attn.norm.query =
+        to_device(binder.require(p + "self_attn.q_norm.weight", {D}, wdtype), options_.device);
+    L.attn.norm.key = to_device(binder.require(p + "self_attn.k_norm.weight", {D}, wdtype), options_.device);
+    L.attn.to_q = lin(p + "self_attn.q_proj.weight", c.num_heads * D, H);
+    L.attn.to_k = lin(p + "self_attn.k_proj.weight", c.num_kv_heads * D, H);
+    L.attn.to_v = lin(p + "self_attn.v_proj.weight", c.num_kv_heads * D, H);
+    L.attn.to_out = lin(p + "self_attn.o_proj.weight", H, c.num_heads * D);
+    L.mlp.in = lin(p + "mlp.gate_proj.weight", I, H);
+    L.mlp.up = lin(p + "mlp.up_proj.weight", I, H);
+    L.mlp.out = lin(p + "mlp.down_proj.weight", H, I);
+    qwen3_attention_shape(c, L.attn);
   }
   // Deliberately unused: layers after the last tap, the final norm (FLUX takes no normed state).
   for (int64_t i = computed; i < c.num_layers; ++i) binder.ignore_prefix("layers." + std::to_string(i) + ".");
@@ -188,9 +197,10 @@ Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3Encod
   // mmap pages, but random ones would otherwise double the resident memory (Qwen3-4B: 5.4 GB twice).
   // Uniform amplitudes ~ 1/sqrt(fan_in) keep the residual stream bounded over 27 layers.
   auto lin = [&](int64_t n, int64_t k) {
-    auto p = ops::prepare_linear(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
-                                 Tensor(), options.device);
-    p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
+    nn::Linear p =
+        nn::Linear::prepare(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
+                            Tensor(), options.device);
+    p.release_source();
     return p;
   };
   auto norm = [&](int64_t n) { return to_device(synthetic_tensor({n}, wd, ++s, 0.1f, 1.0f), options.device); };
@@ -199,15 +209,16 @@ Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3Encod
   for (Layer& L : e.layers_) {
     L.input_norm = norm(H);
     L.post_norm = norm(H);
-    L.q_norm = norm(D);
-    L.k_norm = norm(D);
-    L.q = lin(c.num_heads * D, H);
-    L.k = lin(c.num_kv_heads * D, H);
-    L.v = lin(c.num_kv_heads * D, H);
-    L.o = lin(H, c.num_heads * D);
-    L.gate = lin(I, H);
-    L.up = lin(I, H);
-    L.down = lin(H, I);
+    L.attn.norm.query = norm(D);
+    L.attn.norm.key = norm(D);
+    L.attn.to_q = lin(c.num_heads * D, H);
+    L.attn.to_k = lin(c.num_kv_heads * D, H);
+    L.attn.to_v = lin(c.num_kv_heads * D, H);
+    L.attn.to_out = lin(H, c.num_heads * D);
+    L.mlp.in = lin(I, H);
+    L.mlp.up = lin(I, H);
+    L.mlp.out = lin(H, I);
+    qwen3_attention_shape(c, L.attn);
   }
   return e;
 }
@@ -219,7 +230,6 @@ Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_ma
   if (!attention_mask.defined() || attention_mask.shape() != input_ids.shape())
     fail(ErrorCode::InvalidArgument, "qwen3: attention_mask must match input_ids {}", input_ids.shape().str());
   const int64_t B = input_ids.size(0), Lseq = input_ids.size(1), H = c.hidden_size, D = c.head_dim;
-  const int64_t nh = c.num_heads, nkv = c.num_kv_heads;
   const DType dt = options_.dtype;
   // transformers' default position_ids are 0..L-1 (the pipeline passes none; right padding keeps
   // the real tokens at 0..n-1). Qwen3RotaryEmbedding: rotate-half tables in f32.
@@ -242,17 +252,13 @@ Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_ma
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     // Qwen3DecoderLayer: x = x + self_attn(input_layernorm(x))
-    Tensor h = qwen_rms_norm(x, L.input_norm, c.rms_norm_eps);                                  // [B, L, H]
-    // Qwen3Attention: q_norm / k_norm per head on [.., heads, D] before RoPE.
-    Tensor q = qwen_rms_norm(ops::linear(h, *L.q).view({B, Lseq, nh, D}), L.q_norm, c.rms_norm_eps);  // [B, L, nh, D]
-    Tensor k = qwen_rms_norm(ops::linear(h, *L.k).view({B, Lseq, nkv, D}), L.k_norm, c.rms_norm_eps);  // [B, L, nkv, D]
-    Tensor v = ops::linear(h, *L.v).view({B, Lseq, nkv, D});                                    // [B, L, nkv, D]
-    Tensor a = ops::attention(q, k, v, attn).view({B, Lseq, nh * D});                          // [B, L, nh*D]
-    ops::add_(x, ops::linear(a, *L.o));                                                         // [B, L, H]
+    Tensor h = qwen_rms_norm(x, L.input_norm, c.rms_norm_eps);  // [B, L, H]
+    // Qwen3Attention: q [B, L, nh, D], k, v [B, L, nkv, D], q_norm / k_norm per head before RoPE,
+    // then o_proj.
+    ops::add_(x, L.attn(h, attn));  // [B, L, H]
     // Qwen3MLP: x = x + down(silu(gate(h)) * up(h)), h = post_attention_layernorm(x)
-    h = qwen_rms_norm(x, L.post_norm, c.rms_norm_eps);                                          // [B, L, H]
-    Tensor m = ops::silu_mul(ops::linear(h, *L.gate), ops::linear(h, *L.up));                   // [B, L, I]
-    ops::add_(x, ops::linear(m, *L.down));                                                      // [B, L, H]
+    h = qwen_rms_norm(x, L.post_norm, c.rms_norm_eps);  // [B, L, H]
+    ops::add_(x, L.mlp(h));                             // [B, L, H]
     // hidden_states[li + 1] is this layer's output (no final norm on any tap below num_layers).
     if (next_tap < options_.taps.size() && options_.taps[next_tap] == static_cast<int>(li + 1)) {
       out.select(2, static_cast<int64_t>(next_tap)).copy_from(x);  // [B, L, H]
@@ -278,9 +284,11 @@ double Qwen3Encoder::flops(int64_t batch, int64_t length) const {
 size_t Qwen3Encoder::weight_bytes() const {
   size_t total = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
   for (const Layer& L : layers_) {
-    for (const auto* p : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-      if (*p) total += (*p)->weight.nbytes();
-    total += L.input_norm.nbytes() + L.post_norm.nbytes() + L.q_norm.nbytes() + L.k_norm.nbytes();
+    for (const nn::Linear* p :
+         {&L.attn.to_q, &L.attn.to_k, &L.attn.to_v, &L.attn.to_out, &L.mlp.in, &L.mlp.up, &L.mlp.out})
+      total += p->parameter_bytes();
+    total +=
+        L.input_norm.nbytes() + L.post_norm.nbytes() + L.attn.norm.query.nbytes() + L.attn.norm.key.nbytes();
   }
   return total;
 }

@@ -15,7 +15,8 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
-#include "ops/linear.h"
+#include "nn/attention.h"
+#include "nn/mlp.h"
 #include "tokenizers/bpe_tokenizer.h"
 #include "tokenizers/qwen_prompt.h"
 
@@ -78,8 +79,9 @@ class Qwen3Encoder {
 
  private:
   struct Layer {
-    Tensor input_norm, post_norm, q_norm, k_norm;  // [H], [H], [D], [D]
-    std::shared_ptr<ops::PreparedLinear> q, k, v, o, gate, up, down;
+    Tensor input_norm, post_norm;      // [H]
+    nn::QkNormAttention attn;          // Qwen3Attention: q/k/v/o_proj, q_norm / k_norm [D]
+    nn::Mlp mlp{nn::MlpKind::SwiGlu};  // Qwen3MLP: in = gate_proj, up = up_proj, out = down_proj
   };
   Qwen3Encoder(Qwen3Config config, Qwen3EncoderOptions options);
   static void validate(const Qwen3Config& config, const Qwen3EncoderOptions& options);

@@ -12,7 +12,6 @@
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/norm.h"
 
 namespace fluxrt::models {
@@ -120,26 +119,24 @@ void T5Encoder::bind(const TensorStore& store) {
   } else {
     shared_ = binder.require("encoder.embed_tokens.weight", {c.vocab_size, D});
   }
-  auto lin = [&](const std::string& name, int64_t n, int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
-    Tensor w = binder.require(name, {n, k}, wdtype);
-    return w.defined() ? ops::prepare_linear(w, Tensor(), options_.device) : nullptr;
+  auto lin = [&](const std::string& name, int64_t n, int64_t k) {
+    return nn::Linear::prepare(binder.require(name, {n, k}, wdtype), Tensor(), options_.device);
   };
   // Several [n, k] weights stacked by rows into one linear (a copy: the mapping's tensors are
   // separate). Every name is required first, so the binder reports all problems at once.
-  auto fused = [&](const std::vector<std::string>& names, int64_t n,
-                   int64_t k) -> std::shared_ptr<ops::PreparedLinear> {
+  auto fused = [&](const std::vector<std::string>& names, int64_t n, int64_t k) {
     std::vector<Tensor> parts;
     for (const std::string& name : names) parts.push_back(binder.require(name, {n, k}, wdtype));
     for (const Tensor& w : parts)
-      if (!w.defined()) return nullptr;
+      if (!w.defined()) return nn::Linear();
     const int64_t rows = n * static_cast<int64_t>(parts.size());
     Tensor stacked = Tensor::empty({rows, k}, parts[0].dtype());  // [parts * n, k]
     for (size_t i = 0; i < parts.size(); ++i)
       stacked.narrow(0, static_cast<int64_t>(i) * n, n).copy_from(parts[i]);
-    auto p = ops::prepare_linear(stacked, Tensor(), options_.device);
+    nn::Linear p = nn::Linear::prepare(stacked, Tensor(), options_.device);
     // The CPU backends keep their own packed / reordered copy: drop the stacked one (a zero-memory
     // stand-in of the same shape) so those weights are not resident twice.
-    if (options_.device.is_cpu()) p->weight = Tensor::zeros({1, 1}, stacked.dtype()).expand({rows, k});
+    if (options_.device.is_cpu()) p.release_source();
     return p;
   };
   layers_.clear();
@@ -152,8 +149,8 @@ void T5Encoder::bind(const TensorStore& store) {
                   inner, D);
     L.o = lin(p + "0.SelfAttention.o.weight", D, inner);
     L.ff_norm = binder.require(p + "1.layer_norm.weight", {D}, wdtype);
-    L.wi = fused({p + "1.DenseReluDense.wi_0.weight", p + "1.DenseReluDense.wi_1.weight"}, F, D);
-    L.wo = lin(p + "1.DenseReluDense.wo.weight", D, F);
+    L.ff.in = fused({p + "1.DenseReluDense.wi_0.weight", p + "1.DenseReluDense.wi_1.weight"}, F, D);
+    L.ff.out = lin(p + "1.DenseReluDense.wo.weight", D, F);
   }
   // Only block 0 owns the relative position bias; the others reuse what it computes.
   Tensor bias = binder.require("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
@@ -196,9 +193,10 @@ T5Encoder T5Encoder::synthetic(const T5Config& config, const T5EncoderOptions& o
   // Each weight is prepared as soon as it exists and its source replaced by a zero-stride stand-in
   // (the backend keeps its own packed copy), so random weights are not resident twice.
   auto lin = [&](int64_t n, int64_t k) {
-    auto p = ops::prepare_linear(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
-                                 Tensor(), options.device);
-    p->weight = Tensor::zeros({1, 1}, wd).expand({n, k});
+    nn::Linear p =
+        nn::Linear::prepare(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
+                            Tensor(), options.device);
+    p.release_source();
     return p;
   };
   auto norm = [&](int64_t n) { return synthetic_tensor({n}, wd, ++s, 0.1f, 1.0f); };
@@ -211,8 +209,8 @@ T5Encoder T5Encoder::synthetic(const T5Config& config, const T5EncoderOptions& o
     L.qkv = lin(3 * inner, D);  // q, k, v stacked as bind() fuses them
     L.o = lin(D, inner);
     L.ff_norm = norm(D);
-    L.wi = lin(2 * F, D);  // wi_0, wi_1
-    L.wo = lin(D, F);
+    L.ff.in = lin(2 * F, D);  // wi_0, wi_1
+    L.ff.out = lin(D, F);
   }
   e.place_all();
   return e;
@@ -276,15 +274,13 @@ Tensor T5Encoder::forward(const Tensor& input_ids) const {
   for (const Layer& L : layers_) {
     // T5LayerSelfAttention: x = x + o(attention(T5LayerNorm(x)))
     Tensor h = ops::t5_rms_norm(x, L.attn_norm, c.layer_norm_epsilon);  // [B, L, D]
-    const Tensor qkv = ops::linear(h, *L.qkv).view({B, Lseq, 3, H, Dkv});  // [B, L, 3, H, Dkv]
+    const Tensor qkv = L.qkv(h).view({B, Lseq, 3, H, Dkv});             // [B, L, 3, H, Dkv]
     Tensor a = ops::attention(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), attn)
                    .view({B, Lseq, H * Dkv});                                  // [B, L, H*Dkv]
-    ops::add_(x, ops::linear(a, *L.o));                                        // [B, L, D]
+    ops::add_(x, L.o(a));                                                      // [B, L, D]
     // T5LayerFF with T5DenseGatedActDense: x = x + wo(gelu_tanh(wi_0 h) * wi_1 h)
     h = ops::t5_rms_norm(x, L.ff_norm, c.layer_norm_epsilon);                  // [B, L, D]
-    const Tensor wi = ops::linear(h, *L.wi);                                   // [B, L, 2F]
-    Tensor m = ops::gated_gelu(wi.narrow(2, 0, c.d_ff), wi.narrow(2, c.d_ff, c.d_ff));  // [B, L, F]
-    ops::add_(x, ops::linear(m, *L.wo));                                       // [B, L, D]
+    ops::add_(x, L.ff(h));                                                     // [B, L, D]
   }
   return ops::t5_rms_norm(x, final_norm_, c.layer_norm_epsilon);  // [B, L, D]
 }
@@ -303,8 +299,7 @@ double T5Encoder::flops(int64_t batch, int64_t length) const {
 size_t T5Encoder::weight_bytes() const {
   size_t total = (shared_.defined() ? shared_.nbytes() : 0) + (final_norm_.defined() ? final_norm_.nbytes() : 0);
   for (const Layer& L : layers_) {
-    for (const auto* p : {&L.qkv, &L.o, &L.wi, &L.wo})
-      if (*p) total += (*p)->weight.nbytes();
+    for (const nn::Linear* p : {&L.qkv, &L.o, &L.ff.in, &L.ff.out}) total += p->parameter_bytes();
     total += L.attn_norm.nbytes() + L.ff_norm.nbytes();
   }
   return total;

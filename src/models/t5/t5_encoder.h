@@ -21,7 +21,8 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
-#include "ops/linear.h"
+#include "nn/linear.h"
+#include "nn/mlp.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace fluxrt::models {
@@ -83,7 +84,8 @@ class T5Encoder {
   // (two); the outputs are used as strided views.
   struct Layer {
     Tensor attn_norm, ff_norm;  // [d_model]
-    std::shared_ptr<ops::PreparedLinear> qkv, o, wi, wo;
+    nn::Linear qkv, o;
+    nn::Mlp ff{nn::MlpKind::GatedGeluTanh};  // T5DenseGatedActDense: in = wi_0 | wi_1, out = wo
   };
   T5Encoder(T5Config config, T5EncoderOptions options);
   static void validate(const T5Config& config, const T5EncoderOptions& options);

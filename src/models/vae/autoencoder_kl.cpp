@@ -13,16 +13,15 @@
 #include "core/memory_info.h"
 #include "io/safetensors.h"
 #include "models/vae/banded_conv.h"
+#include "nn/linear.h"
 #include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
 #include "ops/tile_blend.h"
 #include "ops/vae_ops.h"
 
 namespace fluxrt::models {
 using PConv = std::shared_ptr<ops::PreparedConv2d>;
-using PLinear = std::shared_ptr<ops::PreparedLinear>;
 
 // ---------------------------------------------------------------------------------------------
 // config.json fields
@@ -142,7 +141,7 @@ struct Resnet {  // diffusers ResnetBlock2D (temb None, output_scale_factor 1)
 
 struct MidAttention {  // diffusers Attention(heads = 1, dim_head = C, residual, group_norm)
   Norm norm;
-  PLinear qkv, out;
+  nn::Linear qkv, out;
   int64_t channels = 0;
 };
 
@@ -192,12 +191,12 @@ struct AutoencoderKL::Impl {
     const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), L = H * W;
     Tensor h = group_norm(x, a.norm, false);                                  // [B, C, H, W]
     Tensor seq = h.view({B, C, L}).transpose(1, 2).contiguous();              // [B, L, C]
-    Tensor qkv = ops::linear(seq, *a.qkv);                                    // [B, L, 3C]
+    Tensor qkv = a.qkv(seq);                                                  // [B, L, 3C]
     Tensor q = qkv.slice(2, 0, C).unsqueeze(2);                               // [B, L, 1, C]
     Tensor k = qkv.slice(2, C, 2 * C).unsqueeze(2);                           // [B, L, 1, C]
     Tensor v = qkv.slice(2, 2 * C, 3 * C).unsqueeze(2);                       // [B, L, 1, C]
     Tensor o = ops::attention(q, k, v);                                       // [B, L, 1, C]
-    Tensor proj = ops::linear(o.view({B, L, C}), *a.out);                     // [B, L, C]
+    Tensor proj = a.out(o.view({B, L, C}));                                   // [B, L, C]
     Tensor back = proj.transpose(1, 2).contiguous().view({B, C, H, W});       // [B, C, H, W]
     return ops::add(back, x);                                                 // [B, C, H, W]
   }
@@ -415,22 +414,22 @@ struct Walk {
     if (record || !w.defined() || !b.defined()) return nullptr;
     return ops::prepare_conv2d(w, b, device);
   }
-  PLinear linear_qkv(const std::string& p, int64_t c) {
+  nn::Linear linear_qkv(const std::string& p, int64_t c) {
     std::vector<Tensor> ws, bs;
     for (const char* n : {"to_q", "to_k", "to_v"}) {
       ws.push_back(get(p + "." + n + ".weight", {c, c}, dtype));
       bs.push_back(get(p + "." + n + ".bias", {c}, dtype));
     }
-    if (record) return nullptr;
+    if (record) return nn::Linear();
     for (size_t i = 0; i < 3; ++i)
-      if (!ws[i].defined() || !bs[i].defined()) return nullptr;
-    return ops::prepare_linear(ops::concat(ws, 0), ops::concat(bs, 0), device);  // [3C, C], [3C]
+      if (!ws[i].defined() || !bs[i].defined()) return nn::Linear();
+    return nn::Linear::prepare(ops::concat(ws, 0), ops::concat(bs, 0), device);  // [3C, C], [3C]
   }
-  PLinear linear(const std::string& p, int64_t c) {
+  nn::Linear linear(const std::string& p, int64_t c) {
     Tensor w = get(p + ".weight", {c, c}, dtype);
     Tensor b = get(p + ".bias", {c}, dtype);
-    if (record || !w.defined() || !b.defined()) return nullptr;
-    return ops::prepare_linear(w, b, device);
+    if (record || !w.defined() || !b.defined()) return nn::Linear();
+    return nn::Linear::prepare(w, b, device);
   }
   Norm norm(const std::string& p, int64_t c) {
     Norm n;
