@@ -4,10 +4,9 @@
 // vae_files.cpp).
 #include "models/vae/autoencoder_kl.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory_info.h"
