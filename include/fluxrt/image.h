@@ -2,6 +2,7 @@
 // Images as the public API passes them: 8-bit RGB, row-major, no alpha. Requests take them as
 // reference and init images, results return them; these functions read and write PNG files so a
 // front end needs no image library of its own.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@ using TextChunks = std::vector<std::pair<std::string, std::string>>;
 // Reads any PNG (every colour type and bit depth) as RGB: alpha dropped, gray expanded, 16-bit
 // samples rounded. Error NotFound / Io / Format naming the file.
 Image read_png(const std::string& path);
+
+// Decodes an image file held in memory (a server's upload) as read_png reads a file: RGB, alpha
+// dropped. `name` appears in messages. Error Format when the bytes are not a readable image.
+Image decode_image(const void* data, size_t size, const std::string& name = "<memory>");
 
 // Encodes an RGB image as PNG bytes with the text chunks (UTF-8 values; keywords 1-79 Latin-1
 // characters), e.g. for a server's response. InvalidArgument for a malformed image or chunk.

@@ -31,6 +31,11 @@ fluxrt::Image io::to_public(io::Image image) {
 
 Image read_png(const std::string& path) { return io::to_public(io::read_png(path)); }
 
+Image decode_image(const void* data, size_t size, const std::string& name) {
+  return io::to_public(
+      io::decode_png(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), name));
+}
+
 std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text) {
   return io::encode_png(io::from_public(image), text);
 }
