@@ -54,4 +54,17 @@ struct GenerateOptions {
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
 int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Cancelled on Ctrl-C)
 
+// `fluxrt serve` (apps/server, docs/server.md).
+struct ServeOptions {
+  CLI::App* command = nullptr;
+  std::string model, components, host = "127.0.0.1", api_key, cors_origin, max_size = "2048x2048", dtype,
+                                 device, vae_tiling, config;
+  int port = 8080, max_queue = 32, max_batch = 1, batch_window_ms = 0, max_images = 4, threads = 0,
+      max_body_mb = 64;
+  uint64_t max_upload_pixels = 4096ull * 4096ull;
+  bool insecure_no_auth = false, low_memory = false, cuda_graphs = false;
+};
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& options);
+int run_serve(const ServeOptions& options);  // throws fluxrt::Error
+
 }  // namespace fluxrt::cli

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = fluxrt::cli::add_bench_command(app, bench_options);
   fluxrt::cli::GenerateOptions generate_options;
   CLI::App* generate = fluxrt::cli::add_generate_command(app, generate_options);
+  fluxrt::cli::ServeOptions serve_options;
+  CLI::App* serve = fluxrt::cli::add_serve_command(app, serve_options);
 
   try {
     app.parse(argc, argv);
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
     if (info->parsed()) return fluxrt::cli::run_info(info_options);
     if (bench->parsed()) return fluxrt::cli::run_bench(bench_options);
     if (generate->parsed()) return fluxrt::cli::run_generate(generate_options);
+    if (serve->parsed()) return fluxrt::cli::run_serve(serve_options);
   } catch (const fluxrt::Error& e) {
     // Ctrl-C: one line and the shell's exit code for SIGINT (128 + 2).
     if (e.code() == fluxrt::ErrorCode::Cancelled) {

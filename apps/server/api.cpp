@@ -1,0 +1,346 @@
+// Request parsing for the images API. The rules (docs/server.md): `prompt` is required; unknown
+// fields are ignored (the OpenAI SDK's extra_body puts seed, num_inference_steps, ... at the top
+// level, as SGLang and vLLM-Omni read them); a known field with a wrong type or value is a 400
+// naming it. Numbers are range-checked here, before the engine sees them, so that a huge or
+// negative value is a clear message and never an allocation.
+#include "api.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "fluxrt/image.h"
+#include "image_probe.h"
+
+namespace fluxrt::server {
+
+using nlohmann::json;
+
+class Fields {
+ public:
+  explicit Fields(const json* object) : json_(object) {}
+  explicit Fields(const std::vector<Part>* parts) : parts_(parts) {}
+
+  bool has(const std::string& name) const {
+    if (json_) return json_->contains(name) && !(*json_)[name].is_null();
+    return text(name) != nullptr;
+  }
+
+  std::optional<std::string> string(const std::string& name) const {
+    if (!has(name)) return std::nullopt;
+    if (json_) {
+      const json& v = (*json_)[name];
+      if (!v.is_string()) throw bad(name, "must be a string");
+      return v.get<std::string>();
+    }
+    return *text(name);
+  }
+
+  std::optional<int64_t> integer(const std::string& name, int64_t lo, int64_t hi) const {
+    if (!has(name)) return std::nullopt;
+    int64_t value = 0;
+    if (json_) {
+      const json& v = (*json_)[name];
+      if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) throw range(name, lo, hi);
+        value = int64_t(v.get<uint64_t>());
+      } else if (v.is_number_integer()) {
+        value = v.get<int64_t>();
+      } else if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                 v.get<double>() == std::floor(v.get<double>())) {
+        const double d = v.get<double>();
+        if (d < double(lo) || d > double(hi)) throw range(name, lo, hi);
+        value = int64_t(d);
+      } else {
+        throw bad(name, "must be an integer");
+      }
+    } else {
+      const std::string& s = *text(name);
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+      if (ec == std::errc::result_out_of_range) throw range(name, lo, hi);
+      if (ec != std::errc() || end != s.data() + s.size() || s.empty()) throw bad(name, "must be an integer");
+    }
+    if (value < lo || value > hi) throw range(name, lo, hi);
+    return value;
+  }
+
+  std::optional<double> number(const std::string& name, double lo, double hi) const {
+    if (!has(name)) return std::nullopt;
+    double value = 0;
+    if (json_) {
+      const json& v = (*json_)[name];
+      if (!v.is_number()) throw bad(name, "must be a number");
+      value = v.get<double>();
+    } else {
+      const std::string& s = *text(name);
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+      if (ec != std::errc() || end != s.data() + s.size() || s.empty()) throw bad(name, "must be a number");
+    }
+    if (!std::isfinite(value) || value < lo || value > hi)
+      throw bad(name, "must be a number from " + format(lo) + " to " + format(hi));
+    return value;
+  }
+
+  std::optional<bool> boolean(const std::string& name) const {
+    if (!has(name)) return std::nullopt;
+    if (json_) {
+      const json& v = (*json_)[name];
+      if (!v.is_boolean()) throw bad(name, "must be true or false");
+      return v.get<bool>();
+    }
+    const std::string& s = *text(name);
+    if (s == "true" || s == "1") return true;
+    if (s == "false" || s == "0") return false;
+    throw bad(name, "must be true or false");
+  }
+
+  static HttpError bad(const std::string& name, const std::string& what) {
+    return HttpError(400, "'" + name + "' " + what, name, "invalid_value");
+  }
+
+ private:
+  static std::string format(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+  }
+  static HttpError range(const std::string& name, int64_t lo, int64_t hi) {
+    return bad(name, "must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  const std::string* text(const std::string& name) const {
+    for (const Part& p : *parts_)
+      if (p.name == name && p.filename.empty()) return &p.content;
+    return nullptr;
+  }
+
+  const json* json_ = nullptr;
+  const std::vector<Part>* parts_ = nullptr;
+};
+
+bool valid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    static const uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
+size_t utf8_length(const std::string& text) {
+  return size_t(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+namespace {
+
+std::string checked_text(const Fields& f, const std::string& name, const ApiLimits& limits) {
+  std::string s = *f.string(name);
+  if (!valid_utf8(s)) throw Fields::bad(name, "is not valid UTF-8");
+  if (utf8_length(s) > size_t(limits.max_prompt_chars))
+    throw Fields::bad(name, "is longer than " + std::to_string(limits.max_prompt_chars) + " characters");
+  if (s.find('\0') != std::string::npos) throw Fields::bad(name, "contains a NUL character");
+  return s;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+// "WxH" with both sides multiples of the model's factor within the limits, or "auto".
+void parse_size(const std::string& size, const ApiLimits& limits, GenerateRequest& request) {
+  if (size == "auto") return;
+  const size_t x = size.find('x');
+  int w = 0, h = 0;
+  auto number = [](std::string_view s, int* out) {
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && end == s.data() + s.size() && !s.empty() && s[0] != '-' && s[0] != '+';
+  };
+  if (x == std::string::npos || !number(std::string_view(size).substr(0, x), &w) ||
+      !number(std::string_view(size).substr(x + 1), &h))
+    throw Fields::bad("size", "must be \"auto\" or \"WIDTHxHEIGHT\", e.g. \"1024x1024\"");
+  const int m = limits.size_multiple;
+  if (w < m || h < m || w % m != 0 || h % m != 0)
+    throw Fields::bad("size", "must have a width and a height that are positive multiples of " +
+                                  std::to_string(m) + " (got " + size + ")");
+  if (w > limits.max_width || h > limits.max_height)
+    throw Fields::bad("size", "is over this server's limit of " + std::to_string(limits.max_width) + "x" +
+                                  std::to_string(limits.max_height) + " (got " + size + ")");
+  request.width = w;
+  request.height = h;
+}
+
+uint64_t random_seed() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) ^ device();
+}
+
+// The fields both endpoints share.
+ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
+  ImageRequest r;
+  r.edit = edit;
+  if (!f.has("prompt")) throw HttpError(400, "'prompt' is required", "prompt", "missing_required_parameter");
+  r.request.prompts = {checked_text(f, "prompt", limits)};
+  if (auto model = f.string("model")) {
+    const auto& ids = limits.model_ids;
+    if (std::find(ids.begin(), ids.end(), *model) == ids.end())
+      throw HttpError(400, "unknown model '" + *model + "'; this server runs " + join(ids), "model",
+                      "model_not_found");
+  }
+  r.request.images_per_prompt = int(f.integer("n", 1, limits.max_images).value_or(1));
+  if (limits.default_width && limits.default_height) {
+    r.request.width = limits.default_width;
+    r.request.height = limits.default_height;
+  }
+  if (auto size = f.string("size")) {
+    if (*size == "auto") r.request.width.reset(), r.request.height.reset();
+    parse_size(*size, limits, r.request);
+  }
+  if (auto format = f.string("response_format")) {
+    if (*format != "b64_json" && *format != "url")
+      throw Fields::bad("response_format", "must be \"b64_json\" or \"url\"");
+    r.url = *format == "url";
+  }
+  if (auto format = f.string("output_format")) {
+    if (*format == "jpg") *format = "jpeg";
+    const auto& known = limits.output_formats;
+    if (std::find(known.begin(), known.end(), *format) == known.end())
+      throw Fields::bad("output_format", "must be one of " + join(known) + " (got \"" + *format + "\")");
+    r.output_format = *format;
+  }
+  r.output_compression = int(f.integer("output_compression", 0, 100).value_or(100));
+  if (auto user = f.string("user")) r.user = *user;
+  r.stream = f.boolean("stream").value_or(false);
+  r.partial_images = int(f.integer("partial_images", 0, 3).value_or(0));
+
+  // The extras SGLang and vLLM-Omni take at the top level. seed -1 is "random" (A1111, sd.cpp).
+  if (auto seed = f.integer("seed", -1, std::numeric_limits<int64_t>::max()); seed && *seed >= 0)
+    r.request.seed = uint64_t(*seed);
+  else
+    r.request.seed = random_seed();
+  if (auto steps = f.integer("num_inference_steps", 1, limits.max_steps))
+    r.request.steps = int(*steps);
+  else if (limits.default_steps)
+    r.request.steps = limits.default_steps;
+  if (auto g = f.number("guidance_scale", 0, 100))
+    r.request.guidance = float(*g);
+  else if (limits.default_guidance)
+    r.request.guidance = limits.default_guidance;
+  if (f.has("negative_prompt")) r.request.negative_prompt = checked_text(f, "negative_prompt", limits);
+  if (auto len = f.integer("max_sequence_length", 1, 4096)) r.request.max_sequence_length = int(*len);
+  if (auto cfg = f.number("true_cfg_scale", 0, 100)) {
+    if (!limits.flux1)
+      throw Fields::bad("true_cfg_scale", "is for FLUX.1 models; this server runs a FLUX.2 model");
+    r.request.true_cfg = float(*cfg);
+  }
+  return r;
+}
+
+Image decode_upload(const Part& part, const ApiLimits& limits) {
+  const std::string field = part.name;
+  const std::optional<ImageHeader> header = probe_image(part.content);
+  if (!header)
+    throw HttpError(400, "'" + field + "' (" + part.filename + ") is not a PNG, JPEG or WebP image", field,
+                    "invalid_image");
+  if (header->width == 0 || header->height == 0)
+    throw HttpError(400, "'" + field + "' declares an empty image", field, "invalid_image");
+  const uint64_t pixels = uint64_t(header->width) * header->height;
+  if (pixels > limits.max_upload_pixels)
+    throw HttpError(400,
+                    "'" + field + "' is " + std::to_string(header->width) + "x" +
+                        std::to_string(header->height) + ", over this server's limit of " +
+                        std::to_string(limits.max_upload_pixels) + " pixels",
+                    field, "image_too_large");
+  try {
+    return decode_image(part.content.data(), part.content.size(),
+                        part.filename.empty() ? field : part.filename);
+  } catch (const Error& e) {
+    throw HttpError(400, "'" + field + "' could not be read: " + std::string(e.what()), field,
+                    "invalid_image");
+  }
+}
+
+}  // namespace
+
+ImageRequest parse_generation(const std::string& body, const ApiLimits& limits) {
+  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded())
+    throw HttpError(400, "the request body is not valid JSON (or not UTF-8)", "", "invalid_json");
+  if (!doc.is_object()) throw HttpError(400, "the request body must be a JSON object", "", "invalid_json");
+  return parse_common(Fields(&doc), limits, false);
+}
+
+ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits) {
+  for (const Part& p : parts)
+    if (p.name == "mask")
+      throw HttpError(
+          400, "inpainting not supported: fluxrt has no mask support yet; send the images without 'mask'",
+          "mask", "unsupported_parameter");
+  const Fields fields(&parts);
+  ImageRequest r = parse_common(fields, limits, true);
+  std::vector<const Part*> images;
+  for (const Part& p : parts)
+    if (p.name == "image" || p.name == "image[]") {
+      if (p.filename.empty() && p.content.empty()) continue;
+      images.push_back(&p);
+    }
+  if (images.empty())
+    throw HttpError(400, "'image' is required (a file part)", "image", "missing_required_parameter");
+  const int most = limits.flux1 ? 1 : limits.max_reference_images;
+  if (int(images.size()) > most)
+    throw HttpError(400,
+                    "'image' takes at most " + std::to_string(most) +
+                        (limits.flux1 ? " image (the init image) " : " images ") + "with this model; got " +
+                        std::to_string(images.size()),
+                    "image", "invalid_value");
+  for (const Part* p : images) {
+    Image image = decode_upload(*p, limits);
+    const std::string name = p->filename.empty() ? p->name : p->filename;
+    if (limits.flux1) {
+      r.request.init_image = std::move(image);
+      r.request.init_image_name = name;
+    } else {
+      r.request.reference_images.push_back(std::move(image));
+      r.request.reference_image_names.push_back(name);
+    }
+  }
+  if (auto strength = fields.number("strength", 0, 1)) {
+    if (!limits.flux1)
+      throw Fields::bad("strength", "is for FLUX.1 img2img; this server runs a FLUX.2 model");
+    if (*strength <= 0) throw Fields::bad("strength", "must be above 0");
+    r.request.strength = float(*strength);
+  }
+  // Unsized edits take the first image's size (the engine's rule), which must fit the limits too.
+  if (!fields.has("size") || *fields.string("size") == "auto") {
+    r.request.width.reset();
+    r.request.height.reset();
+  }
+  return r;
+}
+
+}  // namespace fluxrt::server

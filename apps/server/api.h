@@ -1,0 +1,64 @@
+#pragma once
+// The OpenAI images API as fluxrt serves it (docs/server.md): the generation and edit requests
+// parsed and checked into a fluxrt::GenerateRequest, and the JSON the responses carry. Nothing
+// here touches the network or the engine; every bad field is an HttpError 400 naming it, raised
+// before the request is queued.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fluxrt/engine.h"
+#include "http_error.h"
+
+namespace fluxrt::server {
+
+// What the checks need to know about the server and the loaded model.
+struct ApiLimits {
+  int max_width = 2048, max_height = 2048;
+  int max_images = 4;  // n
+  int max_prompt_chars = 32000;
+  int max_steps = 500;
+  int max_reference_images = 4;
+  uint64_t max_upload_pixels = 4096ull * 4096ull;
+  int size_multiple = 16;              // the model's (ModelDefaults::size_multiple)
+  bool flux1 = false;                  // FLUX.1 takes an init image and true CFG; klein reference images
+  std::vector<std::string> model_ids;  // what `model` may name
+  std::vector<std::string> output_formats{"png"};  // the encoders built in
+  // Server-side defaults for unset fields (the run preset's, as `fluxrt generate` uses them).
+  std::optional<int> default_width, default_height, default_steps;
+  std::optional<float> default_guidance;
+};
+
+// A request field as it came: a JSON value (generations) or a multipart text part (edits).
+// Multipart parts are strings, so numbers and booleans there are parsed from text, strictly.
+class Fields;
+
+struct ImageRequest {
+  GenerateRequest request;
+  bool edit = false;
+  bool stream = false;
+  int partial_images = 0;
+  bool url = false;  // response_format "url"
+  std::string output_format = "png";
+  int output_compression = 100;
+  std::string user;
+};
+
+// A multipart part as the edit endpoint sees it.
+struct Part {
+  std::string name, filename, content_type, content;
+};
+
+// POST /v1/images/generations: `body` is the JSON text.
+ImageRequest parse_generation(const std::string& body, const ApiLimits& limits);
+// POST /v1/images/edits: the parts in order (repeated names allowed: image[]).
+ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits);
+
+// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& text);
+// Code points in well-formed UTF-8 text.
+size_t utf8_length(const std::string& text);
+
+}  // namespace fluxrt::server
