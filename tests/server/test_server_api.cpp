@@ -1,0 +1,390 @@
+// The server's endpoints and fields over real loopback HTTP on the demo model (2 steps): the
+// OpenAI response shapes, PNG text chunks equal to what the engine gives alone, edits, the SSE
+// event sequence, url responses, /models, /health while loading, /metrics, the page, auth, CORS,
+// the queue's 429, cancellation by disconnect, and the drain on shutdown and on SIGTERM.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "fluxrt/engine.h"
+#include "server_fixture.h"
+
+extern char** environ;
+
+namespace fluxrt::test {
+namespace {
+
+using nlohmann::json;
+
+class ServerApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = start_server(demo_options()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  httplib::Result post(const json& body) {
+    return client_->Post("/v1/images/generations", body.dump(), "application/json");
+  }
+  std::unique_ptr<httplib::Client> client_ = client_for(server_->port());
+  static server::ImageServer* server_;
+};
+server::ImageServer* ServerApi::server_ = nullptr;
+
+TEST_F(ServerApi, HealthAndModels) {
+  auto h = client_->Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(json_of(h)["status"], "ok");
+  auto m = client_->Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  const json j = json_of(m);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  for (const char* key : {"id", "object", "created", "owned_by", "family", "variant", "dtype"})
+    EXPECT_TRUE(j["data"][0].contains(key)) << key;
+  EXPECT_EQ(j["data"][0]["id"], "demo");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_EQ(json_of(client_->Get("/v1/models/demo"))["id"], "demo");
+  EXPECT_EQ(client_->Get("/v1/models/other")->status, 404);
+}
+
+TEST_F(ServerApi, GenerationMatchesTheEngineAloneWithTheCliTextChunks) {
+  auto r = post({{"prompt", "a red circle on a blue background"},
+                 {"size", "64x64"},
+                 {"seed", 7},
+                 {"num_inference_steps", 2},
+                 {"model", "demo"},
+                 {"user", "test"},
+                 {"quality", "high"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json_of(r);
+  EXPECT_TRUE(j["created"].is_number_integer());
+  EXPECT_EQ(j["size"], "64x64");
+  EXPECT_EQ(j["output_format"], "png");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_TRUE(j["data"][0]["revised_prompt"].is_null());
+  const std::string png = base64_decode(j["data"][0]["b64_json"]);
+
+  Engine engine(kDemoModel);
+  GenerateRequest request;
+  request.prompts = {"a red circle on a blue background"};
+  request.width = request.height = 64;
+  request.steps = 2;
+  request.seed = 7;
+  const GenerateResult alone = engine.generate(request);
+  const io::Image image = png_of(png);
+  EXPECT_EQ(image.pixels, alone.images[0].image.rgb);
+  const auto text = png_text_of(png);
+  for (const auto& [key, value] : metadata_text(alone.images[0].metadata))
+    EXPECT_EQ(text.at(key), value) << key;
+}
+
+TEST_F(ServerApi, NImagesSizesAndExtras) {
+  auto r = post({{"prompt", "a green star"},
+                 {"n", 2},
+                 {"size", "48x32"},
+                 {"seed", 3},
+                 {"num_inference_steps", 1},
+                 {"guidance_scale", 2.5},
+                 {"negative_prompt", "blurry"},
+                 {"max_sequence_length", 64},
+                 {"response_format", "b64_json"},
+                 {"unknown_field", {1, 2}}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json_of(r);
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["size"], "48x32");
+  const auto text = png_text_of(base64_decode(j["data"][1]["b64_json"]));
+  EXPECT_EQ(text.at("negative_prompt"), "blurry");
+  EXPECT_EQ(text.at("steps"), "1");
+  EXPECT_EQ(text.at("batch_index"), "1 of 2");
+  EXPECT_EQ(text.at("guidance"), "2.5");
+  EXPECT_EQ(text.at("max_sequence_length"), "64");
+  const io::Image image = png_of(base64_decode(j["data"][0]["b64_json"]));
+  EXPECT_EQ(image.width, 48);
+  EXPECT_EQ(image.height, 32);
+}
+
+TEST_F(ServerApi, RandomSeedWhenUnsetOrMinusOne) {
+  auto a = json_of(post({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 1}}));
+  auto b = json_of(post({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 1}, {"seed", -1}}));
+  EXPECT_NE(a["data"][0]["seed"], b["data"][0]["seed"]);
+}
+
+TEST_F(ServerApi, UrlResponsesAreFetchableOnce) {
+  const json body = {
+      {"prompt", "a blue square"}, {"size", "32x32"}, {"seed", 11}, {"num_inference_steps", 1}};
+  json with_url = body;
+  with_url["response_format"] = "url";
+  const json u = json_of(post(with_url));
+  const std::string url = u["data"][0]["url"];
+  const std::regex shape("http://127\\.0\\.0\\.1:[0-9]+(/v1/images/[0-9a-f]{32}/content)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(url, m, shape)) << url;
+  auto got = client_->Get(m[1].str());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(got->get_header_value("Content-Type"), "image/png");
+  const json b = json_of(post(body));
+  EXPECT_EQ(png_of(got->body).pixels, png_of(base64_decode(b["data"][0]["b64_json"])).pixels);
+  EXPECT_EQ(client_->Get("/v1/images/0123456789abcdef0123456789abcdef/content")->status, 404);
+  EXPECT_EQ(client_->Get("/v1/images/..%2F..%2Fetc%2Fpasswd/content")->status, 404);
+}
+
+TEST_F(ServerApi, StreamSendsStepEventsThenCompleted) {
+  auto r = post({{"prompt", "a pink ring"},
+                 {"size", "32x32"},
+                 {"seed", 5},
+                 {"num_inference_steps", 3},
+                 {"stream", true},
+                 {"partial_images", 2}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const auto events = sse_events(r->body);
+  ASSERT_EQ(events.size(), 4u) << r->body.substr(0, 500);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(events[i].first, "image_generation.partial_image");
+    EXPECT_EQ(events[i].second["type"], "image_generation.partial_image");
+    EXPECT_EQ(events[i].second["step"], i + 1);
+    EXPECT_EQ(events[i].second["steps"], 3);
+    EXPECT_EQ(events[i].second["partial_image_index"], i);
+  }
+  EXPECT_EQ(events[3].first, "image_generation.completed");
+  const json& done = events[3].second;
+  EXPECT_EQ(done["size"], "32x32");
+  EXPECT_EQ(done["output_format"], "png");
+  EXPECT_TRUE(done.contains("usage"));
+  const json plain =
+      json_of(post({{"prompt", "a pink ring"}, {"size", "32x32"}, {"seed", 5}, {"num_inference_steps", 3}}));
+  EXPECT_EQ(done["b64_json"], plain["data"][0]["b64_json"]);
+}
+
+TEST_F(ServerApi, EditsTakeReferenceImagesAndRefuseMasks) {
+  httplib::MultipartFormDataItems items = {
+      {"prompt", "a red circle on a blue background", "", ""},
+      {"image[]", png_bytes(64, 64, 200, 30, 30), "a.png", "image/png"},
+      {"image[]", png_bytes(64, 64, 30, 30, 200), "b.png", "image/png"},
+      {"seed", "9", "", ""},
+      {"num_inference_steps", "2", "", ""},
+  };
+  auto r = client_->Post("/v1/images/edits", items);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json_of(r);
+  EXPECT_EQ(j["size"], "64x64");  // the first image's size
+  const auto text = png_text_of(base64_decode(j["data"][0]["b64_json"]));
+  EXPECT_EQ(text.at("reference_images"), "a.png, b.png");
+
+  httplib::MultipartFormDataItems single = {{"prompt", "x", "", ""},
+                                            {"image", png_bytes(64, 64, 1, 2, 3), "one.png", "image/png"},
+                                            {"size", "32x32", "", ""},
+                                            {"num_inference_steps", "1", "", ""},
+                                            {"stream", "true", "", ""}};
+  auto s = client_->Post("/v1/images/edits", single);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  const auto events = sse_events(s->body);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].first, "image_edit.partial_image");
+  EXPECT_EQ(events[1].first, "image_edit.completed");
+
+  items.push_back({"mask", png_bytes(64, 64, 0, 0, 0), "mask.png", "image/png"});
+  auto m = client_->Post("/v1/images/edits", items);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 400);
+  EXPECT_EQ(json_of(m)["error"]["param"], "mask");
+  EXPECT_NE(json_of(m)["error"]["message"].get<std::string>().find("inpainting not supported"),
+            std::string::npos);
+}
+
+TEST_F(ServerApi, MetricsPageAndErrors) {
+  post({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 1}});
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  for (const char* name :
+       {"fluxrt_queue_depth ", "fluxrt_http_requests_total{", "fluxrt_images_generated_total ",
+        "fluxrt_steps_per_second ", "fluxrt_request_duration_seconds_bucket{le=\"+Inf\"}",
+        "fluxrt_batches_total{images=\"1\"}", "fluxrt_peak_resident_memory_bytes "})
+    EXPECT_NE(m->body.find(name), std::string::npos) << name;
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("<title>fluxrt</title>"), std::string::npos);
+  EXPECT_EQ(page->body.find("http://"), std::string::npos) << "the page must load nothing from elsewhere";
+  EXPECT_EQ(page->body.find("https://"), std::string::npos);
+  auto nf = client_->Get("/v2/nothing");
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_EQ(json_of(nf)["error"]["code"], "not_found");
+  auto na = client_->Get("/v1/images/generations");
+  EXPECT_EQ(na->status, 405);
+  EXPECT_EQ(na->get_header_value("Allow"), "POST");
+  EXPECT_EQ(client_->Delete("/v1/models")->status, 405);
+  EXPECT_FALSE(client_->Get("/health")->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST_F(ServerApi, DisconnectCancelsAtTheNextStep) {
+  auto doomed = client_for(server_->port());
+  std::thread t([&] {
+    doomed->Post("/v1/images/generations",
+                 json({{"prompt", "x"}, {"size", "64x64"}, {"num_inference_steps", 500}}).dump(),
+                 "application/json");
+  });
+  auto metric = [&](const std::string& name) {
+    const std::string body = client_->Get("/metrics")->body;
+    const size_t at = body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size() + 2));
+  };
+  const double cancelled_before = metric("fluxrt_requests_cancelled_total");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (metric("fluxrt_running_requests") < 1 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  doomed->stop();
+  t.join();
+  const auto stopped = std::chrono::steady_clock::now();
+  while (metric("fluxrt_running_requests") > 0 &&
+         std::chrono::steady_clock::now() - stopped < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(metric("fluxrt_running_requests"), 0);
+  EXPECT_EQ(metric("fluxrt_requests_cancelled_total"), cancelled_before + 1);
+  EXPECT_EQ(post({{"prompt", "still serving"}, {"size", "32x32"}, {"num_inference_steps", 1}})->status, 200);
+}
+
+TEST(ServerOptionsTest, ApiKeyCorsAndBinding) {
+  server::ServerOptions o = demo_options();
+  o.api_key = "sekret-key";
+  o.cors_origin = "http://example.test";
+  auto s = start_server(o);
+  auto c = client_for(s->port());
+  const std::string body = json({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 1}}).dump();
+  auto none = c->Post("/v1/images/generations", body, "application/json");
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json_of(none)["error"]["code"], "invalid_api_key");
+  auto wrong =
+      c->Post("/v1/images/generations", {{"Authorization", "Bearer sekret-kez"}}, body, "application/json");
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(c->Get("/v1/models", {{"Authorization", "Bearer sekret"}})->status, 401);
+  EXPECT_EQ(c->Get("/metrics")->status, 401);
+  EXPECT_EQ(c->Get("/health")->status, 200);  // for load balancers
+  auto ok =
+      c->Post("/v1/images/generations", {{"Authorization", "Bearer sekret-key"}}, body, "application/json");
+  EXPECT_EQ(ok->status, 200);
+  auto pre = c->Options("/v1/images/generations",
+                        {{"Origin", "http://example.test"}, {"Access-Control-Request-Method", "POST"}});
+  EXPECT_EQ(pre->status, 204);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "http://example.test");
+  auto other = c->Get("/health", {{"Origin", "http://evil.test"}});
+  EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+
+  server::ServerOptions open = demo_options();
+  open.host = "0.0.0.0";
+  server::ImageServer refused(open);
+  EXPECT_THROW(refused.start(), Error);
+  EXPECT_TRUE(server::is_loopback_host("127.0.0.2"));
+  EXPECT_FALSE(server::is_loopback_host("10.0.0.1"));
+  EXPECT_TRUE(server::constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(server::constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(server::constant_time_equal("abd", "abc"));
+}
+
+TEST(ServerLoading, HealthIsLoadingUntilTheModelIsReady) {
+  std::promise<void> release;
+  std::shared_future<void> go = release.get_future().share();
+  server::ServerOptions o = demo_options();
+  o.engine_factory = [go] {
+    go.wait();
+    return std::make_unique<Engine>(kDemoModel);
+  };
+  server::ImageServer s(o);
+  s.start();
+  auto c = client_for(s.port());
+  auto h = c->Get("/health");
+  EXPECT_EQ(h->status, 503);
+  EXPECT_EQ(json_of(h)["status"], "loading");
+  auto g = c->Post("/v1/images/generations", R"({"prompt":"x"})", "application/json");
+  EXPECT_EQ(g->status, 503);
+  EXPECT_EQ(json_of(g)["error"]["code"], "model_loading");
+  release.set_value();
+  s.wait_until_loaded();
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
+TEST(ServerQueue, FullQueueAnswers429WithRetryAfterAndShutdownDrains) {
+  server::ServerOptions o = demo_options();
+  o.max_queue = 1;
+  auto s = start_server(o);
+  const std::string slow = json({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 60}}).dump();
+  std::vector<std::future<int>> running;
+  for (int i = 0; i < 2; ++i) {
+    running.push_back(std::async(std::launch::async, [&] {
+      auto c = client_for(s->port());
+      auto r = c->Post("/v1/images/generations", slow, "application/json");
+      return r ? r->status : -1;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first runs, the second waits
+  }
+  auto c = client_for(s->port());
+  auto full = c->Post("/v1/images/generations", slow, "application/json");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 429);
+  EXPECT_GE(std::stoi(full->get_header_value("Retry-After")), 1);
+  EXPECT_EQ(json_of(full)["error"]["type"], "rate_limit_error");
+  s->shutdown();  // what was accepted finishes
+  for (auto& f : running) EXPECT_EQ(f.get(), 200);
+  EXPECT_FALSE(client_for(s->port())->Get("/health"));  // no longer listening
+}
+
+TEST(ServerCommand, SigtermFinishesTheRunningRequestAndExitsZero) {
+  const std::string binary = std::string(FLUXRT_BINARY_DIR) + "/fluxrt";
+  if (access(binary.c_str(), X_OK) != 0) GTEST_SKIP() << binary << " not built";
+  const std::string log = testing::TempDir() + "serve_sigterm.log";
+  const std::string command = "exec " + binary + " serve --port 0 --model " + kDemoModel + " 2>" + log;
+  pid_t pid = 0;
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  int port = 0;
+  const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::FILE* f = std::fopen(log.c_str(), "r");
+    if (!f) continue;
+    char buf[4096] = {};
+    std::string text(buf, std::fread(buf, 1, sizeof buf - 1, f));
+    std::fclose(f);
+    std::smatch m;
+    if (std::regex_search(text, m, listening)) port = std::stoi(m[1]);
+  }
+  ASSERT_GT(port, 0);
+  auto c = client_for(port);
+  for (int i = 0; i < 200 && (!c->Get("/health") || c->Get("/health")->status != 200); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto pending = std::async(std::launch::async, [port] {
+    auto r = client_for(port)->Post("/v1/images/generations",
+                                    R"({"prompt":"x","size":"32x32","num_inference_steps":20})",
+                                    "application/json");
+    return r ? r->status : -1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(pending.get(), 200);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace fluxrt::test
