@@ -1,0 +1,29 @@
+// The default suite's load test: 100 one-step requests from 16 concurrent clients (mixed sizes, some
+// streamed, some cancelled midway) against one server: none fails, the server still answers,
+// and nothing is left queued or running. The 1000-request version with the memory check is
+// test_server_load_slow.
+#include <cstdio>
+
+#include "load_driver.h"
+
+namespace fluxrt::test {
+namespace {
+
+TEST(ServerLoad, HundredRequestsSixteenClientsNoFailure) {
+  server::ServerOptions o = demo_options();
+  o.max_queue = 32;
+  auto s = start_server(o);
+  const LoadResult r = run_load(s->port(), 100, 16, 1);
+  std::printf("load: %d ok, %d cancelled, %d failed in %.1f s; latency p50 %.3f s, p99 %.3f s\n", r.ok,
+              r.cancelled, r.failed, r.wall_s, r.percentile(0.5), r.percentile(0.99));
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  EXPECT_EQ(r.failed, 0);
+  EXPECT_EQ(r.ok + r.cancelled, 100);
+  auto c = client_for(s->port());
+  EXPECT_EQ(c->Get("/health")->status, 200);
+  const std::string metrics = c->Get("/metrics")->body;
+  EXPECT_NE(metrics.find("fluxrt_queue_depth 0\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fluxrt::test
