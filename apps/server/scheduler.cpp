@@ -5,18 +5,6 @@
 #include "metrics.h"
 
 namespace fluxrt::server {
-namespace {
-
-// Until the engine runs batches itself: the same results, one engine call per request. The batch
-// keys are all "" until then (server.cpp), so this only runs if a caller sets one.
-std::vector<GenerateResult> generate_batch(Engine& engine, const std::vector<GenerateRequest>& requests,
-                                           const Callbacks& callbacks) {
-  std::vector<GenerateResult> results;
-  for (const GenerateRequest& r : requests) results.push_back(engine.generate(r, callbacks));
-  return results;
-}
-
-}  // namespace
 
 Job::State Job::state() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -183,13 +171,19 @@ void Scheduler::run(const std::vector<std::shared_ptr<Job>>& batch) {
     } else {
       std::vector<GenerateRequest> requests;
       for (const auto& job : batch) requests.push_back(job->request);
-      std::vector<GenerateResult> out = generate_batch(engine_, requests, callbacks);
+      std::vector<GenerateResult> out = engine_.generate_batch(requests, callbacks);
       for (size_t i = 0; i < out.size() && i < results.size(); ++i) results[i] = std::move(out[i]);
     }
   } catch (const Error& e) {
     failure = e;
   } catch (const std::exception& e) {
     failure.emplace(ErrorCode::Internal, e.what());
+  }
+  // One request the checks let through can fail a whole batch (generate_batch's rule): then each
+  // runs alone, so only its own client gets the error.
+  if (failure && batch.size() > 1 && failure->code() != ErrorCode::Cancelled) {
+    for (const auto& job : batch) run({job});
+    return;
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     Job& job = *batch[i];

@@ -500,6 +500,8 @@ void ImageServer::Impl::handle_images(const httplib::Request& req, httplib::Resp
                     "size", "invalid_value");
 
   auto job = std::make_shared<Job>(r.request);
+  // Requests with one key share a denoising loop (--max-batch); "" runs alone.
+  if (options_.max_batch > 1) job->batch_key = engine_->batch_key(r.request);
   if (!scheduler_->submit(job)) {
     if (state_ == State::Draining) throw HttpError(503, "the server is shutting down", "", "shutting_down");
     const double wait = scheduler_->mean_job_seconds() * (scheduler_->queued() + 1);
