@@ -174,6 +174,34 @@ TEST_F(CliGenerateFlux1, InitImageRendersTheImg2ImgImage) {
   EXPECT_LE(golden.max_abs, 2) << golden.str();
 }
 
+// A FluxImg2ImgPipeline folder is FLUX.1 to every part of the command (the pipeline registry);
+// the options check once took it for klein and refused --init-image.
+TEST_F(CliGenerateFlux1, Img2ImgPipelineFolderIsFlux1) {
+  const fs::path folder = tmp_ / "flux1-img2img";
+  fs::create_directories(folder);
+  for (const fs::directory_entry& e : fs::directory_iterator(kDev)) {
+    if (e.path().filename() == "model_index.json") continue;
+    fs::create_symlink(fs::absolute(e.path()), folder / e.path().filename());
+  }
+  std::string index = read_file(kDev / "model_index.json");
+  const size_t at = index.find("\"FluxPipeline\"");
+  ASSERT_NE(at, std::string::npos) << index;
+  index.replace(at, std::string("\"FluxPipeline\"").size(), "\"FluxImg2ImgPipeline\"");
+  std::ofstream(folder / "model_index.json") << index;
+  auto image_for = [&](const fs::path& model, const std::string& out) {
+    const int code = run("--model " + quote(model.string()) +
+                         " --prompt 'make it blue' --size 64x64 --steps 2 --seed 21 --max-sequence-length 16"
+                         " --init-image " +
+                         quote(kInitImage.string()) + " --strength 0.6 --out " +
+                         quote((tmp_ / out).string()) + " --filename x");
+    EXPECT_EQ(code, 0) << err_;
+    return fluxrt::io::read_png((tmp_ / out / "x.png").string());
+  };
+  const fluxrt::io::Image from_img2img = image_for(folder, "a");
+  const fluxrt::io::Image from_flux = image_for(kDev, "b");
+  EXPECT_TRUE(from_img2img.pixels == from_flux.pixels);
+}
+
 // Golden case dev_true_cfg: true_cfg_scale 4 with a negative prompt (two forwards per step).
 TEST_F(CliGenerateFlux1, TrueCfgWithNegativePromptRendersTheDiffusersImage) {
   const int code = run("--model " + quote(kDev.string()) +

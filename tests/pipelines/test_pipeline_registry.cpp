@@ -1,0 +1,65 @@
+// pipelines/pipeline.h's registry: which diffusers classes and transformer checkpoints each family
+// runs, what its requests may carry, and that the loaded pipelines report their own kind.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/pipeline.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+const std::filesystem::path kData = FLUXRT_TEST_DATA_DIR;
+
+TEST(PipelineRegistry, FindsEachFamilyByItsClasses) {
+  EXPECT_EQ(find_pipeline_kind("Flux2KleinPipeline"), &flux2_klein_kind());
+  EXPECT_EQ(find_pipeline_kind("FluxPipeline"), &flux1_kind());
+  // img2img folders have the FluxPipeline layout: the same family.
+  EXPECT_EQ(find_pipeline_kind("FluxImg2ImgPipeline"), &flux1_kind());
+  EXPECT_EQ(find_pipeline_kind("Flux2Pipeline"), nullptr);  // FLUX.2 dev: not run here
+  EXPECT_EQ(find_pipeline_kind(""), nullptr);
+  EXPECT_EQ(find_pipeline_kind("fluxpipeline"), nullptr);  // class names are exact
+  EXPECT_EQ(pipeline_kinds().size(), 2u);
+  EXPECT_EQ(supported_pipelines_text(), "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)");
+}
+
+TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
+  io::VariantInfo info;
+  info.family = io::ModelFamily::Flux1;
+  EXPECT_EQ(pipeline_kind_for_transformer(info), &flux1_kind());
+  info.family = io::ModelFamily::Flux2;
+  info.variant = io::ModelVariant::Flux2Klein4B;
+  EXPECT_EQ(pipeline_kind_for_transformer(info), &flux2_klein_kind());
+  info.variant = io::ModelVariant::Flux2Dev;
+  EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
+  info.family = io::ModelFamily::Unknown;
+  info.variant = io::ModelVariant::Unknown;
+  EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
+}
+
+TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {
+  EXPECT_TRUE(flux2_klein_kind().reference_images);
+  EXPECT_FALSE(flux2_klein_kind().img2img);
+  EXPECT_FALSE(flux2_klein_kind().true_cfg);
+  EXPECT_FALSE(flux1_kind().reference_images);
+  EXPECT_TRUE(flux1_kind().img2img);
+  EXPECT_TRUE(flux1_kind().true_cfg);
+  EXPECT_EQ(flux1_kind().weight_components.size(), 4u);  // two text encoders
+}
+
+TEST(PipelineRegistry, LoadsThroughTheFactoryAndReportsItsKind) {
+  const std::unique_ptr<Pipeline> klein = flux2_klein_kind().load(kData / "models" / "flux2-klein-tiny", {});
+  EXPECT_EQ(&klein->kind(), &flux2_klein_kind());
+  EXPECT_NE(dynamic_cast<Flux2KleinPipeline*>(klein.get()), nullptr);
+  const std::unique_ptr<Pipeline> flux1 = flux1_kind().load(kData / "models" / "flux1-dev-tiny", {});
+  EXPECT_EQ(&flux1->kind(), &flux1_kind());
+  const RequestDefaults d = flux1->request_defaults();
+  EXPECT_EQ(d.num_steps, 28);
+  ASSERT_TRUE(d.img2img_strength.has_value());
+  EXPECT_FALSE(klein->request_defaults().img2img_strength.has_value());
+}
+
+}  // namespace
+}  // namespace fluxrt::pipelines
