@@ -84,6 +84,9 @@ int run_serve(const ServeOptions& o) {
   server::ServerOptions s;
   s.model = run.model;
   s.engine = run.engine;
+  // resolve_run loads the VAE encoder only when its own request has images; a server's later
+  // requests may (/v1/images/edits), so it keeps the encoder.
+  s.engine.vae_encoder = true;
   s.host = o.host;
   s.port = o.port;
   s.api_key = o.api_key;
