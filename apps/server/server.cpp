@@ -397,7 +397,9 @@ void ImageServer::Impl::routes() {
     send_error(res, HttpError(500, "internal error", "", "internal_error"));
   });
 
-  http_.set_logger([this](const Request& req, const Response& res) {
+  // Counted before the response goes out (cpp-httplib calls a logger only after writing it), so a
+  // client that reads /metrics right after an answer finds that answer counted.
+  http_.set_post_routing_handler([this](const Request& req, Response& res) {
     metrics_.count_request(endpoint_of(req.path), res.status);
   });
 
