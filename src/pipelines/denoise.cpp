@@ -1,5 +1,6 @@
 #include "pipelines/denoise.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -48,13 +49,22 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
     for (Tensor& velocity : v)
       if (velocity.size(1) != latents.size(1)) velocity = velocity.narrow(1, 0, latents.size(1)).contiguous();
     const Tensor velocity = guided ? combine_guidance(v[0], v[1], *loop.guidance_scale) : v[0];
+    const int step = i - loop.first_step + 1;
+    const bool preview =
+        request.on_preview && std::find(request.preview_steps.begin(), request.preview_steps.end(), step) !=
+                                  request.preview_steps.end();
+    std::vector<io::Image> previews;
+    if (preview && loop.previewer && loop.previewer->ready())
+      previews = loop.previewer->preview(predicted_clean_latents(latents, velocity, schedule.sigmas[i]),
+                                         loop.grid_h, loop.grid_w, loop.width, loop.height);
     latents = euler_step(latents, velocity, schedule, i);
     // A step's time is the device's: the Euler step no longer downloads, so wait here, only
     // when someone reads the time (no per-step synchronisation otherwise).
     if (prof || request.on_step) ops::synchronize(loop.device);
     const double seconds = step_watch.seconds();
     if (prof) prof->add(kSpanDenoiseStep, seconds);
-    if (request.on_step) request.on_step(i - loop.first_step + 1, steps - loop.first_step, seconds);
+    if (preview) request.on_preview(step, std::move(previews));
+    if (request.on_step) request.on_step(step, steps - loop.first_step, seconds);
   }
   if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
   // Back for the next request of this shape only after a whole loop.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "pipelines/latent_preview.h"
 #include "pipelines/pipeline.h"
 #include "pipelines/schedule.h"
 #include "pipelines/step_graph.h"
@@ -40,7 +41,12 @@ struct DenoiseLoop {
   StepGraphCache* graph_cache = nullptr;
   Device device = Device::cpu();
   Profiler* profiler = nullptr;              // kSpanDenoiseStep per step, kSpanDenoiseTotal
-  const GenerateRequest* request = nullptr;  // its on_step and cancel
+  const GenerateRequest* request = nullptr;  // its on_step, cancel and previews
+  // For the request's previews: the colour map and the token grid (rows x columns, raster order)
+  // with the output size the previews are scaled to.
+  const LatentPreviewer* previewer = nullptr;
+  int64_t grid_h = 0, grid_w = 0;
+  int width = 0, height = 0;
   const char* who = "pipeline";              // names the pipeline in the cancellation message
 };
 

@@ -14,6 +14,7 @@
 #include "models/vae/flux1_vae.h"
 #include "pipelines/component_loading.h"
 #include "pipelines/flux1_pipeline.h"
+#include "pipelines/latent_preview.h"
 #include "pipelines/schedule.h"
 #include "pipelines/step_graph.h"
 #include "tokenizers/clip_tokenizer.h"
@@ -52,6 +53,8 @@ struct Flux1Pipeline::Impl {
   // With PipelineOptions::cuda_graphs: the resident transformer's step graphs, kept across
   // requests (null in low-memory mode, where each request records its own).
   std::unique_ptr<StepGraphCache> step_graphs;
+  // The preview colour map, fitted from every finished image (generate runs one call at a time).
+  LatentPreviewer previewer;
 
   // Reads and checks the folder's layout and configs; loads no weights. NotFound / Format /
   // Unsupported naming the folder or file on problems.

@@ -380,6 +380,11 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     loop.profiler = prof;
     loop.request = &request;
     loop.who = kWho;
+    loop.previewer = &m.previewer;
+    loop.grid_h = lh / 2;  // a token is a 2x2 latent patch
+    loop.grid_w = lw / 2;
+    loop.width = width;
+    loop.height = height;
     if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
       auto on_device = [&](const Tensor& t) {
         return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
@@ -417,7 +422,9 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     auto vae = m.vae_lease(/*with_encoder=*/false);
     ScopedTimer span(prof, kSpanVaeDecode);
     const Tensor image = vae->decode_latents(final_latents);  // [B, 3, H, W] on the device
-    result.images = to_images(models::postprocess_to_uint8(image));  // downloads
+    const Tensor u8 = models::postprocess_to_uint8(image);    // [B, H, W, 3]
+    result.images = to_images(u8);                            // downloads
+    m.previewer.observe(latents, u8, lh / 2, lw / 2);         // the next requests' preview colours
   }
   return result;
 }

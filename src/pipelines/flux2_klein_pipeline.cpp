@@ -250,6 +250,11 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     loop.profiler = prof;
     loop.request = &request;
     loop.who = kWho;
+    loop.previewer = &m.previewer;
+    loop.grid_h = lh;
+    loop.grid_w = lw;
+    loop.width = width;
+    loop.height = height;
     if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
@@ -286,7 +291,9 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/false);
     ScopedTimer span(prof, kSpanVaeDecode);
     const Tensor image = vae->decode_latents(final_latents);  // [B, 3, H, W] on the device
-    result.images = to_images(models::postprocess_to_uint8(image));  // downloads
+    const Tensor u8 = models::postprocess_to_uint8(image);    // [B, H, W, 3]
+    result.images = to_images(u8);                            // downloads
+    m.previewer.observe(latents, u8, lh, lw);                 // the next requests' preview colours
   }
   return result;
 }

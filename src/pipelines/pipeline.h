@@ -100,6 +100,11 @@ struct GenerateRequest {
   std::vector<NoiseGroup> noise_groups;
   StepCallback on_step;
   const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
+  // Previews (pipelines/latent_preview.h): after each step named in preview_steps (1-based, of
+  // the steps that run), on_preview gets one rough RGB image per image of the batch, before
+  // on_step; an empty list until the pipeline has finished an image to fit its colours from.
+  std::vector<int> preview_steps;
+  std::function<void(int step, std::vector<io::Image> previews)> on_preview;
 };
 
 struct GenerateResult {
