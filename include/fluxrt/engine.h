@@ -96,6 +96,12 @@ struct Progress {
   double step_seconds = 0;
   double elapsed_seconds = 0;  // denoising so far
   double eta_seconds = 0;      // the rest of the loop at the mean step time so far
+  // Only after the steps Callbacks::preview_steps names: a rough picture of where each image of
+  // the call is heading, in result order (generate_batch: every request's images in turn), at the
+  // output size. Cheap — the step's predicted clean latents mapped to colour per latent token by a
+  // fit the engine makes from the images it has finished, no VAE decode — and so empty until this
+  // engine has finished one image.
+  std::vector<Image> previews;
 };
 
 // Stops a generate call between steps: it then throws Error(Cancelled) and returns no image.
@@ -119,6 +125,7 @@ class CancelToken {
 struct Callbacks {
   std::function<void(const Progress&)> on_progress;  // may be empty
   CancelToken cancel;
+  std::vector<int> preview_steps;  // 1-based steps whose Progress carries previews
 };
 
 // What the engine knows about one generated image: the settings that made it, so it can be

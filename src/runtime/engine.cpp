@@ -234,7 +234,16 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
   }
   r.cancel = callbacks.cancel.flag();
   double elapsed = 0;
+  // The pipeline hands a step's previews over just before that step's on_step.
+  std::vector<fluxrt::Image> previews;
   if (callbacks.on_progress) {
+    if (!callbacks.preview_steps.empty()) {
+      r.preview_steps = callbacks.preview_steps;
+      r.on_preview = [&](int, std::vector<io::Image> images) {
+        previews.clear();
+        for (io::Image& image : images) previews.push_back(io::to_public(std::move(image)));
+      };
+    }
     r.on_step = [&](int step, int total, double seconds) {
       elapsed += seconds;
       fluxrt::Progress p;
@@ -243,6 +252,8 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
       p.step_seconds = seconds;
       p.elapsed_seconds = elapsed;
       p.eta_seconds = step > 0 ? elapsed / step * (total - step) : 0;
+      p.previews = std::move(previews);
+      previews.clear();
       callbacks.on_progress(p);
     };
   }
