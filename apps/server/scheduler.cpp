@@ -26,6 +26,13 @@ void Job::update(const std::function<void(State&)>& change) {
   changed_.notify_all();
 }
 
+std::optional<Image> Job::preview_at(int step) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [at, image] : previews_)
+    if (at == step) return image;
+  return std::nullopt;
+}
+
 Scheduler::Scheduler(Engine& engine, SchedulerOptions options, Metrics& metrics)
     : engine_(engine), options_(options), metrics_(metrics) {
   worker_ = std::thread([this] { work(); });
@@ -152,8 +159,25 @@ void Scheduler::run(const std::vector<std::shared_ptr<Job>>& batch) {
   auto all_cancelled = [&] {
     return std::all_of(batch.begin(), batch.end(), [](const auto& j) { return j->cancelled(); });
   };
+  for (const auto& job : batch)  // the engine previews every image at the union of the steps
+    for (const int step : job->preview_steps)
+      if (std::find(callbacks.preview_steps.begin(), callbacks.preview_steps.end(), step) ==
+          callbacks.preview_steps.end())
+        callbacks.preview_steps.push_back(step);
   callbacks.on_progress = [&](const Progress& p) {
     metrics_.observe_step(p.step_seconds);
+    // Previews come in result order: each job's images in turn. Stored before the step is
+    // published, so a stream that sees the step finds its preview.
+    size_t first_image = 0;
+    for (const auto& job : batch) {
+      const bool wanted =
+          std::find(job->preview_steps.begin(), job->preview_steps.end(), p.step) != job->preview_steps.end();
+      if (wanted && first_image < p.previews.size()) {
+        std::lock_guard<std::mutex> lock(job->mutex_);
+        job->previews_.emplace_back(p.step, p.previews[first_image]);
+      }
+      first_image += job->request.prompts.size() * size_t(job->request.images_per_prompt);
+    }
     for (const auto& job : batch)
       job->update([&](Job::State& s) {
         s.step = p.step;

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fluxrt/engine.h"
@@ -31,6 +32,9 @@ class Job {
 
   const GenerateRequest request;
   std::string batch_key;  // "" runs alone
+  // Steps (1-based, of those that run) after which the job wants a preview of its first image
+  // (stream: true with partial_images); set before submit.
+  std::vector<int> preview_steps;
   const Clock::time_point enqueued = Clock::now();
 
   // Snapshot of the job's state, for the waiting HTTP thread.
@@ -48,6 +52,9 @@ class Job {
   const std::optional<GenerateResult>& result() const { return result_; }
   const std::optional<Error>& error() const { return error_; }
 
+  // The preview stored for `step` (set before the state reports that step), if any.
+  std::optional<Image> preview_at(int step) const;
+
   // Asks the job to stop (a client that went away); safe from any thread, any time.
   void cancel() { cancel_.cancel(); }
   bool cancelled() const { return cancel_.cancelled(); }
@@ -59,6 +66,7 @@ class Job {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   State state_;
+  std::vector<std::pair<int, Image>> previews_;  // (step, preview), at most preview_steps.size()
   std::optional<GenerateResult> result_;
   std::optional<Error> error_;
   CancelToken cancel_;

@@ -504,6 +504,14 @@ void ImageServer::Impl::handle_images(const httplib::Request& req, httplib::Resp
   auto job = std::make_shared<Job>(r.request);
   // Requests with one key share a denoising loop (--max-batch); "" runs alone.
   if (options_.max_batch > 1) job->batch_key = engine_->batch_key(r.request);
+  // partial_images previews spread evenly over the steps that run (1 of 4 steps: after step 2).
+  if (r.stream)
+    for (int k = 1; k <= r.partial_images; ++k) {
+      const int step = std::clamp(int(std::lround(double(k) * plan.steps_run / (r.partial_images + 1))), 1,
+                                  std::max(plan.steps_run, 1));
+      if (std::find(job->preview_steps.begin(), job->preview_steps.end(), step) == job->preview_steps.end())
+        job->preview_steps.push_back(step);
+    }
   if (!scheduler_->submit(job)) {
     if (state_ == State::Draining) throw HttpError(503, "the server is shutting down", "", "shutting_down");
     const double wait = scheduler_->mean_job_seconds() * (scheduler_->queued() + 1);
@@ -572,8 +580,9 @@ void ImageServer::Impl::answer(const httplib::Request& req, httplib::Response& r
 }
 
 // stream: true. OpenAI's event names: <kind>.partial_image per denoising step (with the step and
-// the total; the public API has no preview hook, so b64_json is empty), then <kind>.completed per
-// image, or an `error` event when the job fails after the 200 went out.
+// the total; b64_json a PNG preview of the first image at the steps partial_images spreads over
+// the loop, once the engine has finished an image to fit its preview colours from, else empty),
+// then <kind>.completed per image, or an `error` event when the job fails after the 200 went out.
 void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& res, const ImageRequest& r,
                                const std::shared_ptr<Job>& job) {
   const std::string kind = r.edit ? "image_edit" : "image_generation";
@@ -599,11 +608,18 @@ void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& r
         const int64_t now = int64_t(std::time(nullptr));
         while (progress->sent_step < s.step) {
           const int step = ++progress->sent_step;
+          // A preview (PNG) at the steps partial_images asked for, once the engine can make one.
+          const std::optional<Image> preview = job->preview_at(step);
+          std::string b64;
+          if (preview) {
+            const std::vector<uint8_t> png = encode_png(*preview);
+            b64 = base64(std::string(png.begin(), png.end()));
+          }
           json e = {{"type", kind + ".partial_image"},
                     {"step", step},
                     {"steps", s.total},
                     {"partial_image_index", step - 1},
-                    {"b64_json", ""},
+                    {"b64_json", b64},
                     {"created_at", now},
                     {"size", size},
                     {"output_format", r.output_format},

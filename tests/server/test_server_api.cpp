@@ -172,6 +172,42 @@ TEST_F(ServerApi, StreamSendsStepEventsThenCompleted) {
   EXPECT_EQ(done["b64_json"], plain["data"][0]["b64_json"]);
 }
 
+// partial_images: previews at steps spread over the loop (2 over 4 steps: after steps 1 and 3,
+// round(4/3) and round(8/3)), PNGs of the output size; empty before the server has finished an image
+// to fit its preview colours from, present once it has.
+TEST_F(ServerApi, StreamCarriesPreviewsOnceAnImageHasFinished) {
+  const json body = {{"prompt", "a red circle on a blue background"},
+                     {"size", "32x32"},
+                     {"seed", 4},
+                     {"num_inference_steps", 4},
+                     {"stream", true},
+                     {"partial_images", 2}};
+  auto previews_of = [&]() {
+    auto r = post(body);
+    EXPECT_TRUE(r);
+    const auto events = sse_events(r->body);
+    EXPECT_EQ(events.size(), 5u) << r->body.substr(0, 300);
+    std::vector<std::string> b64;
+    for (size_t i = 0; i + 1 < events.size(); ++i) b64.push_back(events[i].second["b64_json"]);
+    return b64;
+  };
+  // The fixture's server is shared by the tests: finish one image first so the fit exists.
+  post({{"prompt", "a red circle on a blue background"},
+        {"size", "32x32"},
+        {"seed", 1},
+        {"num_inference_steps", 2}});
+  const std::vector<std::string> b64 = previews_of();
+  ASSERT_EQ(b64.size(), 4u);
+  EXPECT_EQ(b64[1], "");  // step 2: not asked
+  EXPECT_EQ(b64[3], "");  // step 4: the completed event has the image
+  for (int step : {1, 3}) {
+    ASSERT_FALSE(b64[step - 1].empty()) << "no preview at step " << step;
+    const auto png = png_of(base64_decode(b64[step - 1]));
+    EXPECT_EQ(png.width, 32);
+    EXPECT_EQ(png.height, 32);
+  }
+}
+
 TEST_F(ServerApi, EditsTakeReferenceImagesAndRefuseMasks) {
   httplib::MultipartFormDataItems items = {
       {"prompt", "a red circle on a blue background", "", ""},
