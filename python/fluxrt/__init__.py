@@ -1,0 +1,38 @@
+"""fluxrt: the FLUX image models (FLUX.2 klein, FLUX.1) on fluxrt's C++ engine, from Python, with
+diffusers' pipeline API (docs/python.md):
+
+    import fluxrt
+    pipe = fluxrt.FluxPipeline.from_pretrained()  # the bundled demo model; or a folder / repo id
+    image = pipe("a red circle on a blue background", generator=7).images[0]
+"""
+
+from __future__ import annotations
+
+from . import _fluxrt
+from ._errors import (BY_CODE, CancelledError, DeviceError, Error, FormatError, InternalError,
+                      InvalidArgumentError, IoError, NotFoundError, OutOfMemoryError, UnsupportedError)
+from .pipeline import FluxPipeline, FluxPipelineOutput, bundled_demo_model, png_bytes, save_png
+
+_fluxrt._register_error_classes(BY_CODE)
+
+__version__: str = _fluxrt.version()
+
+# diffusers' class names for the same pipeline, so that switching is a change of import.
+Flux2KleinPipeline = FluxPipeline
+FluxImg2ImgPipeline = FluxPipeline
+
+
+def inspect_model(model: str) -> dict:
+    """`fluxrt info`'s data for a model (variant, components, parameter counts, dtypes) from its
+    configs and checkpoint headers, without loading any weight."""
+    import json
+
+    return json.loads(_fluxrt.inspect_model(str(model)))
+
+
+__all__ = [
+    "CancelledError", "DeviceError", "Error", "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxPipeline",
+    "FluxPipelineOutput", "FormatError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
+    "OutOfMemoryError", "UnsupportedError", "__version__", "bundled_demo_model", "inspect_model", "png_bytes",
+    "save_png",
+]

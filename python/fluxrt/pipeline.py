@@ -1,0 +1,297 @@
+"""fluxrt.FluxPipeline: the engine behind the surface of diffusers' FLUX pipelines, so a script
+switches by changing its import (docs/python.md has the side-by-side example and what differs)."""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _fluxrt
+from ._errors import InvalidArgumentError
+from ._progress import make_bar
+
+_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "f32", "f32": "f32", "fp32": "f32", "float": "f32"}
+_DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32"}
+_DEMO_SIZE = (64, 64)
+
+
+def bundled_demo_model() -> str:
+    """The folder of the demo model shipped inside the package (models/demo of the source tree)."""
+    # Not resolved: in the build tree the .py files are links to the sources, and the demo model's
+    # link sits next to them.
+    return str(Path(__file__).parent / "models" / "demo")
+
+
+@dataclass
+class FluxPipelineOutput:
+    """What a pipeline call returns, as diffusers' output: ``images`` (PIL images, or uint8 numpy
+    arrays of shape (height, width, 3)), ``metadata`` (each image's settings, the PNG text chunks
+    ``fluxrt generate`` writes; also each PIL image's ``.info``) and ``timings`` (the timing report
+    of docs/cli.md as a dict, seconds throughout)."""
+
+    images: list[Any]
+    metadata: list[dict[str, str]] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, index: int) -> Any:  # out[0] is the images, as with diffusers' outputs
+        return (self.images,)[index]
+
+
+def _dtype_of(dtype: Any) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise InvalidArgumentError(f"dtype {name!r} is not supported: use \"bfloat16\" or \"float32\"")
+    return _DTYPES[name]
+
+
+def _seed_of(generator: Any) -> int:
+    if isinstance(generator, numbers.Integral) and not isinstance(generator, bool):
+        seed = int(generator)
+        if not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"generator: seed {seed} is outside [0, 2^64)")
+        return seed
+    torch = sys.modules.get("torch")  # accepted when the caller has torch; never imported here
+    if torch is not None and isinstance(generator, torch.Generator):
+        # The seed, not the state: a generator that has already drawn numbers counts as fresh.
+        return int(generator.initial_seed())
+    raise InvalidArgumentError(
+        "generator must be None, an int, a torch.Generator or a list of them, got "
+        f"{type(generator).__name__}")
+
+
+def _rgb_of(image: Any, what: str) -> tuple[int, int, bytes, str]:
+    """(width, height, RGB bytes, name) of a PIL image or an (H, W, 3) numpy array."""
+    if hasattr(image, "convert") and hasattr(image, "tobytes"):  # PIL, without importing it
+        rgb = image.convert("RGB")
+        return rgb.width, rgb.height, rgb.tobytes(), str(getattr(image, "filename", "") or "")
+    if isinstance(image, np.ndarray):
+        array = image
+        if array.ndim != 3 or array.shape[2] not in (3, 4):
+            raise InvalidArgumentError(f"{what}: a numpy image must be (height, width, 3), got {array.shape}")
+        if array.dtype != np.uint8:  # diffusers' float images in [0, 1]
+            array = np.clip(np.rint(array.astype(np.float64) * 255), 0, 255).astype(np.uint8)
+        array = np.ascontiguousarray(array[:, :, :3])
+        return array.shape[1], array.shape[0], array.tobytes(), ""
+    raise InvalidArgumentError(f"{what} must be a PIL image or a numpy array, got {type(image).__name__}")
+
+
+def _pil_module() -> Any:
+    try:
+        from PIL import Image
+    except ImportError:
+        return None
+    return Image
+
+
+class FluxPipeline:
+    """A FLUX.2 klein or FLUX.1 model loaded once, called like diffusers' pipelines. One pipeline
+    may be called from several threads (calls run one at a time); the GIL is released while the
+    engine works."""
+
+    def __init__(self, engine: _fluxrt.Engine, default_size: tuple[int, int] | None = None) -> None:
+        self._engine = engine
+        self._default_size = default_size  # (height, width) over the model's own
+        self._progress_bar_config: dict[str, Any] = {}
+        self._info: dict[str, Any] = json.loads(engine.info_json())
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str] | None = None, *,
+                        dtype: Any = "bfloat16", device: str = "cpu", threads: int | None = None,
+                        low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
+                        torch_dtype: Any = None, vae_encoder: bool = True) -> FluxPipeline:
+        """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
+        ``components=`` naming the folder of the other components when it is not next to it), or a
+        repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
+        downloaded. No argument: the bundled demo model. ``torch_dtype`` is accepted for
+        diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM."""
+        demo = pretrained_model_name_or_path is None
+        model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
+        precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
+        engine = _fluxrt.Engine(model, device=device, precision=precision, threads=threads,
+                                low_memory=low_memory,
+                                components=None if components is None else os.fspath(components),
+                                vae_encoder=vae_encoder)
+        # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
+        # model (configs/demo.yaml); its config's sample size would give 512x512 noise.
+        return cls(engine, default_size=_DEMO_SIZE if demo else None)
+
+    # What the model is: `fluxrt info`'s data (variant, components, parameter counts, dtypes).
+    @property
+    def info(self) -> dict[str, Any]:
+        return self._info
+
+    @property
+    def variant(self) -> str:
+        return self._engine.variant
+
+    @property
+    def device(self) -> str:
+        return self._engine.device
+
+    @property
+    def dtype(self) -> str:
+        return _DTYPE_NAMES[self._engine.precision]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """What unset arguments become: steps, guidance, width, height, max_sequence_length, ..."""
+        defaults = self._engine.defaults()
+        if self._default_size is not None:
+            defaults["height"], defaults["width"] = self._default_size
+        return defaults
+
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        """Options of the progress bar (tqdm's, e.g. ``disable=True``, ``desc=``, ``leave=``)."""
+        self._progress_bar_config = kwargs
+
+    def to(self, device: str) -> FluxPipeline:
+        """Moves the pipeline to ``device`` by opening the model again there (no-op when it is)."""
+        if device != self.device:
+            e = self._engine
+            self._engine = _fluxrt.Engine(e.model, device=device, precision=e.precision,
+                                          low_memory=e.low_memory)
+            self._info = json.loads(self._engine.info_json())
+        return self
+
+    def __call__(self, prompt: str | list[str] | None = None, negative_prompt: str | None = None,
+                 height: int | None = None, width: int | None = None, num_inference_steps: int | None = None,
+                 guidance_scale: float | None = None, true_cfg_scale: float | None = None,
+                 num_images_per_prompt: int = 1, generator: Any = None, image: Any = None,
+                 strength: float | None = None, max_sequence_length: int | None = 512,
+                 output_type: str = "pil", return_dict: bool = True,
+                 callback_on_step_end: Callable[..., Any] | None = None) -> Any:
+        """Generates ``len(prompt) x num_images_per_prompt`` images. ``generator``: None (a random
+        seed, recorded in the metadata), an int seed, a torch.Generator (its seed is read), or a
+        list of them, one per image. ``image``: FLUX.2 klein's reference image(s), FLUX.1's
+        img2img init image (noised by ``strength``). ``callback_on_step_end(pipe, step, timestep,
+        kwargs)`` runs after each step (0-based step; timestep None and kwargs {}: the engine
+        exposes neither). Ctrl-C stops at the next step with KeyboardInterrupt."""
+        if output_type not in ("pil", "np"):
+            raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
+        requests, batch = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
+                                         guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
+                                         image, strength, max_sequence_length)
+        results = self._run(requests, batch, callback_on_step_end)
+        out = self._output(results, output_type)
+        return out if return_dict else (out.images,)
+
+    def _requests(self, prompt: Any, negative_prompt: Any, height: Any, width: Any, steps: Any, guidance: Any,
+                  true_cfg: Any, images_per_prompt: Any, generator: Any, image: Any, strength: Any,
+                  max_sequence_length: Any) -> tuple[list[_fluxrt.Request], bool]:
+        if isinstance(prompt, str):
+            prompts = [prompt]
+        elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
+            prompts = list(prompt)
+        else:
+            raise InvalidArgumentError("prompt must be a string or a non-empty list of strings")
+        if negative_prompt is not None and not isinstance(negative_prompt, str):
+            raise InvalidArgumentError("negative_prompt must be a string (one for every prompt)")
+        if not isinstance(images_per_prompt, numbers.Integral) or images_per_prompt < 1:
+            raise InvalidArgumentError(
+                f"num_images_per_prompt must be a positive int, got {images_per_prompt!r}")
+        count = len(prompts) * int(images_per_prompt)
+        if self._default_size is not None and height is None and width is None and image is None:
+            height, width = self._default_size
+
+        def request(prompts_: list[str], per_prompt: int, seed: int) -> _fluxrt.Request:
+            r = _fluxrt.Request()
+            r.prompts = prompts_
+            r.images_per_prompt = per_prompt
+            r.seed = seed
+            r.negative_prompt = negative_prompt or ""
+            r.width, r.height, r.steps, r.guidance = width, height, steps, guidance
+            r.true_cfg, r.strength, r.max_sequence_length = true_cfg, strength, max_sequence_length
+            self._add_images(r, image)
+            return r
+
+        if isinstance(generator, (list, tuple)):
+            if len(generator) != count:
+                raise InvalidArgumentError(f"generator: a list of {len(generator)} for {count} images "
+                                           f"({len(prompts)} prompts x {images_per_prompt})")
+            # One request per image, each with its own seed, as diffusers draws each image's noise
+            # from its own generator; run as one batch when they may share one.
+            seeds = [_seed_of(g) for g in generator]
+            n = int(images_per_prompt)
+            requests = [request([prompts[i // n]], 1, s) for i, s in enumerate(seeds)]
+            keys = {self._engine.batch_key(r) for r in requests}
+            return requests, len(keys) == 1 and "" not in keys
+        seed = random.SystemRandom().getrandbits(63) if generator is None else _seed_of(generator)
+        return [request(prompts, int(images_per_prompt), seed)], False
+
+    def _add_images(self, r: _fluxrt.Request, image: Any) -> None:
+        if image is None:
+            return
+        images = list(image) if isinstance(image, (list, tuple)) else [image]
+        if self._info["variant"].get("family") == "flux.1":
+            if len(images) != 1:
+                raise InvalidArgumentError(f"image: FLUX.1 img2img takes one init image, got {len(images)}")
+            r.set_init_image(*_rgb_of(images[0], "image"))
+            return
+        for i, im in enumerate(images):
+            r.add_reference_image(*_rgb_of(im, f"image[{i}]"))
+
+    def _run(self, requests: list[_fluxrt.Request], batch: bool,
+             callback: Callable[..., Any] | None) -> list[dict]:
+        config = dict(self._progress_bar_config)
+        bar = None
+        if not config.get("disable", False):
+            plans = [self._engine.plan(r)["steps_run"] for r in requests]
+            bar = make_bar(plans[0] if batch else sum(plans), config)
+
+        def on_step(step: int, total: int, step_s: float, elapsed_s: float, eta_s: float) -> None:
+            if bar is not None:
+                bar.update(1)
+            if callback is not None:
+                callback(self, step - 1, None, {})
+
+        try:
+            return self._engine.generate(requests, batch=batch, on_step=on_step)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _output(self, results: list[dict], output_type: str) -> FluxPipelineOutput:
+        pil = _pil_module() if output_type == "pil" else None
+        images, metadata = [], []
+        for result in results:
+            for im in result["images"]:
+                w, h = im["width"], im["height"]
+                meta = dict(im["metadata"])
+                if pil is not None:
+                    picture = pil.frombytes("RGB", (w, h), im["rgb"])
+                    picture.info = dict(meta)
+                else:
+                    picture = np.frombuffer(im["rgb"], dtype=np.uint8).reshape(h, w, 3).copy()
+                images.append(picture)
+                metadata.append(meta)
+        timings = [json.loads(r["timing_json"]) for r in results]
+        if len(timings) == 1:
+            report = timings[0]
+        else:  # one call per request (reference or init images cannot share a batch)
+            report = {"calls": timings, "total_s": sum(t.get("total_s") or 0 for t in timings)}
+        return FluxPipelineOutput(images=images, metadata=metadata, timings=report)
+
+
+def png_bytes(image: Any, text: dict[str, str] | None = None) -> bytes:
+    """The image as PNG bytes with its settings as text chunks (a PIL image's ``.info``, else
+    ``text``): exactly the file ``fluxrt generate`` writes for the same image."""
+    width, height, rgb, _ = _rgb_of(image, "image")
+    if text is None:
+        text = dict(getattr(image, "info", None) or {})
+    return _fluxrt.encode_png(width, height, rgb, [(str(k), str(v)) for k, v in text.items()])
+
+
+def save_png(image: Any, path: str | os.PathLike[str], text: dict[str, str] | None = None) -> None:
+    """Writes png_bytes(image, text) to ``path``."""
+    Path(path).write_bytes(png_bytes(image, text))
+
+
+__all__ = ["FluxPipeline", "FluxPipelineOutput", "bundled_demo_model", "png_bytes", "save_png"]
