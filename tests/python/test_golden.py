@@ -1,0 +1,63 @@
+"""The tiny golden models through the Python package match diffusers' checked-in images (the
+cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pixel within 2/255,
+docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
+reference images (klein), img2img and true CFG (FLUX.1)."""
+
+import json
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fluxrt
+from conftest import DATA, MODELS
+
+KLEIN_CASES = ["t2i_64_red_f32", "ref_64_f32", "batch_2x2_f32", "base_cfg_negative_f32"]
+FLUX1_CASES = ["dev_64_red_f32", "schnell_64_f32", "dev_true_cfg_f32", "dev_img2img_s06_f32"]
+
+
+@lru_cache(maxsize=None)
+def pipeline(model):
+    pipe = fluxrt.FluxPipeline.from_pretrained(MODELS / model, dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def case(folder, name):
+    manifest = json.loads((DATA / folder / "manifest.json").read_text())
+    return next(c for c in manifest["cases"] if c["name"] == name)
+
+
+def expect_close(images, folder, spec):
+    outputs = spec.get("outputs", ["image_0.png"])
+    assert len(images) == len(outputs)
+    for image, name in zip(images, outputs):
+        expected = np.asarray(Image.open(DATA / folder / spec["name"] / name).convert("RGB")).astype(int)
+        diff = np.abs(np.asarray(image).astype(int) - expected).max()
+        assert diff <= 2, f"{spec['name']}/{name}: max abs difference {diff}"
+
+
+@pytest.mark.parametrize("name", KLEIN_CASES)
+def test_klein_matches_diffusers(name):
+    c = case("klein_pipeline", name)
+    refs = [Image.open(DATA / "klein_pipeline" / r) for r in c.get("reference_images", [])]
+    out = pipeline(c["model"])(
+        prompt=c["prompts"], negative_prompt=c["negative_prompt"] or None, height=c["height_arg"],
+        width=c["width_arg"], num_inference_steps=c["steps"], guidance_scale=c["guidance_scale"],
+        num_images_per_prompt=c["images_per_prompt"], generator=c["seed"], image=refs or None,
+        max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "klein_pipeline", c)
+
+
+@pytest.mark.parametrize("name", FLUX1_CASES)
+def test_flux1_matches_diffusers(name):
+    c = case("flux1_pipeline", name)
+    init = Image.open(DATA / "flux1_pipeline" / "inputs" / c["init_image"]) if "init_image" in c else None
+    out = pipeline(c["model"])(
+        prompt=c["prompts"], negative_prompt=c.get("negative_prompt"), height=c["height"], width=c["width"],
+        num_inference_steps=c["steps"], guidance_scale=c.get("guidance"),
+        true_cfg_scale=c.get("true_cfg_scale"),
+        num_images_per_prompt=c.get("images_per_prompt", 1), generator=c["seed"], image=init,
+        strength=c.get("strength"), max_sequence_length=c.get("max_sequence_length", 512))
+    expect_close(out.images, "flux1_pipeline", c)

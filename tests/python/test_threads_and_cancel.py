@@ -1,0 +1,121 @@
+"""Several Python threads on one pipeline (each call its own result, the GIL released meanwhile),
+and cancellation: a callback raising KeyboardInterrupt, Ctrl-C (SIGINT) sent from another thread,
+an error in a callback; each stops the call at the next step and leaves the pipeline usable."""
+
+import _thread
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fluxrt
+
+STEPS = 12
+ARGS = dict(height=64, width=64, num_inference_steps=STEPS, max_sequence_length=64)
+
+
+def pixels(out):
+    return np.asarray(out.images[0]).copy()
+
+
+def test_two_threads_on_one_pipeline(demo):
+    alone = {seed: pixels(demo("a red circle", generator=seed, **ARGS)) for seed in (1, 2)}
+    results, errors = {}, []
+    ticks = []
+
+    def worker(seed):
+        try:
+            results[seed] = pixels(demo("a red circle", generator=seed, **ARGS))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    # The GIL is released while the engine works: this thread keeps running meanwhile.
+    while any(t.is_alive() for t in threads):
+        ticks.append(time.monotonic())
+        time.sleep(0.001)
+    for t in threads:
+        t.join()
+    assert not errors
+    for seed in (1, 2):
+        assert np.array_equal(results[seed], alone[seed])
+    assert len(ticks) > 1
+
+
+def test_keyboard_interrupt_in_a_callback_cancels_at_the_next_step(demo):
+    steps = []
+
+    def callback(pipe, step, timestep, kwargs):
+        steps.append(step)
+        if step == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        demo("a red circle", generator=1, callback_on_step_end=callback, **ARGS)
+    assert steps == [0, 1]
+    assert len(demo("a red circle", generator=1, **ARGS).images) == 1
+
+
+def test_an_error_in_a_callback_is_raised_and_cancels(demo):
+    steps = []
+
+    def callback(pipe, step, timestep, kwargs):
+        steps.append(step)
+        raise ZeroDivisionError("from the callback")
+
+    with pytest.raises(ZeroDivisionError, match="from the callback"):
+        demo("a red circle", generator=1, callback_on_step_end=callback, **ARGS)
+    assert steps == [0]
+
+
+@pytest.mark.parametrize("how", ["sigint", "interrupt_main"])
+def test_ctrl_c_from_another_thread_cancels(demo, how):
+    reference = pixels(demo("a red circle", generator=4, **ARGS))
+    started = threading.Event()
+    steps = []
+
+    def callback(pipe, step, timestep, kwargs):
+        steps.append(step)
+        started.set()
+        time.sleep(0.02)  # long enough steps for the interrupt to land mid-loop
+
+    def interrupt():
+        started.wait()
+        if how == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)
+        else:
+            _thread.interrupt_main()
+
+    killer = threading.Thread(target=interrupt)
+    killer.start()
+    with pytest.raises(KeyboardInterrupt):
+        demo("a red circle", generator=4, callback_on_step_end=callback, **ARGS)
+    killer.join()
+    assert 1 <= len(steps) < STEPS
+    # usable afterwards, with the same images as before
+    assert np.array_equal(pixels(demo("a red circle", generator=4, **ARGS)), reference)
+
+
+def test_a_cancelled_call_does_not_disturb_another_thread(demo):
+    reference = pixels(demo("a red circle", generator=8, **ARGS))
+    result = {}
+
+    def worker():
+        result["image"] = pixels(demo("a red circle", generator=8, **ARGS))
+
+    def callback(pipe, step, timestep, kwargs):
+        if step == 0:
+            raise KeyboardInterrupt
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        demo("a red circle", generator=9, callback_on_step_end=callback, **ARGS)
+    t.join()
+    assert np.array_equal(result["image"], reference)
+    assert isinstance(fluxrt.CancelledError("x"), RuntimeError)
