@@ -96,9 +96,11 @@ class FluxPipeline:
     may be called from several threads (calls run one at a time); the GIL is released while the
     engine works."""
 
-    def __init__(self, engine: _fluxrt.Engine, default_size: tuple[int, int] | None = None) -> None:
+    def __init__(self, engine: _fluxrt.Engine, default_size: tuple[int, int] | None = None,
+                 open_options: dict[str, Any] | None = None) -> None:
         self._engine = engine
         self._default_size = default_size  # (height, width) over the model's own
+        self._open_options = open_options or {}  # the Engine's keyword arguments, for to()
         self._progress_bar_config: dict[str, Any] = {}
         self._info: dict[str, Any] = json.loads(engine.info_json())
 
@@ -115,13 +117,12 @@ class FluxPipeline:
         demo = pretrained_model_name_or_path is None
         model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
         precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
-        engine = _fluxrt.Engine(model, device=device, precision=precision, threads=threads,
-                                low_memory=low_memory,
-                                components=None if components is None else os.fspath(components),
-                                vae_encoder=vae_encoder)
+        options = dict(precision=precision, threads=threads, low_memory=low_memory,
+                       components=None if components is None else os.fspath(components), vae_encoder=vae_encoder)
+        engine = _fluxrt.Engine(model, device=device, **options)
         # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
         # model (configs/demo.yaml); its config's sample size would give 512x512 noise.
-        return cls(engine, default_size=_DEMO_SIZE if demo else None)
+        return cls(engine, default_size=_DEMO_SIZE if demo else None, open_options=options)
 
     # What the model is: `fluxrt info`'s data (variant, components, parameter counts, dtypes).
     @property
@@ -153,11 +154,10 @@ class FluxPipeline:
         self._progress_bar_config = kwargs
 
     def to(self, device: str) -> FluxPipeline:
-        """Moves the pipeline to ``device`` by opening the model again there (no-op when it is)."""
+        """Moves the pipeline to ``device`` by opening the model again there, with the options it
+        was opened with (no-op when it is there)."""
         if device != self.device:
-            e = self._engine
-            self._engine = _fluxrt.Engine(e.model, device=device, precision=e.precision,
-                                          low_memory=e.low_memory)
+            self._engine = _fluxrt.Engine(self._engine.model, device=device, **self._open_options)
             self._info = json.loads(self._engine.info_json())
         return self
 

@@ -221,6 +221,11 @@ def test_diffusers_class_names_and_torch_dtype_spelling():
     pipe = fluxrt.Flux2KleinPipeline.from_pretrained(torch_dtype="torch.float32")
     assert pipe.dtype == "float32"
     assert pipe.to("cpu") is pipe
+    pipe.set_progress_bar_config(disable=True)
+    on_cpu = pixels(pipe("a red circle", generator=2, **SMALL).images[0])
+    # cpu:1, the CPU posing as a second device (docs/cuda.md): reopened with the same dtype
+    assert pipe.to("cpu:1") is pipe and pipe.device == "cpu:1" and pipe.dtype == "float32"
+    assert np.array_equal(pixels(pipe("a red circle", generator=2, **SMALL).images[0]), on_cpu)
 
 
 def test_inspect_model_without_loading():
