@@ -198,8 +198,9 @@ class FluxPipeline:
             raise InvalidArgumentError(
                 f"num_images_per_prompt must be a positive int, got {images_per_prompt!r}")
         count = len(prompts) * int(images_per_prompt)
-        if self._default_size is not None and height is None and width is None and image is None:
-            height, width = self._default_size
+        if self._default_size is not None and image is None:  # with images: their size
+            height = self._default_size[0] if height is None else height
+            width = self._default_size[1] if width is None else width
 
         def request(prompts_: list[str], per_prompt: int, seed: int) -> _fluxrt.Request:
             r = _fluxrt.Request()

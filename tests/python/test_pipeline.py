@@ -54,6 +54,8 @@ def test_default_call_makes_a_pil_image_with_its_settings(demo):
     assert image.info["fluxrt_version"] == fluxrt.__version__
     assert out.metadata[0] == image.info
     assert out[0] is out.images
+    wide = demo("a red circle", generator=1, width=96, num_inference_steps=1, max_sequence_length=64)
+    assert wide.images[0].size == (96, 64)
 
 
 def test_timings_are_the_report_as_a_dict(demo):
