@@ -14,6 +14,10 @@ pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+# JPEG and WebP images in and out (libjpeg-dev is libjpeg-turbo on Debian; libwebp-dev ships the
+# demux and mux libraries used for EXIF and XMP chunks).
+pkg_check_modules(JPEG REQUIRED IMPORTED_TARGET libjpeg)
+pkg_check_modules(WEBP REQUIRED IMPORTED_TARGET libwebp libwebpdemux libwebpmux)
 # cpp-httplib (`fluxrt serve`): Debian ships it as a compiled library with a pkg-config file only.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 if(FLUXRT_BUILD_TESTS)

@@ -1,7 +1,11 @@
 #pragma once
 // Images as the public API passes them: 8-bit RGB, row-major, no alpha. Requests take them as
-// reference and init images, results return them; these functions read and write PNG files so a
-// front end needs no image library of its own.
+// reference and init images, results return them; these functions read PNG, JPEG and WebP and
+// write PNG, JPEG and WebP so a front end needs no image library of its own.
+//
+// Reading takes the format from the first bytes, never from a file name, refuses images wider or
+// taller than 16384 pixels before decoding any pixel, and applies an EXIF Orientation tag (JPEG,
+// WebP) so the pixels come out upright. Alpha is dropped without compositing in every format.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,13 +27,24 @@ using TextChunks = std::vector<std::pair<std::string, std::string>>;
 // samples rounded. Error NotFound / Io / Format naming the file.
 Image read_png(const std::string& path);
 
-// Decodes an image file held in memory (a server's upload) as read_png reads a file: RGB, alpha
-// dropped. `name` appears in messages. Error Format when the bytes are not a readable image.
+// Reads a PNG, JPEG (baseline or progressive; gray, YCbCr, CMYK or YCCK) or WebP (still;
+// lossy or lossless) file as RGB. Error NotFound / Io / Format naming the file.
+Image read_image(const std::string& path);
+
+// Decodes an image file held in memory (a server's upload) as read_image reads a file. `name`
+// appears in messages. Error Format when the bytes are not a readable PNG, JPEG or WebP.
 Image decode_image(const void* data, size_t size, const std::string& name = "<memory>");
 
 // Encodes an RGB image as PNG bytes with the text chunks (UTF-8 values; keywords 1-79 Latin-1
 // characters), e.g. for a server's response. InvalidArgument for a malformed image or chunk.
 std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text = {});
+
+// JPEG at `quality` 0-100 (libjpeg's scale; full-resolution chroma from 90). The text goes into
+// an XMP packet (one fluxrt:<key> element each; left out beyond JPEG's 64 KiB segment).
+std::vector<uint8_t> encode_jpeg(const Image& image, int quality = 90, const TextChunks& text = {});
+
+// WebP: lossy at `quality` 0-99, lossless (exact pixels) at 100. The text goes into an XMP chunk.
+std::vector<uint8_t> encode_webp(const Image& image, int quality = 100, const TextChunks& text = {});
 
 // Writes encode_png's bytes to `path` atomically: through a temporary file renamed over it, so
 // `path` never holds a partial image. Error Io naming the path.

@@ -161,7 +161,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
   while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
     if (bytes.size() + n > kMaxFileBytes) {
       std::fclose(f);
-      fail(ErrorCode::Format, "{}: larger than {} bytes, not read as a PNG", describe(path),
+      fail(ErrorCode::Format, "{}: larger than {} bytes, not read as an image", describe(path),
            kMaxFileBytes);
     }
     bytes.insert(bytes.end(), buf, buf + n);
@@ -359,6 +359,28 @@ Image decode_png(std::span<const uint8_t> data, std::string_view name) {
 Image read_png(const std::string& path) {
   const std::vector<uint8_t> bytes = read_file(path);
   return decode_png(bytes, path);
+}
+
+Image decode_image(std::span<const uint8_t> data, std::string_view name) {
+  const std::optional<ImageFormat> format = sniff_image_format(data);
+  if (!format) {
+    if (data.empty()) fail(ErrorCode::Format, "{}: empty file, not an image", describe(name));
+    fail(ErrorCode::Format, "{}: not a PNG, JPEG or WebP image", describe(name));
+  }
+  switch (*format) {
+    case ImageFormat::Png:
+      return decode_png(data, name);
+    case ImageFormat::Jpeg:
+      return decode_jpeg(data, name);
+    case ImageFormat::Webp:
+      return decode_webp(data, name);
+  }
+  fail(ErrorCode::Internal, "{}: unhandled image format", describe(name));
+}
+
+Image read_image(const std::string& path) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  return decode_image(bytes, path);
 }
 
 std::map<std::string, std::string> decode_png_text(std::span<const uint8_t> data,

@@ -1,5 +1,11 @@
 #pragma once
-// PNG images: reading any PNG into 8-bit pixels, writing with text metadata (prompt, seed, ...).
+// Images: reading PNG, JPEG and WebP into 8-bit pixels, writing PNG with text metadata (prompt,
+// seed, ...) and JPEG / WebP with the same text as XMP.
+//
+// The format is taken from the first bytes (decode_image, read_image), never from a file name.
+// Every decoder checks the dimensions in the header against kMaxImageSide before it allocates
+// pixels, so a small file declaring a huge image is refused. JPEG and WebP are returned upright:
+// an EXIF Orientation tag (JPEG APP1, WebP EXIF chunk) is applied and then forgotten.
 //
 // Reading accepts every PNG colour type and bit depth (gray, gray+alpha, RGB, RGBA, palette; 1-16
 // bits; interlaced or not) and converts to 8 bits per channel: 1 channel for gray, 3 for RGB or an
@@ -13,6 +19,7 @@
 // handling stays inside image.cpp; nothing here aborts on bad input.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -59,5 +66,34 @@ void write_png(const std::string& path, const Image& image, const TextChunks& te
 
 // Drops alpha (no compositing) and expands gray: always 3 channels.
 Image to_rgb(const Image& image);
+
+enum class ImageFormat { Png, Jpeg, Webp };
+// From the magic bytes; unset for anything else.
+std::optional<ImageFormat> sniff_image_format(std::span<const uint8_t> data);
+
+// Gray JPEGs give 1 channel, everything else (YCbCr, RGB, CMYK, YCCK; baseline or progressive)
+// 3. Truncated data is an error rather than grey fill.
+Image decode_jpeg(std::span<const uint8_t> data, std::string_view name = "<memory>");
+// 3 channels, or 4 when the file has alpha (as decode_png). Animated WebP is refused.
+Image decode_webp(std::span<const uint8_t> data, std::string_view name = "<memory>");
+// PNG, JPEG or WebP by magic bytes; Format error naming `name` for anything else.
+Image decode_image(std::span<const uint8_t> data, std::string_view name = "<memory>");
+Image read_image(const std::string& path);
+
+// `quality` 0-100 as libjpeg's (0 is clamped to 1); 4:2:0 chroma below 90, 4:4:4 from 90. Gray
+// images are written as gray JPEGs, alpha is dropped. The text goes into an XMP APP1 segment
+// (left out when it would not fit the segment's 64 KiB).
+std::vector<uint8_t> encode_jpeg(const Image& image, int quality, const TextChunks& text = {});
+// `quality` 0-99 is lossy WebP at that quality, 100 is lossless (exact pixels). Alpha is kept.
+// The text goes into an XMP chunk.
+std::vector<uint8_t> encode_webp(const Image& image, int quality, const TextChunks& text = {});
+
+// EXIF orientation 1-8 from an EXIF payload (a TIFF header and IFD0, optionally preceded by
+// "Exif\0\0"); 1 when the tag is absent or the payload is malformed, which is never an error.
+int exif_orientation(std::span<const uint8_t> exif);
+// Turns pixels stored with EXIF `orientation` upright (5-8 swap width and height).
+Image apply_orientation(const Image& image, int orientation);
+// The XMP packet encode_jpeg / encode_webp embed: one fluxrt:<key> element per text chunk.
+std::string xmp_packet(const TextChunks& text);
 
 }  // namespace fluxrt::io

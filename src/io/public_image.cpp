@@ -33,11 +33,21 @@ Image read_png(const std::string& path) { return io::to_public(io::read_png(path
 
 Image decode_image(const void* data, size_t size, const std::string& name) {
   return io::to_public(
-      io::decode_png(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), name));
+      io::decode_image(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), name));
 }
 
 std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text) {
   return io::encode_png(io::from_public(image), text);
+}
+
+Image read_image(const std::string& path) { return io::to_public(io::read_image(path)); }
+
+std::vector<uint8_t> encode_jpeg(const Image& image, int quality, const TextChunks& text) {
+  return io::encode_jpeg(io::from_public(image), quality, text);
+}
+
+std::vector<uint8_t> encode_webp(const Image& image, int quality, const TextChunks& text) {
+  return io::encode_webp(io::from_public(image), quality, text);
 }
 
 void write_png(const std::string& path, const Image& image, const TextChunks& text) {
