@@ -25,7 +25,7 @@ struct ApiLimits {
   int size_multiple = 16;              // the model's (ModelDefaults::size_multiple)
   bool flux1 = false;                  // FLUX.1 takes an init image and true CFG; klein reference images
   std::vector<std::string> model_ids;  // what `model` may name
-  std::vector<std::string> output_formats{"png"};  // the encoders built in
+  std::vector<std::string> output_formats{"png", "jpeg", "webp"};  // the encoders built in
   // Server-side defaults for unset fields (the run preset's, as `fluxrt generate` uses them).
   std::optional<int> default_width, default_height, default_steps;
   std::optional<float> default_guidance;

@@ -4,12 +4,26 @@
 
 namespace fluxrt::server {
 
-std::vector<std::string> output_formats() { return {"png"}; }
+std::vector<std::string> output_formats() { return {"png", "jpeg", "webp"}; }
 
-Encoded encode_output(const GeneratedImage& image, const std::string& format, int) {
-  if (format != "png") throw Error(ErrorCode::Unsupported, "output_format " + format + " is not built in");
-  const std::vector<uint8_t> png = encode_png(image.image, metadata_text(image.metadata));
-  return {std::string(png.begin(), png.end()), "image/png"};
+Encoded encode_output(const GeneratedImage& image, const std::string& format, int compression) {
+  // PNG carries the settings as text chunks, JPEG and WebP as an XMP packet with the same keys.
+  const TextChunks text = metadata_text(image.metadata);
+  std::vector<uint8_t> bytes;
+  std::string type;
+  if (format == "png") {
+    bytes = encode_png(image.image, text);
+    type = "image/png";
+  } else if (format == "jpeg") {
+    bytes = encode_jpeg(image.image, compression, text);
+    type = "image/jpeg";
+  } else if (format == "webp") {
+    bytes = encode_webp(image.image, compression, text);
+    type = "image/webp";
+  } else {
+    throw Error(ErrorCode::Unsupported, "output_format " + format + " is not built in");
+  }
+  return {std::string(bytes.begin(), bytes.end()), type};
 }
 
 std::string base64(const std::string& bytes) {

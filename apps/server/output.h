@@ -15,7 +15,8 @@ struct Encoded {
 
 // The output_format values this build encodes.
 std::vector<std::string> output_formats();
-// `compression` 0-100 as OpenAI's output_compression (jpeg/webp quality; ignored for png).
+// `compression` 0-100 as OpenAI's output_compression: the JPEG quality, the WebP quality with
+// 100 meaning lossless; ignored for PNG (always lossless).
 Encoded encode_output(const GeneratedImage& image, const std::string& format, int compression);
 
 std::string base64(const std::string& bytes);

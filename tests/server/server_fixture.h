@@ -91,6 +91,34 @@ inline std::string png_bytes(int w, int h, uint8_t r, uint8_t g, uint8_t b) {
   return std::string(png.begin(), png.end());
 }
 
+// The bytes as an image of any format fluxrt reads (PNG, JPEG, WebP).
+inline io::Image image_of(const std::string& bytes) {
+  return io::decode_image(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+}
+
+// A smooth w x h RGB image (lossy uploads stay close to it).
+inline io::Image gradient_image(int w, int h) {
+  io::Image image;
+  image.width = w;
+  image.height = h;
+  image.channels = 3;
+  image.pixels.resize(size_t(w) * h * 3);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c)
+        image.pixels[(size_t(y) * w + x) * 3 + c] = uint8_t(x * 150 / w + y * 60 / h + c * 20);
+  return image;
+}
+
+inline std::string as_string(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+inline std::string jpeg_bytes(int w, int h) { return as_string(io::encode_jpeg(gradient_image(w, h), 90)); }
+inline std::string webp_bytes(int w, int h, int quality = 80) {
+  return as_string(io::encode_webp(gradient_image(w, h), quality));
+}
+
 // Parses an SSE body into (event, data) pairs.
 inline std::vector<std::pair<std::string, nlohmann::json>> sse_events(const std::string& body) {
   std::vector<std::pair<std::string, nlohmann::json>> events;

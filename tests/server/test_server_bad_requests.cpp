@@ -95,6 +95,7 @@ std::vector<Case> corpus() {
     return j;
   };
   const std::string png = png_bytes(64, 64, 10, 20, 30);
+  const std::string jpeg = jpeg_bytes(64, 64), webp = webp_bytes(64, 64);
   std::vector<Case> c = {
       {"malformed JSON", G, J, R"({"prompt": "x", )", 400},
       {"JSON array", G, J, "[1, 2]", 400},
@@ -158,6 +159,10 @@ std::vector<Case> corpus() {
        "image"},
       {"edits PNG bomb", E, kMultipart, multipart({{"prompt", "", "x"}, {"image", "bomb.png", png_bomb()}}),
        400, "image"},
+      {"edits truncated JPEG", E, kMultipart,
+       multipart({{"prompt", "", "x"}, {"image", "a.jpg", jpeg.substr(0, jpeg.size() / 2)}}), 400, "image"},
+      {"edits truncated WebP", E, kMultipart,
+       multipart({{"prompt", "", "x"}, {"image", "a.webp", webp.substr(0, webp.size() / 2)}}), 400, "image"},
       {"edits WebP bomb", E, kMultipart,
        multipart({{"prompt", "", "x"}, {"image", "bomb.webp", webp_bomb()}}), 400, "image"},
       {"edits five images", E, kMultipart,

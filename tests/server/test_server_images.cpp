@@ -1,0 +1,126 @@
+// Images in and out of the server: JPEG and WebP uploads to /v1/images/edits give what the
+// engine gives with the same decoded image, output_format jpeg / webp answers (b64_json and url,
+// with their Content-Type) decode to the requested size and carry the settings as XMP, and bad
+// uploads of each format are a 400 naming `image`.
+#include <regex>
+
+#include "fluxrt/engine.h"
+#include "fluxrt/image.h"
+#include "server_fixture.h"
+
+namespace fluxrt::test {
+namespace {
+
+using nlohmann::json;
+
+fluxrt::Image public_image(const std::string& bytes) {
+  return decode_image(bytes.data(), bytes.size(), "upload");
+}
+
+class ServerImages : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = start_server(demo_options()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  httplib::Result post(const json& body) {
+    return client_->Post("/v1/images/generations", body.dump(), "application/json");
+  }
+  std::unique_ptr<httplib::Client> client_ = client_for(server_->port());
+  static server::ImageServer* server_;
+};
+server::ImageServer* ServerImages::server_ = nullptr;
+
+TEST_F(ServerImages, JpegAndWebpUploadsAreReferenceImages) {
+  const std::string prompt = "a red circle on a blue background";
+  for (const std::string& upload : {jpeg_bytes(80, 64), webp_bytes(80, 64)}) {
+    httplib::MultipartFormDataItems items = {{"prompt", prompt, "", ""},
+                                             {"image", upload, "photo", "application/octet-stream"},
+                                             {"seed", "4", "", ""},
+                                             {"num_inference_steps", "2", "", ""}};
+    auto r = client_->Post("/v1/images/edits", items);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json_of(r);
+    EXPECT_EQ(j["size"], "80x64");  // the upload's size
+
+    Engine engine(kDemoModel);
+    GenerateRequest request;
+    request.prompts = {prompt};
+    request.steps = 2;
+    request.seed = 4;
+    request.reference_images = {public_image(upload)};
+    const GenerateResult alone = engine.generate(request);
+    EXPECT_EQ(png_of(base64_decode(j["data"][0]["b64_json"])).pixels, alone.images[0].image.rgb);
+  }
+}
+
+TEST_F(ServerImages, OutputFormatsDecodeToTheRequestedSize) {
+  const json body = {{"prompt", "a green star"}, {"size", "48x32"}, {"seed", 3}, {"num_inference_steps", 1}};
+  const io::Image png = png_of(base64_decode(json_of(post(body))["data"][0]["b64_json"]));
+  for (const auto& [format, compression, type] : {std::tuple{"jpeg", 90, "image/jpeg"},
+                                                  {"jpg", 50, "image/jpeg"},
+                                                  {"webp", 80, "image/webp"},
+                                                  {"webp", 100, "image/webp"}}) {
+    json b = body;
+    b["output_format"] = format;
+    b["output_compression"] = compression;
+    const json j = json_of(post(b));
+    ASSERT_TRUE(j.contains("data")) << j.dump();
+    EXPECT_EQ(j["output_format"], std::string(format) == "jpg" ? "jpeg" : format);
+    const std::string bytes = base64_decode(j["data"][0]["b64_json"]);
+    const io::Image image = image_of(bytes);
+    EXPECT_EQ(image.width, 48) << format;
+    EXPECT_EQ(image.height, 32) << format;
+    if (compression == 100) {
+      EXPECT_EQ(io::to_rgb(image).pixels, png.pixels) << "lossless WebP";
+    }
+    EXPECT_NE(bytes.find("<fluxrt:seed>3</fluxrt:seed>"), std::string::npos) << format;
+
+    b["response_format"] = "url";
+    const std::string url = json_of(post(b))["data"][0]["url"];
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(url, m, std::regex("http://[^/]+(/v1/images/[0-9a-f]+/content)"))) << url;
+    auto got = client_->Get(m[1].str());
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->status, 200);
+    EXPECT_EQ(got->get_header_value("Content-Type"), type);
+    EXPECT_EQ(image_of(got->body).width, 48);
+  }
+}
+
+TEST_F(ServerImages, BadUploadsOfEachFormatName400Image) {
+  const std::string jpeg = jpeg_bytes(32, 32), webp = webp_bytes(32, 32), png = png_bytes(32, 32, 1, 2, 3);
+  std::string jpeg_bomb = jpeg;  // the frame header declares 30000 x 30000 (over the upload limit)
+  for (size_t i = 2; i + 8 < jpeg_bomb.size();
+       i += 2 + (size_t(uint8_t(jpeg_bomb[i + 2])) << 8 | uint8_t(jpeg_bomb[i + 3])))
+    if (uint8_t(jpeg_bomb[i + 1]) == 0xC0 || uint8_t(jpeg_bomb[i + 1]) == 0xC1) {
+      jpeg_bomb[i + 5] = jpeg_bomb[i + 7] = char(30000 >> 8);
+      jpeg_bomb[i + 6] = jpeg_bomb[i + 8] = char(30000 & 0xFF);
+      break;
+    }
+  const std::vector<std::pair<std::string, std::string>> uploads = {
+      {"truncated JPEG", jpeg.substr(0, jpeg.size() / 2)},
+      {"JPEG header only", jpeg.substr(0, 3)},
+      {"JPEG bomb", jpeg_bomb},
+      {"truncated WebP", webp.substr(0, webp.size() / 2)},
+      {"WebP header only", webp.substr(0, 12)},
+      {"truncated PNG", png.substr(0, png.size() / 2)},
+      {"empty file", ""},
+  };
+  for (const auto& [what, bytes] : uploads) {
+    httplib::MultipartFormDataItems items = {{"prompt", "x", "", ""},
+                                             {"image", bytes, "up.bin", "image/jpeg"}};
+    auto r = client_->Post("/v1/images/edits", items);
+    ASSERT_TRUE(r) << what;
+    EXPECT_EQ(r->status, 400) << what << ": " << r->body;
+    const json j = json_of(r);
+    EXPECT_EQ(j["error"]["param"], "image") << what << ": " << r->body;
+    EXPECT_EQ(j["error"]["message"].get<std::string>().find('\n'), std::string::npos) << what;
+  }
+  EXPECT_EQ(client_->Get("/health")->status, 200);  // and it keeps serving
+}
+
+}  // namespace
+}  // namespace fluxrt::test
