@@ -1,7 +1,8 @@
 // Images in and out of the server: JPEG and WebP uploads to /v1/images/edits give what the
 // engine gives with the same decoded image, output_format jpeg / webp answers (b64_json and url,
-// with their Content-Type) decode to the requested size and carry the settings as XMP, and bad
-// uploads of each format are a 400 naming `image`.
+// with their Content-Type) decode to the requested size and carry the settings as XMP, and the
+// FLUX.1 img2img path (the first image as the init image, with strength) equals
+// fluxrt::Engine::generate with that init image and strength.
 #include <regex>
 
 #include "fluxrt/engine.h"
@@ -12,6 +13,9 @@ namespace fluxrt::test {
 namespace {
 
 using nlohmann::json;
+
+const std::string kFlux1Tiny =
+    (std::filesystem::path(FLUXRT_SOURCE_DIR) / "tests" / "data" / "models" / "flux1-dev-tiny").string();
 
 fluxrt::Image public_image(const std::string& bytes) {
   return decode_image(bytes.data(), bytes.size(), "upload");
@@ -120,6 +124,58 @@ TEST_F(ServerImages, BadUploadsOfEachFormatName400Image) {
     EXPECT_EQ(j["error"]["message"].get<std::string>().find('\n'), std::string::npos) << what;
   }
   EXPECT_EQ(client_->Get("/health")->status, 200);  // and it keeps serving
+}
+
+// The missing test of the FLUX.1 img2img path: the server on the tiny FLUX.1-dev model.
+TEST(ServerFlux1, Img2imgEqualsTheEngineWithTheSameInitImageAndStrength) {
+  server::ServerOptions o = demo_options();
+  o.model = kFlux1Tiny;
+  const auto server = start_server(o);
+  const auto client = client_for(server->port());
+  const std::string init = png_bytes(64, 64, 200, 120, 40);
+  httplib::MultipartFormDataItems items = {{"prompt", "an orange square", "", ""},
+                                           {"image", init, "init.png", "image/png"},
+                                           {"strength", "0.5", "", ""},
+                                           {"size", "64x64", "", ""},
+                                           {"seed", "13", "", ""},
+                                           {"num_inference_steps", "4", "", ""}};
+  auto r = client->Post("/v1/images/edits", items);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string png = base64_decode(json_of(r)["data"][0]["b64_json"]);
+
+  Engine engine(kFlux1Tiny);
+  GenerateRequest request;
+  request.prompts = {"an orange square"};
+  request.width = request.height = 64;
+  request.steps = 4;
+  request.seed = 13;
+  request.init_image = public_image(init);
+  request.strength = 0.5f;
+  const GenerateResult alone = engine.generate(request);
+  EXPECT_EQ(png_of(png).pixels, alone.images[0].image.rgb);
+  const auto text = png_text_of(png);
+  EXPECT_EQ(text.at("init_image"), "init.png");
+  EXPECT_EQ(text.at("strength"), "0.5");
+  GenerateRequest no_init = request;  // the init image does matter
+  no_init.init_image.reset();
+  no_init.strength.reset();
+  EXPECT_NE(png_of(png).pixels, engine.generate(no_init).images[0].image.rgb);
+
+  // Without strength the engine's default applies on both sides too, and a second init image
+  // is refused naming `image`.
+  items.erase(items.begin() + 2);
+  auto d = client->Post("/v1/images/edits", items);
+  ASSERT_TRUE(d);
+  ASSERT_EQ(d->status, 200) << d->body;
+  request.strength.reset();
+  EXPECT_EQ(png_of(base64_decode(json_of(d)["data"][0]["b64_json"])).pixels,
+            engine.generate(request).images[0].image.rgb);
+  items.push_back({"image", init, "second.png", "image/png"});
+  auto two = client->Post("/v1/images/edits", items);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->status, 400);
+  EXPECT_EQ(json_of(two)["error"]["param"], "image");
 }
 
 }  // namespace
