@@ -122,10 +122,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--negative-prompt", o.negative_prompt,
                   "negative prompt (klein base variants with CFG; FLUX.1 with --true-cfg > 1)");
   cmd->add_option("--prompts-file", o.prompts_file, "one prompt per line; each line is a prompt of the batch");
-  cmd->add_option("--image,-i", o.images, "reference image (PNG); repeat for several")
+  cmd->add_option("--image,-i", o.images, "reference image (PNG, JPEG or WebP); repeat for several")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--init-image", o.init_image,
-                  "FLUX.1 img2img: start from this PNG (resized to --size, default the model's)");
+  cmd->add_option(
+      "--init-image", o.init_image,
+      "FLUX.1 img2img: start from this PNG, JPEG or WebP (resized to --size, default the model's)");
   cmd->add_option("--strength", o.strength,
                   "FLUX.1 img2img: how far the init image is noised, in (0, 1] (default 0.6); about steps x "
                   "strength steps run");

@@ -77,9 +77,9 @@ GenerateFlux1Options resolve_generate_flux1_options(const GenerateInputs& in, co
   if (cfg.init_image) {
     o.init_image_path = *cfg.init_image;
     try {
-      o.init_image = io::to_rgb(io::read_png(o.init_image_path));
+      o.init_image = io::to_rgb(io::read_image(o.init_image_path));
     } catch (const Error& e) {
-      // read_png's message names the file already.
+      // read_image's message names the file already.
       fail(e.code(), "--init-image: {}", e.what());
     }
     if (job.steps) o.steps_run(*job.steps, o.strength.value_or(pipelines::Flux1ModelDefaults{}.img2img_strength));

@@ -369,7 +369,8 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   job.height = cfg.height;
 
   job.reference_paths = in.reference_paths;
-  for (const std::string& path : in.reference_paths) job.reference_images.push_back(io::to_rgb(io::read_png(path)));
+  for (const std::string& path : in.reference_paths)
+    job.reference_images.push_back(io::to_rgb(io::read_image(path)));
 
   job.out_dir = cfg.out_dir.value_or(kDefaultOutDir);
   check_output_dir_writable(job.out_dir);

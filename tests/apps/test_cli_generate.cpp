@@ -232,6 +232,25 @@ TEST_F(CliGenerate, ReferenceImage) {
   EXPECT_GT(j["run"]["reference_encode_s"].get<double>(), 0);
 }
 
+// --image reads JPEG and WebP too, by content: a JPEG named .png is still a JPEG. A truncated
+// one is a one-line error naming the file.
+TEST_F(CliGenerate, ReferenceImagesInJpegAndWebp) {
+  const fluxrt::io::Image ref = fluxrt::io::read_png(write_reference_png().string());
+  const auto save = [&](const char* name, const std::vector<uint8_t>& bytes, size_t keep) {
+    std::ofstream(tmp_ / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), long(keep));
+    return quote((tmp_ / name).string());
+  };
+  const std::vector<uint8_t> jpeg = fluxrt::io::encode_jpeg(ref, 90), webp = fluxrt::io::encode_webp(ref, 80);
+  const RunResult r =
+      generate("--prompt 'make it red' --quiet --image " + save("photo.png", jpeg, jpeg.size()) +
+               " --image " + save("ref.webp", webp, webp.size()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto text = fluxrt::io::read_png_text((out_ / "fluxrt-7-0.png").string());
+  EXPECT_EQ(text.at("reference_images"), "photo.png, ref.webp");
+  expect_one_line_error(generate("--prompt x --image " + save("cut.jpg", jpeg, jpeg.size() / 2)), "cut.jpg");
+}
+
 TEST_F(CliGenerate, BadInputsAreOneLineAndWriteNothing) {
   expect_one_line_error(generate("--prompt x --size 100x64"), "16");
   expect_one_line_error(generate("--prompt x --size 64"), "WxH");
