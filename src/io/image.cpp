@@ -334,12 +334,13 @@ class TempFile {
 
 }  // namespace
 
-Image decode_png(std::span<const uint8_t> data, std::string_view name) {
+Image decode_png(std::span<const uint8_t> data, std::string_view name, uint64_t max_pixels) {
   ReadStructs s;
   PngStatus status;
   MemoryReader reader{data.data(), data.size(), 0};
   Header h{};
   open_png(s, status, reader, name, &h);
+  check_pixel_limit(h.width, h.height, max_pixels, name);
   Image image;
   image.width = static_cast<int>(h.width);
   image.height = static_cast<int>(h.height);
@@ -361,7 +362,13 @@ Image read_png(const std::string& path) {
   return decode_png(bytes, path);
 }
 
-Image decode_image(std::span<const uint8_t> data, std::string_view name) {
+void check_pixel_limit(uint64_t width, uint64_t height, uint64_t max_pixels, std::string_view name) {
+  if (width * height > max_pixels)
+    fail(ErrorCode::Format, "{}: {}x{} image is over the limit of {} pixels", describe(name), width, height,
+         max_pixels);
+}
+
+Image decode_image(std::span<const uint8_t> data, std::string_view name, uint64_t max_pixels) {
   const std::optional<ImageFormat> format = sniff_image_format(data);
   if (!format) {
     if (data.empty()) fail(ErrorCode::Format, "{}: empty file, not an image", describe(name));
@@ -369,11 +376,11 @@ Image decode_image(std::span<const uint8_t> data, std::string_view name) {
   }
   switch (*format) {
     case ImageFormat::Png:
-      return decode_png(data, name);
+      return decode_png(data, name, max_pixels);
     case ImageFormat::Jpeg:
-      return decode_jpeg(data, name);
+      return decode_jpeg(data, name, max_pixels);
     case ImageFormat::Webp:
-      return decode_webp(data, name);
+      return decode_webp(data, name, max_pixels);
   }
   fail(ErrorCode::Internal, "{}: unhandled image format", describe(name));
 }

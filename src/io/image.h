@@ -30,6 +30,9 @@ namespace fluxrt::io {
 
 // Larger images are rejected on read and write (a 16384^2 RGBA image is already 1 GiB).
 inline constexpr int kMaxImageSide = 16384;
+// The decoders' default pixel limit; a caller with less memory to give (a fuzzer, a server)
+// passes its own, checked against the header before any pixel buffer is allocated.
+inline constexpr uint64_t kMaxImagePixels = uint64_t(kMaxImageSide) * uint64_t(kMaxImageSide);
 
 struct Image {
   int width = 0;
@@ -44,7 +47,8 @@ using TextChunks = std::vector<std::pair<std::string, std::string>>;
 
 Image read_png(const std::string& path);
 // Decodes PNG bytes held in memory (an upload); `name` is used in error messages.
-Image decode_png(std::span<const uint8_t> data, std::string_view name = "<memory>");
+Image decode_png(std::span<const uint8_t> data, std::string_view name = "<memory>",
+                 uint64_t max_pixels = kMaxImagePixels);
 
 // All tEXt, zTXt and iTXt chunks (before and after the image data), keyword -> value, both as
 // UTF-8 (tEXt/zTXt are Latin-1 in the file and converted). The first chunk wins for a repeated
@@ -73,11 +77,16 @@ std::optional<ImageFormat> sniff_image_format(std::span<const uint8_t> data);
 
 // Gray JPEGs give 1 channel, everything else (YCbCr, RGB, CMYK, YCCK; baseline or progressive)
 // 3. Truncated data is an error rather than grey fill.
-Image decode_jpeg(std::span<const uint8_t> data, std::string_view name = "<memory>");
+Image decode_jpeg(std::span<const uint8_t> data, std::string_view name = "<memory>",
+                  uint64_t max_pixels = kMaxImagePixels);
 // 3 channels, or 4 when the file has alpha (as decode_png). Animated WebP is refused.
-Image decode_webp(std::span<const uint8_t> data, std::string_view name = "<memory>");
+Image decode_webp(std::span<const uint8_t> data, std::string_view name = "<memory>",
+                  uint64_t max_pixels = kMaxImagePixels);
 // PNG, JPEG or WebP by magic bytes; Format error naming `name` for anything else.
-Image decode_image(std::span<const uint8_t> data, std::string_view name = "<memory>");
+Image decode_image(std::span<const uint8_t> data, std::string_view name = "<memory>",
+                   uint64_t max_pixels = kMaxImagePixels);
+// Format error "WxH image is over the limit of N pixels" unless w * h <= max_pixels.
+void check_pixel_limit(uint64_t width, uint64_t height, uint64_t max_pixels, std::string_view name);
 Image read_image(const std::string& path);
 
 // `quality` 0-100 as libjpeg's (0 is clamped to 1); 4:2:0 chroma below 90, 4:4:4 from 90. Gray

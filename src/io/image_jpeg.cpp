@@ -159,7 +159,7 @@ void cmyk_to_rgb(const uint8_t* cmyk, size_t n, bool inverted, uint8_t* rgb) {
 
 }  // namespace
 
-Image decode_jpeg(std::span<const uint8_t> data, std::string_view name) {
+Image decode_jpeg(std::span<const uint8_t> data, std::string_view name, uint64_t max_pixels) {
   if (data.size() < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF)
     fail(ErrorCode::Format, "{}: not a JPEG file", describe(name));
   Decoder s;
@@ -173,6 +173,7 @@ Image decode_jpeg(std::span<const uint8_t> data, std::string_view name) {
   if (w > uint32_t(kMaxImageSide) || h > uint32_t(kMaxImageSide))
     fail(ErrorCode::Format, "{}: {}x{} image exceeds the {}x{} limit", describe(name), w, h, kMaxImageSide,
          kMaxImageSide);
+  check_pixel_limit(w, h, max_pixels, name);
 
   const J_COLOR_SPACE space = s.d.jpeg_color_space;
   const bool cmyk = space == JCS_CMYK || space == JCS_YCCK;

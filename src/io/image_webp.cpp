@@ -68,7 +68,7 @@ struct Mux {
 
 }  // namespace
 
-Image decode_webp(std::span<const uint8_t> data, std::string_view name) {
+Image decode_webp(std::span<const uint8_t> data, std::string_view name, uint64_t max_pixels) {
   if (sniff_image_format(data) != ImageFormat::Webp)
     fail(ErrorCode::Format, "{}: not a WebP file", describe(name));
   WebPBitstreamFeatures f;
@@ -80,6 +80,7 @@ Image decode_webp(std::span<const uint8_t> data, std::string_view name) {
   if (f.width > kMaxImageSide || f.height > kMaxImageSide)
     fail(ErrorCode::Format, "{}: {}x{} image exceeds the {}x{} limit", describe(name), f.width, f.height,
          kMaxImageSide, kMaxImageSide);
+  check_pixel_limit(uint64_t(f.width), uint64_t(f.height), max_pixels, name);
   Image image;
   image.width = f.width;
   image.height = f.height;

@@ -367,6 +367,16 @@ TEST(ImageFormats, WrongMagicHugeAndEmptyAreFormatErrors) {
   expect_error(ErrorCode::Format, [&] { decode_image(webp, "bad.webp"); });
 }
 
+// A caller's pixel limit is checked from the header, for every format.
+TEST(ImageFormats, PixelLimitIsCheckedBeforeDecoding) {
+  const Image im = gradient(40, 30, 3);
+  for (const Bytes& file : {encode_png(im), encode_jpeg(im, 90), encode_webp(im, 90)}) {
+    EXPECT_EQ(decode_image(file, "ok", 1200).width, 40);
+    const std::string msg = expect_error(ErrorCode::Format, [&] { decode_image(file, "big", 1199); });
+    EXPECT_NE(msg.find("40x30 image is over the limit of 1199 pixels"), std::string::npos) << msg;
+  }
+}
+
 TEST(ImageFormats, ReadImageNamesTheFile) {
   const fs::path dir = fs::temp_directory_path() / ("fluxrt_formats_" + std::to_string(::getpid()));
   fs::create_directories(dir);
