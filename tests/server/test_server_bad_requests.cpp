@@ -186,7 +186,7 @@ std::vector<Case> corpus() {
        "--XBOUNDARY\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nx", 400},
   };
   std::vector<std::tuple<std::string, std::string, std::string>> many{{"prompt", "", "x"}};
-  for (int i = 0; i < 20; ++i) many.emplace_back("f" + std::to_string(i), "", "v");
+  for (int i = 0; i < 20; ++i) many.emplace_back(std::string("f").append(std::to_string(i)), "", "v");
   c.push_back({"edits too many parts", E, kMultipart, multipart(many), 400});
   return c;
 }
