@@ -94,6 +94,9 @@ struct Progress {
   int step = 0;   // 1-based
   int total = 0;  // steps that run (with img2img fewer than the schedule's)
   double step_seconds = 0;
+  // The schedule's timestep this step ran at, as diffusers hands its step callback: sigma x 1000
+  // (from near 1000 down towards 0).
+  float timestep = 0;
   double elapsed_seconds = 0;  // denoising so far
   double eta_seconds = 0;      // the rest of the loop at the mean step time so far
   // Only after the steps Callbacks::preview_steps names: a rough picture of where each image of

@@ -172,8 +172,9 @@ class FluxPipeline:
         seed, recorded in the metadata), an int seed, a torch.Generator (its seed is read), or a
         list of them, one per image. ``image``: FLUX.2 klein's reference image(s), FLUX.1's
         img2img init image (noised by ``strength``). ``callback_on_step_end(pipe, step, timestep,
-        kwargs)`` runs after each step (0-based step; timestep None and kwargs {}: the engine
-        exposes neither). Ctrl-C stops at the next step with KeyboardInterrupt."""
+        kwargs)`` runs after each step (0-based step; timestep the schedule's t, sigma x 1000, as a
+        float; kwargs {}: no tensor crosses the engine's API). Ctrl-C stops at the next step with
+        KeyboardInterrupt."""
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
         requests, batch = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
@@ -247,11 +248,12 @@ class FluxPipeline:
             plans = [self._engine.plan(r)["steps_run"] for r in requests]
             bar = make_bar(plans[0] if batch else sum(plans), config)
 
-        def on_step(step: int, total: int, step_s: float, elapsed_s: float, eta_s: float) -> None:
+        def on_step(step: int, total: int, step_s: float, elapsed_s: float, eta_s: float,
+                    timestep: float) -> None:
             if bar is not None:
                 bar.update(1)
             if callback is not None:
-                callback(self, step - 1, None, {})
+                callback(self, step - 1, timestep, {})
 
         try:
             return self._engine.generate(requests, batch=batch, on_step=on_step)

@@ -97,7 +97,8 @@ class StepBridge {
     try {
       // The handlers of signals that arrived meanwhile (Ctrl-C) run here, on the main thread only.
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (!on_step_.is_none()) on_step_(p.step, p.total, p.step_seconds, p.elapsed_seconds, p.eta_seconds);
+      if (!on_step_.is_none())
+        on_step_(p.step, p.total, p.step_seconds, p.elapsed_seconds, p.eta_seconds, p.timestep);
     } catch (py::error_already_set& e) {
       error_ = std::make_unique<py::error_already_set>(std::move(e));
       callbacks.cancel.cancel();

@@ -64,7 +64,7 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
     const double seconds = step_watch.seconds();
     if (prof) prof->add(kSpanDenoiseStep, seconds);
     if (preview) request.on_preview(step, std::move(previews));
-    if (request.on_step) request.on_step(step, steps - loop.first_step, seconds);
+    if (request.on_step) request.on_step(step, steps - loop.first_step, seconds, schedule.timesteps[i]);
   }
   if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
   // Back for the next request of this shape only after a whole loop.

@@ -60,8 +60,9 @@ struct PipelineOptions {
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 };
 
-// Called after each denoising step (step is 1-based) with the wall time of that step.
-using StepCallback = std::function<void(int step, int num_steps, double step_seconds)>;
+// Called after each denoising step (step is 1-based) with the wall time of that step and the
+// schedule's timestep it ran at (diffusers' t: sigma x num_train_timesteps).
+using StepCallback = std::function<void(int step, int num_steps, double step_seconds, float timestep)>;
 
 struct GenerateRequest {
   // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order,

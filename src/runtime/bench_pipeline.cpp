@@ -135,7 +135,7 @@ int bench_flux1_pipeline(const BenchRequest& r) {
 
   pipelines::GenerateRequest request = bench_request(r);
   double cpu_after_first = 0, cpu_after_last = 0;
-  request.on_step = [&](int step, int total, double seconds) {
+  request.on_step = [&](int step, int total, double seconds, float) {
     std::printf("  step %d/%d: %.1f ms (RSS %.2f GiB)\n", step, total, seconds * 1e3,
                 static_cast<double>(process_current_rss_bytes()) / (1 << 30));
     std::fflush(stdout);
@@ -214,7 +214,7 @@ int bench_pipeline(const BenchRequest& r) {
   // Process CPU time from the end of step 1 to the end of the loop: steps 2..N, which is what the
   // per-CPU-second rate is computed over (step 1's start is not observable from here).
   double cpu_after_first = 0, cpu_after_last = 0;
-  request.on_step = [&](int step, int total, double seconds) {
+  request.on_step = [&](int step, int total, double seconds, float) {
     std::printf("  step %d/%d: %.1f ms\n", step, total, seconds * 1e3);
     std::fflush(stdout);
     if (step == 1) cpu_after_first = cpu_seconds();

@@ -244,12 +244,13 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
         for (io::Image& image : images) previews.push_back(io::to_public(std::move(image)));
       };
     }
-    r.on_step = [&](int step, int total, double seconds) {
+    r.on_step = [&](int step, int total, double seconds, float timestep) {
       elapsed += seconds;
       fluxrt::Progress p;
       p.step = step;
       p.total = total;
       p.step_seconds = seconds;
+      p.timestep = timestep;
       p.elapsed_seconds = elapsed;
       p.eta_seconds = step > 0 ? elapsed / step * (total - step) : 0;
       p.previews = std::move(previews);

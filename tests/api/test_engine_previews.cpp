@@ -113,3 +113,16 @@ TEST(EnginePreviews, BatchPreviewsCoverEveryRequestsImagesAndFlux1HasThemToo) {
   // Previews change nothing about the images.
   EXPECT_TRUE(results[0].images[0].image.rgb == engine.generate(batch[0]).images[0].image.rgb);
 }
+
+// Progress::timestep is the schedule's timestep of each step (sigma x 1000), falling.
+TEST(EngineProgress, TimestepsAreTheSchedules) {
+  fluxrt::Engine engine(kDemo.string());
+  std::vector<float> timesteps;
+  fluxrt::Callbacks callbacks;
+  callbacks.on_progress = [&](const fluxrt::Progress& p) { timesteps.push_back(p.timestep); };
+  engine.generate(request("a red circle on a blue background", 1), callbacks);
+  ASSERT_EQ(timesteps.size(), 4u);
+  EXPECT_LE(timesteps[0], 1000.0f);
+  for (size_t i = 1; i < timesteps.size(); ++i) EXPECT_LT(timesteps[i], timesteps[i - 1]) << i;
+  EXPECT_GT(timesteps.back(), 0.0f);
+}

@@ -62,7 +62,7 @@ pipelines::GenerateResult expect_graphs_change_nothing(const std::filesystem::pa
 struct StepDownloads {
   std::vector<uint64_t> at_step;
   void attach(pipelines::GenerateRequest& r) {
-    r.on_step = [this](int, int, double) { at_step.push_back(device_to_host_copies()); };
+    r.on_step = [this](int, int, double, float) { at_step.push_back(device_to_host_copies()); };
   }
   void expect_none_between_steps() const {
     ASSERT_GE(at_step.size(), 2u) << "needs two steps or more";

@@ -360,7 +360,7 @@ TEST(Flux1PipelineTiny, StepCallbackCountsTheStepsRunAfterImg2ImgTrimming) {
   req.strength = 0.6f;
   req.init_image = io::Image{32, 48, 3, std::vector<uint8_t>(32 * 48 * 3, 128)};
   int calls = 0, last_total = 0;
-  req.on_step = [&](int step, int total, double) {
+  req.on_step = [&](int step, int total, double, float) {
     ++calls;
     EXPECT_EQ(step, calls);
     last_total = total;

@@ -279,7 +279,7 @@ TEST(KleinPipeline, GeneratesDeterministicImagesAndReportsSteps) {
 
   GenerateRequest r = tiny_request({"a red circle"}, 7);
   std::vector<int> seen;
-  r.on_step = [&](int step, int total, double seconds) {
+  r.on_step = [&](int step, int total, double seconds, float) {
     EXPECT_EQ(total, 2);
     EXPECT_GE(seconds, 0.0);
     seen.push_back(step);
@@ -373,7 +373,7 @@ TEST(KleinPipeline, CancellationStopsBetweenSteps) {
   r.num_steps = 3;
   r.cancel = &cancel;
   int steps_run = 0;
-  r.on_step = [&](int step, int, double) {
+  r.on_step = [&](int step, int, double, float) {
     steps_run = step;
     if (step == 1) cancel = true;
   };

@@ -295,7 +295,7 @@ TEST(StepGraph, CancelledRequestLeavesTheNextOneIntact) {
   std::atomic<bool> cancel{false};
   GenerateRequest r = request(4, 4);
   r.cancel = &cancel;
-  r.on_step = [&](int step, int, double) { cancel = step == 2; };
+  r.on_step = [&](int step, int, double, float) { cancel = step == 2; };
   EXPECT_THROW(graphed->generate(r), Error);
   cancel = false;
   r.on_step = nullptr;

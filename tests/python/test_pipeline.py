@@ -192,7 +192,11 @@ def test_callback_on_step_end_counts_and_arguments(demo):
     demo("a red circle", generator=1, callback_on_step_end=lambda *a: calls.append(a), **SMALL)
     assert [c[1] for c in calls] == [0, 1, 2]
     pipe, _, timestep, kwargs = calls[0]
-    assert pipe is demo and timestep is None and kwargs == {}
+    assert pipe is demo and kwargs == {}
+    # The schedule's timesteps, sigma x 1000, falling from near 1000 (diffusers' t).
+    timesteps = [c[2] for c in calls]
+    assert all(isinstance(t, float) for t in timesteps)
+    assert 0 < timesteps[-1] < timesteps[0] <= 1000
 
 
 def test_progress_bar_by_default_and_disabled(monkeypatch):
