@@ -41,6 +41,22 @@ inline std::unique_ptr<httplib::Client> client_for(int port) {
   return c;
 }
 
+// A suite of tests sharing one demo-model server, started once for the suite (the model loads
+// once), each test with its own client.
+class DemoServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = start_server(demo_options()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  httplib::Result post(const nlohmann::json& body) {
+    return client_->Post("/v1/images/generations", body.dump(), "application/json");
+  }
+  std::unique_ptr<httplib::Client> client_ = client_for(server_->port());
+  static inline server::ImageServer* server_ = nullptr;
+};
+
 // The body as JSON; a null value when it is not JSON.
 inline nlohmann::json json_of(const httplib::Result& r) {
   if (!r) return nullptr;

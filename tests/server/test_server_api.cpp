@@ -24,20 +24,7 @@ namespace {
 
 using nlohmann::json;
 
-class ServerApi : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = start_server(demo_options()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  httplib::Result post(const json& body) {
-    return client_->Post("/v1/images/generations", body.dump(), "application/json");
-  }
-  std::unique_ptr<httplib::Client> client_ = client_for(server_->port());
-  static server::ImageServer* server_;
-};
-server::ImageServer* ServerApi::server_ = nullptr;
+class ServerApi : public DemoServerSuite {};
 
 TEST_F(ServerApi, HealthAndModels) {
   auto h = client_->Get("/health");

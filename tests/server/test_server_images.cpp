@@ -21,20 +21,7 @@ fluxrt::Image public_image(const std::string& bytes) {
   return decode_image(bytes.data(), bytes.size(), "upload");
 }
 
-class ServerImages : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { server_ = start_server(demo_options()).release(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  httplib::Result post(const json& body) {
-    return client_->Post("/v1/images/generations", body.dump(), "application/json");
-  }
-  std::unique_ptr<httplib::Client> client_ = client_for(server_->port());
-  static server::ImageServer* server_;
-};
-server::ImageServer* ServerImages::server_ = nullptr;
+class ServerImages : public DemoServerSuite {};
 
 TEST_F(ServerImages, JpegAndWebpUploadsAreReferenceImages) {
   const std::string prompt = "a red circle on a blue background";
