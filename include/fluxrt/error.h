@@ -25,14 +25,21 @@ const char* error_code_name(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+  Error(ErrorCode code, std::string message, std::string field = {})
+      : std::runtime_error(std::move(message)), code_(code), field_(std::move(field)) {}
   // Out of line: the type's vtable and type_info then live in the library once, so a program
   // linked to the shared libfluxrt catches the exceptions the library throws.
   ~Error() override;
   ErrorCode code() const { return code_; }
+  // For a rejected request: the GenerateRequest member at fault ("reference_images",
+  // "init_image", "strength", "steps", "guidance", "true_cfg", "max_sequence_length",
+  // "images_per_prompt", "prompts", or "size" for width and height together), so a front end
+  // can name its own parameter (the server's `param`). Empty when the error is about no one field.
+  const std::string& field() const { return field_; }
 
  private:
   ErrorCode code_;
+  std::string field_;
 };
 
 }  // namespace fluxrt

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 class Error(Exception):
     """Any failure of the engine. ``code`` is the engine's ErrorCode in words ("not found", ...);
-    the message is the engine's one line, naming the file, tensor or argument."""
+    the message is the engine's one line, naming the file, tensor or argument. ``field``: for a
+    refused request, the engine's request field at fault ("steps", "size", "reference_images",
+    ...; fluxrt::Error::field), else None."""
 
     code: str = "internal error"
+    field: str | None = None
 
 
 class InvalidArgumentError(Error, ValueError):

@@ -44,6 +44,7 @@ void raise_engine_error(const fluxrt::Error& e) {
   }
   py::object error = it->second(py::str(e.what()));
   error.attr("code") = py::str(code);
+  error.attr("field") = e.field().empty() ? py::object(py::none()) : py::object(py::str(e.field()));
   PyErr_SetObject(it->second.ptr(), error.ptr());
 }
 

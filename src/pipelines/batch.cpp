@@ -7,11 +7,11 @@
 namespace fluxrt::pipelines {
 
 std::vector<int64_t> images_per_prompt(const GenerateRequest& request) {
-  FLUXRT_CHECK(!request.prompts.empty(), ErrorCode::InvalidArgument, "generate: no prompts");
+  FLUXRT_CHECK_FIELD(!request.prompts.empty(), ErrorCode::InvalidArgument, "prompts", "generate: no prompts");
   std::vector<int64_t> repeats;
   if (request.prompt_repeats.empty()) {
-    FLUXRT_CHECK(request.images_per_prompt >= 1, ErrorCode::InvalidArgument,
-                 "generate: images_per_prompt {} < 1", request.images_per_prompt);
+    FLUXRT_CHECK_FIELD(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
+                       "generate: images_per_prompt {} < 1", request.images_per_prompt);
     repeats.assign(request.prompts.size(), request.images_per_prompt);
   } else {
     FLUXRT_CHECK(request.prompt_repeats.size() == request.prompts.size(), ErrorCode::InvalidArgument,

@@ -114,18 +114,20 @@ Tensor flux1_text_ids(int64_t length) {
 }
 
 int flux1_img2img_start_index(int num_steps, float strength) {
-  FLUXRT_CHECK(std::isfinite(strength) && strength >= 0.0f && strength <= 1.0f, ErrorCode::InvalidArgument,
-               "img2img strength {} must be in [0, 1]", strength);
-  FLUXRT_CHECK(num_steps >= 1, ErrorCode::InvalidArgument, "img2img: num_steps {} < 1", num_steps);
+  FLUXRT_CHECK_FIELD(std::isfinite(strength) && strength >= 0.0f && strength <= 1.0f,
+                     ErrorCode::InvalidArgument, "strength", "img2img strength {} must be in [0, 1]",
+                     strength);
+  FLUXRT_CHECK_FIELD(num_steps >= 1, ErrorCode::InvalidArgument, "steps", "img2img: num_steps {} < 1",
+                     num_steps);
   // Python: min(N * strength, N) in double, then int(). The user typed a decimal (0.6), which
   // Python holds as the nearest double; widening the float (0.60000002...) instead would flip
   // int() at exact products (5 * 0.6 = 3 gives t_start 2, 3.0000001 gives 1).
   const double init_timestep =
       std::min(static_cast<double>(num_steps) * decimal_double(strength), static_cast<double>(num_steps));
   const int t_start = static_cast<int>(std::max(num_steps - init_timestep, 0.0));
-  FLUXRT_CHECK(num_steps - t_start >= 1, ErrorCode::InvalidArgument,
-               "img2img: strength {} with {} steps leaves no denoising step (raise strength or steps)", strength,
-               num_steps);
+  FLUXRT_CHECK_FIELD(num_steps - t_start >= 1, ErrorCode::InvalidArgument, "strength",
+                     "img2img: strength {} with {} steps leaves no denoising step (raise strength or steps)",
+                     strength, num_steps);
   return t_start;
 }
 
@@ -179,10 +181,11 @@ Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) 
 }
 
 Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height) {
-  FLUXRT_CHECK(image.channels == 3 && image.width > 0 && image.height > 0 &&
-                   image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
-               ErrorCode::InvalidArgument, "init image: need a non-empty RGB 8-bit image, got {}x{} with {} channels",
-               image.width, image.height, image.channels);
+  FLUXRT_CHECK_FIELD(image.channels == 3 && image.width > 0 && image.height > 0 &&
+                         image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+                     ErrorCode::InvalidArgument, "init_image",
+                     "init image: need a non-empty RGB 8-bit image, got {}x{} with {} channels", image.width,
+                     image.height, image.channels);
   const io::Image sized =
       (image.width == width && image.height == height) ? image : resize_lanczos_like_pil(image, width, height);
   Tensor out = Tensor::empty({1, 3, height, width}, DType::F32);
@@ -261,23 +264,25 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
   FLUXRT_CHECK(!img2img || request.noise_groups.empty(), ErrorCode::InvalidArgument,
                "generate: noise groups (batched requests) are for text to image, not img2img");
-  FLUXRT_CHECK(request.reference_images.empty(), ErrorCode::InvalidArgument,
-               "generate: FLUX.1 takes no reference images (use init_image for img2img)");
+  FLUXRT_CHECK_FIELD(request.reference_images.empty(), ErrorCode::InvalidArgument, "reference_images",
+                     "generate: FLUX.1 takes no reference images (use init_image for img2img)");
   // strength means something only for img2img; without an init image it would be dropped silently.
-  FLUXRT_CHECK(img2img || !request.strength, ErrorCode::InvalidArgument,
-               "generate: strength is for img2img and needs init_image");
+  FLUXRT_CHECK_FIELD(img2img || !request.strength, ErrorCode::InvalidArgument, "strength",
+                     "generate: strength is for img2img and needs init_image");
   const int steps = request.num_steps.value_or(m.defaults.num_steps);
-  FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
-               steps);
+  FLUXRT_CHECK_FIELD(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "steps",
+                     "generate: num_steps {} not in [1, 1000]", steps);
   const float guidance =
       request.guidance_scale.value_or(img2img ? m.defaults.img2img_guidance_scale : m.defaults.guidance_scale);
-  FLUXRT_CHECK(std::isfinite(guidance), ErrorCode::InvalidArgument, "generate: guidance_scale is not finite");
+  FLUXRT_CHECK_FIELD(std::isfinite(guidance), ErrorCode::InvalidArgument, "guidance",
+                     "generate: guidance_scale is not finite");
   const float cfg_scale = request.true_cfg_scale.value_or(1.0f);
-  FLUXRT_CHECK(std::isfinite(cfg_scale), ErrorCode::InvalidArgument, "generate: true_cfg_scale is not finite");
+  FLUXRT_CHECK_FIELD(std::isfinite(cfg_scale), ErrorCode::InvalidArgument, "true_cfg",
+                     "generate: true_cfg_scale is not finite");
   const bool do_true_cfg = cfg_scale > 1.0f;
   const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
-  FLUXRT_CHECK(max_len >= 1 && max_len <= 512, ErrorCode::InvalidArgument,
-               "generate: max_sequence_length {} not in [1, 512] (FLUX.1 T5 limit)", max_len);
+  FLUXRT_CHECK_FIELD(max_len >= 1 && max_len <= 512, ErrorCode::InvalidArgument, "max_sequence_length",
+                     "generate: max_sequence_length {} not in [1, 512] (FLUX.1 T5 limit)", max_len);
   const int64_t batch = batch_size(request);
   const int height = request.height.value_or(m.defaults.height);
   const int width = request.width.value_or(m.defaults.width);
@@ -297,8 +302,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   int t_start = 0;
   Tensor init_pixels;
   if (img2img) {
-    FLUXRT_CHECK(m.options.load_vae_encoder, ErrorCode::InvalidArgument,
-                 "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+    FLUXRT_CHECK_FIELD(m.options.load_vae_encoder, ErrorCode::InvalidArgument, "init_image",
+                       "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
     t_start = flux1_img2img_start_index(steps, request.strength.value_or(m.defaults.img2img_strength));
     init_pixels = flux1_preprocess_init_image(*request.init_image, width, height);  // [1, 3, H, W] f32
   }

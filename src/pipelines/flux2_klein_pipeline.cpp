@@ -154,20 +154,23 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
   // FLUX.1-only fields: Flux2KleinPipeline has no img2img and no separate true-CFG scale, and
   // ignoring them would silently give another image than the one asked for.
-  FLUXRT_CHECK(!request.init_image, ErrorCode::InvalidArgument,
-               "generate: init_image (img2img) is FLUX.1 only; FLUX.2 klein conditions on reference images instead");
-  FLUXRT_CHECK(!request.strength, ErrorCode::InvalidArgument,
-               "generate: strength is FLUX.1 img2img only; FLUX.2 klein has no img2img");
-  FLUXRT_CHECK(!request.true_cfg_scale, ErrorCode::InvalidArgument,
-               "generate: true_cfg_scale is FLUX.1 only; FLUX.2 klein base variants take guidance_scale for CFG");
+  FLUXRT_CHECK_FIELD(
+      !request.init_image, ErrorCode::InvalidArgument, "init_image",
+      "generate: init_image (img2img) is FLUX.1 only; FLUX.2 klein conditions on reference images instead");
+  FLUXRT_CHECK_FIELD(!request.strength, ErrorCode::InvalidArgument, "strength",
+                     "generate: strength is FLUX.1 img2img only; FLUX.2 klein has no img2img");
+  FLUXRT_CHECK_FIELD(
+      !request.true_cfg_scale, ErrorCode::InvalidArgument, "true_cfg",
+      "generate: true_cfg_scale is FLUX.1 only; FLUX.2 klein base variants take guidance_scale for CFG");
   const int steps = request.num_steps.value_or(m.defaults.num_steps);
-  FLUXRT_CHECK(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "generate: num_steps {} not in [1, 1000]",
-               steps);
+  FLUXRT_CHECK_FIELD(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "steps",
+                     "generate: num_steps {} not in [1, 1000]", steps);
   const float guidance = request.guidance_scale.value_or(m.defaults.guidance_scale);
-  FLUXRT_CHECK(std::isfinite(guidance), ErrorCode::InvalidArgument, "generate: guidance_scale is not finite");
+  FLUXRT_CHECK_FIELD(std::isfinite(guidance), ErrorCode::InvalidArgument, "guidance",
+                     "generate: guidance_scale is not finite");
   const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
-  FLUXRT_CHECK(max_len >= 1 && max_len <= 4096, ErrorCode::InvalidArgument,
-               "generate: max_sequence_length {} not in [1, 4096]", max_len);
+  FLUXRT_CHECK_FIELD(max_len >= 1 && max_len <= 4096, ErrorCode::InvalidArgument, "max_sequence_length",
+                     "generate: max_sequence_length {} not in [1, 4096]", max_len);
   const int64_t batch = batch_size(request);
   const bool cfg = guidance > 1.0f && !m.defaults.is_distilled;  // do_classifier_free_guidance
   const int vae_scale = m.vae_config.spatial_factor();            // self.vae_scale_factor
@@ -176,8 +179,9 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   // first one gives the default output size.
   std::vector<Tensor> ref_pixels;
   for (size_t r = 0; r < request.reference_images.size(); ++r) ref_pixels.push_back(preprocess_reference_image(request.reference_images[r], 2 * vae_scale));
-  FLUXRT_CHECK(ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument,
-               "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+  FLUXRT_CHECK_FIELD(
+      ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument, "reference_images",
+      "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
   int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
   int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,

@@ -65,12 +65,15 @@ void check_image_size(int width, int height, int batch, int vae_scale_factor) {
   FLUXRT_CHECK(vae_scale_factor >= 1 && vae_scale_factor <= 64, ErrorCode::InvalidArgument,
                "VAE scale factor {} not in [1, 64]", vae_scale_factor);
   const int multiple = 2 * vae_scale_factor;
-  FLUXRT_CHECK(width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
-               "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})", width,
-               height, multiple, vae_scale_factor);
-  FLUXRT_CHECK(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
-               "image size {}x{}: at most {} pixels per side", width, height, io::kMaxImageSide);
-  FLUXRT_CHECK(batch >= 1, ErrorCode::InvalidArgument, "batch of {} images: need at least 1", batch);
+  FLUXRT_CHECK_FIELD(
+      width > 0 && height > 0 && width % multiple == 0 && height % multiple == 0, ErrorCode::InvalidArgument,
+      "size", "image size {}x{}: width and height must be positive multiples of {} (2 x the VAE's factor {})",
+      width, height, multiple, vae_scale_factor);
+  FLUXRT_CHECK_FIELD(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
+                     "size", "image size {}x{}: at most {} pixels per side", width, height,
+                     io::kMaxImageSide);
+  FLUXRT_CHECK_FIELD(batch >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
+                     "batch of {} images: need at least 1", batch);
 }
 
 }  // namespace fluxrt::pipelines

@@ -163,14 +163,15 @@ void reference_target_size(int width, int height, int64_t target_area, int* out_
 
 void check_reference_image(const io::Image& image, const char* what) {
   check_image_buffer(image, what);
-  FLUXRT_CHECK(image.width >= kReferenceMinSide && image.height >= kReferenceMinSide, ErrorCode::InvalidArgument,
-               "{} too small: {}x{}, both sides must be at least {} pixels", what, image.width, image.height,
-               kReferenceMinSide);
+  FLUXRT_CHECK_FIELD(image.width >= kReferenceMinSide && image.height >= kReferenceMinSide,
+                     ErrorCode::InvalidArgument, "reference_images",
+                     "{} too small: {}x{}, both sides must be at least {} pixels", what, image.width,
+                     image.height, kReferenceMinSide);
   const double aspect = std::max(static_cast<double>(image.width) / image.height,
                                  static_cast<double>(image.height) / image.width);
-  FLUXRT_CHECK(aspect <= kReferenceMaxAspect, ErrorCode::InvalidArgument,
-               "{} aspect ratio too extreme: {}x{} ({:.1f}:1, at most {}:1)", what, image.width, image.height, aspect,
-               kReferenceMaxAspect);
+  FLUXRT_CHECK_FIELD(aspect <= kReferenceMaxAspect, ErrorCode::InvalidArgument, "reference_images",
+                     "{} aspect ratio too extreme: {}x{} ({:.1f}:1, at most {}:1)", what, image.width,
+                     image.height, aspect, kReferenceMaxAspect);
 }
 
 Tensor preprocess_reference_image(const io::Image& image, int multiple_of) {

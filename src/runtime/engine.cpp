@@ -138,10 +138,18 @@ pipelines::GenerateRequest Engine::pipeline_request(const fluxrt::GenerateReques
   r.max_sequence_length =
       request.max_sequence_length.value_or(pipeline_->request_defaults().max_sequence_length);
   r.seed = request.seed;
+  // A torn image buffer is the caller's request at fault: say which field.
+  auto image_of = [](const fluxrt::Image& image, const std::string& what, const char* field) {
+    try {
+      return io::from_public(image, what.c_str());
+    } catch (const Error& e) {
+      throw Error(e.code(), e.what(), field);
+    }
+  };
   for (size_t i = 0; i < request.reference_images.size(); ++i)
     r.reference_images.push_back(
-        io::from_public(request.reference_images[i], fmt::format("reference image {}", i + 1).c_str()));
-  if (request.init_image) r.init_image = io::from_public(*request.init_image, "init image");
+        image_of(request.reference_images[i], fmt::format("reference image {}", i + 1), "reference_images"));
+  if (request.init_image) r.init_image = image_of(*request.init_image, "init image", "init_image");
   r.strength = request.strength;
   r.true_cfg_scale = request.true_cfg;
   return r;
@@ -223,8 +231,8 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
     // One prompt list; each request's images keep their own count and their own generator.
     r.prompts.clear();
     for (const fluxrt::GenerateRequest* q : requests) {
-      FLUXRT_CHECK(q->images_per_prompt >= 1, ErrorCode::InvalidArgument,
-                   "generate: images_per_prompt {} < 1", q->images_per_prompt);
+      FLUXRT_CHECK_FIELD(q->images_per_prompt >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
+                         "generate: images_per_prompt {} < 1", q->images_per_prompt);
       for (const std::string& prompt : q->prompts) {
         r.prompts.push_back(prompt);
         r.prompt_repeats.push_back(q->images_per_prompt);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -51,6 +52,17 @@ fluxrt::ErrorCode code_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "no fluxrt::Error thrown";
   return fluxrt::ErrorCode::Internal;
+}
+
+// The request field the error names (Error::field).
+std::string field_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const fluxrt::Error& e) {
+    return e.field();
+  }
+  ADD_FAILURE() << "no fluxrt::Error thrown";
+  return "";
 }
 
 void expect_same_images(const fluxrt::GenerateResult& engine,
@@ -259,6 +271,46 @@ TEST(Engine, ErrorsCarryCodes) {
   torn.reference_images = {fluxrt::Image{64, 64, std::vector<uint8_t>(10)}};
   EXPECT_EQ(code_of([&] { engine.generate(torn); }), fluxrt::ErrorCode::InvalidArgument);
   EXPECT_EQ(engine.generate(small_request()).images.size(), 1u);  // still serves after errors
+}
+
+TEST(Engine, ErrorsNameTheRequestField) {
+  fluxrt::Engine engine(kKlein.string());
+  auto with = [](auto change) {
+    fluxrt::GenerateRequest r = small_request();
+    change(r);
+    return r;
+  };
+  const std::pair<fluxrt::GenerateRequest, std::string> cases[] = {
+      {with([](auto& r) { r.width = 63; }), "size"},
+      {with([](auto& r) { r.steps = 0; }), "steps"},
+      {with([](auto& r) { r.guidance = std::nanf(""); }), "guidance"},
+      {with([](auto& r) { r.true_cfg = 2.0f; }), "true_cfg"},  // FLUX.1 only
+      {with([](auto& r) { r.strength = 0.5f; }), "strength"},  // FLUX.1 img2img only
+      {with([](auto& r) { r.init_image = gradient(64, 64); }), "init_image"},
+      {with([](auto& r) { r.max_sequence_length = 0; }), "max_sequence_length"},
+      {with([](auto& r) { r.images_per_prompt = 0; }), "images_per_prompt"},
+      {with([](auto& r) { r.prompts.clear(); }), "prompts"},
+      {with([](auto& r) { r.reference_images = {gradient(32, 64)}; }), "reference_images"},   // too small
+      {with([](auto& r) { r.reference_images = {gradient(64, 640)}; }), "reference_images"},  // 10:1
+      {with([](auto& r) {
+         r.reference_images = {fluxrt::Image{64, 64, std::vector<uint8_t>(10)}};
+       }),
+       "reference_images"},
+  };
+  for (const auto& [request, field] : cases) EXPECT_EQ(field_of([&] { engine.generate(request); }), field);
+  // Errors about no one request field leave it empty.
+  EXPECT_EQ(field_of([] { fluxrt::Engine((kData / "no-such-model").string()); }), "");
+
+  fluxrt::EngineOptions options;
+  options.low_memory = true;
+  fluxrt::Engine flux1(kSchnell.string(), options);
+  fluxrt::GenerateRequest img2img;
+  img2img.init_image = gradient(64, 64);
+  img2img.strength = 0.0f;  // leaves no denoising step
+  EXPECT_EQ(field_of([&] { flux1.plan(img2img); }), "strength");
+  fluxrt::GenerateRequest refs;
+  refs.reference_images = {gradient(64, 64)};
+  EXPECT_EQ(field_of([&] { flux1.generate(refs); }), "reference_images");
 }
 
 TEST(Engine, MetadataRecordsWhatRan) {

@@ -63,6 +63,24 @@ def test_bad_arguments_are_value_errors(demo, kwargs):
     one_line(e)
 
 
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(width=65), "size"),
+    (dict(num_inference_steps=0), "steps"),
+    (dict(max_sequence_length=0), "max_sequence_length"),
+    (dict(true_cfg_scale=4.0), "true_cfg"),
+])
+def test_refused_requests_name_the_engine_field(demo, kwargs, field):
+    with pytest.raises(fluxrt.InvalidArgumentError) as e:
+        demo("x", **{**SMALL, **kwargs})
+    assert e.value.field == field
+
+
+def test_other_errors_name_no_field(tmp_path):
+    with pytest.raises(fluxrt.NotFoundError) as e:
+        fluxrt.FluxPipeline.from_pretrained(tmp_path / "nothing-here")
+    assert e.value.field is None
+
+
 def test_bad_dtype_is_a_value_error():
     with pytest.raises(ValueError):
         fluxrt.FluxPipeline.from_pretrained(dtype="float16")
