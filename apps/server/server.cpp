@@ -103,12 +103,33 @@ void send_error(httplib::Response& res, const HttpError& e) {
   res.set_content(error_body(e.status(), e.what(), e.param(), e.code()), "application/json");
 }
 
+// The request parameter of this API that an engine error's GenerateRequest field comes from
+// (Error::field), so a refusal found only when the engine looks at the request still names it.
+std::string param_of_field(const std::string& field) {
+  static const std::pair<const char*, const char*> kParams[] = {
+      {"prompts", "prompt"},
+      {"negative_prompt", "negative_prompt"},
+      {"images_per_prompt", "n"},
+      {"size", "size"},
+      {"steps", "num_inference_steps"},
+      {"guidance", "guidance_scale"},
+      {"true_cfg", "true_cfg_scale"},
+      {"max_sequence_length", "max_sequence_length"},
+      {"reference_images", "image"},
+      {"init_image", "image"},
+      {"strength", "strength"},
+  };
+  for (const auto& [from, to] : kParams)
+    if (field == from) return to;
+  return "";
+}
+
 // What a failed generate call means for the client.
 HttpError http_error_of(const Error& e) {
   switch (e.code()) {
     case ErrorCode::InvalidArgument:
     case ErrorCode::Unsupported:
-      return HttpError(400, e.what(), "", "invalid_request");
+      return HttpError(400, e.what(), param_of_field(e.field()), "invalid_request");
     case ErrorCode::OutOfMemory:
       return HttpError(400, std::string("the request does not fit in this server's memory: ") + e.what(),
                        "size", "out_of_memory");

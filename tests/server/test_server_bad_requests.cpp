@@ -175,6 +175,13 @@ std::vector<Case> corpus() {
        400, "image"},
       {"edits with a mask", E, kMultipart,
        multipart({{"prompt", "", "x"}, {"image", "a.png", png}, {"mask", "m.png", png}}), 400, "mask"},
+      // Refusals the engine makes when it looks at the image still name the field.
+      {"edits image too small", E, kMultipart,
+       multipart({{"prompt", "", "x"}, {"image", "a.png", png_bytes(32, 64, 1, 2, 3)}}), 400, "image"},
+      {"edits image too elongated", E, kMultipart,
+       multipart(
+           {{"prompt", "", "x"}, {"size", "", "64x64"}, {"image", "a.png", png_bytes(64, 640, 1, 2, 3)}}),
+       400, "image"},
       {"edits strength on FLUX.2", E, kMultipart,
        multipart({{"prompt", "", "x"}, {"image", "a.png", png}, {"strength", "", "0.5"}}), 400, "strength"},
       {"edits n not a number", E, kMultipart,
