@@ -217,10 +217,9 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
     r.request.width = limits.default_width;
     r.request.height = limits.default_height;
   }
-  if (auto size = f.string("size")) {
-    if (*size == "auto") r.request.width.reset(), r.request.height.reset();
-    parse_size(*size, limits, r.request);
-  }
+  // "auto" is what an unsized request gets: the preset's size (the demo model's 64x64), else the
+  // model's; parse_size leaves those as they are.
+  if (auto size = f.string("size")) parse_size(*size, limits, r.request);
   if (auto format = f.string("response_format")) {
     if (*format != "b64_json" && *format != "url")
       throw Fields::bad("response_format", "must be \"b64_json\" or \"url\"");

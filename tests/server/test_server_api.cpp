@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "fluxrt/engine.h"
+#include "server/api.h"
 #include "server_fixture.h"
 
 extern char** environ;
@@ -284,6 +285,23 @@ TEST_F(ServerApi, DisconnectCancelsAtTheNextStep) {
   EXPECT_EQ(metric("fluxrt_running_requests"), 0);
   EXPECT_EQ(metric("fluxrt_requests_cancelled_total"), cancelled_before + 1);
   EXPECT_EQ(post({{"prompt", "still serving"}, {"size", "32x32"}, {"num_inference_steps", 1}})->status, 200);
+}
+
+TEST(ServerParse, AutoSizeIsThePresetsSizeAsWhenUnset) {
+  server::ApiLimits limits;
+  limits.model_ids = {"demo"};
+  limits.size_multiple = 8;
+  limits.default_width = limits.default_height = 64;  // the demo preset's
+  for (const char* body : {R"({"prompt": "x"})", R"({"prompt": "x", "size": "auto"})"}) {
+    const server::ImageRequest r = server::parse_generation(body, limits);
+    EXPECT_EQ(r.request.width, std::optional<int>(64)) << body;
+    EXPECT_EQ(r.request.height, std::optional<int>(64)) << body;
+  }
+  EXPECT_EQ(server::parse_generation(R"({"prompt": "x", "size": "128x96"})", limits).request.width,
+            std::optional<int>(128));
+  limits.default_width.reset();
+  limits.default_height.reset();  // no preset: the engine's default, unset here
+  EXPECT_FALSE(server::parse_generation(R"({"prompt": "x", "size": "auto"})", limits).request.width);
 }
 
 TEST(ServerOptionsTest, ApiKeyCorsAndBinding) {
