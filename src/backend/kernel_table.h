@@ -25,6 +25,9 @@ struct KernelTable {
   // --- big ops (GEMM, convolution, attention; see args/linear.h, conv.h, attention.h) ---
   std::shared_ptr<PreparedLinear> (*prepare_linear)(const Tensor& weight, const Tensor& bias) = nullptr;
   void (*linear)(const LinearArgs&) = nullptr;
+  // A weight kept quantized (core/quant.h); null: ops dequantizes it to bf16 and uses prepare_linear.
+  std::shared_ptr<PreparedLinear> (*prepare_linear_quantized)(const QuantizedMatrix& weight,
+                                                              const Tensor& bias) = nullptr;
   std::shared_ptr<PreparedConv2d> (*prepare_conv2d)(const Tensor& weight, const Tensor& bias) = nullptr;
   void (*conv2d)(const Conv2dArgs&) = nullptr;
   void (*attention)(const AttentionArgs&) = nullptr;

@@ -9,6 +9,10 @@ Linear Linear::prepare(const Tensor& weight, const Tensor& bias, Device device) 
   return Linear(ops::prepare_linear(weight, bias, device));
 }
 
+Linear Linear::prepare_quantized(const QuantizedMatrix& weight, const Tensor& bias, Device device) {
+  return Linear(ops::prepare_linear_quantized(weight, bias, device));
+}
+
 const ops::PreparedLinear& Linear::prepared() const {
   FLUXRT_CHECK(prepared_ != nullptr, ErrorCode::Internal, "[nn::Linear] used before its weight was bound");
   return *prepared_;
@@ -21,7 +25,9 @@ const Tensor& Linear::bias() const { return prepared().bias; }
 
 size_t Linear::parameter_bytes() const {
   if (!prepared_) return 0;
-  return prepared_->weight.nbytes() + (prepared_->bias.defined() ? prepared_->bias.nbytes() : 0);
+  const size_t weight_bytes =
+      prepared_->quantized ? prepared_->quantized->nbytes() : prepared_->weight.nbytes();
+  return weight_bytes + (prepared_->bias.defined() ? prepared_->bias.nbytes() : 0);
 }
 
 void Linear::release_source() {

@@ -35,14 +35,23 @@ class Linear {
   /// unbound Linear, so binders can pass on what the weight binder reported missing.
   static Linear prepare(const Tensor& weight, const Tensor& bias = Tensor(), Device device = Device::cpu());
 
+  /// A weight kept in its quantized bytes (GGUF blocks, fp8 + scale; core/quant.h), [out, in].
+  /// Forward passes are the same; the CPU GEMM dequantizes a group of rows at a time, so only the
+  /// quantized bytes stay resident (ops::prepare_linear_quantized says what each backend does).
+  static Linear prepare_quantized(const QuantizedMatrix& weight, const Tensor& bias = Tensor(),
+                                  Device device = Device::cpu());
+
   bool bound() const { return prepared_ != nullptr; }
+  /// The quantized weight this layer was prepared from, or null for a dense one.
+  const QuantizedMatrix* quantized() const { return prepared_ ? prepared_->quantized.get() : nullptr; }
   explicit operator bool() const { return bound(); }
   int64_t in_features() const;
   int64_t out_features() const;
   /// The source weight [out, in] and bias [out] (or undefined) as prepared, on the prepared device.
   const Tensor& weight() const;
   const Tensor& bias() const;
-  /// Bytes of the weight and bias as bound (a released source still counts its full size).
+  /// Bytes of the weight and bias as bound (a released source still counts its full size; a
+  /// quantized weight counts its quantized bytes).
   size_t parameter_bytes() const;
 
   /// Drops this layer's reference to the source weight, keeping a zero-memory stand-in of the

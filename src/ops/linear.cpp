@@ -97,6 +97,31 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
   return p;
 }
 
+std::shared_ptr<backend::PreparedLinear> prepare_linear_quantized(const QuantizedMatrix& weight,
+                                                                  const Tensor& bias, Device device) {
+  validate_quantized(weight, "[linear]");
+  if (bias.defined())
+    FLUXRT_CHECK(bias.numel() == weight.rows, ErrorCode::InvalidArgument,
+                 "[linear] bias {} does not match N = {}", bias.shape().str(), weight.rows);
+  const auto& table = kernels_for(device);
+  if (!table.prepare_linear_quantized) {
+    auto p = prepare_linear(dequantize_ref(weight).to(DType::BF16), bias, device);
+    p->quantized = std::make_shared<QuantizedMatrix>(weight);
+    return p;
+  }
+  const Tensor b = detail::place_parameter(bias.defined() ? bias.reshape({weight.rows}) : bias, device);
+  auto p = table.prepare_linear_quantized(weight, b);
+  // The weight must carry the device label the checks compare: a dequantized one is relabelled, a
+  // stride-0 stand-in is made anew there (placing it would allocate its full size).
+  if (p->weight.device() != device) {
+    p->weight = p->weight.is_contiguous()
+                    ? detail::place_parameter(p->weight, device)
+                    : Tensor::zeros({1, 1}, p->weight.dtype(), device).expand(p->weight.shape());
+  }
+  p->device = device;
+  return p;
+}
+
 Tensor linear(const Tensor& x, const backend::PreparedLinear& w, Activation act) {
   Tensor y = Tensor::empty(out_shape(x, w.out_features()), x.dtype(), x.device());
   run(x, w, Tensor(), Tensor(), y, act);

@@ -24,6 +24,15 @@ using PreparedLinear = backend::PreparedLinear;
 std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias = Tensor(),
                                                         Device device = Device::cpu());
 
+// A weight kept in its quantized bytes (core/quant.h: GGUF blocks, fp8 with its scale), bias [N]
+// or undefined. Backends with a quantized path keep the bytes (CPU: dequantized a block of rows at
+// a time inside the GEMM; ref: dequantized whole, it is the oracle); on the others (CUDA) the
+// weight is dequantized to bf16 here and prepared as a dense weight on `device`. The bytes stay
+// on the host either way.
+std::shared_ptr<backend::PreparedLinear> prepare_linear_quantized(const QuantizedMatrix& weight,
+                                                                  const Tensor& bias = Tensor(),
+                                                                  Device device = Device::cpu());
+
 // y[..., N] = act(x[..., K] @ W^T + b), y in x's dtype. x may have any leading dims and strided
 // rows (a 2-D x with stride(0) >= K is used without a copy).
 Tensor linear(const Tensor& x, const backend::PreparedLinear& w, Activation act = Activation::None);

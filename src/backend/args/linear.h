@@ -4,6 +4,7 @@
 // never per call.
 #include <memory>
 
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace fluxrt::backend {
@@ -16,6 +17,10 @@ struct PreparedLinear {
   Tensor weight;                 // [N, K]
   Tensor bias;                   // [N] or undefined
   std::shared_ptr<void> state;   // backend-specific (packed weight, primitive cache, ...)
+  // Set when the weight is kept in its quantized bytes (GGUF blocks, fp8; core/quant.h): then
+  // `weight` is a zero-memory stand-in of the same [N, K] shape, unless the backend dequantized
+  // it (the ref backend holds it as f32, a GPU as bf16).
+  std::shared_ptr<const QuantizedMatrix> quantized;
   // The device it was prepared for (set by ops::prepare_linear): inputs must be on it. `weight`
   // and `bias` live there too (ops::prepare_linear places them before the backend prepares).
   Device device;

@@ -1,11 +1,12 @@
 #include "backend/cpu/linear_cpu.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string_view>
 
-#include <fmt/format.h>
-
 #include "backend/cpu/gemm_packed.h"
+#include "backend/cpu/linear_quant_cpu.h"
 #include "backend/cpu/onednn_matmul.h"
 #include "backend/cpu/onednn_util.h"
 #include "core/error.h"
@@ -17,6 +18,7 @@ struct CpuLinearState {
   CpuLinearImpl impl = CpuLinearImpl::Packed;
   gemm::PackedWeights packed;
   std::unique_ptr<onednn::MatmulLinear> matmul;
+  std::shared_ptr<QuantLinearCpu> quant;  // set for a weight kept quantized (impl unused)
 };
 
 CpuLinearImpl impl_from_env() {
@@ -66,9 +68,33 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const T
   return prepare_linear_cpu_with(weight, bias, CpuLinearImpl::Auto);
 }
 
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
+                                                             const Tensor& bias) {
+  auto quant = prepare_quant_linear_cpu(weight, bias);
+  if (!quant) {
+    Tensor wide = dequantize_ref(weight).to(DType::BF16);
+    auto p = prepare_linear_cpu(wide, bias);
+    p->quantized = std::make_shared<QuantizedMatrix>(weight);
+    return p;
+  }
+  auto p = std::make_shared<PreparedLinear>();
+  // A stride-0 broadcast of one element: the [N, K] shape the ops layer checks, no memory.
+  p->weight = Tensor::zeros({1, 1}, DType::BF16).expand({weight.rows, weight.cols});
+  p->bias = bias;
+  p->quantized = std::make_shared<QuantizedMatrix>(weight);
+  auto state = std::make_shared<CpuLinearState>();
+  state->quant = std::move(quant);
+  p->state = state;
+  return p;
+}
+
 void linear_cpu(const LinearArgs& a) {
   auto* state = static_cast<CpuLinearState*>(a.w->state.get());
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
+  if (state->quant) {
+    quant_linear_cpu(a, *state->quant);
+    return;
+  }
   if (state->impl == CpuLinearImpl::Packed) {
     gemm::packed_gemm(a.x, state->packed, a.activation, a.residual, a.gate, a.y);
   } else {
@@ -79,6 +105,7 @@ void linear_cpu(const LinearArgs& a) {
 std::string linear_cpu_kernel_for(const LinearArgs& a) {
   auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
+  if (state->quant) return "packed-avx2-dequant";
   if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
   return "onednn:" + state->matmul->impl_for(a);
 }
@@ -86,6 +113,7 @@ std::string linear_cpu_kernel_for(const LinearArgs& a) {
 std::string describe_linear_cpu(const PreparedLinear& prepared) {
   const auto* state = static_cast<const CpuLinearState*>(prepared.state.get());
   if (!state) return "unprepared";
+  if (state->quant) return describe_quant_linear_cpu(*state->quant);
   if (state->impl == CpuLinearImpl::Packed)
     return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
                        state->packed.bytes() / 1e6);

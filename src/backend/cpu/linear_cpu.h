@@ -21,6 +21,10 @@ enum class CpuLinearImpl { Auto, OneDnn, Packed };
 std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const Tensor& bias);
 std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, const Tensor& bias,
                                                         CpuLinearImpl impl);
+// A quantized weight kept in its bytes (linear_quant_cpu.h); on CPUs without AVX2 it is widened
+// to bf16 and prepared as above.
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
+                                                             const Tensor& bias);
 void linear_cpu(const LinearArgs& args);
 // The kernel linear_cpu would run for `args` (shapes, strides, dtypes, epilogue; the data is not
 // read): "packed-avx2", or "onednn:" + oneDNN's impl_info_str for the call's primitive, e.g.

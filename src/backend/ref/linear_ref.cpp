@@ -46,6 +46,13 @@ std::shared_ptr<PreparedLinear> prepare_linear_ref(const Tensor& weight, const T
   return p;
 }
 
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_ref(const QuantizedMatrix& weight,
+                                                             const Tensor& bias) {
+  auto p = prepare_linear_ref(dequantize_ref(weight), bias);
+  p->quantized = std::make_shared<QuantizedMatrix>(weight);
+  return p;
+}
+
 void linear_ref(const LinearArgs& a) {
   const Tensor& x = a.x;
   const Tensor& w = a.w->weight;

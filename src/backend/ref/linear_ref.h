@@ -9,6 +9,9 @@
 namespace fluxrt::backend {
 
 std::shared_ptr<PreparedLinear> prepare_linear_ref(const Tensor& weight, const Tensor& bias);
+// The oracle for quantized weights: dequantized whole (core's scalar reference) into f32 once.
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_ref(const QuantizedMatrix& weight,
+                                                             const Tensor& bias);
 void linear_ref(const LinearArgs& args);
 
 // The activations in f64, shared with the conv oracle and the tests.

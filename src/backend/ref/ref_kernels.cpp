@@ -29,6 +29,7 @@ void fill_ref_kernels(KernelTable& t) {
   // GEMM, convolution and attention live in their own files (linear_*, conv_*, attention_*).
   t.prepare_linear = prepare_linear_ref;
   t.linear = linear_ref;
+  t.prepare_linear_quantized = prepare_linear_quantized_ref;
   t.prepare_conv2d = prepare_conv2d_ref;
   t.conv2d = conv2d_ref;
   t.attention = ref::attention;
