@@ -3,18 +3,18 @@
 // layout (models--org--name/{refs,snapshots,blobs}), without ever touching the network.
 #include "io/model_discovery.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace fluxrt::io {
@@ -172,14 +172,27 @@ ResolvedModel resolve_component_folder(const fs::path& folder) {
 
 ResolvedModel resolve_single_file(const fs::path& file) {
   const std::string name = file.filename().string();
-  if (!ends_with(name, kFileSuffix) && !ends_with(name, kIndexSuffix))
-    fail(ErrorCode::InvalidArgument, "{}: not a model (expected a .safetensors file, a *{} or a model folder)",
-         file.string(), kIndexSuffix);
+  if (!ends_with(name, kFileSuffix) && !ends_with(name, kIndexSuffix) && !is_gguf_file(file.string()))
+    fail(ErrorCode::InvalidArgument,
+         "{}: not a model (expected a .safetensors or GGUF file, a *{} or a model folder)", file.string(),
+         kIndexSuffix);
   ResolvedModel model;
   model.path = file.string();
   model.source = ModelSource::SingleFile;
   ModelComponent c;
   c.name = "transformer";  // single files are transformers for now; their companions come later
+  if (is_gguf_file(file.string())) {
+    // GGUF text encoders say so in general.architecture (llama.cpp's "qwen3", "t5encoder");
+    // transformer GGUFs say "flux" or nothing.
+    const auto gguf = GgufFile::open(file.string());
+    auto arch = gguf->metadata().find("general.architecture");
+    if (arch != gguf->metadata().end() && arch->second.type == GgufValueType::String) {
+      const std::string& a = arch->second.s;
+      if (a == "qwen3" || a == "qwen2" || a == "t5" || a == "t5encoder" || a == "llama")
+        c.name = "text_encoder";
+      c.class_name = "gguf:" + a;
+    }
+  }
   c.present = true;
   c.weights = file.string();
   model.components.push_back(std::move(c));
@@ -445,9 +458,12 @@ bool json_bool(const json& cfg, const char* key, bool fallback) {
   return it != cfg.end() && it->is_boolean() ? it->get<bool>() : fallback;
 }
 
-int64_t dim(const Checkpoint& ckpt, const std::string& name, int axis) {
-  if (!ckpt.contains(name)) return 0;
-  const Shape& shape = ckpt.info(name).shape;
+using ShapeTable = std::map<std::string, Shape>;
+
+int64_t dim(const ShapeTable& shapes, const std::string& name, int axis) {
+  auto it = shapes.find(name);
+  if (it == shapes.end()) return 0;
+  const Shape& shape = it->second;
   return axis < shape.size() ? shape[axis] : 0;
 }
 
@@ -479,16 +495,36 @@ void distilled_from_name(VariantInfo& v, const std::string& path) {
 
 }  // namespace
 
+std::map<std::string, Shape> tensor_shapes(const std::string& weights) {
+  ShapeTable shapes;
+  if (is_gguf_file(weights)) {
+    const auto file = GgufFile::open(weights);  // held: the loop reads its header
+    for (const GgufTensorInfo& t : file->tensors()) shapes[t.name] = t.shape;
+    return shapes;
+  }
+  const Checkpoint ckpt = Checkpoint::open(weights);
+  for (const std::string& name : ckpt.names()) shapes[name] = ckpt.info(name).shape;
+  return shapes;
+}
+
 VariantInfo detect_variant_from_tensors(const Checkpoint& ckpt) {
+  ShapeTable shapes;
+  for (const std::string& name : ckpt.names()) shapes[name] = ckpt.info(name).shape;
+  return detect_variant_from_shapes(shapes);
+}
+
+VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& ckpt) {
   VariantInfo v;
-  const std::vector<std::string> all = ckpt.names();
+  std::vector<std::string> all;
+  for (const auto& [name, shape] : ckpt) all.push_back(name);
   // ComfyUI repackagings prefix every key; diffusers' single-file loader strips the same prefix.
   for (const char* prefix : {"model.diffusion_model."}) {
-    if (ckpt.contains(std::string(prefix) + "img_in.weight") || ckpt.contains(std::string(prefix) + "x_embedder.weight"))
+    if (ckpt.count(std::string(prefix) + "img_in.weight") ||
+        ckpt.count(std::string(prefix) + "x_embedder.weight"))
       v.key_prefix = prefix;
   }
   const std::string& p = v.key_prefix;
-  auto has = [&](const char* name) { return ckpt.contains(p + name); };
+  auto has = [&](const char* name) { return ckpt.count(p + name) != 0; };
 
   if (has("img_in.weight")) {
     v.layout = WeightLayout::Bfl;
@@ -538,7 +574,7 @@ VariantInfo detect_variant(const ResolvedModel& model) {
   }
   VariantInfo v;
   if (!tc->weights.empty()) {
-    v = detect_variant_from_tensors(Checkpoint::open(tc->weights));
+    v = detect_variant_from_shapes(tensor_shapes(tc->weights));
   }
   const std::string& cls = tc->class_name;
   const bool flux1 = cls == "FluxTransformer2DModel";

@@ -7,10 +7,13 @@
 //   * a Hugging Face repo id ("org/name" or "org/name@rev") already in the user's hub cache.
 // Nothing is downloaded. No tensor data is read; variant detection reads configs and headers.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/tensor.h"
 
 namespace fluxrt::io {
 
@@ -118,5 +121,9 @@ std::string_view weight_layout_name(WeightLayout layout);   // "diffusers", "bfl
 VariantInfo detect_variant(const ResolvedModel& model);
 // From tensor names and shapes only (a single file or a folder without config.json).
 VariantInfo detect_variant_from_tensors(const Checkpoint& checkpoint);
+// The same from a name -> shape table (what a GGUF file's header gives; shapes in PyTorch order).
+VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& shapes);
+// The name -> shape table of the tensors in `weights`: a safetensors checkpoint or a GGUF file.
+std::map<std::string, Shape> tensor_shapes(const std::string& weights);
 
 }  // namespace fluxrt::io

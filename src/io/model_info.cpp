@@ -2,9 +2,11 @@
 // the public fluxrt::inspect_model / model_info_json over it (include/fluxrt/model_info.h).
 #include "io/model_info.h"
 
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace fluxrt::io {
@@ -32,7 +34,19 @@ ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_
     r.folder = c.folder;
     r.weights = c.weights;
     r.present = c.present;
-    if (!c.weights.empty()) {
+    if (!c.weights.empty() && is_gguf_file(c.weights)) {
+      // GGUF: types by their GGML names ("q4_k"), bytes as stored (blocks included).
+      const auto file = GgufFile::open(c.weights);
+      r.files = 1;
+      for (const GgufTensorInfo& t : file->tensors()) {
+        ++r.tensors;
+        r.parameters += static_cast<uint64_t>(t.numel());
+        r.bytes += t.nbytes;
+        std::string type(quant_name(t.type));
+        for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        ++r.dtypes[type];
+      }
+    } else if (!c.weights.empty()) {
       const Checkpoint ckpt = Checkpoint::open(c.weights);
       r.files = ckpt.files().size();
       for (const auto& file : ckpt.files()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace fluxrt::models {
 
@@ -27,24 +28,94 @@ TensorStore TensorStore::from_checkpoint(const io::Checkpoint& checkpoint, const
   return store;
 }
 
+TensorStore TensorStore::from_gguf(std::shared_ptr<io::GgufFile> file, const std::string& prefix) {
+  TensorStore store;
+  store.description_ = file->path();
+  for (const io::GgufTensorInfo& t : file->tensors()) {
+    if (t.name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string name = t.name.substr(prefix.size());
+    std::string origin = fmt::format("{}: {}", file->path(), t.name);
+    if (quant_is_blocked(t.type) && t.shape.size() == 2)
+      store.add_quantized(name, file->matrix(t.name), std::move(origin));
+    else
+      store.add(name, file->tensor(t.name), std::move(origin));
+  }
+  return store;
+}
+
+TensorStore TensorStore::open(const std::string& path, const std::string& prefix) {
+  if (io::is_gguf_file(path)) return from_gguf(io::GgufFile::open(path), prefix);
+  return from_checkpoint(io::Checkpoint::open(path), prefix);
+}
+
 void TensorStore::add(const std::string& name, Tensor tensor, std::string origin) {
   FLUXRT_CHECK(tensor.defined(), ErrorCode::Internal, "TensorStore::add: undefined tensor {}", name);
-  entries_[name] = Entry{std::move(tensor), origin.empty() ? name : std::move(origin)};
+  entries_[name] = Entry{std::move(tensor), origin.empty() ? name : std::move(origin), nullptr};
+}
+
+void TensorStore::add_quantized(const std::string& name, QuantizedMatrix q, std::string origin) {
+  validate_quantized(q, origin.empty() ? name : origin);
+  entries_[name] = Entry{Tensor(), origin.empty() ? name : std::move(origin),
+                         std::make_shared<const QuantizedMatrix>(std::move(q))};
+}
+
+void TensorStore::add_entry(const std::string& name, const TensorStore& src, const std::string& from) {
+  entries_[name] = src.entry(from);
+}
+
+bool TensorStore::add_row_split(const std::vector<std::string>& names, const TensorStore& src,
+                                const std::string& from) {
+  const Entry& e = src.entry(from);
+  const int64_t parts = static_cast<int64_t>(names.size());
+  if (!e.quantized) {
+    const Tensor& t = e.tensor;
+    if (t.dim() != 2 || t.size(0) % parts != 0) return false;
+    const int64_t r = t.size(0) / parts;
+    for (int64_t i = 0; i < parts; ++i) add(names[static_cast<size_t>(i)], t.narrow(0, i * r, r), e.origin);
+    return true;
+  }
+  const QuantizedMatrix& q = *e.quantized;
+  if (q.rows % parts != 0 || q.scale.numel() > 1) return false;
+  const int64_t r = q.rows / parts;
+  for (int64_t i = 0; i < parts; ++i) {
+    QuantizedMatrix part = q;
+    part.rows = r;
+    part.bytes = q.bytes.narrow(0, static_cast<int64_t>(i * r * q.row_bytes()),
+                                static_cast<int64_t>(r * q.row_bytes()));
+    add_quantized(names[static_cast<size_t>(i)], std::move(part), e.origin);
+  }
+  return true;
 }
 
 void TensorStore::remove(const std::string& name) { entries_.erase(name); }
 
-const Tensor& TensorStore::get(const std::string& name) const {
+const TensorStore::Entry& TensorStore::entry(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail(ErrorCode::NotFound, "{}: tensor '{}' not found", description_, name);
-  return it->second.tensor;
+  return it->second;
 }
 
-const std::string& TensorStore::origin(const std::string& name) const {
-  auto it = entries_.find(name);
-  if (it == entries_.end()) fail(ErrorCode::NotFound, "{}: tensor '{}' not found", description_, name);
-  return it->second.origin;
+const Tensor& TensorStore::get(const std::string& name) const {
+  const Entry& e = entry(name);
+  if (e.quantized && !e.tensor.defined()) {
+    // The dense values for code that reads them (norms, embeddings, fused copies).
+    const_cast<Entry&>(e).tensor = dequantize_ref(*e.quantized).to(DType::BF16);
+  }
+  return e.tensor;
 }
+
+Shape TensorStore::shape(const std::string& name) const {
+  const Entry& e = entry(name);
+  if (e.quantized) return Shape({e.quantized->rows, e.quantized->cols});
+  return e.tensor.shape();
+}
+
+const QuantizedMatrix* TensorStore::quantized(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : it->second.quantized.get();
+}
+
+const std::string& TensorStore::origin(const std::string& name) const { return entry(name).origin; }
 
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> out;
@@ -63,11 +134,13 @@ Tensor WeightBinder::fetch(const std::string& name, const Shape& shape, std::opt
     return Tensor();
   }
   used_.insert(name);
-  const Tensor& t = store_.get(name);
-  if (t.shape() != shape) {
-    misshaped_.push_back(fmt::format("{} ({} expected {})", name, t.shape().str(), shape.str()));
+  const Shape stored = store_.shape(name);
+  if (stored != shape) {
+    misshaped_.push_back(fmt::format("{} ({} expected {})", name, stored.str(), shape.str()));
     return Tensor();
   }
+  if (store_.quantized(name)) ++widened_;
+  const Tensor& t = store_.get(name);
   if (dtype && t.dtype() != *dtype) {
     FLUXRT_CHECK(dtype_is_float(t.dtype()) && dtype_is_float(*dtype), ErrorCode::Format,
                  "{}: tensor '{}' has dtype {}, expected a float tensor ({})", component_,
@@ -75,6 +148,13 @@ Tensor WeightBinder::fetch(const std::string& name, const Shape& shape, std::opt
     return t.to(*dtype);
   }
   return t;
+}
+
+const QuantizedMatrix* WeightBinder::quantized(const std::string& name, const Shape& shape) {
+  const QuantizedMatrix* q = store_.quantized(name);
+  if (q == nullptr || shape.size() != 2 || q->rows != shape[0] || q->cols != shape[1]) return nullptr;
+  used_.insert(name);
+  return q;
 }
 
 Tensor WeightBinder::require(const std::string& name, const Shape& shape, std::optional<DType> dtype) {
@@ -107,6 +187,10 @@ void WeightBinder::finish() const {
     });
     if (!ignored) unused.push_back(name);
   }
+  if (widened_ > 0)
+    FLUXRT_LOG_INFO(
+        "{}: {} quantized tensors were dequantized to bf16 for the model (not linear weights here)",
+        component_, widened_);
   if (missing_.empty() && misshaped_.empty() && unused.empty()) return;
   std::vector<std::string> parts;
   if (!missing_.empty()) parts.push_back(fmt::format("missing tensors: {}", first_few(missing_)));

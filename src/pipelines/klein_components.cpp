@@ -47,7 +47,7 @@ void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Co
 models::Flux2Config flux2_config_of_file(const fs::path& file, const io::VariantInfo& info) {
   if (info.variant == io::ModelVariant::Flux2Klein4B || info.variant == io::ModelVariant::Flux2Klein9B)
     return models::flux2_preset(std::string(io::model_variant_name(info.variant)));
-  models::TensorStore raw = models::TensorStore::from_checkpoint(io::Checkpoint::open(file.string()));
+  models::TensorStore raw = models::TensorStore::open(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux2_config_detect(models::flux2_to_canonical(raw));
 }

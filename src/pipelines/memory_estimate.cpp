@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 
@@ -16,6 +17,15 @@ namespace fs = std::filesystem;
 size_t checkpoint_weight_bytes(const fs::path& weights, DType dtype) {
   std::error_code ec;
   if (weights.empty() || !fs::exists(weights, ec)) return 0;
+  if (io::is_gguf_file(weights.string())) {
+    // GGUF: block types stay in their bytes; dense ones are bound in the run's dtype.
+    size_t bytes = 0;
+    const auto file = io::GgufFile::open(weights.string());  // held: the loop reads its header
+    for (const io::GgufTensorInfo& t : file->tensors())
+      bytes += quant_is_blocked(t.type) ? t.nbytes
+                                        : static_cast<size_t>(t.numel()) * (dtype == DType::F32 ? 4 : 2);
+    return bytes;
+  }
   const io::Checkpoint checkpoint = io::Checkpoint::open(weights.string());
   const std::vector<std::string> names = checkpoint.names();
   // ComfyUI all-in-one files: the loaders read only the transformer's tensors.

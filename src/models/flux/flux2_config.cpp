@@ -123,24 +123,26 @@ Flux2Config flux2_config_from_json(const std::string& path) {
 
 Flux2Config flux2_config_detect(const TensorStore& s) {
   const std::string& where = s.description();
-  auto need = [&](const std::string& name) -> const Tensor& {
+  // Shapes only: a quantized (GGUF) store is not dequantized to read them.
+  auto need = [&](const std::string& name) -> Shape {
     if (!s.contains(name))
       fail(ErrorCode::Format, "{}: cannot detect the FLUX.2 config: tensor '{}' is missing", where, name);
-    const Tensor& t = s.get(name);
-    FLUXRT_CHECK(t.dim() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name, t.shape().str());
-    return t;
+    const Shape shape = s.shape(name);
+    FLUXRT_CHECK(shape.size() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name,
+                 shape.str());
+    return shape;
   };
   Flux2Config c;
-  const Tensor& img_in = need("img_in.weight");
-  c.hidden = img_in.size(0);
-  c.in_channels = img_in.size(1);
-  c.context_dim = need("txt_in.weight").size(1);
-  c.timestep_channels = need("time_in.in_layer.weight").size(1);
-  c.out_channels = need("final_layer.linear.weight").size(0);
-  const Tensor& q_norm = s.contains("single_blocks.0.norm.query_norm.scale")
-                             ? s.get("single_blocks.0.norm.query_norm.scale")
-                             : s.get("double_blocks.0.img_attn.norm.query_norm.scale");
-  c.head_dim = q_norm.defined() ? q_norm.numel() : 128;
+  const Shape img_in = need("img_in.weight");
+  c.hidden = img_in[0];
+  c.in_channels = img_in[1];
+  c.context_dim = need("txt_in.weight")[1];
+  c.timestep_channels = need("time_in.in_layer.weight")[1];
+  c.out_channels = need("final_layer.linear.weight")[0];
+  const Shape q_norm = s.shape(s.contains("single_blocks.0.norm.query_norm.scale")
+                                   ? "single_blocks.0.norm.query_norm.scale"
+                                   : "double_blocks.0.img_attn.norm.query_norm.scale");
+  c.head_dim = q_norm.numel() > 0 ? q_norm.numel() : 128;
   FLUXRT_CHECK(c.head_dim > 0 && c.hidden % c.head_dim == 0, ErrorCode::Format,
                "{}: hidden size {} is not a multiple of the head dim {}", where, c.hidden, c.head_dim);
   c.heads = c.hidden / c.head_dim;
@@ -155,8 +157,10 @@ Flux2Config flux2_config_detect(const TensorStore& s) {
   }
   c.double_blocks = nd;
   c.single_blocks = ns;
-  if (nd > 0) c.mlp_hidden = need("double_blocks.0.img_mlp.0.weight").size(0) / 2;
-  else if (ns > 0) c.mlp_hidden = (need("single_blocks.0.linear1.weight").size(0) - 3 * c.hidden) / 2;
+  if (nd > 0)
+    c.mlp_hidden = need("double_blocks.0.img_mlp.0.weight")[0] / 2;
+  else if (ns > 0)
+    c.mlp_hidden = (need("single_blocks.0.linear1.weight")[0] - 3 * c.hidden) / 2;
   c.validate(where);
   c.variant = name_variant(c);
   return c;

@@ -23,15 +23,6 @@ bool has_comfy_prefix(const TensorStore& raw) {
 }
 
 // Splits a [parts * R, K] tensor into `parts` zero-copy row views; false when rows don't divide.
-bool split_rows(TensorStore& out, const Tensor& t, const std::string& origin,
-                const std::vector<std::string>& names) {
-  const int64_t parts = static_cast<int64_t>(names.size());
-  if (t.dim() != 2 || t.size(0) % parts != 0) return false;
-  const int64_t r = t.size(0) / parts;
-  for (int64_t i = 0; i < parts; ++i) out.add(names[static_cast<size_t>(i)], t.narrow(0, i * r, r), origin);
-  return true;
-}
-
 // diffusers Flux2Transformer2DModel name -> canonical name for the 1:1 renames.
 std::string diffusers_rename(const std::string& n) {
   static const std::vector<std::pair<std::regex, std::string>> rules = [] {
@@ -98,29 +89,30 @@ TensorStore flux2_to_canonical(const TensorStore& raw) {
   TensorStore out;
   out.set_description(raw.description());
   static const std::regex fused_qkv(R"(^double_blocks\.(\d+)\.(img|txt)_attn\.qkv\.weight$)");
+  // Entries are moved by add_entry / add_row_split, so quantized (GGUF) weights stay quantized.
   for (const auto& stored : raw.names()) {
     const std::string name = strip(stored, prefixed);
-    const Tensor& t = raw.get(stored);
-    const std::string& origin = raw.origin(stored);
     if (layout == Flux2Layout::Diffusers) {
       if (name == "norm_out.linear.weight") {
         // diffusers AdaLayerNormContinuous: rows (scale, shift).
-        if (split_rows(out, t, origin, {"final_layer.scale.weight", "final_layer.shift.weight"})) continue;
+        if (out.add_row_split({"final_layer.scale.weight", "final_layer.shift.weight"}, raw, stored))
+          continue;
       }
-      out.add(diffusers_rename(name), t, origin);
+      out.add_entry(diffusers_rename(name), raw, stored);
       continue;
     }
     if (layout == Flux2Layout::Bfl) {
       std::smatch m;
       if (std::regex_match(name, m, fused_qkv)) {
         const std::string p = "double_blocks." + m[1].str() + "." + m[2].str() + "_attn.";
-        if (split_rows(out, t, origin, {p + "q.weight", p + "k.weight", p + "v.weight"})) continue;
+        if (out.add_row_split({p + "q.weight", p + "k.weight", p + "v.weight"}, raw, stored)) continue;
       } else if (name == "final_layer.adaLN_modulation.1.weight") {
         // BFL LastLayer: rows (shift, scale).
-        if (split_rows(out, t, origin, {"final_layer.shift.weight", "final_layer.scale.weight"})) continue;
+        if (out.add_row_split({"final_layer.shift.weight", "final_layer.scale.weight"}, raw, stored))
+          continue;
       }
     }
-    out.add(name, t, origin);
+    out.add_entry(name, raw, stored);
   }
   return out;
 }

@@ -22,8 +22,7 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::load(const std::string& path
   fs::path p(path);
   if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_directory(p / "transformer"))
     p /= "transformer";  // a pipeline folder
-  const io::Checkpoint checkpoint = io::Checkpoint::open(p.string());
-  TensorStore raw = TensorStore::from_checkpoint(checkpoint);
+  TensorStore raw = TensorStore::open(p.string());  // a safetensors checkpoint or a GGUF file
   raw.set_description(p.string());
   Flux2Config config;
   if (fs::is_directory(p) && fs::exists(p / "config.json")) {
@@ -42,11 +41,16 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
   bool complete = true;
+  // GGUF weights stay quantized in the linears (the CPU dequantizes a block of rows per GEMM).
+  model->fetch_quantized_ = [&](const std::string& name, const Shape& shape) {
+    return binder.quantized(name, shape);
+  };
   model->bind([&](const std::string& name, const Shape& shape) {
     Tensor t = binder.require(name, shape, wdtype);
     if (!t.defined()) complete = false;
     return t;
   });
+  model->fetch_quantized_ = nullptr;
   binder.finish();  // throws the one error listing every problem
   FLUXRT_CHECK(complete, ErrorCode::Format, "{}: FLUX.2 weights incomplete", raw.description());
   return model;
@@ -69,6 +73,12 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config&
 }
 
 nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name, const Shape& shape) {
+  if (fetch_quantized_) {
+    if (const QuantizedMatrix* q = fetch_quantized_(name, shape)) {
+      weight_bytes_ += q->nbytes();
+      return nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
+    }
+  }
   Tensor w = fetch(name, shape);
   if (!w.defined()) return nn::Linear();
   weight_bytes_ += w.nbytes();

@@ -75,6 +75,8 @@ class Flux2Transformer {
 
  private:
   using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
+  // Set while binding a store with quantized entries: the weight kept quantized, or null.
+  using FetchQuantized = std::function<const QuantizedMatrix*(const std::string& name, const Shape& shape)>;
 
   Flux2Transformer(Flux2Config config, Flux2LoadOptions options) : config_(std::move(config)), options_(options) {}
   void bind(const Fetch& fetch);
@@ -86,6 +88,7 @@ class Flux2Transformer {
   Flux2Config config_;
   Flux2LoadOptions options_;
   size_t weight_bytes_ = 0;
+  FetchQuantized fetch_quantized_;
   nn::Linear img_in_, txt_in_, time_in_1_, time_in_2_;
   nn::Modulation mod_img_, mod_txt_, mod_single_;  // shared by every block
   std::vector<FluxDoubleBlock> double_;

@@ -1,0 +1,122 @@
+// Models loaded from GGUF files (tools/reference/make_tiny_gguf.py: the tiny FLUX.2 klein
+// transformer quantized by the gguf package, city96-style names, with and without ComfyUI's
+// prefix). The quantized model must equal the same model built densely from the file's weights
+// dequantized (the dequantization is checked against gguf bit for bit in tests/io), and keep only
+// the quantized bytes resident.
+#include <gtest/gtest.h>
+
+#include "core/quant.h"
+#include "io/gguf.h"
+#include "io/model_discovery.h"
+#include "io/model_info.h"
+#include "io/safetensors.h"
+#include "models/flux/flux2_names.h"
+#include "models/flux/flux2_transformer.h"
+#include "support/compare.h"
+
+namespace fluxrt::models {
+namespace {
+
+const std::string kData = FLUXRT_TEST_DATA_DIR;
+const std::string kQ8 = kData + "/gguf/flux2-klein-tiny-q8_0.gguf";
+const std::string kQ4Prefixed = kData + "/gguf/flux2-klein-tiny-q4_0.gguf";
+const std::string kBfl = kData + "/models/flux2-klein-tiny-bfl.safetensors";
+
+struct Case {
+  Tensor x, x_ids, ctx, ctx_ids, t, out;
+};
+
+Case load_case() {
+  const io::Checkpoint c = io::Checkpoint::open(kData + "/flux2_transformer/t2i.safetensors");
+  return {c.tensor("x").clone(),       c.tensor("x_ids").clone(), c.tensor("ctx").clone(),
+          c.tensor("ctx_ids").clone(), c.tensor("t").clone(),     c.tensor("out").clone()};
+}
+
+// The file's tensors with every quantized one dequantized to f32 (what a dense load would see).
+TensorStore dequantized_store(const TensorStore& quantized) {
+  TensorStore dense;
+  dense.set_description(quantized.description() + " (dequantized)");
+  for (const std::string& name : quantized.names()) {
+    if (const QuantizedMatrix* q = quantized.quantized(name))
+      dense.add(name, dequantize_ref(*q), quantized.origin(name));
+    else
+      dense.add(name, quantized.get(name).to(DType::F32), quantized.origin(name));
+  }
+  return dense;
+}
+
+class GgufFlux2 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufFlux2, EqualsTheDenseModelOnTheDequantizedWeights) {
+  const std::string& path = GetParam();
+  Flux2LoadOptions opt;
+  opt.dtype = DType::F32;
+  const auto quantized = Flux2Transformer::load(path, opt);
+  TensorStore raw = TensorStore::open(path);
+  size_t quantized_entries = 0;
+  for (const std::string& name : raw.names()) quantized_entries += raw.quantized(name) != nullptr;
+  EXPECT_GE(quantized_entries, 18u);  // every 2-D weight but txt_in (rows of 24)
+  const auto dense = Flux2Transformer::from_store(dequantized_store(raw), quantized->config(), opt);
+  EXPECT_LT(quantized->weight_bytes() * 3, dense->weight_bytes()) << "quantized weights must stay quantized";
+
+  const Case c = load_case();
+  const Tensor y = quantized->forward(c.x, c.x_ids, c.ctx, c.ctx_ids, c.t);
+  const Tensor y_dense = dense->forward(c.x, c.x_ids, c.ctx, c.ctx_ids, c.t);
+  const auto same = test::compare(y, y_dense);
+  EXPECT_LT(same.rel_l2, 1e-5) << "quantized GEMM vs dense GEMM on the same weights";
+  // Against diffusers on the original bf16 weights: the quantization error itself (reported).
+  const auto vs_bf16 = test::compare(y, c.out);
+  EXPECT_LT(vs_bf16.rel_l2, 0.2);
+  RecordProperty("rel_l2_vs_bf16_reference", std::to_string(vs_bf16.rel_l2));
+  std::printf("%s: rel-L2 vs the bf16 reference %.4g\n", path.c_str(), vs_bf16.rel_l2);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyKlein, GgufFlux2, ::testing::Values(kQ8, kQ4Prefixed), [](const auto& info) {
+  return info.index == 0 ? std::string("q8_0") : std::string("q4_0_comfy");
+});
+
+TEST(GgufFlux2Detect, VariantAndLayoutFromTheHeader) {
+  const io::VariantInfo v = io::detect_variant(io::resolve_model(kQ4Prefixed));
+  EXPECT_EQ(v.family, io::ModelFamily::Flux2);
+  EXPECT_EQ(v.layout, io::WeightLayout::Bfl);
+  EXPECT_EQ(v.key_prefix, "model.diffusion_model.");
+  const io::VariantInfo safetensors = io::detect_variant(io::resolve_model(kBfl));
+  EXPECT_EQ(v.shape.hidden_size, safetensors.shape.hidden_size);
+  EXPECT_EQ(v.shape.double_blocks, safetensors.shape.double_blocks);
+  EXPECT_EQ(v.shape.single_blocks, safetensors.shape.single_blocks);
+}
+
+TEST(GgufInfo, ListsTypesAndSizes) {
+  const io::ModelReport r = io::inspect_model(kQ8);
+  EXPECT_EQ(r.variant.family, io::ModelFamily::Flux2);
+  ASSERT_EQ(r.components.size(), 1u);
+  const io::ComponentReport& c = r.components[0];
+  EXPECT_EQ(c.name, "transformer");
+  EXPECT_EQ(c.class_name, "gguf:flux");
+  const auto file = io::GgufFile::open(kQ8);
+  EXPECT_EQ(c.tensors, file->tensors().size());
+  uint64_t bytes = 0;
+  for (const io::GgufTensorInfo& t : file->tensors()) bytes += t.nbytes;
+  EXPECT_EQ(c.bytes, bytes);
+  EXPECT_EQ(c.dtypes.at("q8_0"), 18u);
+  EXPECT_EQ(c.dtypes.at("f16"), 1u);  // txt_in: rows of 24 are not whole Q8_0 blocks
+  EXPECT_GT(c.dtypes.at("f32"), 0u);  // norm scales
+}
+
+TEST(GgufStore, FusedQkvSplitsByRowBytes) {
+  const TensorStore raw = TensorStore::open(kQ8);
+  const TensorStore canonical = flux2_to_canonical(raw);
+  const QuantizedMatrix* qkv = raw.quantized("double_blocks.0.img_attn.qkv.weight");
+  const QuantizedMatrix* k = canonical.quantized("double_blocks.0.img_attn.k.weight");
+  ASSERT_TRUE(qkv && k);
+  EXPECT_EQ(k->rows * 3, qkv->rows);
+  EXPECT_EQ(k->row(0), qkv->row(k->rows));
+  // A quantized entry read densely is its dequantization.
+  const Tensor dense = canonical.get("double_blocks.0.img_attn.k.weight");
+  EXPECT_EQ(dense.shape(), Shape({k->rows, k->cols}));
+  EXPECT_TRUE(test::all_close(dense.to(DType::F32), dequantize_ref(*k).to(DType::BF16).to(DType::F32),
+                              test::TolClass::Exact));
+}
+
+}  // namespace
+}  // namespace fluxrt::models
