@@ -67,4 +67,12 @@ struct ServeOptions {
 CLI::App* add_serve_command(CLI::App& app, ServeOptions& options);
 int run_serve(const ServeOptions& options);  // throws fluxrt::Error
 
+struct QuantizeOptions {
+  std::string model;
+  std::string type = "q8_0";
+  std::string out;
+};
+CLI::App* add_quantize_command(CLI::App& app, QuantizeOptions& options);
+int run_quantize(const QuantizeOptions& options);  // throws fluxrt::Error
+
 }  // namespace fluxrt::cli

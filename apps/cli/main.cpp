@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   CLI::App* generate = fluxrt::cli::add_generate_command(app, generate_options);
   fluxrt::cli::ServeOptions serve_options;
   CLI::App* serve = fluxrt::cli::add_serve_command(app, serve_options);
+  fluxrt::cli::QuantizeOptions quantize_options;
+  CLI::App* quantize = fluxrt::cli::add_quantize_command(app, quantize_options);
 
   try {
     app.parse(argc, argv);
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return fluxrt::cli::run_bench(bench_options);
     if (generate->parsed()) return fluxrt::cli::run_generate(generate_options);
     if (serve->parsed()) return fluxrt::cli::run_serve(serve_options);
+    if (quantize->parsed()) return fluxrt::cli::run_quantize(quantize_options);
   } catch (const fluxrt::Error& e) {
     // Ctrl-C: one line and the shell's exit code for SIGINT (128 + 2).
     if (e.code() == fluxrt::ErrorCode::Cancelled) {

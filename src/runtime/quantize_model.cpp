@@ -1,0 +1,115 @@
+#include "runtime/quantize_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/gguf.h"
+#include "io/model_discovery.h"
+#include "models/flux/flux1_names.h"
+#include "models/flux/flux2_names.h"
+#include "models/weight_binder.h"
+
+namespace fluxrt::runtime {
+namespace {
+
+// The bytes of `t` (any float dtype, [rows, cols] or 1-D) in `type`, row by row through f32, and
+// the rel-L2 error of their dequantization into *rel_l2.
+std::vector<uint8_t> encode(const Tensor& t, QuantType type, double* rel_l2) {
+  const Tensor f = t.to(DType::F32).contiguous();
+  const int64_t cols = f.size(-1), rows = f.numel() / cols;
+  const size_t row_bytes = quant_row_bytes(type, cols);
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * row_bytes);
+  const float* src = f.data<float>();
+  double err = 0, ref = 0;
+#pragma omp parallel reduction(+ : err, ref)
+  {
+    std::vector<float> back(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      quantize_row_ref(type, src + r * cols, out.data() + r * row_bytes, cols);
+      dequantize_row_ref(type, out.data() + r * row_bytes, back.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        const double w = src[r * cols + j], d = back[static_cast<size_t>(j)] - w;
+        err += d * d;
+        ref += w * w;
+      }
+    }
+  }
+  *rel_l2 = ref > 0 ? std::sqrt(err / ref) : 0.0;
+  return out;
+}
+
+}  // namespace
+
+QuantizeReport quantize_model(const QuantizeRequest& request) {
+  FLUXRT_CHECK(quant_can_quantize(request.type) && quant_traits(request.type).ggml_id >= 0,
+               ErrorCode::Unsupported,
+               "fluxrt quantize: type {} cannot be written (q8_0, q5_1, q5_0, q4_1, q4_0, "
+               "bf16, f16 can)",
+               quant_name(request.type));
+  const io::ResolvedModel model = io::resolve_model(request.model);
+  const io::ModelComponent* tc = model.transformer();
+  FLUXRT_CHECK(tc != nullptr && tc->present && !tc->weights.empty(), ErrorCode::NotFound,
+               "{}: no transformer weights to quantize", request.model);
+  const io::VariantInfo variant = io::detect_variant(model);
+  FLUXRT_CHECK(variant.family != io::ModelFamily::Unknown, ErrorCode::Unsupported,
+               "{}: not a FLUX transformer ({})", tc->weights, variant.description);
+  models::TensorStore raw = models::TensorStore::open(tc->weights);
+  raw.set_description(tc->weights);
+  const bool flux2 = variant.family == io::ModelFamily::Flux2;
+  // Canonical names first (strips prefixes, splits fused tensors, widens fp8 with its scale),
+  // then BFL's, which is what the GGUF loaders in the wild expect.
+  const models::TensorStore bfl =
+      flux2 ? models::flux2_canonical_to_bfl(models::flux2_to_canonical(raw))
+            : models::flux1_canonical_to_bfl(models::flux1_to_canonical(models::flux1_dequantize_fp8(raw)));
+
+  QuantizeReport report;
+  report.family = flux2 ? "flux.2" : "flux.1";
+  const int64_t block = quant_traits(request.type).block;
+  std::vector<io::GgufTensorToWrite> tensors;
+  for (const std::string& name : bfl.names()) {
+    const Tensor& t = bfl.get(name);
+    io::GgufTensorToWrite w;
+    w.name = name;
+    w.shape = t.shape();
+    if (t.dim() == 2 && t.size(1) % block == 0) {
+      w.type = request.type;
+      ++report.quantized;
+    } else {
+      w.type = t.dim() == 2 ? QuantType::F16 : QuantType::F32;
+    }
+    double rel_l2 = 0;
+    w.bytes = encode(t, w.type, &rel_l2);
+    if (w.type == request.type) {
+      report.rel_l2_mean += rel_l2;
+      if (rel_l2 >= report.rel_l2_max) {
+        report.rel_l2_max = rel_l2;
+        report.rel_l2_max_tensor = name;
+      }
+    }
+    report.parameters += static_cast<uint64_t>(t.numel());
+    report.bytes_out += w.bytes.size();
+    tensors.push_back(std::move(w));
+  }
+  report.tensors = tensors.size();
+  if (report.quantized > 0) report.rel_l2_mean /= static_cast<double>(report.quantized);
+  auto str = [](const std::string& s) {
+    io::GgufValue v;
+    v.type = io::GgufValueType::String;
+    v.s = s;
+    return v;
+  };
+  io::GgufValue quant_version;
+  quant_version.type = io::GgufValueType::U32;
+  quant_version.u = 2;  // GGML_QNT_VERSION of the block layouts written
+  io::write_gguf(request.out, tensors,
+                 {{"general.architecture", str("flux")},
+                  {"general.quantization_version", quant_version},
+                  {"general.name", str(variant.description)}});
+  return report;
+}
+
+}  // namespace fluxrt::runtime

@@ -1,0 +1,72 @@
+// `fluxrt quantize` (runtime/quantize_model): the tiny klein transformer written as Q8_0 GGUF must
+// be, tensor for tensor, what the gguf package writes from the same weights in city96's layout
+// (tests/data/gguf/flux2-klein-tiny-q8_0.gguf, tools/reference/make_tiny_gguf.py): the same names,
+// types, shapes and bytes; from the diffusers-named folder too (names mapped back to BFL).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "runtime/quantize_model.h"
+
+namespace fluxrt::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kData = FLUXRT_TEST_DATA_DIR;
+
+void expect_same_tensors(const std::string& ours, const std::string& reference) {
+  const auto a = io::GgufFile::open(ours);
+  const auto b = io::GgufFile::open(reference);
+  EXPECT_EQ(a->metadata().at("general.architecture").s, "flux");
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (const io::GgufTensorInfo& t : b->tensors()) {
+    SCOPED_TRACE(t.name);
+    ASSERT_TRUE(a->contains(t.name));
+    const io::GgufTensorInfo& u = a->info(t.name);
+    EXPECT_EQ(u.type, t.type);
+    EXPECT_EQ(u.shape, t.shape);
+    ASSERT_EQ(u.nbytes, t.nbytes);
+    EXPECT_EQ(std::memcmp(a->matrix(t.name).row(0), b->matrix(t.name).row(0), t.nbytes), 0);
+  }
+}
+
+fs::path temp_file(const char* tag) {
+  return fs::temp_directory_path() / fmt::format("fluxrt_quantize_{}_{}.gguf", tag, std::random_device{}());
+}
+
+TEST(QuantizeModel, BflFileEqualsTheGgufPackagesFile) {
+  const fs::path out = temp_file("bfl");
+  const QuantizeReport r =
+      quantize_model({kData + "/models/flux2-klein-tiny-bfl.safetensors", QuantType::Q8_0, out.string()});
+  EXPECT_EQ(r.family, "flux.2");
+  EXPECT_EQ(r.quantized, 18u);  // every 2-D weight but txt_in (rows of 24)
+  EXPECT_GT(r.rel_l2_max, 0.0);
+  EXPECT_LT(r.rel_l2_max, 0.02);  // Q8_0: about 0.4% per tensor
+  expect_same_tensors(out.string(), kData + "/gguf/flux2-klein-tiny-q8_0.gguf");
+  fs::remove(out);
+}
+
+TEST(QuantizeModel, DiffusersFolderGivesTheSameFile) {
+  const fs::path out = temp_file("diffusers");
+  quantize_model({kData + "/models/flux2-klein-tiny", QuantType::Q8_0, out.string()});
+  expect_same_tensors(out.string(), kData + "/gguf/flux2-klein-tiny-q8_0.gguf");
+  fs::remove(out);
+}
+
+TEST(QuantizeModel, KTypesAreRefusedByName) {
+  try {
+    quantize_model({kData + "/models/flux2-klein-tiny", QuantType::Q4_K, temp_file("k").string()});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fluxrt::runtime
