@@ -42,6 +42,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--dtype", options.dtype, "bf16 or f32")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--weights", options.weights,
+                  "transformer (FLUX.2): synthetic linear weights as bf16, fp8 or a GGUF type kept quantized "
+                  "(q8_0, q6_K, q5_K, q4_K, q4_0, ...)")
+      ->capture_default_str();
   cmd->add_flag("--skip-peak", options.skip_peak, "don't measure the GEMM peak (no ratios)");
   cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");
   cmd->add_flag("--synthetic", options.synthetic, "pipeline: random weights of the variant's real shapes (no files)");
@@ -73,6 +77,7 @@ int run_bench(const BenchOptions& options) {
   request.device = Device::parse(options.device);
   request.dtype = options.dtype == "f32" ? DType::F32 : DType::BF16;
   request.skip_peak = options.skip_peak;
+  request.weights = options.weights;
   request.json_path = options.json_path;
   request.synthetic = options.synthetic;
   request.warmup = options.warmup;

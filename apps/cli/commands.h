@@ -24,6 +24,7 @@ struct BenchOptions {
   int max_sequence_length = 0;  // 0: the variant's (512; flux.1-schnell 256)
   std::string device = "cpu";
   std::string dtype = "bf16";
+  std::string weights = "bf16";
   bool skip_peak = false;
   std::string json_path;
   bool synthetic = false;  // pipeline: random weights of the real shapes

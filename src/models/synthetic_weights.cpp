@@ -1,6 +1,7 @@
 #include "models/synthetic_weights.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -34,6 +35,64 @@ Tensor synthetic_tensor(const Shape& shape, DType dtype, uint64_t seed, float bo
     }
   }
   return t;
+}
+
+QuantizedMatrix synthetic_quantized(int64_t rows, int64_t cols, QuantType type, uint64_t seed, float bound) {
+  const QuantTraits& t = quant_traits(type);
+  FLUXRT_CHECK(cols % t.block == 0, ErrorCode::InvalidArgument,
+               "synthetic {} weight: {} columns are not whole blocks", t.name, cols);
+  QuantizedMatrix q;
+  q.type = type;
+  q.rows = rows;
+  q.cols = cols;
+  q.bytes = Tensor::empty({static_cast<int64_t>(static_cast<size_t>(rows) * quant_row_bytes(type, cols))},
+                          DType::U8);
+  auto* out = q.bytes.data<uint8_t>();
+  const size_t row_bytes = q.row_bytes();
+  if (type == QuantType::F8E4M3 || type == QuantType::F8E5M2 || quant_can_quantize(type)) {
+    const Tensor v = synthetic_tensor({rows, cols}, DType::F32, seed, bound);
+    const float* src = v.data<float>();
+    const DType fp8 = type == QuantType::F8E4M3 ? DType::F8E4M3 : DType::F8E5M2;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (quant_can_quantize(type))
+        quantize_row_ref(type, src + r * cols, out + r * row_bytes, cols);
+      else
+        convert(src + r * cols, DType::F32, out + r * row_bytes, fp8, static_cast<size_t>(cols));
+    }
+    return q;
+  }
+  // K types: random bits; the f16 super-block scales (d, and dmin where there is one) are set so
+  // that a value stays below `bound` (6-bit sub-scales and 4- to 6-bit quants multiply them).
+  const Tensor bits = synthetic_tensor({static_cast<int64_t>(q.nbytes() / 2)}, DType::BF16, seed, 1.0f);
+  std::memcpy(out, bits.raw_data(), q.nbytes() / 2 * 2);
+  size_t d_off = 0, dmin_off = SIZE_MAX;
+  float scale = bound;
+  switch (type) {
+    case QuantType::Q2_K:
+      d_off = 80, dmin_off = 82, scale = bound / 45;
+      break;
+    case QuantType::Q3_K:
+      d_off = 108, scale = bound / 128;
+      break;
+    case QuantType::Q4_K:
+      d_off = 0, dmin_off = 2, scale = bound / 945;
+      break;
+    case QuantType::Q5_K:
+      d_off = 0, dmin_off = 2, scale = bound / 1953;
+      break;
+    case QuantType::Q6_K:
+      d_off = 208, scale = bound / 4096;
+      break;
+    default:
+      fail(ErrorCode::Internal, "synthetic_quantized: unhandled type {}", t.name);
+  }
+  const uint16_t d = f32_to_f16(scale), dmin = f32_to_f16(scale * 0.5f);
+  for (size_t b = 0; b < q.nbytes() / t.block_bytes; ++b) {
+    std::memcpy(out + b * t.block_bytes + d_off, &d, 2);
+    if (dmin_off != SIZE_MAX) std::memcpy(out + b * t.block_bytes + dmin_off, &dmin, 2);
+  }
+  return q;
 }
 
 }  // namespace fluxrt::models

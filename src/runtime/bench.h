@@ -18,6 +18,9 @@ struct BenchRequest {
   int max_sequence_length = 512;
   Device device = Device::cpu();
   DType dtype = DType::BF16;
+  // bench transformer (FLUX.2): the linears' synthetic weights in this type ("bf16": dense; "q8_0",
+  // "q4_K", ... GGUF blocks; "fp8": float8_e4m3fn), kept in their bytes as a GGUF file's would be.
+  std::string weights = "bf16";
   bool skip_peak = false;  // don't measure the GEMM peak (ratios are then omitted)
   std::string json_path;   // also write the figures as JSON when set
   bool synthetic = false;  // bench pipeline: random weights of the variant's real shapes (required for now)

@@ -98,6 +98,14 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   opt.dtype = r.dtype;
   opt.device = r.device;
   opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
+  if (r.weights != "bf16") {
+    QuantType type = QuantType::F8E4M3;
+    FLUXRT_CHECK(
+        r.weights == "fp8" || quant_type_from_name(r.weights, &type), ErrorCode::InvalidArgument,
+        "bench transformer: --weights {}: bf16, fp8 or a GGUF type (q8_0, q6_K, q5_K, q4_K, q4_0, ...)",
+        r.weights);
+    opt.synthetic_weights = type;
+  }
   const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
   struct State {
     std::unique_ptr<models::Flux2Transformer> model;
@@ -124,6 +132,8 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
 }
 
 BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64_t gw) {
+  FLUXRT_CHECK(r.weights == "bf16", ErrorCode::Unsupported,
+               "bench transformer: --weights {} is for the FLUX.2 variants for now", r.weights);
   const models::Flux1Config full = models::flux1_preset(r.variant);
   models::Flux1Config config = full;
   maybe_shrink(&config.double_blocks, &config.single_blocks, extrapolate);
@@ -206,8 +216,8 @@ int bench_transformer(const BenchRequest& r) {
   const double t0 = wall_seconds();
   const BenchModel model = flux1 ? make_flux1(r, extrapolate, gh, gw) : make_flux2(r, extrapolate, gh, gw);
   const double load_s = wall_seconds() - t0;
-  std::printf("%s: %.3f G parameters, %.2f GB bf16 weights generated and prepared in %.1f s (RSS %.2f GiB)\n",
-              r.variant.c_str(), model.params / 1e9, model.weight_bytes / 1e9, load_s,
+  std::printf("%s: %.3f G parameters, %.2f GB %s weights generated and prepared in %.1f s (RSS %.2f GiB)\n",
+              r.variant.c_str(), model.params / 1e9, model.weight_bytes / 1e9, r.weights.c_str(), load_s,
               gib(process_current_rss_bytes()));
   const double flops = model.flops, full_flops = model.full_flops;
   const double scale = full_flops / flops;  // 1 unless extrapolating
@@ -232,9 +242,11 @@ int bench_transformer(const BenchRequest& r) {
   const int threads = num_threads();
   const double peak_rss = gib(process_peak_rss_bytes());
 
-  std::printf("\nvariant %s  size %dx%d  batch %lld  image tokens %lld  text tokens %lld  dtype %s  threads %d\n",
-              r.variant.c_str(), r.width, r.height, static_cast<long long>(b), static_cast<long long>(li),
-              static_cast<long long>(lt), std::string(dtype_name(r.dtype)).c_str(), threads);
+  std::printf(
+      "\nvariant %s  size %dx%d  batch %lld  image tokens %lld  text tokens %lld  dtype %s  weights %s  "
+      "threads %d\n",
+      r.variant.c_str(), r.width, r.height, static_cast<long long>(b), static_cast<long long>(li),
+      static_cast<long long>(lt), std::string(dtype_name(r.dtype)).c_str(), r.weights.c_str(), threads);
   std::printf("FLOP per step (GEMMs + attention): %.3f TFLOP\n", full_flops / 1e12);
   std::printf("ms/step%s: min %.1f  median %.1f  (%d steps)\n", tag, min_s * 1e3, median_s * 1e3, r.steps);
   std::printf("achieved%s: %.1f GFLOP/s wall (min), %.1f GFLOP/s per CPU-second\n", tag, gflops,
@@ -253,12 +265,15 @@ int bench_transformer(const BenchRequest& r) {
     std::ofstream out(r.json_path);
     FLUXRT_CHECK(out.good(), ErrorCode::Io, "bench transformer: cannot write {}", r.json_path);
     out << fmt::format(
-        "{{\"component\": \"transformer\", \"variant\": \"{}\", \"width\": {}, \"height\": {}, \"batch\": {}, "
-        "\"steps\": {}, \"tflop_per_step\": {:.4f}, \"ms_per_step_min\": {:.2f}, \"ms_per_step_median\": {:.2f}, "
+        "{{\"component\": \"transformer\", \"variant\": \"{}\", \"weights\": \"{}\", \"weight_bytes\": {}, "
+        "\"width\": {}, \"height\": {}, \"batch\": {}, "
+        "\"steps\": {}, \"tflop_per_step\": {:.4f}, \"ms_per_step_min\": {:.2f}, \"ms_per_step_median\": "
+        "{:.2f}, "
         "\"gflops\": {:.2f}, \"gemm_peak_gflops\": {:.2f}, \"peak_ratio\": {:.4f}, \"peak_rss_gib\": {:.3f}, "
         "\"load_s\": {:.2f}, \"extrapolated\": {}}}\n",
-        r.variant, r.width, r.height, b, r.steps, flops / 1e12, min_s * 1e3, median_s * 1e3, gflops, peak,
-        peak > 0 ? gflops / peak : 0.0, peak_rss, load_s, extrapolate ? "true" : "false");
+        r.variant, r.weights, model.weight_bytes, r.width, r.height, b, r.steps, flops / 1e12, min_s * 1e3,
+        median_s * 1e3, gflops, peak, peak > 0 ? gflops / peak : 0.0, peak_rss, load_s,
+        extrapolate ? "true" : "false");
   }
   return 0;
 }

@@ -61,6 +61,18 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config&
   config.validate("synthetic FLUX.2 weights");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   uint64_t counter = 0;
+  QuantizedMatrix quantized;  // the last synthetic quantized weight (prepare copies it)
+  if (options.synthetic_weights) {
+    // Linears in the requested type, in the same fetch order (so the same counter seeds).
+    const QuantType type = *options.synthetic_weights;
+    model->fetch_quantized_ = [&, type](const std::string&, const Shape& shape) -> const QuantizedMatrix* {
+      if (shape.size() != 2 || shape[1] % quant_traits(type).block != 0) return nullptr;
+      ++counter;
+      quantized = synthetic_quantized(shape[0], shape[1], type, seed * 1000003u + counter,
+                                      1.0f / std::sqrt(static_cast<float>(shape[1])));
+      return &quantized;
+    };
+  }
   model->bind([&](const std::string& name, const Shape& shape) {
     ++counter;
     const bool is_norm = name.find("_norm.scale") != std::string::npos;
@@ -69,6 +81,7 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config&
     Tensor t = synthetic_tensor(shape, DType::BF16, seed * 1000003u + counter, bound, is_norm ? 1.0f : 0.0f);
     return options.dtype == DType::F32 ? t.to(DType::F32) : t;
   });
+  model->fetch_quantized_ = nullptr;
   return model;
 }
 

@@ -14,6 +14,7 @@
 // folders; the three GEMMs have the same FLOPs and M, only the activation panel is packed 3x).
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct Flux2LoadOptions {
   // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
   // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
   bool release_prepared_sources = false;
+  // Synthetic weights only: the linears' weights in this type instead of bf16 (benchmarks of
+  // quantized checkpoints: `fluxrt bench transformer --weights q4_K`); unset keeps them dense.
+  std::optional<QuantType> synthetic_weights;
 };
 
 class Flux2Transformer {
