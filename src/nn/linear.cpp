@@ -1,6 +1,7 @@
 #include "nn/linear.h"
 
 #include "core/error.h"
+#include "ops/elementwise.h"
 
 namespace fluxrt::nn {
 
@@ -36,18 +37,72 @@ void Linear::release_source() {
   prepared_->weight = Tensor::zeros({1, 1}, w.dtype(), w.device()).expand(w.shape());
 }
 
-Tensor Linear::operator()(const Tensor& x, Activation act) const { return ops::linear(x, prepared(), act); }
+void Linear::attach_low_rank(Linear down, Linear up) {
+  FLUXRT_CHECK(down.bound() && up.bound() && down.in_features() == in_features() &&
+                   up.out_features() == out_features() && up.in_features() == down.out_features(),
+               ErrorCode::InvalidArgument,
+               "[nn::Linear] low-rank branch [{}, {}] x [{}, {}] does not fit a [{}, {}] layer",
+               up.bound() ? up.out_features() : 0, up.bound() ? up.in_features() : 0,
+               down.bound() ? down.out_features() : 0, down.bound() ? down.in_features() : 0, out_features(),
+               in_features());
+  branches_->push_back({std::move(down), std::move(up)});
+}
+
+void Linear::detach_low_rank() {
+  if (branches_) branches_->clear();
+}
+
+Tensor Linear::with_branches(const Tensor& x, Activation act) const {
+  Tensor y = ops::linear(x, prepared());  // [..., out]
+  for (const LowRank& b : *branches_)
+    ops::add_(y, ops::linear(ops::linear(x, b.down.prepared()), b.up.prepared()));
+  switch (act) {
+    case Activation::None:
+      return y;
+    case Activation::GeluTanh:
+      return ops::gelu_tanh(y);
+    case Activation::Silu:
+      return ops::silu(y);
+  }
+  return y;
+}
+
+Tensor Linear::operator()(const Tensor& x, Activation act) const {
+  if (low_rank_branches() != 0) return with_branches(x, act);
+  return ops::linear(x, prepared(), act);
+}
 
 void Linear::forward_into(const Tensor& x, const Tensor& y, Activation act) const {
+  if (low_rank_branches() != 0) {
+    Tensor out = y;
+    out.copy_from(with_branches(x, act));
+    return;
+  }
   ops::linear_into(x, prepared(), y, act);
 }
 
 void Linear::gated_residual_into(const Tensor& x, const Tensor& gate, const Tensor& residual, const Tensor& y,
                                  Activation act) const {
+  if (low_rank_branches() != 0) {
+    // y = residual + gate[out] * act(...), gate broadcast over the rows.
+    const Tensor update = ops::mul(with_branches(x, act), gate);
+    if (residual.storage() != y.storage() || residual.offset() != y.offset() ||
+        residual.strides() != y.strides()) {
+      Tensor out = y;
+      out.copy_from(residual);
+    }
+    Tensor out = y;
+    ops::add_(out, update);
+    return;
+  }
   ops::linear_gated_residual_into(x, prepared(), gate, residual, y, act);
 }
 
 void Linear::add_gated_residual(const Tensor& h, const Tensor& gate, Tensor& x) const {
+  if (low_rank_branches() != 0) {
+    ops::gated_residual_(x, gate, with_branches(h, Activation::None));  // x += gate * this(h)
+    return;
+  }
   const ops::PreparedLinear& w = prepared();
   for (int64_t b = 0; b < x.size(0); ++b) {
     Tensor xb = x.select(0, b);  // [L, out]

@@ -71,12 +71,29 @@ class Linear {
   /// one gate row, so one fused GEMM per batch element (each still L rows).
   void add_gated_residual(const Tensor& h, const Tensor& gate, Tensor& x) const;
 
+  /// Unmerged LoRA: adds the branch up(down(x)) (down [r, in], up [out, r] with the strength and
+  /// alpha / rank folded in) to every forward until detached, before the activation and the gate:
+  /// the forms above then run as GEMM + branches + epilogue (composed ops, no fused epilogue). The
+  /// branches are shared by the copies of this layer (the model's own included).
+  void attach_low_rank(Linear down, Linear up);
+  void detach_low_rank();
+  size_t low_rank_branches() const { return branches_ ? branches_->size() : 0; }
+
  private:
-  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared) : prepared_(std::move(prepared)) {}
+  struct LowRank;
+  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared)
+      : prepared_(std::move(prepared)), branches_(std::make_shared<std::vector<LowRank>>()) {}
   const ops::PreparedLinear& prepared() const;
+  // act(x W^T + b + branches): the unfused path taken while branches are attached.
+  Tensor with_branches(const Tensor& x, Activation act) const;
 
   // Shared by copies of the layer (FLUX.1's shared-weight benchmark blocks reuse block 0's).
   std::shared_ptr<ops::PreparedLinear> prepared_;
+  std::shared_ptr<std::vector<LowRank>> branches_;  // shared by copies, like prepared_
+};
+
+struct Linear::LowRank {
+  Linear down, up;
 };
 
 }  // namespace fluxrt::nn

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "nn/linear.h"
 #include "ops/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "support/compare.h"
 #include "support/random_tensor.h"
@@ -95,6 +96,80 @@ TEST(NnLinear, UnboundAndReleasedSource) {
   EXPECT_EQ(lin.weight().dtype(), w.dtype());
   EXPECT_EQ(lin.parameter_bytes(), w.nbytes() + b.nbytes());
   EXPECT_TRUE(all_close(lin(x), before, TolClass::Exact));  // the CPU backend packed its own copy
+}
+
+// Unmerged LoRA: every forward form with a low-rank branch against the same layer on the ref
+// backend, and in f32 against the merged weight W + B A (the identity the branch stands for);
+// detaching gives the plain layer back bit for bit.
+TEST(NnLinear, LowRankBranchMatchesRefAndTheMergedWeight) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor w = random_normal({24, 16}, dt, 20, 0.0, 0.2);
+    const Tensor bias = random_normal({24}, dt, 21);
+    const Tensor a = random_normal({3, 16}, dt, 22, 0.0, 0.3);   // A [r, in]
+    const Tensor bu = random_normal({24, 3}, dt, 23, 0.0, 0.3);  // B [out, r]
+    const Tensor x = random_normal({2, 5, 16}, dt, 24);
+    const Tensor gate = random_normal({24}, dt, 25);
+    const Tensor residual = random_normal({5, 24}, dt, 26);
+    const Tensor gates = random_normal({2, 24}, dt, 28);
+    const Tensor acc0 = random_normal({2, 5, 24}, dt, 27);
+    auto build = [&] {
+      Linear l = Linear::prepare(w, bias);
+      l.attach_low_rank(Linear::prepare(a), Linear::prepare(bu));
+      return l;
+    };
+    // The forms a model uses, as one tensor each.
+    auto forms = [&](const Linear& l) {
+      std::vector<Tensor> out;
+      for (Activation act : {Activation::None, Activation::GeluTanh, Activation::Silu}) {
+        out.push_back(l(x, act));
+        const Tensor y = Tensor::empty({2, 5, 24}, dt);
+        l.forward_into(x, y, act);
+        out.push_back(y);
+      }
+      const Tensor g = Tensor::empty({5, 24}, dt);
+      l.gated_residual_into(x.select(0, 1), gate, residual, g, Activation::GeluTanh);
+      out.push_back(g);
+      Tensor acc = acc0.clone();
+      l.add_gated_residual(x, gates, acc);
+      out.push_back(acc);
+      return out;
+    };
+    Linear plain = Linear::prepare(w, bias);
+    const Tensor before = plain(x, Activation::GeluTanh);
+    Linear lin = build();
+    EXPECT_EQ(lin.low_rank_branches(), 1u);
+    const std::vector<Tensor> got = forms(lin);
+    const std::vector<Tensor> ref = [&] {
+      ops::ScopedKernelTable force(backend::ref_kernels());
+      return forms(build());
+    }();
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(all_close(got[i], ref[i], TolClass::Gemm)) << dtype_name(dt) << " form " << i;
+    if (dt == DType::F32) {
+      // W + B A in f64 on the ref backend: the branch computes the merged layer.
+      const std::vector<Tensor> merged = [&] {
+        ops::ScopedKernelTable force(backend::ref_kernels());
+        const auto at = ops::prepare_linear(a.transpose(0, 1).contiguous());
+        return forms(Linear::prepare(ops::add(w, ops::linear(bu, *at)), bias));
+      }();
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(all_close(got[i], merged[i], TolClass::Gemm)) << "form " << i << " vs the merged weight";
+    }
+    const Linear copy = lin;  // copies share the branches
+    EXPECT_EQ(copy.low_rank_branches(), 1u);
+    lin.detach_low_rank();
+    EXPECT_EQ(copy.low_rank_branches(), 0u);
+    EXPECT_TRUE(all_close(lin(x, Activation::GeluTanh), before, TolClass::Exact));
+  }
+}
+
+TEST(NnLinear, LowRankBranchShapesChecked) {
+  Linear lin = Linear::prepare(random_normal({8, 4}, DType::F32, 1));
+  EXPECT_THROW(lin.attach_low_rank(Linear::prepare(random_normal({2, 5}, DType::F32, 2)),
+                                   Linear::prepare(random_normal({8, 2}, DType::F32, 3))),
+               Error);
+  EXPECT_EQ(lin.low_rank_branches(), 0u);
 }
 
 }  // namespace
