@@ -105,6 +105,10 @@ bool single_block_widths(const TensorStore& raw, bool prefixed, const std::strin
 
 }  // namespace
 
+std::string flux1_canonical_name_of_diffusers(const std::string& diffusers_name) {
+  return diffusers_rename(diffusers_name);
+}
+
 const char* flux1_layout_name(Flux1Layout layout) {
   switch (layout) {
     case Flux1Layout::Diffusers: return "diffusers";

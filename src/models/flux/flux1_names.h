@@ -30,6 +30,12 @@ const char* flux1_layout_name(Flux1Layout layout);
 // and when the names are FLUX.2's (shared modulation, no biases), saying so.
 Flux1Layout flux1_detect_layout(const TensorStore& raw);
 
+// One diffusers weight name -> its canonical name for the 1:1 renames
+// (`transformer_blocks.0.attn.to_q.weight` -> `double_blocks.0.img_attn.q.weight`); names it does
+// not rename come back unchanged. The LoRA key tables (models/lora/) use it so that LoRA modules
+// and checkpoints share one map.
+std::string flux1_canonical_name_of_diffusers(const std::string& diffusers_name);
+
 // Renames/splits `raw` (keys exactly as stored, prefix allowed) into canonical names. All tensors
 // stay zero-copy views of the input tensors.
 TensorStore flux1_to_canonical(const TensorStore& raw);

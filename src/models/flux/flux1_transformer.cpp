@@ -49,7 +49,11 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
   config.validate(raw.description());
   FLUXRT_CHECK(!config.shared_block_weights, ErrorCode::InvalidArgument,
                "{}: shared block weights are for synthetic weights only", raw.description());
-  const TensorStore canonical = flux1_to_canonical(flux1_dequantize_fp8(raw));
+  TensorStore canonical = flux1_to_canonical(flux1_dequantize_fp8(raw));
+  if (!options.loras.empty())
+    canonical = merge_lora_deltas(
+        canonical, lora_deltas(options.loras, LoraModelFamily::Flux1, linear_shapes_of(canonical)),
+        options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
@@ -67,6 +71,8 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
 std::unique_ptr<Flux1Transformer> Flux1Transformer::synthetic(const Flux1Config& config, uint64_t seed,
                                                               const Flux1LoadOptions& options) {
   config.validate("synthetic FLUX.1 weights");
+  FLUXRT_CHECK(options.loras.empty(), ErrorCode::Unsupported,
+               "LoRAs are merged into checkpoint weights; synthetic FLUX.1 weights have none to merge into");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
   uint64_t counter = 0;
   model->bind([&](const std::string& name, const Shape& shape) {
@@ -98,6 +104,7 @@ nn::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& pref
   // its own device copy), and a moved source would hold every weight twice there.
   nn::Linear prepared = nn::Linear::prepare(w, b, options_.device);
   if (options_.release_prepared_sources) prepared.release_source();
+  linears_[prefix + ".weight"] = prepared;
   return prepared;
 }
 

@@ -13,6 +13,7 @@
 // input) run as separate GEMMs: both layouts bind without a copy and the MLP input GEMM carries
 // the GELU in its epilogue.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "models/flux/flux1_config.h"
 #include "models/flux/flux_blocks.h"
 #include "models/flux/flux_common.h"
+#include "models/lora/lora_delta.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
 
@@ -34,6 +36,9 @@ struct Flux1LoadOptions {
   // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
   // its own copy does not hold the weights twice. Only safe when nothing else needs the source.
   bool release_prepared_sources = false;
+  // LoRAs merged into the weights at load (lora_delta.h: f32 math, one rounding, new buffers for
+  // the touched weights only).
+  std::vector<LoraSpec> loras;
 };
 
 class Flux1Transformer {
@@ -80,6 +85,9 @@ class Flux1Transformer {
   DType dtype() const { return options_.dtype; }
   // Bytes of the weight tensors the model was bound to (as bound: bf16 or f32).
   size_t weight_bytes() const { return weight_bytes_; }
+  // Every bound linear by its canonical weight name ("double_blocks.0.img_attn.q.weight"): where
+  // per-request LoRAs attach (LoraAttachment). Copies share the model's layers.
+  const std::map<std::string, nn::Linear>& linears() const { return linears_; }
 
  private:
   struct MlpEmbedder {  // diffusers TimestepEmbedding / PixArtAlphaTextProjection
@@ -99,6 +107,7 @@ class Flux1Transformer {
   Flux1Config config_;
   Flux1LoadOptions options_;
   size_t weight_bytes_ = 0;
+  std::map<std::string, nn::Linear> linears_;
   nn::Linear img_in_, txt_in_;
   MlpEmbedder time_in_, guidance_in_, vector_in_;
   std::vector<FluxDoubleBlock> double_;  // each with its own img_mod / txt_mod

@@ -61,6 +61,10 @@ std::string diffusers_rename(const std::string& n) {
 
 }  // namespace
 
+std::string flux2_canonical_name_of_diffusers(const std::string& diffusers_name) {
+  return diffusers_rename(diffusers_name);
+}
+
 const char* flux2_layout_name(Flux2Layout layout) {
   switch (layout) {
     case Flux2Layout::Diffusers: return "diffusers";

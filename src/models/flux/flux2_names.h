@@ -29,6 +29,12 @@ const char* flux2_layout_name(Flux2Layout layout);
 // `model.diffusion_model.` prefix is accepted and removed. Format error when neither matches.
 Flux2Layout flux2_detect_layout(const TensorStore& raw);
 
+// One diffusers weight name -> its canonical name for the 1:1 renames
+// (`transformer_blocks.0.attn.to_q.weight` -> `double_blocks.0.img_attn.q.weight`); names it does
+// not rename come back unchanged. The LoRA key tables (models/lora/) use it so that LoRA modules
+// and checkpoints share one map.
+std::string flux2_canonical_name_of_diffusers(const std::string& diffusers_name);
+
 // Renames/splits `raw` (keys exactly as stored in the checkpoint) into canonical names. All tensors
 // stay zero-copy views of the input tensors.
 TensorStore flux2_to_canonical(const TensorStore& raw);

@@ -36,7 +36,11 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::load(const std::string& path
 std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore& raw, const Flux2Config& config,
                                                                const Flux2LoadOptions& options) {
   config.validate(raw.description());
-  const TensorStore canonical = flux2_to_canonical(raw);
+  TensorStore canonical = flux2_to_canonical(raw);
+  if (!options.loras.empty())
+    canonical = merge_lora_deltas(
+        canonical, lora_deltas(options.loras, LoraModelFamily::Flux2, linear_shapes_of(canonical)),
+        options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
@@ -59,6 +63,8 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore
 std::unique_ptr<Flux2Transformer> Flux2Transformer::synthetic(const Flux2Config& config, uint64_t seed,
                                                               const Flux2LoadOptions& options) {
   config.validate("synthetic FLUX.2 weights");
+  FLUXRT_CHECK(options.loras.empty(), ErrorCode::Unsupported,
+               "LoRAs are merged into checkpoint weights; synthetic FLUX.2 weights have none to merge into");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   uint64_t counter = 0;
   QuantizedMatrix quantized;  // the last synthetic quantized weight (prepare copies it)
@@ -99,6 +105,7 @@ nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name
   // its own device copy), and a moved source would hold every weight twice there.
   nn::Linear prepared = nn::Linear::prepare(w, Tensor(), options_.device);
   if (options_.release_prepared_sources) prepared.release_source();
+  linears_[name] = prepared;
   return prepared;
 }
 

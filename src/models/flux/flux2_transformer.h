@@ -13,6 +13,7 @@
 // bind without a copy (a fused [3D, D] GEMM would force a concatenation copy for diffusers
 // folders; the three GEMMs have the same FLOPs and M, only the activation panel is packed 3x).
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "models/flux/flux2_config.h"
 #include "models/flux/flux_blocks.h"
 #include "models/flux/flux_common.h"
+#include "models/lora/lora_delta.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
 
@@ -38,6 +40,9 @@ struct Flux2LoadOptions {
   // Synthetic weights only: the linears' weights in this type instead of bf16 (benchmarks of
   // quantized checkpoints: `fluxrt bench transformer --weights q4_K`); unset keeps them dense.
   std::optional<QuantType> synthetic_weights;
+  // LoRAs merged into the weights at load (lora_delta.h: f32 math, one rounding, new buffers for
+  // the touched weights only).
+  std::vector<LoraSpec> loras;
 };
 
 class Flux2Transformer {
@@ -76,6 +81,9 @@ class Flux2Transformer {
   DType dtype() const { return options_.dtype; }
   // Bytes of the weight tensors the model was bound to (their checkpoint / synthetic size).
   size_t weight_bytes() const { return weight_bytes_; }
+  // Every bound linear by its canonical weight name ("double_blocks.0.img_attn.q.weight"): where
+  // per-request LoRAs attach (LoraAttachment). Copies share the model's layers.
+  const std::map<std::string, nn::Linear>& linears() const { return linears_; }
 
  private:
   using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
@@ -93,6 +101,7 @@ class Flux2Transformer {
   Flux2LoadOptions options_;
   size_t weight_bytes_ = 0;
   FetchQuantized fetch_quantized_;
+  std::map<std::string, nn::Linear> linears_;
   nn::Linear img_in_, txt_in_, time_in_1_, time_in_2_;
   nn::Modulation mod_img_, mod_txt_, mod_single_;  // shared by every block
   std::vector<FluxDoubleBlock> double_;

@@ -1,0 +1,175 @@
+#include "models/lora/lora_delta.h"
+
+#include <regex>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "models/flux/flux1_names.h"
+#include "models/flux/flux2_names.h"
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+
+namespace fluxrt::models {
+namespace {
+
+const char* family_name(LoraModelFamily f) { return f == LoraModelFamily::Flux1 ? "FLUX.1" : "FLUX.2"; }
+
+// The canonical layers one LoRA module covers, in B's row order. One entry: the whole module.
+std::vector<std::string> targets_of(const std::string& m, LoraModelFamily family) {
+  static const std::regex qkv(R"(^double_blocks\.(\d+)\.(img|txt)_attn\.qkv$)");
+  static const std::regex linear1(R"(^single_blocks\.(\d+)\.linear1$)");
+  static const std::regex xlabs_single_qkv(R"(^single_blocks\.(\d+)\.qkv$)");
+  std::smatch g;
+  if (std::regex_match(m, g, qkv)) {
+    const std::string p = "double_blocks." + g[1].str() + "." + g[2].str() + "_attn.";
+    return {p + "q.weight", p + "k.weight", p + "v.weight"};
+  }
+  // FLUX.1 binds linear1's rows as four layers; FLUX.2 keeps it fused (one GEMM), so it is whole.
+  if (family == LoraModelFamily::Flux1 && std::regex_match(m, g, linear1)) {
+    const std::string p = "single_blocks." + g[1].str() + ".";
+    return {p + "q.weight", p + "k.weight", p + "v.weight", p + "mlp.weight"};
+  }
+  if (family == LoraModelFamily::Flux1 && std::regex_match(m, g, xlabs_single_qkv)) {
+    const std::string p = "single_blocks." + g[1].str() + ".";
+    return {p + "q.weight", p + "k.weight", p + "v.weight"};
+  }
+  // BFL LastLayer rows are (shift, scale); diffusers' AdaLayerNormContinuous rows (scale, shift).
+  // Each half goes to the layer it was trained as, whichever file layout it came in.
+  if (m == "final_layer.adaLN_modulation.1") return {"final_layer.shift.weight", "final_layer.scale.weight"};
+  if (m == "norm_out.linear") return {"final_layer.scale.weight", "final_layer.shift.weight"};
+  const std::string w = m + ".weight";
+  return {family == LoraModelFamily::Flux1 ? flux1_canonical_name_of_diffusers(w)
+                                           : flux2_canonical_name_of_diffusers(w)};
+}
+
+bool family_fits(LoraFamilyHint hint, LoraModelFamily family) {
+  return hint == LoraFamilyHint::Unknown ||
+         (hint == LoraFamilyHint::Flux1) == (family == LoraModelFamily::Flux1);
+}
+
+}  // namespace
+
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
+                                   const LinearShapes& shapes) {
+  FLUXRT_CHECK(family_fits(lora.family, family), ErrorCode::Format,
+               "{}: a {} LoRA (its layer '{}' exists only there) cannot be applied to a {} transformer",
+               lora.path, lora_family_name(lora.family), lora.family_module, family_name(family));
+  std::vector<LoraDelta> out;
+  std::vector<std::string> unmatched;
+  for (const LoraModule& m : lora.modules) {
+    const std::vector<std::string> targets = targets_of(m.module, family);
+    std::vector<Shape> target_shapes;
+    for (const auto& t : targets) {
+      const std::optional<Shape> s = shapes(t);
+      if (!s) break;
+      target_shapes.push_back(*s);
+    }
+    if (target_shapes.size() != targets.size()) {
+      unmatched.push_back(m.key);
+      continue;
+    }
+    int64_t rows = 0;
+    bool inputs_fit = true;
+    for (const Shape& s : target_shapes) {
+      rows += s[0];
+      inputs_fit = inputs_fit && s[1] == m.down.size(1);
+    }
+    if (rows != m.up.size(0) || !inputs_fit) {
+      std::string want;
+      for (size_t i = 0; i < targets.size(); ++i)
+        want += (i ? " + " : "") + targets[i] + " " + target_shapes[i].str();
+      fail(ErrorCode::Format,
+           "{}: LoRA module '{}' (up {}, down {}) does not fit this {} transformer's {} (a LoRA for another "
+           "model "
+           "size or family?)",
+           lora.path, m.key, m.up.shape().str(), m.down.shape().str(), family_name(family), want);
+    }
+    // Strength 0 is checked like any other and then adds nothing: the base model bit for bit.
+    if (strength * m.factor() == 0.0f) continue;
+    int64_t at = 0;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const int64_t r = target_shapes[i][0];
+      out.push_back(
+          {targets[i], m.down, m.up.narrow(0, at, r), strength * m.factor(), lora.path + ": " + m.key});
+      at += r;
+    }
+  }
+  if (!unmatched.empty()) {
+    for (const auto& k : unmatched)
+      FLUXRT_LOG_WARN("{}: LoRA module '{}' matches no layer of this {} transformer", lora.path, k,
+                      family_name(family));
+    std::string first;
+    for (size_t i = 0; i < unmatched.size() && i < 4; ++i) first += (i ? "', '" : "'") + unmatched[i] + "'";
+    fail(ErrorCode::Format,
+         "{}: {} LoRA module(s) match no layer of this {} transformer (all in the log): {}{}", lora.path,
+         unmatched.size(), family_name(family), first, unmatched.size() > 4 ? "', ..." : "'");
+  }
+  return out;
+}
+
+std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
+                                   const LinearShapes& shapes) {
+  std::vector<LoraDelta> all;
+  for (const LoraSpec& spec : specs) {
+    std::vector<LoraDelta> d = lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes);
+    all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
+  }
+  return all;
+}
+
+LinearShapes linear_shapes_of(const TensorStore& canonical) {
+  return [&canonical](const std::string& name) -> std::optional<Shape> {
+    if (!canonical.contains(name) || canonical.get(name).dim() != 2) return std::nullopt;
+    return canonical.get(name).shape();
+  };
+}
+
+LinearShapes linear_shapes_of(const std::map<std::string, nn::Linear>& linears) {
+  return [&linears](const std::string& name) -> std::optional<Shape> {
+    const auto it = linears.find(name);
+    if (it == linears.end() || !it->second.bound()) return std::nullopt;
+    return Shape{it->second.out_features(), it->second.in_features()};
+  };
+}
+
+TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<LoraDelta>& deltas,
+                              std::optional<DType> dtype) {
+  std::map<std::string, std::vector<const LoraDelta*>> by_target;
+  for (const LoraDelta& d : deltas) by_target[d.target].push_back(&d);
+  TensorStore out = canonical;  // same views
+  for (const auto& [target, list] : by_target) {
+    const Tensor& w = canonical.get(target);  // [out, in], often a read-only mapping view
+    Tensor merged = w.dtype() == DType::F32 ? w.clone() : w.to(DType::F32);
+    for (const LoraDelta* d : list) {
+      // B @ A as the prepared GEMM computes x @ W^T: x = B [out, r], W = A^T [in, r].
+      const auto a_t = ops::prepare_linear(d->down.to(DType::F32).transpose(0, 1).contiguous());
+      Tensor ba = ops::linear(d->up.to(DType::F32).contiguous(), *a_t);  // [out, in] f32
+      ops::scale_(ba, d->scale);
+      ops::add_(merged, ba);
+    }
+    out.add(target, merged.to(dtype.value_or(w.dtype())), canonical.origin(target) + " + LoRA");
+  }
+  return out;
+}
+
+LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
+                               const std::vector<LoraDelta>& deltas, DType dtype, Device device) {
+  for (const LoraDelta& d : deltas) {
+    const auto it = linears.find(d.target);
+    FLUXRT_CHECK(it != linears.end() && it->second.bound(), ErrorCode::Internal,
+                 "LoRA target '{}' is not bound", d.target);
+    nn::Linear layer = it->second;  // shares the model layer's branches
+    // s folded into B in f32, then one rounding to the activation dtype.
+    Tensor up = d.up.to(DType::F32).contiguous().clone();
+    ops::scale_(up, d.scale);
+    layer.attach_low_rank(nn::Linear::prepare(d.down.to(dtype).contiguous(), Tensor(), device),
+                          nn::Linear::prepare(up.to(dtype), Tensor(), device));
+    touched_.push_back(layer);
+  }
+}
+
+LoraAttachment::~LoraAttachment() {
+  for (nn::Linear& layer : touched_) layer.detach_low_rank();
+}
+
+}  // namespace fluxrt::models

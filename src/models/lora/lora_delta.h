@@ -1,0 +1,85 @@
+#pragma once
+// LoRA modules (lora_file.h) -> one canonical list of deltas on the transformer's own linear
+// weights (the canonical names of flux1_names.h / flux2_names.h), and the two ways to apply them
+// (docs/lora.md):
+// - merged, at load: W' = W + sum(s * B @ A), computed in f32 and rounded once to W's dtype, new
+//   buffers only for the touched weights (the checkpoint mapping stays read-only);
+// - unmerged, per request: each delta attached to its nn::Linear as a low-rank side branch.
+//
+// Fused and split projections meet by row slices of B (A shared): a BFL `img_attn.qkv` module
+// gives three deltas (q, k, v rows), FLUX.1's `linear1` four (q, k, v, MLP), the final layer's
+// `adaLN_modulation.1` (rows shift, scale) and diffusers' `norm_out.linear` (rows scale, shift) two,
+// each half on the canonical layer it was trained for.
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "models/lora/lora_file.h"
+#include "models/weight_binder.h"
+#include "nn/linear.h"
+
+namespace fluxrt::models {
+
+enum class LoraModelFamily { Flux1, Flux2 };
+
+// One LoRA file and how strongly to apply it (negative allowed: subtracts the adapter).
+struct LoraSpec {
+  std::string path;
+  float strength = 1.0f;
+};
+
+struct LoraDelta {
+  std::string target;  // canonical weight name: "double_blocks.0.img_attn.q.weight"
+  Tensor down;         // A [r, in]
+  Tensor up;           // B's rows for this target [out, r] (a row view for fused modules)
+  float scale = 1.0f;  // strength * the module's factor (lora_file.h)
+  std::string source;  // "file: key stem", for messages
+};
+
+// Canonical weight name -> its [out, in] shape; nullopt when the model has no such linear.
+using LinearShapes = std::function<std::optional<Shape>(const std::string& canonical_name)>;
+
+// Every module of `lora` as deltas on `family`'s layers. Throws Format when modules name layers
+// the model lacks (all listed in the log, the first few in the message), when a module's shapes
+// do not fit its layer (naming the first such tensor and both shapes), and when the file's layer
+// names are the other family's.
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
+                                   const LinearShapes& shapes);
+
+// Reads every spec's file and returns all their deltas, in order.
+std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
+                                   const LinearShapes& shapes);
+
+// The shapes of a canonical checkpoint store's 2-D tensors.
+LinearShapes linear_shapes_of(const TensorStore& canonical);
+// The shapes of a model's bound linears (by canonical weight name).
+LinearShapes linear_shapes_of(const std::map<std::string, nn::Linear>& linears);
+
+// `canonical` with every touched weight replaced by its merged copy (f32 math, one rounding to
+// `dtype`, else the stored dtype: an f32 model keeps the merged weight in f32 instead of rounding
+// it to a bf16 checkpoint's dtype first); untouched tensors stay the same views.
+TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<LoraDelta>& deltas,
+                              std::optional<DType> dtype = std::nullopt);
+
+// Unmerged: attaches the deltas to the named linears for the attachment's lifetime (a request) as
+// low-rank branches in `dtype` on `device`; detaches them again when destroyed. The linears are
+// shared with the model (nn::Linear copies share their branches).
+class LoraAttachment {
+ public:
+  LoraAttachment(const std::map<std::string, nn::Linear>& linears, const std::vector<LoraDelta>& deltas,
+                 DType dtype, Device device);
+  ~LoraAttachment();
+  LoraAttachment(const LoraAttachment&) = delete;
+  LoraAttachment& operator=(const LoraAttachment&) = delete;
+  size_t layers() const { return touched_.size(); }
+
+ private:
+  std::vector<nn::Linear> touched_;
+};
+
+}  // namespace fluxrt::models

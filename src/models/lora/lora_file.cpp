@@ -1,0 +1,303 @@
+#include "models/lora/lora_file.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+
+namespace fluxrt::models {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
+
+enum class Role { Down, Up, Alpha, Scale };
+
+// The tensor suffixes each scheme writes after the module name.
+struct Suffix {
+  const char* text;
+  Role role;
+};
+constexpr Suffix kSuffixes[] = {
+    {".lora_A.weight", Role::Down}, {".lora_B.weight", Role::Up}, {".lora_down.weight", Role::Down},
+    {".lora_up.weight", Role::Up},  {".down.weight", Role::Down}, {".up.weight", Role::Up},
+    {".alpha", Role::Alpha},        {".scale", Role::Scale},
+};
+
+// Wrappers around the module name, stripped repeatedly (fal's base_model.model.diffusion_model.).
+constexpr const char* kPrefixes[] = {"transformer.base_model.model.",
+                                     "base_model.model.",
+                                     "transformer.",
+                                     "model.diffusion_model.",
+                                     "diffusion_model.",
+                                     "lora_unet_",
+                                     "lora_transformer_",
+                                     "lycoris_"};
+
+std::string strip_prefixes(std::string s) {
+  for (bool stripped = true; stripped;) {
+    stripped = false;
+    for (const char* p : kPrefixes)
+      if (starts_with(s, p)) {
+        s = s.substr(std::string(p).size());
+        stripped = true;
+      }
+  }
+  return s;
+}
+
+// A module name with every dot turned into an underscore (kohya's form) -> the dotted name, for
+// the projections FLUX.1 and FLUX.2 have, in BFL and in diffusers naming. Flattening first makes
+// kohya, musubi's mixed form (double_blocks.0.img_attn_qkv) and the dotted forms one case.
+std::optional<std::string> dotted_module(const std::string& stem) {
+  static const std::vector<std::pair<std::regex, std::string>> table = [] {
+    std::vector<std::pair<std::regex, std::string>> t;
+    auto add = [&](const char* flat, const char* dotted) { t.emplace_back(std::regex(flat), dotted); };
+    // BFL names.
+    add(R"(double_blocks_(\d+)_(img|txt)_attn_(qkv|proj))", "double_blocks.$1.$2_attn.$3");
+    add(R"(double_blocks_(\d+)_(img|txt)_mlp_(0|2))", "double_blocks.$1.$2_mlp.$3");
+    add(R"(double_blocks_(\d+)_(img|txt)_mod_lin)", "double_blocks.$1.$2_mod.lin");
+    add(R"(single_blocks_(\d+)_(linear1|linear2))", "single_blocks.$1.$2");
+    add(R"(single_blocks_(\d+)_modulation_lin)", "single_blocks.$1.modulation.lin");
+    add(R"((img_in|txt_in))", "$1");
+    add(R"((time_in|vector_in|guidance_in)_(in_layer|out_layer))", "$1.$2");
+    add(R"(final_layer_linear)", "final_layer.linear");
+    add(R"(final_layer_adaLN_modulation_1)", "final_layer.adaLN_modulation.1");
+    add(R"((double_stream_modulation_img|double_stream_modulation_txt|single_stream_modulation)_lin)",
+        "$1.lin");
+    // XLabs: stream 1 is the image, 2 the text; a single block's qkv_lora covers linear1's q, k, v
+    // rows only (`single_blocks.N.qkv` here), its proj_lora is linear2.
+    add(R"(double_blocks_(\d+)_processor_(qkv|proj)_lora1)", "double_blocks.$1.img_attn.$2");
+    add(R"(double_blocks_(\d+)_processor_(qkv|proj)_lora2)", "double_blocks.$1.txt_attn.$2");
+    add(R"(single_blocks_(\d+)_processor_qkv_lora)", "single_blocks.$1.qkv");
+    add(R"(single_blocks_(\d+)_processor_proj_lora)", "single_blocks.$1.linear2");
+    // diffusers names.
+    add(R"(transformer_blocks_(\d+)_attn_(to_q|to_k|to_v|add_q_proj|add_k_proj|add_v_proj|to_add_out))",
+        "transformer_blocks.$1.attn.$2");
+    add(R"(transformer_blocks_(\d+)_attn_to_out_0)", "transformer_blocks.$1.attn.to_out.0");
+    add(R"(transformer_blocks_(\d+)_(norm1|norm1_context)_linear)", "transformer_blocks.$1.$2.linear");
+    add(R"(transformer_blocks_(\d+)_(ff|ff_context)_net_0_proj)", "transformer_blocks.$1.$2.net.0.proj");
+    add(R"(transformer_blocks_(\d+)_(ff|ff_context)_net_2)", "transformer_blocks.$1.$2.net.2");
+    add(R"(transformer_blocks_(\d+)_(ff|ff_context)_(linear_in|linear_out))", "transformer_blocks.$1.$2.$3");
+    add(R"(single_transformer_blocks_(\d+)_attn_(to_q|to_k|to_v|to_qkv_mlp_proj|to_out))",
+        "single_transformer_blocks.$1.attn.$2");
+    add(R"(single_transformer_blocks_(\d+)_(proj_mlp|proj_out))", "single_transformer_blocks.$1.$2");
+    add(R"(single_transformer_blocks_(\d+)_norm_linear)", "single_transformer_blocks.$1.norm.linear");
+    add(R"((x_embedder|context_embedder|proj_out))", "$1");
+    add(R"(norm_out_linear)", "norm_out.linear");
+    add(R"((time_text_embed|time_guidance_embed)_(timestep_embedder|guidance_embedder|text_embedder)_linear_(1|2))",
+        "$1.$2.linear_$3");
+    add(R"((double_stream_modulation_img|double_stream_modulation_txt|single_stream_modulation)_linear)",
+        "$1.linear");
+    return t;
+  }();
+  std::string flat = stem;
+  std::replace(flat.begin(), flat.end(), '.', '_');
+  while (!flat.empty() && flat.back() == '_') flat.pop_back();  // old kohya diffusers names end in '_'
+  for (const auto& [re, dotted] : table)
+    if (std::regex_match(flat, re)) return std::regex_replace(flat, re, dotted);
+  return std::nullopt;
+}
+
+bool is_diffusers_module(const std::string& m) {
+  static const std::regex re(
+      R"(^(transformer_blocks|single_transformer_blocks|x_embedder|context_embedder|proj_out|norm_out|time_text_embed|time_guidance_embed|double_stream_modulation_img\.linear|double_stream_modulation_txt\.linear|single_stream_modulation\.linear).*)");
+  return std::regex_match(m, re);
+}
+
+// Layers only one family has (FLUX.1: per-block modulation, GELU MLP, split single blocks, the
+// pooled and guidance embedders; FLUX.2: shared modulation, SwiGLU, fused single-block names).
+LoraFamilyHint family_of_module(const std::string& m) {
+  static const std::regex flux1(
+      R"(.*(_mod\.lin|\.modulation\.lin|^vector_in|^guidance_in|norm1\.linear|norm1_context\.linear|\.net\.0\.proj|\.net\.2|proj_mlp|^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|norm\.linear|proj_out)$|^time_text_embed|^single_blocks\.\d+\.qkv).*)");
+  static const std::regex flux2(
+      R"(.*(double_stream_modulation|single_stream_modulation|to_qkv_mlp_proj|linear_in|linear_out|^single_transformer_blocks\.\d+\.attn\.to_out|^time_guidance_embed).*)");
+  if (std::regex_match(m, flux1)) return LoraFamilyHint::Flux1;
+  if (std::regex_match(m, flux2)) return LoraFamilyHint::Flux2;
+  return LoraFamilyHint::Unknown;
+}
+
+// Which tool wrote a key, from its raw form and its normalised module name.
+std::string format_of_key(const std::string& key, const std::string& stem, const std::string& module) {
+  if (contains(key, ".processor.")) return "XLabs";
+  if (starts_with(key, "lora_unet_"))
+    return is_diffusers_module(module) ? "kohya (diffusers names)" : "kohya";
+  if (starts_with(key, "lora_transformer_")) return "OneTrainer";
+  if (starts_with(key, "base_model.model.") || starts_with(key, "transformer.base_model.model."))
+    return "PEFT-wrapped (fal / SimpleTuner)";
+  if (stem != module) return "musubi-tuner (underscore names)";
+  return is_diffusers_module(module) ? "diffusers/PEFT" : "BFL/ComfyUI";
+}
+
+float scalar_of(const Tensor& t, const std::string& what) {
+  FLUXRT_CHECK(t.numel() == 1, ErrorCode::Format, "{}: expected one value, found shape {}", what,
+               t.shape().str());
+  return static_cast<float>(t.to(DType::F32).contiguous().data<float>()[0]);
+}
+
+// diffusers' `lora_adapter_metadata`: the PEFT LoraConfig as JSON, keys optionally prefixed with
+// the component ("transformer.r"). Returns lora_alpha and alpha_pattern.
+struct PeftAlphas {
+  std::optional<float> lora_alpha;
+  std::vector<std::pair<std::string, float>> pattern;
+};
+
+PeftAlphas read_peft_metadata(const std::map<std::string, std::string>& metadata,
+                              const std::string& description) {
+  PeftAlphas out;
+  const auto it = metadata.find("lora_adapter_metadata");
+  if (it == metadata.end()) return out;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    fail(ErrorCode::Format, "{}: lora_adapter_metadata is not valid JSON ({})", description, e.what());
+  }
+  if (!j.is_object()) return out;
+  for (auto& [k, v] : j.items()) {
+    const std::string key = starts_with(k, "transformer.") ? k.substr(12) : k;
+    if (key == "lora_alpha" && v.is_number()) out.lora_alpha = v.get<float>();
+    if (key == "alpha_pattern" && v.is_object())
+      for (auto& [name, a] : v.items())
+        if (a.is_number()) out.pattern.emplace_back(name, a.get<float>());
+  }
+  return out;
+}
+
+std::string refused_format(const std::string& key) {
+  if (contains(key, "lokr_")) return "LyCORIS LoKr";
+  if (contains(key, "hada_")) return "LyCORIS LoHa";
+  if (contains(key, "dora_scale")) return "DoRA";
+  if (starts_with(key, "lora_te") || starts_with(key, "text_encoder") || starts_with(key, "te1.") ||
+      starts_with(key, "te2.") || contains(key, "text_model."))
+    return "text-encoder LoRA";
+  return {};
+}
+
+}  // namespace
+
+float LoraModule::factor() const {
+  if (scale) return *scale;
+  if (alpha) return *alpha / static_cast<float>(rank());
+  return 1.0f;
+}
+
+const char* lora_family_name(LoraFamilyHint family) {
+  switch (family) {
+    case LoraFamilyHint::Flux1:
+      return "FLUX.1";
+    case LoraFamilyHint::Flux2:
+      return "FLUX.2";
+    case LoraFamilyHint::Unknown:
+      return "FLUX.1 or FLUX.2 (only shared layers)";
+  }
+  return "?";
+}
+
+LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
+                    const std::map<std::string, std::string>& metadata, const std::string& description) {
+  LoraFile out;
+  out.path = description;
+  FLUXRT_CHECK(!tensors.empty(), ErrorCode::Format, "{}: no tensors: not a LoRA file", description);
+  for (const auto& [key, t] : tensors) {
+    const std::string refused = refused_format(key);
+    if (!refused.empty())
+      fail(ErrorCode::Unsupported,
+           "{}: {} tensors are not supported (first: '{}'); only plain LoRA (A/B) files load", description,
+           refused, key);
+  }
+  const PeftAlphas peft = read_peft_metadata(metadata, description);
+
+  std::map<std::string, LoraModule> by_module;
+  std::vector<std::string> unmatched;
+  std::set<std::string> formats;
+  std::set<LoraFamilyHint> families;
+  for (const auto& [key, t] : tensors) {
+    const Suffix* suffix = nullptr;
+    for (const Suffix& s : kSuffixes)
+      if (ends_with(key, s.text)) {
+        suffix = &s;
+        break;
+      }
+    // `.down/.up.weight` are XLabs' only (elsewhere they would be a model's own layer names).
+    if (suffix && (suffix->role == Role::Down || suffix->role == Role::Up) &&
+        !starts_with(suffix->text, ".lora") && !contains(key, ".processor."))
+      suffix = nullptr;
+    const std::string raw_stem = suffix ? key.substr(0, key.size() - std::string(suffix->text).size()) : key;
+    const std::string stem = strip_prefixes(raw_stem);
+    const std::optional<std::string> module = suffix ? dotted_module(stem) : std::nullopt;
+    if (!module) {
+      unmatched.push_back(key);
+      continue;
+    }
+    LoraModule& m = by_module[*module];
+    if (m.key.empty()) m.key = raw_stem;
+    formats.insert(format_of_key(key, stem, *module));
+    const LoraFamilyHint family = family_of_module(*module);
+    if (family != LoraFamilyHint::Unknown && out.family_module.empty()) out.family_module = *module;
+    families.insert(family);
+    const std::string what = description + ": '" + key + "'";
+    switch (suffix->role) {
+      case Role::Down:
+        m.down = t;
+        break;
+      case Role::Up:
+        m.up = t;
+        break;
+      case Role::Alpha:
+        m.alpha = scalar_of(t, what);
+        break;
+      case Role::Scale:
+        m.scale = scalar_of(t, what);
+        break;
+    }
+    if (!m.alpha && suffix->role != Role::Alpha) {
+      for (const auto& [pattern, a] : peft.pattern)
+        if (stem == pattern || ends_with(stem, "." + pattern)) m.alpha = a;
+      if (!m.alpha && peft.lora_alpha) m.alpha = peft.lora_alpha;
+    }
+  }
+  if (!unmatched.empty()) {
+    for (const auto& k : unmatched)
+      FLUXRT_LOG_WARN("{}: LoRA key matches no FLUX layer: '{}'", description, k);
+    std::string first;
+    for (size_t i = 0; i < unmatched.size() && i < 4; ++i) first += (i ? "', '" : "'") + unmatched[i] + "'";
+    fail(ErrorCode::Format, "{}: {} LoRA key(s) match no FLUX layer or LoRA scheme (all in the log): {}{}",
+         description, unmatched.size(), first, unmatched.size() > 4 ? "', ..." : "'");
+  }
+  for (auto& [name, m] : by_module) {
+    FLUXRT_CHECK(m.down.defined() && m.up.defined(), ErrorCode::Format,
+                 "{}: LoRA module '{}' has no {} matrix", description, m.key,
+                 m.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)");
+    FLUXRT_CHECK(m.down.dim() == 2 && m.up.dim() == 2 && m.up.size(1) == m.down.size(0) && m.down.size(0) > 0,
+                 ErrorCode::Format, "{}: LoRA module '{}': down {} and up {} are not [r, in] and [out, r]",
+                 description, m.key, m.down.shape().str(), m.up.shape().str());
+    FLUXRT_CHECK(dtype_is_float(m.down.dtype()) && dtype_is_float(m.up.dtype()), ErrorCode::Unsupported,
+                 "{}: LoRA module '{}' is stored as {}, not a float dtype", description, m.key,
+                 dtype_name(m.down.dtype()));
+    m.module = name;
+    out.modules.push_back(std::move(m));
+  }
+  families.erase(LoraFamilyHint::Unknown);
+  FLUXRT_CHECK(families.size() <= 1, ErrorCode::Format,
+               "{}: the LoRA mixes FLUX.1-only and FLUX.2-only layer names", description);
+  if (!families.empty()) out.family = *families.begin();
+  for (const auto& f : formats) out.format += (out.format.empty() ? "" : " + ") + f;
+  return out;
+}
+
+LoraFile read_lora_file(const std::string& path) {
+  const auto file = io::SafetensorsFile::open(path);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& info : file->tensors()) tensors.emplace(info.name, file->tensor(info.name));
+  return parse_lora(tensors, file->metadata(), path);
+}
+
+}  // namespace fluxrt::models

@@ -1,0 +1,65 @@
+#pragma once
+// A LoRA file as read (docs/lora.md): every adapted module with its down (A) and up (B) matrices
+// and its alpha / scale, under one normalised, dotted module name, whatever tool wrote it.
+//
+// Accepted key schemes (the prefixes and suffixes are stripped, underscores put back to dots):
+//   diffusers / PEFT   transformer.transformer_blocks.0.attn.to_q.lora_A.weight (+ lora_B)
+//   PEFT-wrapped       base_model.model.<name>, transformer.base_model.model.<name> (fal, SimpleTuner)
+//   BFL / ComfyUI      diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight, .lora_down/.lora_up
+//   kohya / musubi     lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight + .alpha, and the
+//                      mixed form double_blocks.0.img_attn_qkv.lora_A.weight; kohya in diffusers
+//                      names (lora_unet_single_transformer_blocks_0_attn_to_k)
+//   OneTrainer         lora_transformer_<diffusers name with underscores>
+//   XLabs (FLUX.1)     double_blocks.0.processor.qkv_lora1.down.weight (no alpha)
+// Refused by name, never applied in part: LyCORIS LoKr (lokr_w1...) and LoHa (hada_w1_a...),
+// DoRA (dora_scale), text-encoder parts (lora_te1_..., text_encoder.), and any key that matches
+// none of the above (listed in the error).
+//
+// The factor of a module: a `.scale` tensor when present, else alpha / rank (rank = rows of A),
+// alpha from the `.alpha` tensor, else from diffusers' `lora_adapter_metadata` header entry
+// (lora_alpha, alpha_pattern), else alpha = rank (factor 1).
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace fluxrt::models {
+
+struct LoraModule {
+  std::string key;     // the stored key stem, for messages: "lora_unet_double_blocks_0_img_attn_qkv"
+  std::string module;  // normalised: "double_blocks.0.img_attn.qkv", "transformer_blocks.0.attn.to_q"
+  Tensor down;         // A [r, in], as stored
+  Tensor up;           // B [out, r], as stored
+  std::optional<float> alpha;
+  std::optional<float> scale;  // a `.scale` tensor: the factor itself
+  int64_t rank() const { return down.size(0); }
+  // scale, else alpha / rank, else 1.
+  float factor() const;
+};
+
+enum class LoraFamilyHint { Unknown, Flux1, Flux2 };
+
+struct LoraFile {
+  std::string path;
+  std::string format;  // "diffusers/PEFT", "kohya", "BFL/ComfyUI", "XLabs", ... (what `fluxrt info` says)
+  // What the module names say about the model (FLUX.1-only or FLUX.2-only layers); Unknown when
+  // only layers both families have are adapted (then the shapes decide).
+  LoraFamilyHint family = LoraFamilyHint::Unknown;
+  std::string family_module;        // the first module that decided `family`
+  std::vector<LoraModule> modules;  // sorted by module name
+};
+
+const char* lora_family_name(LoraFamilyHint family);
+
+// Reads and classifies `path` (the usual safetensors errors for an unreadable file). Throws Format
+// listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA / text-encoder keys.
+LoraFile read_lora_file(const std::string& path);
+
+// The same over tensors already in memory (tests, the fuzzer): `metadata` is the safetensors
+// __metadata__ map, `description` names the source in errors.
+LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
+                    const std::map<std::string, std::string>& metadata, const std::string& description);
+
+}  // namespace fluxrt::models
