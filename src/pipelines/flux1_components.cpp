@@ -169,6 +169,7 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
   models::Flux1LoadOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  o.loras = options.loras;
   if (!synthetic_variant.empty()) {
     o.release_prepared_sources = true;  // nothing else holds the random weights
     return models::Flux1Transformer::synthetic(transformer_config, synthetic_seed, o);

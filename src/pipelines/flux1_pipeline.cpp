@@ -375,6 +375,12 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   {
     auto transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
+    std::optional<models::LoraAttachment> loras;  // detached when the loop ends
+    if (!request.loras.empty())
+      loras.emplace(transformer->linears(),
+                    models::lora_deltas(request.loras, models::LoraModelFamily::Flux1,
+                                        models::linear_shapes_of(transformer->linears())),
+                    model_dtype, m.options.device);
     DenoiseLoop loop;
     loop.schedule = &result.schedule;
     loop.first_step = t_start;
@@ -390,7 +396,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     loop.grid_w = lw / 2;
     loop.width = width;
     loop.height = height;
-    if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
+    // A kept graph replays without the request's LoRA branches: such requests run eagerly.
+    if (m.options.cuda_graphs && !loras) {  // from the resident transformer's cache, or this request's own
       auto on_device = [&](const Tensor& t) {
         return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
       };

@@ -245,6 +245,12 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
+    std::optional<models::LoraAttachment> loras;  // detached when the loop ends
+    if (!request.loras.empty())
+      loras.emplace(transformer->linears(),
+                    models::lora_deltas(request.loras, models::LoraModelFamily::Flux2,
+                                        models::linear_shapes_of(transformer->linears())),
+                    model_dtype, m.options.device);
     DenoiseLoop loop;
     loop.schedule = &result.schedule;
     loop.latent_dtype = dtype;
@@ -259,7 +265,8 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     loop.grid_w = lw;
     loop.width = width;
     loop.height = height;
-    if (m.options.cuda_graphs) {  // from the resident transformer's cache, or this request's own
+    // A kept graph replays without the request's LoRA branches: such requests run eagerly.
+    if (m.options.cuda_graphs && !loras) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),

@@ -158,6 +158,7 @@ std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transfo
   models::Flux2LoadOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  o.loras = options.loras;
   if (!synthetic_variant.empty()) {
     o.release_prepared_sources = true;  // nothing else holds the random weights
     return models::Flux2Transformer::synthetic(transformer_config, synthetic_seed, o);

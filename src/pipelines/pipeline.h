@@ -27,6 +27,7 @@
 #include "core/timer.h"
 #include "io/image.h"
 #include "io/model_discovery.h"
+#include "models/lora/lora_delta.h"
 #include "models/vae/vae_tiling_plan.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/schedule.h"
@@ -57,6 +58,8 @@ struct PipelineOptions {
   // step; in low-memory mode each request records its own. Ignored on plain cpu.
   // GenerateResult::graph_steps says how many steps replayed.
   bool cuda_graphs = false;
+  // LoRAs merged into the transformer's weights at load (models/lora/lora_delta.h).
+  std::vector<models::LoraSpec> loras;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 };
 
@@ -88,6 +91,10 @@ struct GenerateRequest {
   std::optional<float> true_cfg_scale;
   std::optional<io::Image> init_image;
   std::optional<float> strength;
+  // LoRAs for this request only: attached to the transformer's linears unmerged (low-rank side
+  // branches) for the denoising loop and detached after it. Such a request runs its steps eagerly
+  // (no step-graph replay: a kept graph holds no branches).
+  std::vector<models::LoraSpec> loras;
   // Several requests as one batch (runtime::Engine::generate_batch; pipelines/batch.h).
   // prompt_repeats[p]: the images of prompts[p] (empty: images_per_prompt each). noise_groups:
   // runs of consecutive images whose noise one generator seeded with the group's seed draws, as
