@@ -36,6 +36,13 @@ enum class Precision { BF16, F32 };
 // VAE decode/encode in tiles: Auto tiles when the whole image would not fit in memory.
 enum class VaeTiling { Auto, On, Off };
 
+// A LoRA file (.safetensors in the diffusers/PEFT, kohya, BFL/ComfyUI, fal, musubi or XLabs key
+// scheme: docs/lora.md) and its strength (1 = as trained; negative subtracts it).
+struct Lora {
+  std::string path;
+  float strength = 1.0f;
+};
+
 struct EngineOptions {
   // "cpu", "cuda" / "cuda:N" (builds with CUDA), or "cpu:N" (N >= 1: the CPU posing as another
   // device, to check that every tensor is placed; docs/cuda.md).
@@ -59,6 +66,9 @@ struct EngineOptions {
   // repo id giving the text encoder(s), tokenizer(s), VAE and scheduler. Unset: the folder
   // holding the file (or the one above it) when it has a model_index.json.
   std::optional<std::string> components;
+  // LoRAs merged into the transformer's weights at load (W + s B A in f32, rounded once), for
+  // every request. A file that does not fit the model fails the constructor.
+  std::vector<Lora> loras;
 };
 
 struct GenerateRequest {
@@ -87,6 +97,10 @@ struct GenerateRequest {
   // What the metadata records for the images above (file names, say); may be left empty.
   std::vector<std::string> reference_image_names;
   std::string init_image_name;
+  // LoRAs for this request only, on top of the Engine's: applied unmerged (a low-rank branch next
+  // to each touched projection) and removed after the request. Only requests with the same list
+  // batch together (batch_key).
+  std::vector<Lora> loras;
 };
 
 // After each denoising step, on the thread running generate.
@@ -156,12 +170,19 @@ struct ImageMetadata {
   std::string init_image;         // img2img: the request's name for it
   std::optional<float> strength;  // img2img: the strength used
   std::optional<float> true_cfg;  // set only when true CFG ran
+  struct LoraUsed {
+    std::string name;  // the file name (no folders)
+    float strength = 1;
+    std::string sha256;  // the file's SHA-256, 64 hex digits
+  };
+  std::vector<LoraUsed> loras;  // the Engine's, then the request's
 };
 
 // The metadata as PNG text chunks: prompt, negative_prompt, seed, batch_index ("i of n"), steps,
 // guidance, size, max_sequence_length, model, variant, dtype, fluxrt_version; then, only when
 // used, reference_images (names joined by ", "), init_image, strength and scheduled_steps, and
-// true_cfg.
+// true_cfg; and `loras`: one "name:strength:hash" per LoRA (hash: the first 12 hex digits of
+// its SHA-256, as A1111 / ComfyUI record it), joined by ", ".
 TextChunks metadata_text(const ImageMetadata& metadata);
 
 struct GeneratedImage {
@@ -230,8 +251,8 @@ class Engine {
   std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests,
                                              const Callbacks& callbacks = {});
   // What must agree for requests to share a batch, as a string: size, steps, guidance, true CFG,
-  // text length (with the model's defaults filled in) and the negative prompt. "" for a request
-  // that cannot join a batch (reference images, an init image).
+  // text length (with the model's defaults filled in), the request's LoRAs and the negative
+  // prompt. "" for a request that cannot join a batch (reference images, an init image).
   std::string batch_key(const GenerateRequest& request) const;
 
   // The request's unset fields as generate would resolve them, and the steps that run, without

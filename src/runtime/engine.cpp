@@ -3,17 +3,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "io/public_image.h"
+#include "io/sha256.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/pipeline.h"
 #include "runtime/timing_report.h"
 
 namespace fluxrt::runtime {
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -67,6 +70,7 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
   p.cuda_graphs = options.cuda_graphs;
   p.transformer_file = resolved_.transformer_file;
   p.load_vae_encoder = options.vae_encoder;
+  for (const fluxrt::Lora& l : options.loras) p.loras.push_back({l.path, l.strength});
   p.vae_tiling.mode = tiling_mode(options.vae_tiling);
   p.profiler = &profiler_;
 
@@ -152,6 +156,7 @@ pipelines::GenerateRequest Engine::pipeline_request(const fluxrt::GenerateReques
   if (request.init_image) r.init_image = image_of(*request.init_image, "init image", "init_image");
   r.strength = request.strength;
   r.true_cfg_scale = request.true_cfg;
+  for (const fluxrt::Lora& l : request.loras) r.loras.push_back({l.path, l.strength});
   return r;
 }
 
@@ -186,7 +191,17 @@ fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& requ
     m.strength = request.strength ? request.strength : pipeline_->request_defaults().img2img_strength;
   }
   if (kind.true_cfg && result.used_cfg) m.true_cfg = request.true_cfg;
+  for (const auto* list : {&options_.loras, &request.loras})
+    for (const fluxrt::Lora& l : *list)
+      m.loras.push_back({fs::path(l.path).filename().string(), l.strength, lora_hash(l.path)});
   return m;
+}
+
+std::string Engine::lora_hash(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(hash_mutex_);
+  auto it = lora_hashes_.find(path);
+  if (it == lora_hashes_.end()) it = lora_hashes_.emplace(path, io::sha256_file_hex(path)).first;
+  return it->second;
 }
 
 std::string Engine::batch_key(const fluxrt::GenerateRequest& request) const {
@@ -194,9 +209,14 @@ std::string Engine::batch_key(const fluxrt::GenerateRequest& request) const {
   if (!request.reference_images.empty() || request.init_image) return "";
   const fluxrt::RequestPlan p = plan(request);
   // The negative prompt last, with its length, so no prompt text can make two keys collide.
-  return fmt::format("{}x{} steps {} guidance {} true_cfg {} text {} negative {}:{}", p.width, p.height,
-                     p.steps, p.guidance, request.true_cfg ? fmt::format("{}", *request.true_cfg) : "unset",
-                     p.max_sequence_length, request.negative_prompt.size(), request.negative_prompt);
+  // The LoRA set before it: each path with its length, so no path can make two keys collide.
+  std::string loras;
+  for (const fluxrt::Lora& l : request.loras)
+    loras += fmt::format("{}:{}:{} ", l.path.size(), l.path, l.strength);
+  return fmt::format("{}x{} steps {} guidance {} true_cfg {} text {} loras [{}] negative {}:{}", p.width,
+                     p.height, p.steps, p.guidance,
+                     request.true_cfg ? fmt::format("{}", *request.true_cfg) : "unset", p.max_sequence_length,
+                     loras, request.negative_prompt.size(), request.negative_prompt);
 }
 
 fluxrt::GenerateResult Engine::generate(const fluxrt::GenerateRequest& request,
@@ -215,7 +235,7 @@ std::vector<fluxrt::GenerateResult> Engine::generate_batch(
       FLUXRT_CHECK(
           !key.empty() && batch_key(requests[i]) == key, ErrorCode::InvalidArgument,
           "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
-          "guidance, true CFG, text length or negative prompt differ from request 1)",
+          "guidance, true CFG, text length, LoRAs or negative prompt differ from request 1)",
           i + 1);
     }
     batch.push_back(&requests[i]);

@@ -7,6 +7,7 @@
 //
 // generate holds a mutex for the whole call: the pipelines keep per-request state (the profiler,
 // step-graph caches, low-memory leases) that one call at a time may use.
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,7 @@ class Engine {
   // The request as the pipelines take it, with the text length the model defaults to filled in
   // (so the metadata records the value used).
   pipelines::GenerateRequest pipeline_request(const fluxrt::GenerateRequest& request) const;
+  std::string lora_hash(const std::string& path) const;
   fluxrt::ImageMetadata image_metadata(const fluxrt::GenerateRequest& request,
                                        const pipelines::GenerateRequest& ran,
                                        const pipelines::GenerateResult& result, int index) const;
@@ -66,6 +68,9 @@ class Engine {
   std::mutex generate_mutex_;
   mutable std::mutex info_mutex_;
   mutable std::optional<fluxrt::ModelInfo> info_;
+  // LoRA file path -> its SHA-256 (the metadata's hash), each file hashed once per Engine.
+  mutable std::mutex hash_mutex_;
+  mutable std::map<std::string, std::string> lora_hashes_;
 };
 
 }  // namespace fluxrt::runtime

@@ -62,6 +62,13 @@ TextChunks metadata_text(const ImageMetadata& m) {
     text.emplace_back("scheduled_steps", std::to_string(m.scheduled_steps));
   }
   if (m.true_cfg) text.emplace_back("true_cfg", fmt::format("{}", *m.true_cfg));
+  if (!m.loras.empty()) {
+    std::string loras;
+    for (const auto& l : m.loras)
+      loras +=
+          fmt::format("{}{}:{}:{}", loras.empty() ? "" : ", ", l.name, l.strength, l.sha256.substr(0, 12));
+    text.emplace_back("loras", loras);
+  }
   return text;
 }
 

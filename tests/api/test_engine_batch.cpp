@@ -140,3 +140,46 @@ TEST(EngineBatch, RefusesRequestsThatDoNotAgree) {
   with_reference.reference_images.push_back(fluxrt::Image{64, 64, std::vector<uint8_t>(64 * 64 * 3, 90)});
   EXPECT_EQ(engine.generate_batch({with_reference}).at(0).images.size(), 1u);
 }
+
+// Per-request LoRAs: only requests with the same LoRA set share a batch, a batch of them gives
+// each request its images alone, and the metadata records each LoRA (name, strength, SHA-256).
+TEST(EngineBatch, LoraSetsBatchOnlyWhenEqual) {
+  fluxrt::Engine engine(kKlein.string());
+  const std::string peft = (kData / "lora" / "klein" / "peft.safetensors").string();
+  const std::string second = (kData / "lora" / "klein" / "second.safetensors").string();
+  std::vector<fluxrt::GenerateRequest> requests = mixed_requests();
+  for (auto& r : requests) r.loras = {{peft, 0.5f}, {second, 1.0f}};
+  EXPECT_EQ(engine.batch_key(requests[0]), engine.batch_key(requests[1]));
+  expect_batch_equals_alone(engine, requests);
+
+  fluxrt::GenerateRequest other = requests[0];
+  other.loras[0].strength = 0.6f;
+  EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
+  other.loras = {{second, 1.0f}, {peft, 0.5f}};  // order is part of the set: summed the same, kept apart
+  EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
+  other.loras.clear();
+  EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
+  EXPECT_THROW(engine.generate_batch({requests[0], other}), fluxrt::Error);
+
+  const fluxrt::GenerateResult with = engine.generate(requests[2]);
+  const fluxrt::ImageMetadata& m = with.images.at(0).metadata;
+  ASSERT_EQ(m.loras.size(), 2u);
+  EXPECT_EQ(m.loras[0].name, "peft.safetensors");
+  EXPECT_FLOAT_EQ(m.loras[0].strength, 0.5f);
+  EXPECT_EQ(m.loras[0].sha256.size(), 64u);
+  const auto text = fluxrt::metadata_text(m);
+  bool found = false;
+  for (const auto& [k, v] : text)
+    if (k == "loras") {
+      found = true;
+      EXPECT_EQ(v, "peft.safetensors:0.5:" + m.loras[0].sha256.substr(0, 12) +
+                       ", second.safetensors:1:" + m.loras[1].sha256.substr(0, 12));
+    }
+  EXPECT_TRUE(found);
+  // The request's LoRAs change the image, and are gone for the next request.
+  fluxrt::GenerateRequest plain = requests[2];
+  plain.loras.clear();
+  const fluxrt::GenerateResult without = engine.generate(plain);
+  EXPECT_FALSE(without.images.at(0).image.rgb == with.images.at(0).image.rgb);
+  EXPECT_TRUE(without.images.at(0).metadata.loras.empty());
+}
