@@ -80,6 +80,7 @@ RunSettings settings_from(const GenerateOptions& o) {
   if (given(o, "--prompts-file")) s.prompts_file = o.prompts_file;
   if (!o.profile_path.empty()) s.profile = o.profile_path;
   s.reference_images = o.images;
+  s.loras = o.loras;
   s.cuda_graphs = o.cuda_graphs;
   return s;
 }
@@ -130,6 +131,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--strength", o.strength,
                   "FLUX.1 img2img: how far the init image is noised, in (0, 1] (default 0.6); about steps x "
                   "strength steps run");
+  cmd->add_option(
+      "--lora", o.loras,
+      "LoRA file merged into the transformer, FILE or FILE:STRENGTH (default 1, negative allowed); "
+      "repeat for several (docs/lora.md)");
   cmd->add_option("--true-cfg", o.true_cfg,
                   "FLUX.1 true classifier-free guidance scale; used when > 1 with --negative-prompt (two forwards "
                   "per step)");
@@ -166,6 +171,8 @@ int generate_and_write(const GenerateOptions& o) {
   install_sigint_handler();
 
   ProgressReporter progress(detect_progress_style(stderr, o.quiet), stderr);
+  for (const Lora& l : run.engine.loras)
+    progress.message(fmt::format("LoRA {} at strength {}", l.path, l.strength));
   progress.message(fmt::format("model {} ({}), seed {}{}, {} image{}", run.model, run.variant,
                                run.request.seed, run.seed_was_random ? " (random)" : "", run.images(),
                                run.images() == 1 ? "" : "s"));

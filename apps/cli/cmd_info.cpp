@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "commands.h"
+#include "fluxrt/lora.h"
 #include "fluxrt/model_info.h"
 
 namespace fluxrt::cli {
@@ -77,7 +80,65 @@ CLI::App* add_info_command(CLI::App& app, InfoOptions& options) {
   return cmd;
 }
 
+// A JSON string literal (quotes, backslashes and control characters escaped).
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+void print_lora(const LoraInfo& l, bool json) {
+  std::string ranks, alphas;
+  for (int r : l.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  for (float a : l.alphas) alphas += (alphas.empty() ? "" : ", ") + fmt::format("{}", a);
+  if (json) {
+    std::string list;
+    for (const std::string& m : l.modules) list += (list.empty() ? "" : ", ") + quoted(m);
+    fmt::print(
+        "{{\"lora\": {{\"path\": {}, \"format\": {}, \"family\": {}, \"ranks\": [{}], \"alphas\": [{}], "
+        "\"sha256\": {}, \"modules\": [{}]}}}}\n",
+        quoted(l.path), quoted(l.format), quoted(l.family), ranks, alphas, quoted(l.sha256), list);
+    return;
+  }
+  fmt::print("LoRA:    {}\n", l.path);
+  fmt::print("format:  {}\n", l.format);
+  fmt::print("family:  {}\n", l.family);
+  fmt::print("rank:    {}\n", ranks);
+  fmt::print("alpha:   {}\n", alphas.empty() ? std::string("none (factor 1)") : alphas);
+  fmt::print("sha256:  {} (metadata records {})\n", l.sha256, l.sha256.substr(0, 12));
+  // Grouped over the block index: "double_blocks.N.img_attn.qkv  (19 blocks)".
+  std::map<std::string, int> groups;
+  for (const std::string& m : l.modules) {
+    std::string g = m;
+    for (const char* blocks : {"blocks."}) {
+      const size_t at = g.find(blocks);
+      if (at == std::string::npos) continue;
+      size_t end = at + std::string(blocks).size();
+      while (end < g.size() && g[end] >= '0' && g[end] <= '9') ++end;
+      if (end > at + std::string(blocks).size()) g.replace(at + 7, end - at - 7, "N");
+    }
+    ++groups[g];
+  }
+  fmt::print("modules: {} ({} layer kinds)\n", l.modules.size(), groups.size());
+  for (const auto& [g, n] : groups)
+    fmt::print("  {}{}\n", g, g.find(".N.") != std::string::npos ? fmt::format("  ({} blocks)", n) : "");
+}
+
 int run_info(const InfoOptions& options) {
+  if (is_lora_file(options.model)) {
+    print_lora(inspect_lora(options.model), options.json);
+    std::fflush(stdout);
+    return 0;
+  }
   const ModelInfo info = inspect_model(options.model);
   if (options.json)
     fmt::print("{}\n", model_info_json(info));

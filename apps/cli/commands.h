@@ -33,6 +33,7 @@ struct BenchOptions {
   bool cuda_graphs = false; // pipeline: replay the denoising steps as a CUDA graph
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
+  int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error
@@ -44,6 +45,7 @@ struct GenerateOptions {
   std::string model, prompt, negative_prompt, prompts_file, size, dtype, device, out_dir, config, profile_path,
       filename;
   std::vector<std::string> images;
+  std::vector<std::string> loras;  // --lora FILE[:STRENGTH], repeatable
   std::string components;  // with --model FILE: the pipeline folder of the other components
   std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
   float strength = 0, true_cfg = 0;    // FLUX.1 img2img strength; FLUX.1 true CFG scale

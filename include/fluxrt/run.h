@@ -51,6 +51,9 @@ struct RunSettings {
   // {seed} {index} {prompt_index} {image_index} {width} {height} {steps}; ".png" appended
   std::optional<std::string> filename_pattern;
   std::optional<std::string> profile;  // a JSON timing report file: checked here, written by the caller
+  // --lora FILE[:STRENGTH], in order; given, they replace the preset's `loras:` list. Merged into
+  // the transformer at load (EngineOptions::loras).
+  std::vector<std::string> loras;
 };
 
 // A resolved, checked run.

@@ -377,6 +377,13 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   job.filename_pattern = cfg.filename_pattern.value_or(kDefaultFilenamePattern);
   format_output_name(job.filename_pattern, {});  // reject a bad pattern before the run
 
+  if (cfg.loras)
+    for (const RunConfig::LoraEntry& l : *cfg.loras) {
+      std::error_code ec;
+      FLUXRT_CHECK(fs::is_regular_file(l.path, ec), ErrorCode::NotFound, "LoRA file {} not found", l.path);
+      job.loras.push_back(l);
+    }
+
   // The model last: the most expensive check, and the bundled demo only when nothing else says.
   if (cfg.model) {
     job.model_label = *cfg.model;

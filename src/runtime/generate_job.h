@@ -76,6 +76,8 @@ struct GenerateJob {
 
   std::filesystem::path out_dir;
   std::string filename_pattern;
+  // LoRA files (checked to exist) and strengths, merged into the transformer at load.
+  std::vector<RunConfig::LoraEntry> loras;
 
   int total_images() const { return static_cast<int>(prompts.size()) * images_per_prompt; }
 };

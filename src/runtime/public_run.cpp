@@ -44,6 +44,10 @@ runtime::GenerateInputs inputs_from(const RunSettings& s) {
   f.strength = s.strength;
   f.true_cfg = s.true_cfg;
   f.vae_tiling = s.vae_tiling;
+  if (!s.loras.empty()) {
+    f.loras.emplace();
+    for (const std::string& text : s.loras) f.loras->push_back(runtime::parse_lora_flag(text));
+  }
   in.preset = s.preset;
   in.prompt = s.prompt;
   in.prompts_file = s.prompts_file;
@@ -89,6 +93,7 @@ Run resolve_run(const RunSettings& settings) {
   e.vae_encoder = !job.reference_images.empty() || extra.init_image.has_value();
   e.cuda_graphs = settings.cuda_graphs;
   e.components = settings.components;
+  for (const runtime::RunConfig::LoraEntry& l : job.loras) e.loras.push_back({l.path, l.strength});
 
   GenerateRequest& r = run.request;
   r.prompts = job.prompts;

@@ -77,10 +77,16 @@ std::string non_empty(const std::string& source, const YAML::Node& node, const s
 }  // namespace
 
 const std::vector<std::string>& run_config_keys() {
-  static const std::vector<std::string> keys = {
-      "model",  "size",       "steps",  "guidance", "seed",     "max_sequence_length", "dtype",
-      "device", "threads",    "low_memory", "batch", "out",     "filename",            "negative_prompt",
-      "prompts", "init_image", "strength", "true_cfg", "vae_tiling"};
+  static const std::vector<std::string> keys = {"model",      "size",
+                                                "steps",      "guidance",
+                                                "seed",       "max_sequence_length",
+                                                "dtype",      "device",
+                                                "threads",    "low_memory",
+                                                "batch",      "out",
+                                                "filename",   "negative_prompt",
+                                                "prompts",    "init_image",
+                                                "strength",   "true_cfg",
+                                                "vae_tiling", "loras"};
   return keys;
 }
 
@@ -171,6 +177,37 @@ RunConfig parse_run_config(const std::string& yaml_text, const std::string& sour
       config.true_cfg = real(source, value, key);
     } else if (key == "vae_tiling") {
       config.vae_tiling = one_of(source, value, key, {"auto", "on", "off"});
+    } else if (key == "loras") {
+      if (!value.IsSequence()) bad_key(source, value, key, "must be a list of {path, strength} entries");
+      std::vector<RunConfig::LoraEntry> loras;
+      for (const YAML::Node& entry : value) {
+        RunConfig::LoraEntry l;
+        if (entry.IsScalar()) {
+          l.path = non_empty(source, entry, key);
+        } else if (entry.IsMap()) {
+          for (const auto& field : entry) {
+            const std::string name = field.first.IsScalar() ? field.first.Scalar() : std::string("?");
+            if (name == "path") {
+              l.path = non_empty(source, field.second, "loras.path");
+            } else if (name == "strength") {
+              const std::string text = scalar(source, field.second, "loras.strength");
+              char* end = nullptr;
+              const double v = std::strtod(text.c_str(), &end);
+              if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+                bad_key(source, field.second, "loras.strength",
+                        fmt::format("must be a number, got '{}'", text));
+              l.strength = static_cast<float>(v);
+            } else {
+              bad_key(source, field.first, "loras." + name, "is not a LoRA field (known: path, strength)");
+            }
+          }
+          if (l.path.empty()) bad_key(source, entry, key, "entry has no path");
+        } else {
+          bad_key(source, entry, key, "entries must be {path, strength} maps or paths");
+        }
+        loras.push_back(std::move(l));
+      }
+      config.loras = std::move(loras);
     }
   }
   return config;
@@ -193,6 +230,12 @@ RunConfig load_run_config(const fs::path& file) {
     const fs::path beside = file.parent_path() / **path;
     if (fs::exists(beside, ec)) *path = fs::absolute(beside, ec).lexically_normal().string();
   }
+  if (config.loras)
+    for (RunConfig::LoraEntry& l : *config.loras) {
+      if (!fs::path(l.path).is_relative()) continue;
+      const fs::path beside = file.parent_path() / l.path;
+      if (fs::exists(beside, ec)) l.path = fs::absolute(beside, ec).lexically_normal().string();
+    }
   return config;
 }
 
@@ -227,8 +270,26 @@ RunConfig merge_run_config(const RunConfig& base, const RunConfig& over) {
   take(out.strength, over.strength);
   take(out.true_cfg, over.true_cfg);
   take(out.vae_tiling, over.vae_tiling);
+  take(out.loras, over.loras);
   if (!over.source.empty()) out.source = over.source;
   return out;
+}
+
+RunConfig::LoraEntry parse_lora_flag(const std::string& text) {
+  RunConfig::LoraEntry l{text, 1.0f};
+  const size_t colon = text.rfind(':');
+  if (colon != std::string::npos) {
+    const std::string tail = text.substr(colon + 1);
+    char* end = nullptr;
+    const double v = std::strtod(tail.c_str(), &end);
+    if (!tail.empty() && end == tail.c_str() + tail.size() && std::isfinite(v)) {
+      l.path = text.substr(0, colon);
+      l.strength = static_cast<float>(v);
+    }
+  }
+  FLUXRT_CHECK(!l.path.empty(), ErrorCode::InvalidArgument, "--lora '{}': no file name (FILE[:STRENGTH])",
+               text);
+  return l;
 }
 
 fs::path source_tree_dir() {

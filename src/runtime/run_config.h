@@ -44,6 +44,14 @@ struct RunConfig {
   std::optional<float> strength;
   std::optional<float> true_cfg;
   std::optional<std::string> vae_tiling;  // "auto", "on" or "off" (both families)
+  // LoRA files merged into the transformer at load: YAML `loras:` a list of {path, strength} maps
+  // (or plain paths, strength 1); flags --lora FILE[:STRENGTH]. A preset's relative path is taken
+  // from its folder when the file is there. Flags replace the preset's list as a whole.
+  struct LoraEntry {
+    std::string path;
+    float strength = 1.0f;
+  };
+  std::optional<std::vector<LoraEntry>> loras;
 
   std::string source;  // the file this came from ("" for flags), for messages and relative paths
 };
@@ -69,6 +77,11 @@ std::filesystem::path find_preset(const std::string& name_or_path);
 // Parses "WxH" (e.g. 1024x768); InvalidArgument naming `what` otherwise. Only checks the syntax
 // and positivity; multiples of 2 x the VAE factor and memory are the pipeline's validate_size.
 void parse_size(const std::string& text, const std::string& what, int* width, int* height);
+
+// Parses "FILE[:STRENGTH]" (--lora): the strength after the last ':' when that parses as a finite
+// number (negative allowed), else the whole text is the file with strength 1. InvalidArgument for
+// an empty file name.
+RunConfig::LoraEntry parse_lora_flag(const std::string& text);
 
 // Folders shipped with fluxrt: the source tree (compile-time FLUXRT_SOURCE_DIR) and
 // <exe>/../share/fluxrt of an install. Empty paths are skipped by callers.

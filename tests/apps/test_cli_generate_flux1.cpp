@@ -298,3 +298,31 @@ TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
 }
 
 }  // namespace
+
+// --lora FILE:STRENGTH merges the LoRA at load: diffusers' image of the PEFT file at 0.5
+// (tests/data/lora), and the PNG records the file name, strength and SHA-256 prefix.
+TEST_F(CliGenerateFlux1, LoraFlagRendersTheDiffusersImage) {
+  const fs::path lora = kData / "lora";
+  const int code = run("--model " + quote(kDev.string()) + " --lora " +
+                       quote((lora / "flux1" / "kohya.safetensors").string() + ":0.5") +
+                       " --prompt 'a red circle on a blue background' --size 64x64 --steps 2 --seed 3"
+                       " --max-sequence-length 32 --dtype f32 --threads 1 --quiet --out " +
+                       quote((tmp_ / "out").string()));
+  ASSERT_EQ(code, 0) << err_;
+  const auto d = fluxrt::test::compare_images(
+      written_image(), fluxrt::io::read_png((lora / "flux1_half_f32" / "image_0.png").string()));
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  const std::string sha = nlohmann::json::parse(
+      read_file(lora / "manifest.json"))["families"]["flux1"]["formats"]["kohya"]["sha256"];
+  EXPECT_EQ(written_text()["loras"], "kohya.safetensors:0.5:" + sha.substr(0, 12));
+  fs::remove_all(tmp_ / "out");  // the refusals below must write nothing there
+  expect_one_line_error(
+      run("--model " + quote(kDev.string()) + " --lora " +
+          quote((lora / "klein" / "peft.safetensors").string()) +
+          " --prompt x --size 64x64 --steps 1 --quiet --out " + quote((tmp_ / "out").string())),
+      "FLUX.2 LoRA");
+  expect_one_line_error(
+      run("--model " + quote(kDev.string()) + " --lora " + quote((tmp_ / "none.safetensors").string()) +
+          " --prompt x --quiet --out " + quote((tmp_ / "out").string())),
+      "not found");
+}

@@ -198,3 +198,40 @@ TEST_F(CliInfo, VersionAndHelp) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* cmd : {"info", "bench"}) EXPECT_NE(r.out.find(cmd), std::string::npos) << r.out;
 }
+
+// A LoRA file: its key scheme, family, rank, alpha, layers and SHA-256 (the one dump_lora.py
+// recorded with hashlib), as text and as JSON; a refused LoRA is one error line.
+TEST_F(CliInfo, LoraFile) {
+  const fs::path lora = fs::path(FLUXRT_TEST_DATA_DIR) / "lora";
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(lora / "manifest.json"));
+  const RunResult r = run("info " + shell_quote((lora / "klein" / "kohya.safetensors").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("format:  kohya"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("family:  FLUX.2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank:    4, 12"), std::string::npos)
+      << r.out;  // the fused qkv modules are rank 3 x 4
+  EXPECT_NE(r.out.find("double_blocks.N.img_attn.qkv  (1 blocks)"), std::string::npos) << r.out;
+  const std::string sha = manifest["families"]["klein"]["formats"]["kohya"]["sha256"];
+  EXPECT_NE(r.out.find(sha), std::string::npos) << r.out;
+
+  const RunResult j = run("info --json " + shell_quote((lora / "flux1" / "xlabs.safetensors").string()));
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json doc = nlohmann::json::parse(j.out)["lora"];
+  EXPECT_EQ(doc["format"], "XLabs");
+  EXPECT_EQ(doc["family"], "FLUX.1");  // XLabs' single-block qkv exists only in FLUX.1
+  EXPECT_TRUE(doc["alphas"].empty());
+  EXPECT_EQ(doc["sha256"], manifest["families"]["flux1"]["formats"]["xlabs"]["sha256"]);
+
+  const fs::path lokr = tmp_ / "lokr.safetensors";
+  {
+    // A minimal safetensors file holding one LoKr tensor.
+    const std::string header =
+        R"({"double_blocks.0.img_attn.qkv.lokr_w1":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    std::ofstream out(lokr, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header;
+    out.write("\0\0\0\0", 4);
+  }
+  expect_one_line_error(run("info " + shell_quote(lokr.string())), "LoKr");
+}

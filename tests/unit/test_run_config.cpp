@@ -68,7 +68,7 @@ prompts:
   EXPECT_EQ(c.negative_prompt, "blurry");
   ASSERT_TRUE(c.prompts);
   EXPECT_EQ(*c.prompts, (std::vector<std::string>{"a red fox", ""}));
-  EXPECT_EQ(fluxrt::runtime::run_config_keys().size(), 19u);
+  EXPECT_EQ(fluxrt::runtime::run_config_keys().size(), 20u);  // and loras: RunConfigLoras below
 }
 
 TEST(RunConfig, ParsesFlux1AndVaeTilingKeys) {
@@ -226,4 +226,27 @@ TEST(RunConfig, ShippedPresetsParse) {
   EXPECT_GE(count, 4);
   for (const char* name : {"default", "demo", "klein-4b", "klein-base-4b"})
     EXPECT_NO_THROW(fluxrt::runtime::load_run_config(configs / (std::string(name) + ".yaml"))) << name;
+}
+
+TEST(RunConfigLoras, PresetListAndFlags) {
+  const fluxrt::runtime::RunConfig c = fluxrt::runtime::parse_run_config(
+      "loras:\n  - {path: a.safetensors, strength: -0.5}\n  - b.safetensors\n  - path: c.safetensors\n",
+      "p.yaml");
+  ASSERT_TRUE(c.loras.has_value());
+  ASSERT_EQ(c.loras->size(), 3u);
+  EXPECT_EQ((*c.loras)[0].path, "a.safetensors");
+  EXPECT_FLOAT_EQ((*c.loras)[0].strength, -0.5f);
+  EXPECT_EQ((*c.loras)[1].path, "b.safetensors");
+  EXPECT_FLOAT_EQ((*c.loras)[1].strength, 1.0f);
+  EXPECT_EQ((*c.loras)[2].path, "c.safetensors");
+  for (const char* bad : {"loras: x.safetensors\n", "loras:\n  - {path: a, weight: 2}\n",
+                          "loras:\n  - {strength: 2}\n", "loras:\n  - {path: a, strength: lots}\n"})
+    EXPECT_THROW(fluxrt::runtime::parse_run_config(bad, "p.yaml"), fluxrt::Error) << bad;
+
+  const auto flag = fluxrt::runtime::parse_lora_flag("dir/style.safetensors:-0.25");
+  EXPECT_EQ(flag.path, "dir/style.safetensors");
+  EXPECT_FLOAT_EQ(flag.strength, -0.25f);
+  EXPECT_FLOAT_EQ(fluxrt::runtime::parse_lora_flag("style.safetensors").strength, 1.0f);
+  EXPECT_EQ(fluxrt::runtime::parse_lora_flag("odd:name.safetensors").path, "odd:name.safetensors");
+  EXPECT_THROW(fluxrt::runtime::parse_lora_flag(":0.5"), fluxrt::Error);
 }
