@@ -60,6 +60,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
       ->check(CLI::IsMember({"auto", "on", "off", "lean"}));
   cmd->add_option("--tile-size", options.tile_size,
                   "vae: tile edge in pixels, a multiple of 16, at least 64 (default 512; overlap a quarter of it)");
+  cmd->add_option(
+         "--lora-rank", options.lora_rank,
+         "transformer: also time a synthetic rank-R LoRA on every linear, merged into the weights and as "
+         "per-request branches")
+      ->check(CLI::Range(0, 1024));
   return cmd;
 }
 
@@ -85,6 +90,7 @@ int run_bench(const BenchOptions& options) {
   request.cuda_graphs = options.cuda_graphs;
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;
+  request.lora_rank = options.lora_rank;
   if (options.component == "pipeline") return runtime::bench_pipeline(request);
   if (options.component == "transformer") return runtime::bench_transformer(request);
   if (options.component == "text-encoder") return runtime::bench_text_encoder(request);

@@ -29,6 +29,9 @@ struct BenchRequest {
   bool cuda_graphs = false; // bench pipeline: replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
   std::string vae_tiling = "auto";  // bench vae: auto (budget from available memory), on or off
   int vae_tile_pixels = 0;          // bench vae: tile edge in pixels; 0 keeps the model's default (512)
+  // bench transformer: > 0 also times a synthetic rank-R LoRA on every linear, merged into the
+  // weights (f32 math, one layer at a time) and as unmerged per-request branches (steps rerun).
+  int lora_rank = 0;
 };
 
 int bench_transformer(const BenchRequest& request);

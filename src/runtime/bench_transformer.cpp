@@ -3,17 +3,18 @@
 // needed), timed per step.
 // Prints ms per step, achieved GFLOP/s (GEMMs + attention, flux-reference.md section 6), its ratio
 // to the bf16 GEMM peak measured in the same run, and the peak RSS.
+#include <fmt/format.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -21,6 +22,7 @@
 #include "core/threads.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/lora/lora_delta.h"
 #include "models/synthetic_weights.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
@@ -79,6 +81,7 @@ struct BenchModel {
   double full_flops = 0;        // FLOPs of one forward of the full model (batch included)
   size_t weight_bytes = 0;
   std::function<void(float sigma)> step;
+  const std::map<std::string, nn::Linear>* linears = nullptr;  // the model's, by canonical name
   std::shared_ptr<void> keep;   // the model and its inputs
 };
 
@@ -123,6 +126,7 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   m.flops = static_cast<double>(b) * config.flops_per_forward(li, lt);
   m.full_flops = static_cast<double>(b) * full.flops_per_forward(li, lt);
   m.weight_bytes = st->model->weight_bytes();
+  m.linears = &st->model->linears();
   m.step = [st, b](float sigma) {
     const Tensor t = Tensor::full({b}, DType::F32, sigma);
     (void)st->model->forward(st->x, st->x_ids, st->ctx, st->ctx_ids, t);
@@ -159,12 +163,62 @@ BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   m.flops = static_cast<double>(b) * config.flops_per_forward(li, lt);
   m.full_flops = static_cast<double>(b) * full.flops_per_forward(li, lt);
   m.weight_bytes = st->model->weight_bytes();
+  m.linears = &st->model->linears();
   m.step = [st, b](float sigma) {
     const Tensor t = Tensor::full({b}, DType::F32, sigma);
     (void)st->model->forward(st->x, st->x_ids, st->ctx, st->ctx_ids, st->pooled, t, st->guidance);
   };
   m.keep = st;
   return m;
+}
+
+// The fastest of `steps` forwards, in seconds, scaled to the full model (`scale`).
+double min_step_seconds(const BenchModel& model, const BenchRequest& r, double scale, const char* label) {
+  double best = 0;
+  for (int s = 0; s < r.steps; ++s) {
+    const float sigma = 1.0f - static_cast<float>(s) / static_cast<float>(r.steps);
+    const double w0 = wall_seconds();
+    model.step(sigma);
+    ops::synchronize(r.device);
+    const double t = (wall_seconds() - w0) * scale;
+    best = s == 0 ? t : std::min(best, t);
+    std::printf("  %s step %d: %.1f ms\n", label, s + 1, t * 1e3);
+    std::fflush(stdout);
+  }
+  return best;
+}
+
+// --lora-rank R: a synthetic rank-R LoRA on every linear of the timed model (A [R, in] and B
+// [out, R] random bf16, factor 1). Merged: each layer's W + B A on its own (a synthetic W of the
+// layer's shape; one layer at a time, so no second copy of the model), timed in the merge call
+// only. Unmerged: the branches attached as a request's would be, and the steps timed again.
+void bench_lora(const BenchRequest& r, const BenchModel& model, double scale, double params_ratio,
+                double base_min_s, const char* tag) {
+  const int64_t rank = r.lora_rank;
+  std::vector<models::LoraDelta> deltas;
+  uint64_t seed = 7700;
+  double merge_s = 0;
+  int64_t lora_params = 0;
+  for (const auto& [name, layer] : *model.linears) {
+    const int64_t out = layer.out_features(), in = layer.in_features();
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+    deltas.push_back({name, models::synthetic_tensor({rank, in}, DType::BF16, seed++, bound),
+                      models::synthetic_tensor({out, rank}, DType::BF16, seed++, 0.01f), 1.0f, "synthetic"});
+    lora_params += rank * (in + out);
+    models::TensorStore one;
+    one.add(name, models::synthetic_tensor({out, in}, DType::BF16, seed++, bound));
+    const double t0 = wall_seconds();
+    const models::TensorStore merged = models::merge_lora_deltas(one, {deltas.back()});
+    merge_s += wall_seconds() - t0;
+  }
+  merge_s *= params_ratio;
+  std::printf("\nLoRA rank %lld on %zu linears (%.1f M parameters in the timed model)\n",
+              static_cast<long long>(rank), deltas.size(), static_cast<double>(lora_params) / 1e6);
+  std::printf("merge into the weights%s: %.2f s (W + B A in f32, one rounding to bf16)\n", tag, merge_s);
+  models::LoraAttachment attached(*model.linears, deltas, r.dtype, r.device);
+  const double lora_min_s = min_step_seconds(model, r, scale, "unmerged");
+  std::printf("unmerged branches%s: ms/step min %.1f vs %.1f without: +%.1f%% of a step\n", tag,
+              lora_min_s * 1e3, base_min_s * 1e3, 100.0 * (lora_min_s - base_min_s) / base_min_s);
 }
 
 }  // namespace
@@ -260,6 +314,8 @@ int bench_transformer(const BenchRequest& r) {
                 peak_rss, gib(full_bytes - model.weight_bytes));
   else
     std::printf("peak RSS: %.2f GiB\n", peak_rss);
+
+  if (r.lora_rank > 0) bench_lora(r, model, scale, full_params / model.params, min_s, tag);
 
   if (!r.json_path.empty()) {
     std::ofstream out(r.json_path);
