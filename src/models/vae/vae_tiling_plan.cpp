@@ -40,18 +40,23 @@ namespace {
 // Peak estimate of the lean pass: the largest set of whole-image tensors alive at once (a resnet:
 // input + normed input + conv1 output, or input + two outputs; an upsampler: input + output; the
 // mid block's attention: about nine C x h x w tensors), in the pass dtype, plus the band copies
-// of one convolution (the backend's blocked input and output and the upsampled rows, each about
-// one band; the CPU backend takes those copies from the tensor allocator too, in f32 at most).
+// of one convolution, each about one band, in f32 at most (the CPU backend takes them from the
+// tensor allocator too): the blocked input and output and the upsampled rows; and for a 16-bit
+// pass on a CPU without native bf16 convolution, which computes in f32, also the f32 copies of
+// the input, the output and the residual (five in all; measured on AVX2, bf16 encode: 1261568
+// bytes against the 1233408 that three copies gave).
 // The tensor allocator's measured peak stays under it (Flux2Vae.LeanPassMatches-
 // UntiledWithBoundedMemory); the process's resident peak does not: real klein shapes, bf16,
 // 256x256, 16-row bands: +157 MiB against 93.5 estimated (the plain pass: +429 against 384), the
 // rest being oneDNN's own buffers, which is what Auto's budget of half of MemAvailable leaves room for.
 // `widest_row`: channels x width of the widest level's row; a band is never more than the image.
-size_t lean_band_bytes(const TilingOptions& tiling, int64_t b, int64_t widest_row, int64_t height) {
+size_t lean_band_bytes(const TilingOptions& tiling, DType dtype, int64_t b, int64_t widest_row,
+                       int64_t height) {
   const int64_t rows = tiling.band_rows > 0 ? tiling.band_rows : 1;
   const size_t band = tiling.band_rows > 0 ? size_t{0} : kLeanBandBytes;
   const size_t image = static_cast<size_t>(b * widest_row * (height + 2)) * 4;
-  return 3 * std::min(image, std::max(band, static_cast<size_t>(b * widest_row * (rows + 2)) * 4));
+  const size_t copies = dtype == DType::F32 ? 3 : 5;
+  return copies * std::min(image, std::max(band, static_cast<size_t>(b * widest_row * (rows + 2)) * 4));
 }
 
 size_t lean_decode_bytes(const AutoencoderKLConfig& config, DType dtype, const TilingOptions& tiling, int64_t b,
@@ -72,7 +77,7 @@ size_t lean_decode_bytes(const AutoencoderKLConfig& config, DType dtype, const T
     prev = out;
   }
   peak = std::max(peak, (2 * ch[0] + config.out_channels) * h * w);  // conv_norm_out, conv_out
-  return static_cast<size_t>(b * peak) * dtype_size(dtype) + lean_band_bytes(tiling, b, widest_row, h);
+  return static_cast<size_t>(b * peak) * dtype_size(dtype) + lean_band_bytes(tiling, dtype, b, widest_row, h);
 }
 
 size_t lean_encode_bytes(const AutoencoderKLConfig& config, DType dtype, const TilingOptions& tiling, int64_t b,
@@ -93,7 +98,7 @@ size_t lean_encode_bytes(const AutoencoderKLConfig& config, DType dtype, const T
   }
   const int64_t am = (h >> (n - 1)) * (w >> (n - 1));
   peak = std::max(peak, (config.mid_block_add_attention ? 9 : 3) * ch[n - 1] * am);
-  return static_cast<size_t>(b * peak) * dtype_size(dtype) + lean_band_bytes(tiling, b, widest_row, h);
+  return static_cast<size_t>(b * peak) * dtype_size(dtype) + lean_band_bytes(tiling, dtype, b, widest_row, h);
 }
 
 // Widest tensor of each stage (vae_tiling_plan.h numbering) in elements per batch element, for an
