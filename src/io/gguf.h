@@ -69,7 +69,9 @@ struct GgufTensorInfo {
 struct ParsedGguf {
   uint32_t version = 0;
   uint64_t alignment = 32;
-  uint64_t data_offset = 0;             // where the data section starts in the file
+  // Where the data section starts in the file: a multiple of `alignment`, except in a file with no
+  // tensors whose writer left out the padding after the header, where it is the file's size.
+  uint64_t data_offset = 0;
   std::vector<GgufTensorInfo> tensors;  // in file (header) order
   std::map<std::string, GgufValue> metadata;
 };

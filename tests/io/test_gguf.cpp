@@ -320,6 +320,20 @@ std::vector<BadCase> bad_cases() {
   return cases;
 }
 
+// A metadata-only file (a vocabulary, say) may end right after its last key, without the padding
+// a data section would need: it parses, with the data section empty at the end of the file.
+TEST(GgufHeader, MetadataOnlyFileWithoutPaddingParses) {
+  const std::string bytes = valid_prefix(/*tensors=*/0).bytes();
+  ASSERT_NE(bytes.size() % 32, 0u);
+  ParsedGguf p = parse_gguf_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "v.gguf");
+  EXPECT_TRUE(p.tensors.empty());
+  EXPECT_EQ(p.metadata.at("general.architecture").s, "flux");
+  EXPECT_EQ(p.data_offset, bytes.size());
+  const std::string padded = valid_prefix(0).pad_to(32).bytes();
+  p = parse_gguf_header(reinterpret_cast<const uint8_t*>(padded.data()), padded.size(), "v.gguf");
+  EXPECT_EQ(p.data_offset, padded.size());
+}
+
 TEST(GgufHeader, BadFilesGiveOneLineErrors) {
   for (const BadCase& c : bad_cases()) {
     SCOPED_TRACE(c.what);
