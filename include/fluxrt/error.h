@@ -33,7 +33,7 @@ class Error : public std::runtime_error {
   ErrorCode code() const { return code_; }
   // For a rejected request: the GenerateRequest member at fault ("reference_images",
   // "init_image", "strength", "steps", "guidance", "true_cfg", "max_sequence_length",
-  // "images_per_prompt", "prompts", or "size" for width and height together), so a front end
+  // "images_per_prompt", "prompts", "loras", or "size" for width and height together), so a front end
   // can name its own parameter (the server's `param`). Empty when the error is about no one field.
   const std::string& field() const { return field_; }
 

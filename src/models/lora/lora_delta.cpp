@@ -110,9 +110,16 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
 std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
                                    const LinearShapes& shapes) {
   std::vector<LoraDelta> all;
-  for (const LoraSpec& spec : specs) {
-    std::vector<LoraDelta> d = lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes);
-    all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
+  try {
+    for (const LoraSpec& spec : specs) {
+      std::vector<LoraDelta> d = lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes);
+      all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
+    }
+  } catch (const Error& e) {
+    // Whatever the cause (a corrupt file, another family, a shape), it is the LoRA list at fault:
+    // a front end names its own parameter for it (the server's 400 with param "loras").
+    if (!e.field().empty()) throw;
+    throw Error(e.code(), e.what(), "loras");
   }
   return all;
 }

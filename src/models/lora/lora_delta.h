@@ -51,7 +51,7 @@ using LinearShapes = std::function<std::optional<Shape>(const std::string& canon
 std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
                                    const LinearShapes& shapes);
 
-// Reads every spec's file and returns all their deltas, in order.
+// Reads every spec's file and returns all their deltas, in order. Errors carry the field "loras".
 std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
                                    const LinearShapes& shapes);
 
