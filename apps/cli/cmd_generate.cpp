@@ -131,10 +131,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--strength", o.strength,
                   "FLUX.1 img2img: how far the init image is noised, in (0, 1] (default 0.6); about steps x "
                   "strength steps run");
-  cmd->add_option(
-      "--lora", o.loras,
-      "LoRA file merged into the transformer, FILE or FILE:STRENGTH (default 1, negative allowed); "
-      "repeat for several (docs/lora.md)");
+  CLI::Option* lora =
+      cmd->add_option("--lora", o.loras,
+                      "LoRA file merged into the transformer, FILE or FILE:STRENGTH (default 1, negative "
+                      "allowed); repeat for several (docs/lora.md)");
+  lora->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--true-cfg", o.true_cfg,
                   "FLUX.1 true classifier-free guidance scale; used when > 1 with --negative-prompt (two forwards "
                   "per step)");

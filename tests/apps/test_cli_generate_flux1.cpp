@@ -326,3 +326,22 @@ TEST_F(CliGenerateFlux1, LoraFlagRendersTheDiffusersImage) {
           " --prompt x --quiet --out " + quote((tmp_ / "out").string())),
       "not found");
 }
+
+// --lora repeated merges every file given, in order: diffusers' image of two adapters with
+// set_adapters weights [1.0, 0.7], and both are recorded.
+TEST_F(CliGenerateFlux1, RepeatedLoraFlagsMergeEveryFile) {
+  const fs::path lora = kData / "lora";
+  const int code = run("--model " + quote(kDev.string()) + " --lora " +
+                       quote((lora / "flux1" / "peft.safetensors").string()) + " --lora " +
+                       quote((lora / "flux1" / "second.safetensors").string() + ":0.7") +
+                       " --prompt 'a red circle on a blue background' --size 64x64 --steps 2 --seed 3"
+                       " --max-sequence-length 32 --dtype f32 --threads 1 --quiet --out " +
+                       quote((tmp_ / "out").string()));
+  ASSERT_EQ(code, 0) << err_;
+  const auto d = fluxrt::test::compare_images(
+      written_image(), fluxrt::io::read_png((lora / "flux1_two_f32" / "image_0.png").string()));
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  const std::string loras = written_text()["loras"];
+  EXPECT_EQ(loras.find("peft.safetensors:1:"), 0u) << loras;
+  EXPECT_NE(loras.find("second.safetensors:0.7:"), std::string::npos) << loras;
+}
