@@ -62,6 +62,11 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_flag("--cuda-graphs", o.cuda_graphs, "on cuda:N: replay the denoising step as a CUDA graph");
   cmd->add_option("--config,-c", o.config, "run preset whose size, steps and guidance are the defaults");
+  cmd->add_option("--lora-dir", o.lora_dir,
+                  "folder of LoRA .safetensors files that requests may name in 'loras' (docs/server.md)");
+  cmd->add_option("--lora", o.loras,
+                  "LoRA FILE[:STRENGTH] merged into the model at load, for every request; repeatable")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   return cmd;
 }
 
@@ -76,6 +81,7 @@ int run_serve(const ServeOptions& o) {
   if (given(o, "--low-memory")) settings.low_memory = o.low_memory;
   if (given(o, "--vae-tiling")) settings.vae_tiling = o.vae_tiling;
   if (given(o, "--config")) settings.preset = o.config;
+  settings.loras = o.loras;
   settings.cuda_graphs = o.cuda_graphs;
   settings.prompt = "";
   settings.seed = 0;
@@ -102,6 +108,7 @@ int run_serve(const ServeOptions& o) {
   if (o.max_body_mb < 1) throw Error(ErrorCode::InvalidArgument, "--max-body-mb must be at least 1");
   s.max_body_bytes = size_t(o.max_body_mb) << 20;
   s.max_upload_pixels = o.max_upload_pixels;
+  s.lora_dir = o.lora_dir;
   s.default_width = run.request.width;
   s.default_height = run.request.height;
   s.default_steps = run.request.steps;

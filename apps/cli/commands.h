@@ -61,7 +61,8 @@ int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Canc
 struct ServeOptions {
   CLI::App* command = nullptr;
   std::string model, components, host = "127.0.0.1", api_key, cors_origin, max_size = "2048x2048", dtype,
-                                 device, vae_tiling, config;
+                                 device, vae_tiling, config, lora_dir;
+  std::vector<std::string> loras;  // --lora FILE[:STRENGTH], merged at load
   int port = 8080, max_queue = 32, max_batch = 1, batch_window_ms = 0, max_images = 4, threads = 0,
       max_body_mb = 64;
   uint64_t max_upload_pixels = 4096ull * 4096ull;

@@ -84,6 +84,15 @@ class Fields {
     return value;
   }
 
+  // A JSON value: the value itself (generations) or a text part holding JSON text (edits).
+  std::optional<json> value(const std::string& name) const {
+    if (!has(name)) return std::nullopt;
+    if (json_) return (*json_)[name];
+    json v = json::parse(*text(name), nullptr, /*allow_exceptions=*/false);
+    if (v.is_discarded()) throw bad(name, "must be JSON text in a form field");
+    return v;
+  }
+
   std::optional<bool> boolean(const std::string& name) const {
     if (!has(name)) return std::nullopt;
     if (json_) {
@@ -200,6 +209,45 @@ uint64_t random_seed() {
   return (uint64_t(device()) << 32) ^ device();
 }
 
+// `loras`: [{"name": "style", "strength": 0.8}, "other", ...]; a bare name has strength 1.
+std::vector<LoraChoice> parse_loras(const Fields& f, const ApiLimits& limits) {
+  const std::optional<json> v = f.value("loras");
+  if (!v) return {};
+  if (!limits.loras)
+    throw HttpError(400, "'loras': this server offers no LoRAs (it was started without --lora-dir)", "loras",
+                    "unsupported_parameter");
+  const char* shape = "must be a list of {\"name\": \"...\", \"strength\": 1.0} objects or names";
+  if (!v->is_array()) throw Fields::bad("loras", shape);
+  if (int(v->size()) > limits.max_loras)
+    throw Fields::bad("loras", "takes at most " + std::to_string(limits.max_loras) + " LoRAs (got " +
+                                   std::to_string(v->size()) + ")");
+  std::vector<LoraChoice> out;
+  for (const json& item : *v) {
+    LoraChoice c;
+    if (item.is_string()) {
+      c.name = item.get<std::string>();
+    } else if (item.is_object()) {
+      for (const auto& kv : item.items())
+        if (kv.key() != "name" && kv.key() != "strength")
+          throw Fields::bad(
+              "loras", "entries take \"name\" and \"strength\" (got \"" + kv.key().substr(0, 40) + "\")");
+      if (!item.contains("name") || !item["name"].is_string()) throw Fields::bad("loras", shape);
+      c.name = item["name"].get<std::string>();
+      if (item.contains("strength")) {
+        const json& s = item["strength"];
+        if (!s.is_number() || !std::isfinite(s.get<double>()) || std::fabs(s.get<double>()) > 10)
+          throw Fields::bad("loras", "strengths must be numbers from -10 to 10");
+        c.strength = float(s.get<double>());
+      }
+    } else {
+      throw Fields::bad("loras", shape);
+    }
+    if (!valid_utf8(c.name)) throw Fields::bad("loras", "names must be UTF-8");
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 // The fields both endpoints share.
 ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
   ImageRequest r;
@@ -257,6 +305,7 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
       throw Fields::bad("true_cfg_scale", "is for FLUX.1 models; this server runs a FLUX.2 model");
     r.request.true_cfg = float(*cfg);
   }
+  r.loras = parse_loras(f, limits);
   return r;
 }
 

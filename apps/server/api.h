@@ -29,11 +29,21 @@ struct ApiLimits {
   // Server-side defaults for unset fields (the run preset's, as `fluxrt generate` uses them).
   std::optional<int> default_width, default_height, default_steps;
   std::optional<float> default_guidance;
+  // `loras` (names in --lora-dir): refused with a 400 when the server has no LoRA folder.
+  bool loras = false;
+  int max_loras = 8;
 };
 
 // A request field as it came: a JSON value (generations) or a multipart text part (edits).
 // Multipart parts are strings, so numbers and booleans there are parsed from text, strictly.
 class Fields;
+
+// A LoRA a request names in `loras`: a file of the server's LoRA folder and its strength
+// (resolved to a path by LoraDirectory, lora_dir.h).
+struct LoraChoice {
+  std::string name;
+  float strength = 1.0f;
+};
 
 struct ImageRequest {
   GenerateRequest request;
@@ -44,6 +54,7 @@ struct ImageRequest {
   std::string output_format = "png";
   int output_compression = 100;
   std::string user;
+  std::vector<LoraChoice> loras;
 };
 
 // A multipart part as the edit endpoint sees it.

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <ctime>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -23,6 +24,7 @@
 #include "http_error.h"
 #include "image_probe.h"
 #include "image_store.h"
+#include "lora_dir.h"
 #include "metrics.h"
 #include "output.h"
 #include "page.h"
@@ -81,6 +83,7 @@ const Route kRoutes[] = {{"/", "GET"},
                          {"/metrics", "GET"},
                          {"/v1/models", "GET"},
                          {"/v1/models/[^/]+", "GET"},
+                         {"/v1/loras", "GET"},
                          {"/v1/images/generations", "POST"},
                          {"/v1/images/edits", "POST"},
                          {"/v1/images/[^/]+/content", "GET"}};
@@ -118,6 +121,7 @@ std::string param_of_field(const std::string& field) {
       {"reference_images", "image"},
       {"init_image", "image"},
       {"strength", "strength"},
+      {"loras", "loras"},
   };
   for (const auto& [from, to] : kParams)
     if (field == from) return to;
@@ -126,6 +130,11 @@ std::string param_of_field(const std::string& field) {
 
 // What a failed generate call means for the client.
 HttpError http_error_of(const Error& e) {
+  // A LoRA the request chose that turns out not to fit the model (its shapes), or a file in the
+  // LoRA folder that cannot be read: the request's choice, whatever the code.
+  if (e.field() == "loras" && e.code() != ErrorCode::OutOfMemory && e.code() != ErrorCode::Cancelled &&
+      e.code() != ErrorCode::Internal && e.code() != ErrorCode::Device)
+    return HttpError(400, std::string("'loras': ") + e.what(), "loras", "invalid_lora");
   switch (e.code()) {
     case ErrorCode::InvalidArgument:
     case ErrorCode::Unsupported:
@@ -138,6 +147,19 @@ HttpError http_error_of(const Error& e) {
     default:
       return HttpError(500, std::string(error_code_name(e.code())) + ": " + e.what(), "", "internal_error");
   }
+}
+
+// An engine error about a request's LoRA names the file by its path on the server; the client
+// knows it by its name in the LoRA folder.
+Error without_lora_paths(const Error& e, const std::vector<Lora>& loras) {
+  std::string message = e.what();
+  for (const Lora& l : loras) {
+    const std::string name = std::filesystem::path(l.path).filename().string();
+    for (size_t at = message.find(l.path); at != std::string::npos;
+         at = message.find(l.path, at + name.size()))
+      message.replace(at, l.path.size(), name);
+  }
+  return Error(e.code(), message, e.field());
 }
 
 std::string sse_event(const std::string& name, const json& data) {
@@ -164,6 +186,7 @@ class ImageServer::Impl {
   void authorize(const httplib::Request& req) const;
   void handle_images(const httplib::Request& req, httplib::Response& res, bool edit);
   void handle_models(const httplib::Request& req, httplib::Response& res);
+  void handle_loras(httplib::Response& res);
   void answer(const httplib::Request& req, httplib::Response& res, const ImageRequest& r,
               const std::shared_ptr<Job>& job);
   void stream(const httplib::Request& req, httplib::Response& res, const ImageRequest& r,
@@ -183,6 +206,7 @@ class ImageServer::Impl {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Scheduler> scheduler_;
   ApiLimits limits_;
+  std::unique_ptr<LoraDirectory> loras_;  // --lora-dir; null without
   std::string model_id_;
   json model_object_;
   Metrics metrics_;
@@ -201,6 +225,8 @@ void ImageServer::Impl::start() {
     throw Error(ErrorCode::InvalidArgument, "--max-queue, --max-batch and --max-images must be at least 1");
   if (o.max_width < 16 || o.max_height < 16)
     throw Error(ErrorCode::InvalidArgument, "--max-size is too small");
+  // Checked before binding, so a mistyped folder is an error at start, not a 400 per request.
+  if (!o.lora_dir.empty()) static_cast<void>(LoraDirectory(o.lora_dir, ""));
 
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + o.max_batch + 16;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -250,6 +276,10 @@ void ImageServer::Impl::load() {
     l.default_height = options_.default_height;
     l.default_steps = options_.default_steps;
     l.default_guidance = options_.default_guidance;
+    if (!options_.lora_dir.empty()) {
+      loras_ = std::make_unique<LoraDirectory>(options_.lora_dir, info.family);
+      l.loras = true;
+    }
 
     const std::string dtype = engine_->options().precision == Precision::F32 ? "f32" : "bf16";
     model_object_ = {{"id", model_id_},
@@ -447,6 +477,8 @@ void ImageServer::Impl::routes() {
   http_.Get(R"(/v1/models/([^/]+))",
             guarded([this](const Request& req, Response& res) { handle_models(req, res); }));
 
+  http_.Get("/v1/loras", guarded([this](const Request&, Response& res) { handle_loras(res); }));
+
   http_.Post("/v1/images/generations",
              guarded([this](const Request& req, Response& res) { handle_images(req, res, false); }));
   http_.Post("/v1/images/edits",
@@ -479,6 +511,27 @@ void ImageServer::Impl::handle_models(const httplib::Request& req, httplib::Resp
                   "application/json");
 }
 
+// GET /v1/loras: what `loras` may name, in the list shape of /v1/models.
+void ImageServer::Impl::handle_loras(httplib::Response& res) {
+  require_ready();
+  json data = json::array();
+  if (loras_)
+    for (const LoraDirectory::Entry& e : loras_->list()) {
+      json item = {{"id", e.name}, {"object", "lora"}, {"bytes", e.bytes}, {"usable", e.error.empty()}};
+      if (e.error.empty()) {
+        item["format"] = e.format;
+        item["family"] = e.family;
+        item["ranks"] = e.ranks;
+      } else {
+        item["error"] = e.error;
+      }
+      data.push_back(std::move(item));
+    }
+  res.set_content(
+      json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace),
+      "application/json");
+}
+
 void ImageServer::Impl::handle_images(const httplib::Request& req, httplib::Response& res, bool edit) {
   require_ready();
   const std::string type = req.get_header_value("Content-Type");
@@ -507,6 +560,7 @@ void ImageServer::Impl::handle_images(const httplib::Request& req, httplib::Resp
     for (const auto& [name, f] : req.files) parts.push_back({name, f.filename, f.content_type, f.content});
     r = parse_edit(parts, limits_);
   }
+  if (loras_) r.request.loras = loras_->resolve(r.loras);
 
   // What the engine will make of it: the size an edit takes from its first image must fit too.
   RequestPlan plan;
@@ -589,7 +643,7 @@ void ImageServer::Impl::answer(const httplib::Request& req, httplib::Response& r
       throw HttpError(499, "the client closed the connection", "", "cancelled");
     }
   }
-  if (job->error()) throw http_error_of(*job->error());
+  if (job->error()) throw http_error_of(without_lora_paths(*job->error(), job->request.loras));
   const GenerateResult& result = *job->result();
   json body = {{"created", int64_t(std::time(nullptr))},
                {"data", image_entries(req, r, result)},
@@ -652,7 +706,7 @@ void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& r
         if (!s.done) return true;
         std::string text;
         if (job->error()) {
-          const HttpError e = http_error_of(*job->error());
+          const HttpError e = http_error_of(without_lora_paths(*job->error(), job->request.loras));
           text = sse_event(
               "error",
               json{{"type", "error"},

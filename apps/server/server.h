@@ -35,6 +35,9 @@ struct ServerOptions {
   int batch_window_ms = 0;
   int max_width = 2048, max_height = 2048;  // --max-size
   int max_images = 4;                       // n per request
+  // --lora-dir: the folder whose .safetensors LoRAs requests may name in `loras` (lora_dir.h);
+  // "" refuses `loras`.
+  std::string lora_dir;
 
   // Unset request fields: these (the run preset's, as `fluxrt generate` has them), else the model's.
   std::optional<int> default_width, default_height, default_steps;
