@@ -30,9 +30,18 @@ def inspect_model(model: str) -> dict:
     return json.loads(_fluxrt.inspect_model(str(model)))
 
 
+def inspect_lora(path: str) -> dict:
+    """`fluxrt info`'s data for a LoRA file: its key format, the family it is for, its ranks and
+    alphas, the layers it adapts and its SHA-256. Raises the loader's error for a file fluxrt
+    cannot apply (LoKr, LoHa, DoRA, text-encoder parts, unknown keys, a corrupt file)."""
+    import os
+
+    return _fluxrt.inspect_lora(os.fspath(path))
+
+
 __all__ = [
     "CancelledError", "DeviceError", "Error", "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxPipeline",
     "FluxPipelineOutput", "FormatError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
-    "OutOfMemoryError", "UnsupportedError", "__version__", "bundled_demo_model", "inspect_model", "png_bytes",
-    "save_png",
+    "OutOfMemoryError", "UnsupportedError", "__version__", "bundled_demo_model", "inspect_lora", "inspect_model",
+    "png_bytes", "save_png",
 ]

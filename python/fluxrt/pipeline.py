@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _fluxrt
 from ._errors import InvalidArgumentError
+from ._lora import LoraLoaderMixin, lora_list
 from ._progress import make_bar
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "f32", "f32": "f32", "fp32": "f32", "float": "f32"}
@@ -91,7 +92,7 @@ def _pil_module() -> Any:
     return Image
 
 
-class FluxPipeline:
+class FluxPipeline(LoraLoaderMixin):
     """A FLUX.2 klein or FLUX.1 model loaded once, called like diffusers' pipelines. One pipeline
     may be called from several threads (calls run one at a time); the GIL is released while the
     engine works."""
@@ -103,22 +104,25 @@ class FluxPipeline:
         self._open_options = open_options or {}  # the Engine's keyword arguments, for to()
         self._progress_bar_config: dict[str, Any] = {}
         self._info: dict[str, Any] = json.loads(engine.info_json())
+        self._init_loras()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str] | None = None, *,
                         dtype: Any = "bfloat16", device: str = "cpu", threads: int | None = None,
                         low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
-                        torch_dtype: Any = None, vae_encoder: bool = True) -> FluxPipeline:
+                        torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
         downloaded. No argument: the bundled demo model. ``torch_dtype`` is accepted for
-        diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM."""
+        diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM.
+        ``loras``: LoRA files merged into the weights at load, each a path or (path, strength)."""
         demo = pretrained_model_name_or_path is None
         model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
         precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
         options = dict(precision=precision, threads=threads, low_memory=low_memory,
-                       components=None if components is None else os.fspath(components), vae_encoder=vae_encoder)
+                       components=None if components is None else os.fspath(components), vae_encoder=vae_encoder,
+                       loras=lora_list(loras))
         engine = _fluxrt.Engine(model, device=device, **options)
         # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
         # model (configs/demo.yaml); its config's sample size would give 512x512 noise.
@@ -161,32 +165,42 @@ class FluxPipeline:
             self._info = json.loads(self._engine.info_json())
         return self
 
+    def _reopen(self, **changes: Any) -> None:
+        """Opens the model again, on the same device, with some open options changed (fuse_lora)."""
+        options = dict(self._open_options, **changes)
+        self._engine = _fluxrt.Engine(self._engine.model, device=self.device, **options)
+        self._open_options = options
+        self._info = json.loads(self._engine.info_json())
+
     def __call__(self, prompt: str | list[str] | None = None, negative_prompt: str | None = None,
                  height: int | None = None, width: int | None = None, num_inference_steps: int | None = None,
                  guidance_scale: float | None = None, true_cfg_scale: float | None = None,
                  num_images_per_prompt: int = 1, generator: Any = None, image: Any = None,
                  strength: float | None = None, max_sequence_length: int | None = 512,
                  output_type: str = "pil", return_dict: bool = True,
-                 callback_on_step_end: Callable[..., Any] | None = None) -> Any:
+                 callback_on_step_end: Callable[..., Any] | None = None,
+                 joint_attention_kwargs: dict[str, Any] | None = None) -> Any:
         """Generates ``len(prompt) x num_images_per_prompt`` images. ``generator``: None (a random
         seed, recorded in the metadata), an int seed, a torch.Generator (its seed is read), or a
         list of them, one per image. ``image``: FLUX.2 klein's reference image(s), FLUX.1's
         img2img init image (noised by ``strength``). ``callback_on_step_end(pipe, step, timestep,
         kwargs)`` runs after each step (0-based step; timestep the schedule's t, sigma x 1000, as a
         float; kwargs {}: no tensor crosses the engine's API). Ctrl-C stops at the next step with
-        KeyboardInterrupt."""
+        KeyboardInterrupt. The active LoRA adapters (load_lora_weights, set_adapters) apply,
+        their weights times ``joint_attention_kwargs["scale"]`` when given."""
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
+        loras = self._call_loras(joint_attention_kwargs)
         requests, batch = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
                                          guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
-                                         image, strength, max_sequence_length)
+                                         image, strength, max_sequence_length, loras)
         results = self._run(requests, batch, callback_on_step_end)
         out = self._output(results, output_type)
         return out if return_dict else (out.images,)
 
     def _requests(self, prompt: Any, negative_prompt: Any, height: Any, width: Any, steps: Any, guidance: Any,
                   true_cfg: Any, images_per_prompt: Any, generator: Any, image: Any, strength: Any,
-                  max_sequence_length: Any) -> tuple[list[_fluxrt.Request], bool]:
+                  max_sequence_length: Any, loras: list[tuple[str, float]]) -> tuple[list[_fluxrt.Request], bool]:
         if isinstance(prompt, str):
             prompts = [prompt]
         elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
@@ -211,6 +225,7 @@ class FluxPipeline:
             r.negative_prompt = negative_prompt or ""
             r.width, r.height, r.steps, r.guidance = width, height, steps, guidance
             r.true_cfg, r.strength, r.max_sequence_length = true_cfg, strength, max_sequence_length
+            r.loras = loras
             self._add_images(r, image)
             return r
 

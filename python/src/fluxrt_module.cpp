@@ -21,6 +21,7 @@
 
 #include "fluxrt/engine.h"
 #include "fluxrt/image.h"
+#include "fluxrt/lora.h"
 #include "fluxrt/model_info.h"
 #include "fluxrt/timing.h"
 
@@ -163,7 +164,8 @@ py::dict defaults_dict(const fluxrt::ModelDefaults& d) {
 std::unique_ptr<fluxrt::Engine> open_engine(const std::string& model, const std::string& device,
                                             const std::string& precision, std::optional<int> threads,
                                             std::optional<bool> low_memory,
-                                            std::optional<std::string> components, bool vae_encoder) {
+                                            std::optional<std::string> components, bool vae_encoder,
+                                            const std::vector<std::pair<std::string, float>>& loras) {
   fluxrt::EngineOptions options;
   options.device = device;
   if (precision == "bf16") {
@@ -178,6 +180,7 @@ std::unique_ptr<fluxrt::Engine> open_engine(const std::string& model, const std:
   options.low_memory = low_memory;
   options.components = std::move(components);
   options.vae_encoder = vae_encoder;
+  for (const auto& [path, strength] : loras) options.loras.push_back({path, strength});
   py::gil_scoped_release release;  // loading takes seconds: let other threads run
   return std::make_unique<fluxrt::Engine>(model, options);
 }
@@ -216,6 +219,22 @@ PYBIND11_MODULE(_fluxrt, m) {
       py::arg("width"), py::arg("height"), py::arg("rgb"), py::arg("text"),
       "PNG bytes with text chunks, as `fluxrt generate` writes them");
 
+  m.def(
+      "inspect_lora",
+      [](const std::string& path) {
+        const fluxrt::LoraInfo info = fluxrt::inspect_lora(path);
+        py::dict d;
+        d["path"] = info.path;
+        d["format"] = info.format;
+        d["family"] = info.family;
+        d["ranks"] = info.ranks;
+        d["alphas"] = info.alphas;
+        d["modules"] = info.modules;
+        d["sha256"] = info.sha256;
+        return d;
+      },
+      py::arg("path"), "`fluxrt info` for a LoRA file: its format, family, ranks, alphas and modules");
+
   py::class_<fluxrt::GenerateRequest>(m, "Request")
       .def(py::init<>())
       .def_readwrite("prompts", &fluxrt::GenerateRequest::prompts)
@@ -229,6 +248,18 @@ PYBIND11_MODULE(_fluxrt, m) {
       .def_readwrite("seed", &fluxrt::GenerateRequest::seed)
       .def_readwrite("max_sequence_length", &fluxrt::GenerateRequest::max_sequence_length)
       .def_readwrite("strength", &fluxrt::GenerateRequest::strength)
+      .def_property(
+          "loras",
+          [](const fluxrt::GenerateRequest& r) {
+            std::vector<std::pair<std::string, float>> out;
+            for (const fluxrt::Lora& l : r.loras) out.emplace_back(l.path, l.strength);
+            return out;
+          },
+          [](fluxrt::GenerateRequest& r, const std::vector<std::pair<std::string, float>>& loras) {
+            r.loras.clear();
+            for (const auto& [path, strength] : loras) r.loras.push_back({path, strength});
+          },
+          "this request's LoRAs, applied unmerged: [(path, strength), ...]")
       .def(
           "add_reference_image",
           [](fluxrt::GenerateRequest& r, int width, int height, const py::bytes& rgb,
@@ -249,7 +280,8 @@ PYBIND11_MODULE(_fluxrt, m) {
   py::class_<fluxrt::Engine>(m, "Engine")
       .def(py::init(&open_engine), py::arg("model"), py::arg("device") = "cpu", py::arg("precision") = "bf16",
            py::arg("threads") = std::nullopt, py::arg("low_memory") = std::nullopt,
-           py::arg("components") = std::nullopt, py::arg("vae_encoder") = true)
+           py::arg("components") = std::nullopt, py::arg("vae_encoder") = true,
+           py::arg("loras") = std::vector<std::pair<std::string, float>>{})
       .def("generate", &generate, py::arg("requests"), py::arg("batch") = true,
            py::arg("on_step") = py::none(),
            "runs the requests (one batch when `batch` and they share a batch key); one result dict per call")
