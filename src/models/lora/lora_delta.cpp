@@ -148,11 +148,12 @@ TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<Lo
     const Tensor& w = canonical.get(target);  // [out, in], often a read-only mapping view
     Tensor merged = w.dtype() == DType::F32 ? w.clone() : w.to(DType::F32);
     for (const LoraDelta* d : list) {
-      // B @ A as the prepared GEMM computes x @ W^T: x = B [out, r], W = A^T [in, r].
+      // B @ A as the prepared GEMM computes x @ W^T: x = B [out, r], W = A^T [in, r]. The scale and
+      // the sum go into the GEMM's epilogue (merged += s * B A as the gated residual, the gate s
+      // over every column), so no [out, in] product is allocated or passed over again.
       const auto a_t = ops::prepare_linear(d->down.to(DType::F32).transpose(0, 1).contiguous());
-      Tensor ba = ops::linear(d->up.to(DType::F32).contiguous(), *a_t);  // [out, in] f32
-      ops::scale_(ba, d->scale);
-      ops::add_(merged, ba);
+      const Tensor scale = Tensor::full({merged.size(1)}, DType::F32, d->scale);
+      ops::linear_gated_residual_into(d->up.to(DType::F32).contiguous(), *a_t, scale, merged, merged);
     }
     out.add(target, merged.to(dtype.value_or(w.dtype())), canonical.origin(target) + " + LoRA");
   }
