@@ -64,25 +64,41 @@ void TensorStore::add_entry(const std::string& name, const TensorStore& src, con
 }
 
 bool TensorStore::add_row_split(const std::vector<std::string>& names, const TensorStore& src,
-                                const std::string& from) {
+                                const std::string& from, const std::vector<int64_t>& rows) {
   const Entry& e = src.entry(from);
-  const int64_t parts = static_cast<int64_t>(names.size());
+  const int64_t total = e.quantized ? e.quantized->rows : (e.tensor.dim() >= 1 ? e.tensor.size(0) : 0);
+  std::vector<int64_t> sizes = rows;
+  if (sizes.empty()) {
+    const int64_t parts = static_cast<int64_t>(names.size());
+    if (parts == 0 || total % parts != 0) return false;
+    sizes.assign(names.size(), total / parts);
+  }
+  int64_t sum = 0;
+  for (int64_t r : sizes) {
+    if (r <= 0) return false;
+    sum += r;
+  }
+  if (sizes.size() != names.size() || sum != total) return false;
   if (!e.quantized) {
     const Tensor& t = e.tensor;
-    if (t.dim() != 2 || t.size(0) % parts != 0) return false;
-    const int64_t r = t.size(0) / parts;
-    for (int64_t i = 0; i < parts; ++i) add(names[static_cast<size_t>(i)], t.narrow(0, i * r, r), e.origin);
+    if (t.dim() < 1 || t.dim() > 2) return false;
+    int64_t at = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      add(names[i], t.narrow(0, at, sizes[i]), e.origin);
+      at += sizes[i];
+    }
     return true;
   }
   const QuantizedMatrix& q = *e.quantized;
-  if (q.rows % parts != 0 || q.scale.numel() > 1) return false;
-  const int64_t r = q.rows / parts;
-  for (int64_t i = 0; i < parts; ++i) {
+  if (q.scale.numel() > 1) return false;  // a per-row scale would need splitting too
+  int64_t at = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
     QuantizedMatrix part = q;
-    part.rows = r;
-    part.bytes = q.bytes.narrow(0, static_cast<int64_t>(i * r * q.row_bytes()),
-                                static_cast<int64_t>(r * q.row_bytes()));
-    add_quantized(names[static_cast<size_t>(i)], std::move(part), e.origin);
+    part.rows = sizes[i];
+    part.bytes = q.bytes.narrow(0, static_cast<int64_t>(at * q.row_bytes()),
+                                static_cast<int64_t>(sizes[i] * q.row_bytes()));
+    add_quantized(names[i], std::move(part), e.origin);
+    at += sizes[i];
   }
   return true;
 }

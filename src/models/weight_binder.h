@@ -39,9 +39,11 @@ class TensorStore {
   void add_quantized(const std::string& name, QuantizedMatrix q, std::string origin = {});
   // Entry `from` of `src` under `name`, dense or quantized alike (what a 1:1 rename does).
   void add_entry(const std::string& name, const TensorStore& src, const std::string& from);
-  // Entry `from` of `src` split into equal row blocks named `names` (fused q/k/v and the like),
-  // quantized entries by their rows' bytes. False (nothing added) when its rows do not split so.
-  bool add_row_split(const std::vector<std::string>& names, const TensorStore& src, const std::string& from);
+  // Entry `from` of `src` (1-D or 2-D) split into row blocks named `names` (fused q/k/v and the
+  // like): `rows` rows each, or equal blocks when `rows` is empty; quantized entries by their rows'
+  // bytes. False (nothing added) when its rows do not split so.
+  bool add_row_split(const std::vector<std::string>& names, const TensorStore& src, const std::string& from,
+                     const std::vector<int64_t>& rows = {});
   void remove(const std::string& name);
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   const Tensor& get(const std::string& name) const;

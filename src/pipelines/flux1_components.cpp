@@ -9,6 +9,7 @@
 #include "io/model_discovery.h"
 #include "io/safetensors.h"
 #include "models/flux/flux1_names.h"
+#include "models/flux/flux1_transformer.h"
 #include "pipelines/component_loading.h"
 #include "pipelines/spans.h"
 
@@ -40,11 +41,7 @@ void set_variant_defaults(Flux1ModelDefaults& d, bool dev) {
 models::Flux1Config flux1_config_of_file(const fs::path& file, const io::VariantInfo& info) {
   if (info.variant == io::ModelVariant::Flux1Dev || info.variant == io::ModelVariant::Flux1Schnell)
     return models::flux1_preset(std::string(io::model_variant_name(info.variant)));
-  const io::Checkpoint checkpoint = io::Checkpoint::open(file.string());
-  const std::string comfy = "model.diffusion_model.";
-  const std::vector<std::string> names = checkpoint.names();
-  const bool mixed = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
-  models::TensorStore raw = models::TensorStore::from_checkpoint(checkpoint, mixed ? comfy : "");
+  models::TensorStore raw = models::Flux1Transformer::open_checkpoint(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux1_config_detect(models::flux1_to_canonical(raw));
 }

@@ -10,6 +10,7 @@
 #include "io/model_discovery.h"
 #include "io/model_info.h"
 #include "io/safetensors.h"
+#include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux2_transformer.h"
 #include "support/compare.h"
@@ -116,6 +117,56 @@ TEST(GgufStore, FusedQkvSplitsByRowBytes) {
   EXPECT_EQ(dense.shape(), Shape({k->rows, k->cols}));
   EXPECT_TRUE(test::all_close(dense.to(DType::F32), dequantize_ref(*k).to(DType::BF16).to(DType::F32),
                               test::TolClass::Exact));
+}
+
+// ---------------------------------------------------------------------------------------------
+// FLUX.1: the tiny dev transformer of the module goldens (tests/data/flux1_transformer), written
+// by the gguf package as Q8_0 and as Q4_1 with ComfyUI's prefix. Fused qkv and linear1 (q, k, v,
+// mlp of unequal widths) split by rows of bytes, biases stay F32.
+
+const std::string kFlux1Q8 = kData + "/gguf/flux1-dev-tiny-q8_0.gguf";
+const std::string kFlux1Q4Prefixed = kData + "/gguf/flux1-dev-tiny-q4_1.gguf";
+
+class GgufFlux1 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufFlux1, EqualsTheDenseModelOnTheDequantizedWeights) {
+  const std::string& path = GetParam();
+  Flux1LoadOptions opt;
+  opt.dtype = DType::F32;
+  const auto quantized = Flux1Transformer::load(path, opt);
+  EXPECT_TRUE(quantized->config().guidance);
+  const TensorStore raw = TensorStore::open(path);
+  size_t quantized_entries = 0;
+  for (const std::string& name : raw.names()) quantized_entries += raw.quantized(name) != nullptr;
+  EXPECT_GE(quantized_entries, 23u);  // every 2-D weight
+  const auto dense = Flux1Transformer::from_store(dequantized_store(raw), quantized->config(), opt);
+  EXPECT_LT(quantized->weight_bytes() * 2, dense->weight_bytes()) << "quantized weights must stay quantized";
+  size_t quantized_linears = 0;
+  for (const auto& [name, layer] : quantized->linears()) quantized_linears += layer.quantized() != nullptr;
+  EXPECT_GE(quantized_linears, 20u) << "the split q/k/v/mlp weights must stay quantized";
+
+  const io::Checkpoint c = io::Checkpoint::open(kData + "/flux1_transformer/dev.safetensors");
+  auto get = [&](const char* n) { return c.tensor(n).clone(); };
+  const Tensor x = get("x"), x_ids = get("x_ids"), ctx = get("ctx"), ctx_ids = get("ctx_ids"),
+               pooled = get("pooled"), t = get("t"), g = get("g");
+  const Tensor y = quantized->forward(x, x_ids, ctx, ctx_ids, pooled, t, g);
+  const Tensor y_dense = dense->forward(x, x_ids, ctx, ctx_ids, pooled, t, g);
+  EXPECT_LT(test::compare(y, y_dense).rel_l2, 1e-5) << "quantized GEMM vs dense GEMM on the same weights";
+  const auto vs_bf16 = test::compare(y, get("out"));
+  EXPECT_LT(vs_bf16.rel_l2, 0.2);
+  std::printf("%s: rel-L2 vs the bf16 reference %.4g\n", path.c_str(), vs_bf16.rel_l2);
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyDev, GgufFlux1, ::testing::Values(kFlux1Q8, kFlux1Q4Prefixed),
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("q8_0") : std::string("q4_1_comfy");
+                         });
+
+TEST(GgufFlux1Detect, VariantFromTheHeader) {
+  const io::VariantInfo v = io::detect_variant(io::resolve_model(kFlux1Q4Prefixed));
+  EXPECT_EQ(v.family, io::ModelFamily::Flux1);
+  EXPECT_EQ(v.layout, io::WeightLayout::Bfl);
+  EXPECT_EQ(v.key_prefix, "model.diffusion_model.");
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "runtime/generate_job.h"
+#include "runtime/quantize_model.h"
 #include "support/generate_job_fixture.h"
+#include "support/image_compare.h"
 
 namespace fs = std::filesystem;
 namespace rt = fluxrt::runtime;
@@ -116,6 +118,32 @@ TEST_F(SingleFile, Flux1FileRendersTheFolderImage) {
   const auto from_folder = pl::Flux1Pipeline::load(kSchnellFolder, f32_options());
   EXPECT_FALSE(from_file->transformer_config().guidance);
   expect_same_images(from_file->generate(request), from_folder->generate(request));
+}
+
+// A FLUX.1 GGUF transformer (the folder's weights written as Q8_0 by `fluxrt quantize`, city96's
+// layout) with the folder's other components: it keeps its weights quantized and renders the
+// folder's image within the quantization error.
+TEST_F(SingleFile, Flux1GgufFileRendersTheFolderImageWithinQ8Error) {
+  const fs::path file = tmp_ / "flux1-schnell-tiny-q8_0.gguf";
+  const rt::QuantizeReport q =
+      rt::quantize_model({kSchnellFolder.string(), fluxrt::QuantType::Q8_0, file.string()});
+  EXPECT_EQ(q.family, "flux.1");
+  EXPECT_GT(q.quantized, 10u);
+  rt::GenerateInputs in = inputs(file);
+  in.components = kSchnellFolder.string();
+  const rt::GenerateJob job = rt::resolve_generate_job(in);
+  EXPECT_EQ(job.model.pipeline_class, "FluxPipeline");
+  EXPECT_EQ(job.transformer_file, file.string());
+  const pl::GenerateRequest request = rt::make_generate_request(job);
+  const auto from_file = pl::Flux1Pipeline::load(job.model.path, f32_options(job.transformer_file));
+  const auto from_folder = pl::Flux1Pipeline::load(kSchnellFolder, f32_options());
+  EXPECT_FALSE(from_file->transformer_config().guidance);
+  const pl::GenerateResult a = from_file->generate(request), b = from_folder->generate(request);
+  ASSERT_EQ(a.images.size(), b.images.size());
+  const fluxrt::test::ImageDiff d = fluxrt::test::compare_images(a.images[0], b.images[0]);
+  std::printf("FLUX.1 Q8_0 GGUF vs the folder: %s\n", d.str().c_str());
+  EXPECT_GE(d.ssim, 0.97) << d.str();
+  EXPECT_GT(d.max_abs, 0) << "the quantized weights were widened back to the checkpoint's";
 }
 
 TEST_F(SingleFile, OneLineErrors) {

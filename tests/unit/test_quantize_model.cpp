@@ -1,6 +1,6 @@
-// `fluxrt quantize` (runtime/quantize_model): the tiny klein transformer written as Q8_0 GGUF must
-// be, tensor for tensor, what the gguf package writes from the same weights in city96's layout
-// (tests/data/gguf/flux2-klein-tiny-q8_0.gguf, tools/reference/make_tiny_gguf.py): the same names,
+// `fluxrt quantize` (runtime/quantize_model): the tiny klein and FLUX.1-dev transformers written as
+// Q8_0 GGUF must be, tensor for tensor, what the gguf package writes from the same weights in
+// city96's layout (tests/data/gguf/*-q8_0.gguf, tools/reference/make_tiny_gguf.py): the same names,
 // types, shapes and bytes; from the diffusers-named folder too (names mapped back to BFL).
 #include <gtest/gtest.h>
 
@@ -48,6 +48,15 @@ TEST(QuantizeModel, BflFileEqualsTheGgufPackagesFile) {
   EXPECT_GT(r.rel_l2_max, 0.0);
   EXPECT_LT(r.rel_l2_max, 0.02);  // Q8_0: about 0.4% per tensor
   expect_same_tensors(out.string(), kData + "/gguf/flux2-klein-tiny-q8_0.gguf");
+  fs::remove(out);
+}
+
+TEST(QuantizeModel, Flux1BflFileEqualsTheGgufPackagesFile) {
+  const fs::path out = temp_file("flux1");
+  const QuantizeReport r =
+      quantize_model({kData + "/flux1_transformer/flux1-dev-bfl.safetensors", QuantType::Q8_0, out.string()});
+  EXPECT_EQ(r.family, "flux.1");
+  expect_same_tensors(out.string(), kData + "/gguf/flux1-dev-tiny-q8_0.gguf");
   fs::remove(out);
 }
 

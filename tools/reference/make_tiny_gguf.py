@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Writes GGUF versions of the tiny FLUX.2 klein transformer (tests/data/models/
-flux2-klein-tiny-bfl.safetensors, BFL names) the way city96's / ComfyUI-GGUF's files are laid out:
-general.architecture "flux", names as in the BFL checkpoint, 2-D weights quantized by
-gguf.quants.quantize where their rows are whole blocks (else F16), 1-D tensors (norm scales) F32.
+flux2-klein-tiny-bfl.safetensors) and of the tiny FLUX.1-dev transformer of the module goldens
+(tests/data/flux1_transformer/flux1-dev-bfl.safetensors), BFL names, the way city96's /
+ComfyUI-GGUF's files are laid out: general.architecture "flux", names as in the BFL checkpoint,
+2-D weights quantized by gguf.quants.quantize where their rows are whole blocks (else F16), 1-D
+tensors (norm scales, biases) F32.
 
   tests/data/gguf/flux2-klein-tiny-q8_0.gguf   Q8_0, plain BFL names
   tests/data/gguf/flux2-klein-tiny-q4_0.gguf   Q4_0, ComfyUI's "model.diffusion_model." prefix
+  tests/data/gguf/flux1-dev-tiny-q8_0.gguf     Q8_0, plain BFL names
+  tests/data/gguf/flux1-dev-tiny-q4_1.gguf     Q4_1, ComfyUI's "model.diffusion_model." prefix
 
 tests/models/test_gguf_models.cpp loads them and compares with the model built from the same
 weights dequantized by the gguf package's numpy code (checked bit for bit in tests/io).
 
-    /work/refenv/bin/python tools/reference/make_tiny_gguf.py  (gguf==0.19.0, numpy==2.4.6)
+    python tools/reference/make_tiny_gguf.py  (a venv with gguf==0.19.0, numpy==2.4.6 from PyPI)
 """
 import json
 import os
@@ -23,6 +27,7 @@ from gguf import GGMLQuantizationType as T
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "tests", "data")
 SOURCE = os.path.join(DATA, "models", "flux2-klein-tiny-bfl.safetensors")
+SOURCE_FLUX1 = os.path.join(DATA, "flux1_transformer", "flux1-dev-bfl.safetensors")
 
 
 def read_safetensors(path):
@@ -70,6 +75,9 @@ def main():
     out = os.path.join(DATA, "gguf")
     write(os.path.join(out, "flux2-klein-tiny-q8_0.gguf"), tensors, T.Q8_0, "")
     write(os.path.join(out, "flux2-klein-tiny-q4_0.gguf"), tensors, T.Q4_0, "model.diffusion_model.")
+    flux1 = read_safetensors(SOURCE_FLUX1)
+    write(os.path.join(out, "flux1-dev-tiny-q8_0.gguf"), flux1, T.Q8_0, "")
+    write(os.path.join(out, "flux1-dev-tiny-q4_1.gguf"), flux1, T.Q4_1, "model.diffusion_model.")
 
 
 if __name__ == "__main__":

@@ -127,26 +127,28 @@ Flux1Config flux1_config_from_json(const std::string& path) {
 
 Flux1Config flux1_config_detect(const TensorStore& s) {
   const std::string& where = s.description();
-  auto need = [&](const std::string& name) -> const Tensor& {
+  // Shapes only: a quantized (GGUF) store is not dequantized to read them.
+  auto need = [&](const std::string& name) -> Shape {
     if (!s.contains(name))
       fail(ErrorCode::Format, "{}: cannot detect the FLUX.1 config: tensor '{}' is missing", where, name);
-    const Tensor& t = s.get(name);
-    FLUXRT_CHECK(t.dim() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name, t.shape().str());
-    return t;
+    const Shape shape = s.shape(name);
+    FLUXRT_CHECK(shape.size() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name,
+                 shape.str());
+    return shape;
   };
   Flux1Config c;
-  const Tensor& img_in = need("img_in.weight");
-  c.hidden = img_in.size(0);
-  c.in_channels = img_in.size(1);
-  c.context_dim = need("txt_in.weight").size(1);
-  c.pooled_dim = need("vector_in.in_layer.weight").size(1);
-  c.timestep_channels = need("time_in.in_layer.weight").size(1);
-  c.out_channels = need("final_layer.linear.weight").size(0);
+  const Shape img_in = need("img_in.weight");
+  c.hidden = img_in[0];
+  c.in_channels = img_in[1];
+  c.context_dim = need("txt_in.weight")[1];
+  c.pooled_dim = need("vector_in.in_layer.weight")[1];
+  c.timestep_channels = need("time_in.in_layer.weight")[1];
+  c.out_channels = need("final_layer.linear.weight")[0];
   c.guidance = s.contains("guidance_in.in_layer.weight");
   const char* norm_names[] = {"single_blocks.0.norm.query_norm.scale", "double_blocks.0.img_attn.norm.query_norm.scale"};
   c.head_dim = 0;
   for (const char* n : norm_names)
-    if (s.contains(n)) c.head_dim = s.get(n).numel();
+    if (s.contains(n)) c.head_dim = s.shape(n).numel();
   FLUXRT_CHECK(c.head_dim > 0 && c.hidden % c.head_dim == 0, ErrorCode::Format,
                "{}: cannot detect the FLUX.1 head dim (hidden size {}, query norm of {} elements)", where, c.hidden,
                c.head_dim);
@@ -165,8 +167,10 @@ Flux1Config flux1_config_detect(const TensorStore& s) {
   }
   c.double_blocks = nd;
   c.single_blocks = ns;
-  if (nd > 0) c.mlp_hidden = need("double_blocks.0.img_mlp.0.weight").size(0);
-  else if (ns > 0) c.mlp_hidden = need("single_blocks.0.mlp.weight").size(0);
+  if (nd > 0)
+    c.mlp_hidden = need("double_blocks.0.img_mlp.0.weight")[0];
+  else if (ns > 0)
+    c.mlp_hidden = need("single_blocks.0.mlp.weight")[0];
   else c.mlp_hidden = 4 * c.hidden;
   c.validate(where);
   c.variant = name_variant(c);

@@ -30,20 +30,6 @@ std::string strip(const std::string& name, bool prefixed) {
   return prefixed && starts_with(name, kComfyPrefix) ? name.substr(std::string(kComfyPrefix).size()) : name;
 }
 
-// Splits a [sum(rows), ...] weight or bias into zero-copy row views; false when rows don't add up.
-bool split_rows(TensorStore& out, const Tensor& t, const std::string& origin, const std::vector<std::string>& names,
-                const std::vector<int64_t>& rows) {
-  int64_t total = 0;
-  for (int64_t r : rows) total += r;
-  if (t.dim() < 1 || t.dim() > 2 || t.size(0) != total) return false;
-  int64_t at = 0;
-  for (size_t i = 0; i < names.size(); ++i) {
-    out.add(names[i], t.narrow(0, at, rows[i]), origin);
-    at += rows[i];
-  }
-  return true;
-}
-
 // diffusers FluxTransformer2DModel name -> canonical name for the 1:1 renames (suffix kept).
 std::string diffusers_rename(const std::string& n) {
   static const std::vector<std::pair<std::regex, std::string>> rules = [] {
@@ -97,8 +83,8 @@ std::string diffusers_rename(const std::string& n) {
 bool single_block_widths(const TensorStore& raw, bool prefixed, const std::string& block, int64_t rows,
                          int64_t* d, int64_t* m) {
   const std::string l2 = (prefixed ? std::string(kComfyPrefix) : "") + block + "linear2.weight";
-  if (!raw.contains(l2) || raw.get(l2).dim() != 2) return false;
-  *d = raw.get(l2).size(0);
+  if (!raw.contains(l2) || raw.shape(l2).size() != 2) return false;
+  *d = raw.shape(l2)[0];
   *m = rows - 3 * *d;
   return *m > 0;
 }
@@ -144,46 +130,40 @@ TensorStore flux1_to_canonical(const TensorStore& raw) {
   out.set_description(raw.description());
   static const std::regex fused_qkv(R"(^double_blocks\.(\d+)\.(img|txt)_attn\.qkv\.(weight|bias)$)");
   static const std::regex linear1(R"(^single_blocks\.(\d+)\.linear1\.(weight|bias)$)");
+  // Entries are moved by add_entry / add_row_split (zero-copy row views), so quantized (GGUF)
+  // weights stay quantized; only shapes are read.
   for (const auto& stored : raw.names()) {
     const std::string name = strip(stored, prefixed);
-    const Tensor& t = raw.get(stored);
-    const std::string& origin = raw.origin(stored);
+    const Shape shape = raw.shape(stored);
+    const int64_t rows = shape.size() >= 1 ? shape[0] : 0;
     if (layout == Flux1Layout::Diffusers) {
       if (name == "norm_out.linear.weight" || name == "norm_out.linear.bias") {
         // diffusers AdaLayerNormContinuous: rows (scale, shift).
         const std::string sfx = name.substr(name.rfind('.'));
-        const int64_t half = t.dim() >= 1 ? t.size(0) / 2 : 0;
-        if (t.dim() >= 1 && t.size(0) % 2 == 0 &&
-            split_rows(out, t, origin, {"final_layer.scale" + sfx, "final_layer.shift" + sfx}, {half, half}))
-          continue;
+        if (out.add_row_split({"final_layer.scale" + sfx, "final_layer.shift" + sfx}, raw, stored)) continue;
       }
-      out.add(diffusers_rename(name), t, origin);
+      out.add_entry(diffusers_rename(name), raw, stored);
       continue;
     }
     if (layout == Flux1Layout::Bfl) {
       std::smatch m;
       if (std::regex_match(name, m, fused_qkv)) {
         const std::string p = "double_blocks." + m[1].str() + "." + m[2].str() + "_attn.", sfx = "." + m[3].str();
-        if (t.dim() >= 1 && t.size(0) % 3 == 0) {
-          const int64_t d = t.size(0) / 3;
-          if (split_rows(out, t, origin, {p + "q" + sfx, p + "k" + sfx, p + "v" + sfx}, {d, d, d})) continue;
-        }
+        if (out.add_row_split({p + "q" + sfx, p + "k" + sfx, p + "v" + sfx}, raw, stored)) continue;
       } else if (std::regex_match(name, m, linear1)) {
         const std::string p = "single_blocks." + m[1].str() + ".", sfx = "." + m[2].str();
         int64_t d = 0, mlp = 0;
-        if (t.dim() >= 1 && single_block_widths(raw, prefixed, p, t.size(0), &d, &mlp) &&
-            split_rows(out, t, origin, {p + "q" + sfx, p + "k" + sfx, p + "v" + sfx, p + "mlp" + sfx}, {d, d, d, mlp}))
+        if (rows > 0 && single_block_widths(raw, prefixed, p, rows, &d, &mlp) &&
+            out.add_row_split({p + "q" + sfx, p + "k" + sfx, p + "v" + sfx, p + "mlp" + sfx}, raw, stored,
+                              {d, d, d, mlp}))
           continue;
       } else if (name == "final_layer.adaLN_modulation.1.weight" || name == "final_layer.adaLN_modulation.1.bias") {
         // BFL LastLayer: rows (shift, scale).
         const std::string sfx = name.substr(name.rfind('.'));
-        const int64_t half = t.dim() >= 1 ? t.size(0) / 2 : 0;
-        if (t.dim() >= 1 && t.size(0) % 2 == 0 &&
-            split_rows(out, t, origin, {"final_layer.shift" + sfx, "final_layer.scale" + sfx}, {half, half}))
-          continue;
+        if (out.add_row_split({"final_layer.shift" + sfx, "final_layer.scale" + sfx}, raw, stored)) continue;
       }
     }
-    out.add(name, t, origin);
+    out.add_entry(name, raw, stored);
   }
   return out;
 }
@@ -251,8 +231,9 @@ Tensor dequantize(const Tensor& w, const std::vector<float>& scale) {
 
 TensorStore flux1_dequantize_fp8(const TensorStore& raw) {
   const auto names = raw.names();
-  if (std::none_of(names.begin(), names.end(), [&](const std::string& n) { return is_fp8(raw.get(n).dtype()); }))
-    return raw;
+  // A quantized (GGUF) entry is not fp8, and is not dequantized to find that out.
+  auto fp8 = [&](const std::string& n) { return raw.quantized(n) == nullptr && is_fp8(raw.get(n).dtype()); };
+  if (std::none_of(names.begin(), names.end(), fp8)) return raw;
   auto is_weight_scale = [](const std::string& n) {
     return ends_with(n, ".scale_weight") || ends_with(n, ".weight_scale");
   };
@@ -265,11 +246,11 @@ TensorStore flux1_dequantize_fp8(const TensorStore& raw) {
   std::vector<std::string> consumed;
   for (const auto& name : names) {
     if (is_weight_scale(name) || is_dropped(name)) continue;
-    const Tensor& t = raw.get(name);
-    if (!is_fp8(t.dtype())) {
-      out.add(name, t, raw.origin(name));
+    if (!fp8(name)) {
+      out.add_entry(name, raw, name);
       continue;
     }
+    const Tensor& t = raw.get(name);
     std::vector<float> scale;
     if (ends_with(name, ".weight")) {
       const std::string base = name.substr(0, name.size() - std::string("weight").size());

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux2_transformer.h"
@@ -23,16 +24,7 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path
   fs::path p(path);
   if (fs::is_directory(p) && !fs::exists(p / "config.json") && fs::is_directory(p / "transformer"))
     p /= "transformer";  // a pipeline folder
-  const io::Checkpoint checkpoint = io::Checkpoint::open(p.string());
-  TensorStore raw = TensorStore::from_checkpoint(checkpoint);
-  // ComfyUI all-in-one checkpoints hold the text encoders and the VAE next to the transformer's
-  // `model.diffusion_model.*` tensors: take only those.
-  const std::string comfy = "model.diffusion_model.";
-  const auto names = raw.names();
-  const auto prefixed = std::count_if(names.begin(), names.end(),
-                                      [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
-  if (prefixed > 0 && static_cast<size_t>(prefixed) < names.size())
-    raw = TensorStore::from_checkpoint(checkpoint, comfy);
+  TensorStore raw = open_checkpoint(p.string());
   raw.set_description(p.string());
   raw = flux1_dequantize_fp8(raw);
   Flux1Config config;
@@ -42,6 +34,21 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path
     config = flux1_config_detect(flux1_to_canonical(raw));
   }
   return from_store(raw, config, options);
+}
+
+TensorStore Flux1Transformer::open_checkpoint(const std::string& path) {
+  if (io::is_gguf_file(path)) return TensorStore::open(path);  // city96's layout: BFL names
+  const io::Checkpoint checkpoint = io::Checkpoint::open(path);
+  TensorStore raw = TensorStore::from_checkpoint(checkpoint);
+  // ComfyUI all-in-one checkpoints hold the text encoders and the VAE next to the transformer's
+  // `model.diffusion_model.*` tensors: take only those.
+  const std::string comfy = "model.diffusion_model.";
+  const auto names = raw.names();
+  const auto prefixed =
+      std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
+  if (prefixed > 0 && static_cast<size_t>(prefixed) < names.size())
+    raw = TensorStore::from_checkpoint(checkpoint, comfy);
+  return raw;
 }
 
 std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore& raw, const Flux1Config& config,
@@ -58,11 +65,16 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
   bool complete = true;
+  // GGUF weights stay quantized in the linears (the CPU dequantizes a block of rows per GEMM).
+  model->fetch_quantized_ = [&](const std::string& name, const Shape& shape) {
+    return binder.quantized(name, shape);
+  };
   model->bind([&](const std::string& name, const Shape& shape) {
     Tensor t = binder.require(name, shape, wdtype);
     if (!t.defined()) complete = false;
     return t;
   });
+  model->fetch_quantized_ = nullptr;
   binder.finish();  // throws the one error listing every problem
   FLUXRT_CHECK(complete, ErrorCode::Format, "{}: FLUX.1 weights incomplete", raw.description());
   return model;
@@ -96,6 +108,16 @@ Tensor Flux1Transformer::vector(const Fetch& fetch, const std::string& name, int
 }
 
 nn::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k) {
+  if (fetch_quantized_) {
+    if (const QuantizedMatrix* q = fetch_quantized_(prefix + ".weight", {n, k})) {
+      Tensor b = vector(fetch, prefix + ".bias", n);
+      if (!b.defined()) return nn::Linear();
+      weight_bytes_ += q->nbytes();
+      nn::Linear prepared = nn::Linear::prepare_quantized(*q, b, options_.device);
+      linears_[prefix + ".weight"] = prepared;
+      return prepared;
+    }
+  }
   Tensor w = fetch(prefix + ".weight", {n, k});
   Tensor b = vector(fetch, prefix + ".bias", n);
   if (!w.defined() || !b.defined()) return nn::Linear();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 #include "models/flux/flux1_config.h"
 #include "models/flux/flux_blocks.h"
@@ -46,8 +47,12 @@ class Flux1Transformer {
   // `path`: a diffusers transformer folder (config.json + weights, sharded or not), a pipeline
   // folder holding transformer/, or a single .safetensors file in the BFL or diffusers layout, bf16
   // or fp8 (the config is then detected from the weights: guidance_in present -> dev), including
-  // ComfyUI all-in-one files (only the `model.diffusion_model.*` tensors are read).
+  // ComfyUI all-in-one files (only the `model.diffusion_model.*` tensors are read), or a GGUF file
+  // (city96's layout; block-quantized weights stay quantized).
   static std::unique_ptr<Flux1Transformer> load(const std::string& path, const Flux1LoadOptions& options = {});
+  // The raw tensors load() reads from `path` (a checkpoint file or folder, or a GGUF file): of a
+  // ComfyUI all-in-one file only the `model.diffusion_model.*` tensors (prefix kept).
+  static TensorStore open_checkpoint(const std::string& path);
   // From a checkpoint store in any layout (fp8 dequantised, then flux1_to_canonical) and a config.
   // Throws Format listing every missing, mis-shaped and unused tensor.
   static std::unique_ptr<Flux1Transformer> from_store(const TensorStore& raw, const Flux1Config& config,
@@ -94,6 +99,8 @@ class Flux1Transformer {
     nn::Linear in, out;
   };
   using Fetch = std::function<Tensor(const std::string& name, const Shape& shape)>;
+  // Set while binding a store with quantized entries: the weight kept quantized, or null.
+  using FetchQuantized = std::function<const QuantizedMatrix*(const std::string& name, const Shape& shape)>;
 
   Flux1Transformer(Flux1Config config, Flux1LoadOptions options) : config_(std::move(config)), options_(options) {}
   void bind(const Fetch& fetch);
@@ -107,6 +114,7 @@ class Flux1Transformer {
   Flux1Config config_;
   Flux1LoadOptions options_;
   size_t weight_bytes_ = 0;
+  FetchQuantized fetch_quantized_;
   std::map<std::string, nn::Linear> linears_;
   nn::Linear img_in_, txt_in_;
   MlpEmbedder time_in_, guidance_in_, vector_in_;

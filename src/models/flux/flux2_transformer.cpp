@@ -95,7 +95,10 @@ nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name
   if (fetch_quantized_) {
     if (const QuantizedMatrix* q = fetch_quantized_(name, shape)) {
       weight_bytes_ += q->nbytes();
-      return nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
+      // Registered like a dense one: per-request LoRAs attach their branches to it.
+      nn::Linear prepared = nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
+      linears_[name] = prepared;
+      return prepared;
     }
   }
   Tensor w = fetch(name, shape);
