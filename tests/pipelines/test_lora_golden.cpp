@@ -248,6 +248,37 @@ TEST(LoraFinalLayer, BflHalvesGoWhereTheyWereTrained) {
   EXPECT_GT(test::compare_images(ours, diffusers_bfl).max_abs, 2);
 }
 
+// A GGUF (Q8_0) klein transformer takes LoRAs both ways: merged (the touched weights widened from
+// their dequantization) and per request (branches on the quantized linears). The two agree, the
+// LoRA moves the image as far as it moves the dense model's, and the result is diffusers' LoRA
+// image within the quantization error the base image already has.
+TEST(LoraOnGguf, QuantizedKleinTakesLorasMergedAndPerRequest) {
+  const Family f = klein();
+  const fs::path q8 = kData / "gguf" / "flux2-klein-tiny-q8_0.gguf";
+  const auto pipe = load(f, DType::F32, {}, q8);
+  const io::Image base = io::to_rgb(pipe->generate(request()).images.at(0));
+  const io::Image per_request = io::to_rgb(pipe->generate(request({spec(f, "peft")})).images.at(0));
+  const io::Image merged =
+      io::to_rgb(load(f, DType::F32, {spec(f, "peft")}, q8)->generate(request()).images.at(0));
+  const test::ImageDiff quant_error = test::compare_images(base, reference(f, "base", DType::F32));
+  const test::ImageDiff modes = test::compare_images(per_request, merged);
+  const test::ImageDiff vs_trained = test::compare_images(per_request, reference(f, "peft", DType::F32));
+  const test::ImageDiff moved = test::compare_images(per_request, base);
+  std::printf(
+      "q8 base vs diffusers base: %s\nq8 per request vs merged: %s\nq8 + LoRA vs diffusers LoRA: "
+      "%s\nq8 + LoRA vs q8 base: %s\n",
+      quant_error.str().c_str(), modes.str().c_str(), vs_trained.str().c_str(), moved.str().c_str());
+  EXPECT_LE(modes.max_abs, 4) << modes.str();
+  EXPECT_GE(modes.ssim, 0.99) << modes.str();
+  EXPECT_LE(vs_trained.max_abs, quant_error.max_abs + 6) << vs_trained.str();
+  EXPECT_GE(vs_trained.ssim, 0.95) << vs_trained.str();
+  const test::ImageDiff dense_moved =
+      test::compare_images(reference(f, "peft", DType::F32), reference(f, "base", DType::F32));
+  EXPECT_GT(moved.mse, 0.25 * dense_moved.mse) << moved.str() << " vs dense " << dense_moved.str();
+  // The next request without LoRAs is the quantized base again, bit for bit.
+  EXPECT_TRUE(io::to_rgb(pipe->generate(request()).images.at(0)).pixels == base.pixels);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rejections: one-line errors naming the file and the first offending tensor; nothing applied.
 
