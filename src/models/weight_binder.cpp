@@ -9,6 +9,16 @@
 
 namespace fluxrt::models {
 
+Shape detect_2d_shape(const TensorStore& store, const std::string& name, const std::string& what) {
+  const std::string& where = store.description();
+  if (!store.contains(name))
+    fail(ErrorCode::Format, "{}: cannot detect the {}: tensor '{}' is missing", where, what, name);
+  const Shape shape = store.shape(name);
+  FLUXRT_CHECK(shape.size() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name,
+               shape.str());
+  return shape;
+}
+
 Tensor to_device(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
   Tensor moved = Tensor::empty(t.shape(), t.dtype(), device);

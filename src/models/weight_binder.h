@@ -68,6 +68,10 @@ class TensorStore {
   std::string description_;
 };
 
+// The shape of entry `name`, which must be 2-D, for detecting a config from a checkpoint's shapes
+// (no entry is read or dequantized). Throws Format "<store>: cannot detect the <what>: ...".
+Shape detect_2d_shape(const TensorStore& store, const std::string& name, const std::string& what);
+
 // `t` on `device`: `t` itself when it is already there (or undefined), else a copy (an upload or a
 // download). Models call it once at load for every tensor an op reads besides prepared linears and
 // convolutions (norm weights, embedding tables, biases applied by hand), and per call for the small

@@ -128,14 +128,7 @@ Flux1Config flux1_config_from_json(const std::string& path) {
 Flux1Config flux1_config_detect(const TensorStore& s) {
   const std::string& where = s.description();
   // Shapes only: a quantized (GGUF) store is not dequantized to read them.
-  auto need = [&](const std::string& name) -> Shape {
-    if (!s.contains(name))
-      fail(ErrorCode::Format, "{}: cannot detect the FLUX.1 config: tensor '{}' is missing", where, name);
-    const Shape shape = s.shape(name);
-    FLUXRT_CHECK(shape.size() == 2, ErrorCode::Format, "{}: '{}' should be 2-D, is {}", where, name,
-                 shape.str());
-    return shape;
-  };
+  auto need = [&](const std::string& name) { return detect_2d_shape(s, name, "FLUX.1 config"); };
   Flux1Config c;
   const Shape img_in = need("img_in.weight");
   c.hidden = img_in[0];
