@@ -30,6 +30,12 @@ HttpError bad_lora(const std::string& message, const std::string& code) {
 
 }  // namespace
 
+void show_path_as(std::string& text, const std::string& path, const std::string& name) {
+  if (path.empty()) return;
+  for (size_t at = text.find(path); at != std::string::npos; at = text.find(path, at + name.size()))
+    text.replace(at, path.size(), name);
+}
+
 bool valid_lora_name(const std::string& name) {
   if (name.empty() || name.size() > 200 || name[0] == '.') return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -74,9 +80,7 @@ LoraDirectory::Entry LoraDirectory::inspect(const std::string& name, const std::
   } catch (const Error& err) {
     // The message names the file by its server-side path; the client knows it by its name.
     std::string message = err.what();
-    const std::string shown = name + kExtension;
-    for (size_t at = message.find(path); at != std::string::npos; at = message.find(path, at + shown.size()))
-      message.replace(at, path.size(), shown);
+    show_path_as(message, path, name + kExtension);
     e.error = "cannot be used: " + message;
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -111,10 +115,12 @@ std::vector<LoraDirectory::Entry> LoraDirectory::list() const {
 
 std::vector<Lora> LoraDirectory::resolve(const std::vector<LoraChoice>& choices) const {
   if (choices.empty()) return {};
+  std::vector<std::string> names;  // without the extension a client may add
   std::set<std::string> seen;
   for (const LoraChoice& c : choices) {
     std::string name = c.name;
     if (name.ends_with(kExtension)) name.resize(name.size() - std::string(kExtension).size());
+    names.push_back(name);
     if (!valid_lora_name(name))
       throw bad_lora("'loras': \"" + c.name.substr(0, 64) +
                          "\" is not a LoRA name (a file name in the server's LoRA folder, without a path)",
@@ -125,15 +131,14 @@ std::vector<Lora> LoraDirectory::resolve(const std::vector<LoraChoice>& choices)
   }
   const std::vector<Entry> entries = list();
   std::vector<Lora> out;
-  for (const LoraChoice& c : choices) {
-    std::string name = c.name;
-    if (name.ends_with(kExtension)) name.resize(name.size() - std::string(kExtension).size());
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const std::string& name = names[i];
     auto it = std::find_if(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; });
     if (it == entries.end())
       throw bad_lora("'loras': no LoRA \"" + name + "\" on this server (it has " + names_of(entries, 8) + ")",
                      "lora_not_found");
     if (!it->error.empty()) throw bad_lora("'loras': \"" + name + "\" " + it->error, "invalid_lora");
-    out.push_back({it->path, c.strength});
+    out.push_back({it->path, choices[i].strength});
   }
   return out;
 }

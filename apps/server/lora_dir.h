@@ -54,6 +54,10 @@ class LoraDirectory {
   mutable std::map<std::string, Inspected> cache_;  // by path
 };
 
+// `text` with every occurrence of the server-side `path` replaced by `name`: messages about a
+// LoRA file name it as the client knows it.
+void show_path_as(std::string& text, const std::string& path, const std::string& name);
+
 // True when `name` may name a LoRA file: 1 to 200 of [A-Za-z0-9._+-], not starting with '.'.
 bool valid_lora_name(const std::string& name);
 

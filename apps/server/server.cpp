@@ -153,12 +153,8 @@ HttpError http_error_of(const Error& e) {
 // knows it by its name in the LoRA folder.
 Error without_lora_paths(const Error& e, const std::vector<Lora>& loras) {
   std::string message = e.what();
-  for (const Lora& l : loras) {
-    const std::string name = std::filesystem::path(l.path).filename().string();
-    for (size_t at = message.find(l.path); at != std::string::npos;
-         at = message.find(l.path, at + name.size()))
-      message.replace(at, l.path.size(), name);
-  }
+  for (const Lora& l : loras)
+    show_path_as(message, l.path, std::filesystem::path(l.path).filename().string());
   return Error(e.code(), message, e.field());
 }
 
