@@ -108,25 +108,18 @@ Tensor Flux1Transformer::vector(const Fetch& fetch, const std::string& name, int
 }
 
 nn::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& prefix, int64_t n, int64_t k) {
-  if (fetch_quantized_) {
-    if (const QuantizedMatrix* q = fetch_quantized_(prefix + ".weight", {n, k})) {
-      Tensor b = vector(fetch, prefix + ".bias", n);
-      if (!b.defined()) return nn::Linear();
-      weight_bytes_ += q->nbytes();
-      nn::Linear prepared = nn::Linear::prepare_quantized(*q, b, options_.device);
-      linears_[prefix + ".weight"] = prepared;
-      return prepared;
-    }
-  }
-  Tensor w = fetch(prefix + ".weight", {n, k});
+  // A GGUF weight stays quantized (fetch_quantized_ is set only while binding such a store).
+  const QuantizedMatrix* q = fetch_quantized_ ? fetch_quantized_(prefix + ".weight", {n, k}) : nullptr;
+  Tensor w = q ? Tensor() : fetch(prefix + ".weight", {n, k});
   Tensor b = vector(fetch, prefix + ".bias", n);
-  if (!w.defined() || !b.defined()) return nn::Linear();
-  weight_bytes_ += w.nbytes();
+  if ((!q && !w.defined()) || !b.defined()) return nn::Linear();
+  weight_bytes_ += q ? q->nbytes() : w.nbytes();
   // No copy to the device first: prepare uploads what the backend needs (the CUDA backend keeps
   // its own device copy), and a moved source would hold every weight twice there.
-  nn::Linear prepared = nn::Linear::prepare(w, b, options_.device);
-  if (options_.release_prepared_sources) prepared.release_source();
-  linears_[prefix + ".weight"] = prepared;
+  nn::Linear prepared =
+      q ? nn::Linear::prepare_quantized(*q, b, options_.device) : nn::Linear::prepare(w, b, options_.device);
+  if (!q && options_.release_prepared_sources) prepared.release_source();
+  linears_[prefix + ".weight"] = prepared;  // per-request LoRAs attach here, quantized or not
   return prepared;
 }
 
