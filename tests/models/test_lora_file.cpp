@@ -210,6 +210,31 @@ TEST(LoraDelta, MergeRoundsOnceAndKeepsTheRest) {
     }
 }
 
+// A tall, wide weight is merged a block of rows at a time (about 8 MB of f32 each): rows in every
+// block, the last partial one included, get the sum of both LoRAs on that layer.
+TEST(LoraDelta, MergeCoversEveryRowBlock) {
+  const int64_t rows = 600, cols = 8192, rank = 3;  // 256-row blocks: 256 + 256 + 88
+  TensorStore store;
+  const Tensor w = random_normal({rows, cols}, DType::BF16, 11);
+  store.add("a.weight", w);
+  const Tensor down1 = random_normal({rank, cols}, DType::F32, 12),
+               up1 = random_normal({rows, rank}, DType::F32, 13);
+  const Tensor down2 = random_normal({1, cols}, DType::BF16, 14),
+               up2 = random_normal({rows, 1}, DType::BF16, 15);
+  const TensorStore merged = merge_lora_deltas(
+      store, {{"a.weight", down1, up1, 0.5f, "one"}, {"a.weight", down2, up2, -2.0f, "two"}}, DType::F32);
+  const Tensor m = merged.get("a.weight");
+  ASSERT_EQ(m.dtype(), DType::F32);
+  ASSERT_EQ(m.size(0), rows);
+  for (const int64_t i : {int64_t{0}, int64_t{255}, int64_t{256}, int64_t{511}, int64_t{512}, int64_t{599}})
+    for (int64_t j = 0; j < cols; j += 127) {
+      double delta = -2.0 * up2.item({i, 0}) * down2.item({0, j});
+      for (int64_t k = 0; k < rank; ++k) delta += 0.5 * up1.item({i, k}) * down1.item({k, j});
+      const double expect = w.item({i, j}) + delta;
+      EXPECT_NEAR(m.item({i, j}), expect, 1e-4 * (1 + std::abs(expect))) << i << "," << j;
+    }
+}
+
 // SHA-256 against Python's hashlib (the digests dump_lora.py records for the checked-in files),
 // and the FIPS 180-4 examples around the padding's block boundaries.
 TEST(Sha256, MatchesHashlibAndTheStandard) {

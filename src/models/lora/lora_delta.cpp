@@ -1,5 +1,6 @@
 #include "models/lora/lora_delta.h"
 
+#include <algorithm>
 #include <regex>
 
 #include "core/error.h"
@@ -146,16 +147,35 @@ TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<Lo
   TensorStore out = canonical;  // same views
   for (const auto& [target, list] : by_target) {
     const Tensor& w = canonical.get(target);  // [out, in], often a read-only mapping view
-    Tensor merged = w.dtype() == DType::F32 ? w.clone() : w.to(DType::F32);
-    for (const LoraDelta* d : list) {
-      // B @ A as the prepared GEMM computes x @ W^T: x = B [out, r], W = A^T [in, r]. The scale and
-      // the sum go into the GEMM's epilogue (merged += s * B A as the gated residual, the gate s
-      // over every column), so no [out, in] product is allocated or passed over again.
-      const auto a_t = ops::prepare_linear(d->down.to(DType::F32).transpose(0, 1).contiguous());
-      const Tensor scale = Tensor::full({merged.size(1)}, DType::F32, d->scale);
-      ops::linear_gated_residual_into(d->up.to(DType::F32).contiguous(), *a_t, scale, merged, merged);
+    const int64_t rows = w.size(0), cols = w.size(1);
+    // B @ A as the prepared GEMM computes x @ W^T: x = B [out, r], W = A^T [in, r]. The scale and
+    // the sum go into the GEMM's epilogue (block += s * B A as the gated residual, the gate s over
+    // every column).
+    struct Factor {
+      std::shared_ptr<backend::PreparedLinear> a_t;
+      Tensor up, scale;
+    };
+    std::vector<Factor> factors;
+    for (const LoraDelta* d : list)
+      factors.push_back({ops::prepare_linear(d->down.to(DType::F32).transpose(0, 1).contiguous()),
+                         d->up.to(DType::F32).contiguous(), Tensor::full({cols}, DType::F32, d->scale)});
+    // A block of rows at a time through one f32 scratch of about 8 MB: it stays in the last-level
+    // cache, and is large enough that the dtype conversions run on every thread. The only new
+    // memory is then the result; a whole-tensor f32 copy plus the GEMM's f32 temporary faulted in
+    // 10 bytes per weight (34 s for klein-4B at rank 32, against 16 s this way).
+    const int64_t block = std::clamp<int64_t>((int64_t{8} << 20) / (4 * std::max<int64_t>(cols, 1)) / 16 * 16,
+                                              16, std::max<int64_t>(rows, 16));
+    Tensor merged = Tensor::empty({rows, cols}, dtype.value_or(w.dtype()));
+    Tensor scratch = Tensor::empty({std::min(block, rows), cols}, DType::F32);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0);
+      Tensor rows_f32 = scratch.narrow(0, 0, n);
+      rows_f32.copy_from(w.narrow(0, r0, n));
+      for (const Factor& f : factors)
+        ops::linear_gated_residual_into(f.up.narrow(0, r0, n), *f.a_t, f.scale, rows_f32, rows_f32);
+      merged.narrow(0, r0, n).copy_from(rows_f32);  // the one rounding
     }
-    out.add(target, merged.to(dtype.value_or(w.dtype())), canonical.origin(target) + " + LoRA");
+    out.add(target, merged, canonical.origin(target) + " + LoRA");
   }
   return out;
 }
