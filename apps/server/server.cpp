@@ -6,11 +6,15 @@
 
 #include <arpa/inet.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
@@ -234,10 +238,22 @@ void ImageServer::Impl::start() {
   http_.set_keep_alive_max_count(100);
   routes();
 
+  // cpp-httplib 0.11 listens with a backlog of 5, compiled into Debian's library: a burst of
+  // clients connecting while the accept thread is not scheduled overflows it, and the kernel then
+  // drops their handshakes (retried after 1, 3, 7... s, or lost). The socket is kept here as
+  // httplib creates it, and listened on again with the system's limit once bound.
+  int listen_fd = -1;
+  http_.set_socket_options([&listen_fd](socket_t fd) {
+    httplib::default_socket_options(fd);
+    listen_fd = fd;  // the last one created is the one that bound
+  });
   port_ = o.port == 0 ? http_.bind_to_any_port(o.host) : (http_.bind_to_port(o.host, o.port) ? o.port : -1);
+  http_.set_socket_options(httplib::default_socket_options);  // the lambda's reference ends here
   if (port_ < 0)
     throw Error(ErrorCode::Io, "cannot listen on " + o.host + ":" + std::to_string(o.port) +
                                    " (in use, or not an address of this machine)");
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
+    std::fprintf(stderr, "fluxrt serve: cannot raise the listen backlog (%s)\n", std::strerror(errno));
   listen_thread_ = std::thread([this] { http_.listen_after_bind(); });
   load_thread_ = std::thread([this] { load(); });
 }

@@ -62,6 +62,7 @@ inline LoadResult run_load(int port, int requests, int clients, int steps) {
           continue;
         }
         auto r = client->Post("/v1/images/generations", body.dump(), "application/json");
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!r) {
           error = "no answer: " + httplib::to_string(r.error());
         } else if (r->status != 200) {
@@ -76,14 +77,17 @@ inline LoadResult run_load(int port, int requests, int clients, int steps) {
           ok = j.is_object() && j["data"].size() == 1 && !j["data"][0]["b64_json"].get<std::string>().empty();
           if (!ok) error = "body: " + r->body.substr(0, 200);
         }
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::lock_guard<std::mutex> lock(mutex);
         if (ok) {
           ++total.ok;
           total.latencies_s.push_back(s);
         } else {
           ++total.failed;
-          if (total.failures.size() < 5) total.failures.push_back(error);
+          // Which request and after how long: a client timeout (120 s) reads differently from a
+          // connection the server dropped at once.
+          if (total.failures.size() < 5)
+            total.failures.push_back("request " + std::to_string(i) + (stream ? " (streamed)" : "") +
+                                     " after " + std::to_string(s) + " s: " + error);
         }
       }
     });

@@ -3,6 +3,7 @@
 // and nothing is left queued or running. The 1000-request version with the memory check is
 // test_server_load_slow.
 #include <cstdio>
+#include <sstream>
 
 #include "load_driver.h"
 
@@ -23,6 +24,26 @@ TEST(ServerLoad, HundredRequestsSixteenClientsNoFailure) {
   EXPECT_EQ(c->Get("/health")->status, 200);
   const std::string metrics = c->Get("/metrics")->body;
   EXPECT_NE(metrics.find("fluxrt_queue_depth 0\n"), std::string::npos);
+}
+
+// cpp-httplib 0.11 listens with a backlog of 5; a burst of connections beyond it lost handshakes
+// (clients waited for SYN retries, or got no answer) under load. The kernel's listen queue length
+// is what `ss` shows as Send-Q of a listening socket.
+TEST(ServerLoad, ListenBacklogIsTheSystemsLimit) {
+  auto s = start_server(demo_options());
+  const std::string command = "ss -Hltn 'sport = :" + std::to_string(s->port()) + "' 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof line, pipe) != nullptr;
+  pclose(pipe);
+  if (!read) GTEST_SKIP() << "ss (iproute2) is not installed";
+  std::istringstream fields(line);
+  std::string state;
+  long recv_q = -1, backlog = -1;
+  fields >> state >> recv_q >> backlog;
+  EXPECT_EQ(state, "LISTEN") << line;
+  EXPECT_GE(backlog, 128) << line;
 }
 
 }  // namespace
