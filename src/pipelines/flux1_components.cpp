@@ -16,7 +16,8 @@
 namespace fluxrt::pipelines {
 namespace fs = std::filesystem;
 
-Tensor Flux1TextEncoders::pooled(const std::vector<std::string>& prompts) const {
+Tensor Flux1TextEncoders::pooled(const std::vector<std::string>& prompts,
+                                 const models::ClipTextModel* with_loras) const {
   const int64_t n = static_cast<int64_t>(prompts.size());
   Tensor ids = Tensor::empty({n, tokenizers::kClipMaxLength}, DType::I32);  // [P, 77]
   int32_t* p = ids.data<int32_t>();
@@ -24,7 +25,7 @@ Tensor Flux1TextEncoders::pooled(const std::vector<std::string>& prompts) const 
     const std::vector<int32_t> row = clip_tokenizer->encode_padded(prompts[i], tokenizers::kClipMaxLength);
     std::copy(row.begin(), row.end(), p + i * tokenizers::kClipMaxLength);
   }
-  return clip->forward(ids).pooled;  // [P, 768]
+  return (with_loras ? *with_loras : *clip).forward(ids).pooled;  // [P, 768]
 }
 
 namespace {
@@ -177,17 +178,12 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
 std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() const {
   ScopedTimer span(options.profiler, kSpanLoadTextEncoder);
   auto enc = std::make_unique<Flux1TextEncoders>();
-  models::ClipTextOptions clip_options;
-  clip_options.dtype = options.dtype;
-  clip_options.device = options.device;
   models::T5EncoderOptions t5_options;
   t5_options.dtype = options.dtype;
   t5_options.device = options.device;
   const bool synthetic = !synthetic_variant.empty();
   auto load_clip = [&] {
-    enc->clip = std::make_unique<models::ClipTextModel>(
-        synthetic ? models::ClipTextModel::synthetic(clip_config, clip_options, synthetic_seed + 1)
-                  : models::ClipTextModel::load(root / "text_encoder", clip_options));
+    enc->clip = make_clip(options.loras);
     enc->clip_tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
         tokenizers::ClipTokenizer::from_directory(synthetic ? clip_tokenizer_dir : root / "tokenizer"));
   };
@@ -200,6 +196,18 @@ std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() con
   // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
   load_components({load_clip, [&] { enc->t5 = load_t5(); }}, options.parallel_load);
   return enc;
+}
+
+std::unique_ptr<models::ClipTextModel> Flux1Pipeline::Impl::make_clip(
+    const std::vector<models::LoraSpec>& loras) const {
+  models::ClipTextOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  o.loras = loras;
+  if (!synthetic_variant.empty())
+    return std::make_unique<models::ClipTextModel>(
+        models::ClipTextModel::synthetic(clip_config, o, synthetic_seed + 1));
+  return std::make_unique<models::ClipTextModel>(models::ClipTextModel::load(root / "text_encoder", o));
 }
 
 std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encoder) const {

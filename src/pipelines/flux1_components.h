@@ -27,8 +27,10 @@ struct Flux1TextEncoders {
   std::unique_ptr<tokenizers::ClipTokenizer> clip_tokenizer;
   std::unique_ptr<models::T5PromptEmbedder> t5;
 
-  // FluxPipeline._get_clip_prompt_embeds: ids padded/truncated to 77, pooled output [P, 768].
-  Tensor pooled(const std::vector<std::string>& prompts) const;
+  // FluxPipeline._get_clip_prompt_embeds: ids padded/truncated to 77, pooled output [P, 768]; by
+  // `with_loras` instead of `clip` when given (a request's CLIP LoRAs merged into a copy).
+  Tensor pooled(const std::vector<std::string>& prompts,
+                const models::ClipTextModel* with_loras = nullptr) const;
 };
 
 struct Flux1Pipeline::Impl {
@@ -69,6 +71,8 @@ struct Flux1Pipeline::Impl {
   // Each records its load span in options.profiler.
   std::unique_ptr<models::Flux1Transformer> make_transformer() const;
   std::unique_ptr<Flux1TextEncoders> make_text_encoders() const;
+  // The CLIP text model with `loras`' CLIP parts merged (the engine's own LoRAs are not added).
+  std::unique_ptr<models::ClipTextModel> make_clip(const std::vector<models::LoraSpec>& loras) const;
   std::unique_ptr<models::Flux1Vae> make_vae(bool with_encoder) const;
 
   ComponentLease<models::Flux1Transformer> transformer_lease();

@@ -314,12 +314,20 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   {
     auto encoders = m.text_encoders_lease();
     ScopedTimer span(prof, kSpanTextEncoding);
+    // A request's LoRAs that adapt CLIP too: a copy of CLIP-L (246 MB in bf16) made for this
+    // request with the engine's and the request's LoRAs merged, as FluxPipeline applies both.
+    std::unique_ptr<models::ClipTextModel> clip_with_loras;
+    if (!request.loras.empty() && models::loras_adapt_clip_text(request.loras)) {
+      std::vector<models::LoraSpec> all = m.options.loras;
+      all.insert(all.end(), request.loras.begin(), request.loras.end());
+      clip_with_loras = m.make_clip(all);
+    }
     // The two encoders timed apart (sub-spans of kSpanTextEncoding): T5-XXL costs orders of
     // magnitude more than CLIP-L, and the report should say which one a slow encode is.
     auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
       {
         ScopedTimer clip_span(prof, kSpanTextEncodingClip);
-        pool = repeat_rows(encoders->pooled(prompts), repeats);  // [B, 768]
+        pool = repeat_rows(encoders->pooled(prompts, clip_with_loras.get()), repeats);  // [B, 768]
         ops::synchronize(m.options.device);  // each span ends when the device has finished
       }
       ScopedTimer t5_span(prof, kSpanTextEncodingT5);

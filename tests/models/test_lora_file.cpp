@@ -59,6 +59,17 @@ TEST(LoraFile, EverySchemeNamesTheSameModule) {
        "final_layer.adaLN_modulation.1", "kohya"},
       {"diffusion_model.double_stream_modulation_img.lin", ".lora_A.weight", ".lora_B.weight",
        "double_stream_modulation_img.lin", "BFL/ComfyUI"},
+      // CLIP-L (FLUX.1's text_encoder) in transformers 4 and 5 names.
+      {"lora_te1_text_model_encoder_layers_3_self_attn_out_proj", ".lora_down.weight", ".lora_up.weight",
+       "text_encoder.encoder.layers.3.self_attn.out_proj", "kohya"},
+      {"lora_te_text_model_encoder_layers_0_mlp_fc2", ".lora_down.weight", ".lora_up.weight",
+       "text_encoder.encoder.layers.0.mlp.fc2", "kohya"},
+      {"text_encoder.text_model.encoder.layers.11.self_attn.q_proj", ".lora_A.weight", ".lora_B.weight",
+       "text_encoder.encoder.layers.11.self_attn.q_proj", "diffusers/PEFT"},
+      {"text_encoder.encoder.layers.1.mlp.fc1", ".lora_A.weight", ".lora_B.weight",
+       "text_encoder.encoder.layers.1.mlp.fc1", "diffusers/PEFT"},
+      {"text_encoders.clip_l.transformer.text_model.encoder.layers.2.self_attn.v_proj", ".lora_down.weight",
+       ".lora_up.weight", "text_encoder.encoder.layers.2.self_attn.v_proj", "ComfyUI"},
   };
   for (const Scheme& s : schemes) {
     const LoraFile f = parse_lora(module_tensors(s.stem, s.down, s.up), {}, "mem");
@@ -124,8 +135,13 @@ TEST(LoraFile, Refusals) {
   EXPECT_EQ(code_of({{"lycoris_single_blocks_0_linear1.lokr_w1", x}}), ErrorCode::Unsupported);
   EXPECT_EQ(code_of({{"double_blocks.0.img_attn.qkv.hada_w1_a", x}}), ErrorCode::Unsupported);
   EXPECT_EQ(code_of({{"img_in.dora_scale", x}}), ErrorCode::Unsupported);
-  EXPECT_EQ(code_of({{"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight", x}}),
+  EXPECT_EQ(code_of({{"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", x}}),
+            ErrorCode::Unsupported);  // T5
+  EXPECT_EQ(code_of({{"text_encoder_2.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", x}}),
             ErrorCode::Unsupported);
+  // A CLIP key naming no linear LoRA adapts (the embeddings, the projection): listed, not applied.
+  EXPECT_EQ(code_of({{"lora_te1_text_model_embeddings_token_embedding.lora_down.weight", x}}),
+            ErrorCode::Format);
   EXPECT_EQ(code_of({{"img_in.lora_A.weight", x}}), ErrorCode::Format);  // no B
   EXPECT_EQ(code_of({{"img_in.lora_B.bias", x}}), ErrorCode::Format);    // Control-LoRA bias
   EXPECT_EQ(code_of({{"single_blocks.0.norm.key_norm.scale", x}}), ErrorCode::Format);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/lora/lora_delta.h"
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -143,7 +144,18 @@ void ClipTextModel::place_all() {
 ClipTextModel ClipTextModel::from_store(const ClipTextConfig& config, const TensorStore& store,
                                         const ClipTextOptions& options) {
   ClipTextModel m(config, options);
-  m.bind(store);
+  if (options.loras.empty()) {
+    m.bind(store);
+    return m;
+  }
+  // LoRAs merged into the weights as the transformer's are (docs/lora.md); an f32 model keeps its
+  // merged weights in f32.
+  const std::optional<DType> merged_dtype =
+      options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
+  m.bind(merge_lora_deltas(
+      store,
+      lora_deltas(options.loras, LoraModelFamily::Flux1, linear_shapes_of(store), LoraComponent::ClipText),
+      merged_dtype));
   return m;
 }
 

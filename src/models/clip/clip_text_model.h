@@ -17,6 +17,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "models/lora/lora_delta.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -44,6 +45,9 @@ struct ClipTextConfig {
 struct ClipTextOptions {
   DType dtype = DType::BF16;  // activation and output dtype; F32 widens the weights once at load
   Device device = Device::cpu();
+  // LoRA files whose CLIP parts are merged into the weights at load (their transformer parts are
+  // the transformer's); files without a CLIP part change nothing here.
+  std::vector<LoraSpec> loras;
 };
 
 struct ClipTextOutput {

@@ -48,17 +48,26 @@ bool family_fits(LoraFamilyHint hint, LoraModelFamily family) {
          (hint == LoraFamilyHint::Flux1) == (family == LoraModelFamily::Flux1);
 }
 
+bool is_clip_text_module(const std::string& module) { return module.rfind(kClipTextModulePrefix, 0) == 0; }
+
 }  // namespace
 
 std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
-                                   const LinearShapes& shapes) {
+                                   const LinearShapes& shapes, LoraComponent component) {
   FLUXRT_CHECK(family_fits(lora.family, family), ErrorCode::Format,
                "{}: a {} LoRA (its layer '{}' exists only there) cannot be applied to a {} transformer",
                lora.path, lora_family_name(lora.family), lora.family_module, family_name(family));
+  const bool clip = component == LoraComponent::ClipText;
+  const std::string model = clip ? "CLIP text encoder" : std::string(family_name(family)) + " transformer";
   std::vector<LoraDelta> out;
   std::vector<std::string> unmatched;
   for (const LoraModule& m : lora.modules) {
-    const std::vector<std::string> targets = targets_of(m.module, family);
+    if (is_clip_text_module(m.module) != clip) continue;  // the other component's part
+    // CLIPTextModel names as the encoder binds them ("encoder.layers.0.self_attn.q_proj.weight").
+    const std::vector<std::string> targets =
+        clip
+            ? std::vector<std::string>{m.module.substr(std::string(kClipTextModulePrefix).size()) + ".weight"}
+            : targets_of(m.module, family);
     std::vector<Shape> target_shapes;
     for (const auto& t : targets) {
       const std::optional<Shape> s = shapes(t);
@@ -80,10 +89,9 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
       for (size_t i = 0; i < targets.size(); ++i)
         want += (i ? " + " : "") + targets[i] + " " + target_shapes[i].str();
       fail(ErrorCode::Format,
-           "{}: LoRA module '{}' (up {}, down {}) does not fit this {} transformer's {} (a LoRA for another "
-           "model "
-           "size or family?)",
-           lora.path, m.key, m.up.shape().str(), m.down.shape().str(), family_name(family), want);
+           "{}: LoRA module '{}' (up {}, down {}) does not fit this {}'s {} (a LoRA for another model size "
+           "or family?)",
+           lora.path, m.key, m.up.shape().str(), m.down.shape().str(), model, want);
     }
     // Strength 0 is checked like any other and then adds nothing: the base model bit for bit.
     if (strength * m.factor() == 0.0f) continue;
@@ -97,23 +105,22 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
   }
   if (!unmatched.empty()) {
     for (const auto& k : unmatched)
-      FLUXRT_LOG_WARN("{}: LoRA module '{}' matches no layer of this {} transformer", lora.path, k,
-                      family_name(family));
+      FLUXRT_LOG_WARN("{}: LoRA module '{}' matches no layer of this {}", lora.path, k, model);
     std::string first;
     for (size_t i = 0; i < unmatched.size() && i < 4; ++i) first += (i ? "', '" : "'") + unmatched[i] + "'";
-    fail(ErrorCode::Format,
-         "{}: {} LoRA module(s) match no layer of this {} transformer (all in the log): {}{}", lora.path,
-         unmatched.size(), family_name(family), first, unmatched.size() > 4 ? "', ..." : "'");
+    fail(ErrorCode::Format, "{}: {} LoRA module(s) match no layer of this {} (all in the log): {}{}",
+         lora.path, unmatched.size(), model, first, unmatched.size() > 4 ? "', ..." : "'");
   }
   return out;
 }
 
 std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
-                                   const LinearShapes& shapes) {
+                                   const LinearShapes& shapes, LoraComponent component) {
   std::vector<LoraDelta> all;
   try {
     for (const LoraSpec& spec : specs) {
-      std::vector<LoraDelta> d = lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes);
+      std::vector<LoraDelta> d =
+          lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes, component);
       all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
     }
   } catch (const Error& e) {
@@ -123,6 +130,18 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
     throw Error(e.code(), e.what(), "loras");
   }
   return all;
+}
+
+bool loras_adapt_clip_text(const std::vector<LoraSpec>& specs) {
+  try {
+    for (const LoraSpec& spec : specs)
+      for (const LoraModule& m : read_lora_file(spec.path).modules)
+        if (is_clip_text_module(m.module)) return true;
+  } catch (const Error& e) {
+    if (!e.field().empty()) throw;
+    throw Error(e.code(), e.what(), "loras");
+  }
+  return false;
 }
 
 LinearShapes linear_shapes_of(const TensorStore& canonical) {

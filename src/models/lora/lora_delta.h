@@ -27,6 +27,10 @@ namespace fluxrt::models {
 
 enum class LoraModelFamily { Flux1, Flux2 };
 
+// Which model of the pipeline a list of deltas is for: a FLUX.1 LoRA may also adapt the CLIP-L
+// text encoder (modules named kClipTextModulePrefix + the CLIPTextModel module, lora_file.h).
+enum class LoraComponent { Transformer, ClipText };
+
 // One LoRA file and how strongly to apply it (negative allowed: subtracts the adapter).
 struct LoraSpec {
   std::string path;
@@ -48,12 +52,18 @@ using LinearShapes = std::function<std::optional<Shape>(const std::string& canon
 // the model lacks (all listed in the log, the first few in the message), when a module's shapes
 // do not fit its layer (naming the first such tensor and both shapes), and when the file's layer
 // names are the other family's.
+// Only the modules of `component` are taken (the other component's are its own call's).
 std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
-                                   const LinearShapes& shapes);
+                                   const LinearShapes& shapes,
+                                   LoraComponent component = LoraComponent::Transformer);
 
 // Reads every spec's file and returns all their deltas, in order. Errors carry the field "loras".
 std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
-                                   const LinearShapes& shapes);
+                                   const LinearShapes& shapes,
+                                   LoraComponent component = LoraComponent::Transformer);
+
+// Whether any of the files adapts the CLIP text encoder (errors as lora_deltas', field "loras").
+bool loras_adapt_clip_text(const std::vector<LoraSpec>& specs);
 
 // The shapes of a canonical checkpoint store's 2-D tensors.
 LinearShapes linear_shapes_of(const TensorStore& canonical);

@@ -136,6 +136,12 @@ std::string format_of_key(const std::string& key, const std::string& stem, const
   return is_diffusers_module(module) ? "diffusers/PEFT" : "BFL/ComfyUI";
 }
 
+std::string clip_format_of_key(const std::string& key) {
+  if (starts_with(key, "lora_te")) return "kohya";
+  if (starts_with(key, "text_encoders.")) return "ComfyUI";
+  return "diffusers/PEFT";
+}
+
 float scalar_of(const Tensor& t, const std::string& what) {
   FLUXRT_CHECK(t.numel() == 1, ErrorCode::Format, "{}: expected one value, found shape {}", what,
                t.shape().str());
@@ -149,9 +155,16 @@ struct PeftAlphas {
   std::vector<std::pair<std::string, float>> pattern;
 };
 
-PeftAlphas read_peft_metadata(const std::map<std::string, std::string>& metadata,
-                              const std::string& description) {
-  PeftAlphas out;
+// diffusers' save_lora_weights packs each component's PEFT config under its name
+// ("transformer.lora_alpha", "text_encoder.lora_alpha"); a model's own save_lora_adapter writes
+// bare keys (the transformer's).
+struct PeftMetadata {
+  PeftAlphas transformer, text_encoder;
+};
+
+PeftMetadata read_peft_metadata(const std::map<std::string, std::string>& metadata,
+                                const std::string& description) {
+  PeftMetadata out;
   const auto it = metadata.find("lora_adapter_metadata");
   if (it == metadata.end()) return out;
   nlohmann::json j;
@@ -162,23 +175,55 @@ PeftAlphas read_peft_metadata(const std::map<std::string, std::string>& metadata
   }
   if (!j.is_object()) return out;
   for (auto& [k, v] : j.items()) {
-    const std::string key = starts_with(k, "transformer.") ? k.substr(12) : k;
-    if (key == "lora_alpha" && v.is_number()) out.lora_alpha = v.get<float>();
+    const bool te = starts_with(k, "text_encoder.");
+    if (starts_with(k, "text_encoder_2.")) continue;  // T5 parts are refused by their keys
+    PeftAlphas& alphas = te ? out.text_encoder : out.transformer;
+    const std::string key = te ? k.substr(13) : starts_with(k, "transformer.") ? k.substr(12) : k;
+    if (key == "lora_alpha" && v.is_number()) alphas.lora_alpha = v.get<float>();
     if (key == "alpha_pattern" && v.is_object())
       for (auto& [name, a] : v.items())
-        if (a.is_number()) out.pattern.emplace_back(name, a.get<float>());
+        if (a.is_number()) alphas.pattern.emplace_back(name, a.get<float>());
   }
   return out;
 }
+
+// The prefixes of CLIP-L text-encoder modules (FLUX.1's text_encoder): kohya / OneTrainer
+// (lora_te1_, and lora_te_ of single-encoder files), diffusers / PEFT, ComfyUI.
+constexpr const char* kClipPrefixes[] = {"lora_te1_", "lora_te_", "text_encoder.",
+                                         "text_encoders.clip_l.transformer.", "te1."};
+// T5 parts: kohya writes lora_te3_, OneTrainer lora_te2_; diffusers itself drops them.
+constexpr const char* kT5Prefixes[] = {"lora_te2_", "lora_te3_", "text_encoder_2.", "text_encoders.t5xxl.",
+                                       "te2."};
 
 std::string refused_format(const std::string& key) {
   if (contains(key, "lokr_")) return "LyCORIS LoKr";
   if (contains(key, "hada_")) return "LyCORIS LoHa";
   if (contains(key, "dora_scale")) return "DoRA";
-  if (starts_with(key, "lora_te") || starts_with(key, "text_encoder") || starts_with(key, "te1.") ||
-      starts_with(key, "te2.") || contains(key, "text_model."))
-    return "text-encoder LoRA";
+  for (const char* p : kT5Prefixes)
+    if (starts_with(key, p)) return "T5 text-encoder LoRA";
   return {};
+}
+
+// A CLIP text-encoder key stem -> "text_encoder." + the CLIPTextModel module it adapts
+// ("text_encoder.encoder.layers.0.self_attn.q_proj"); nullopt when the stem is not CLIP's, or names
+// a part the encoder has no linear for.
+std::optional<std::string> clip_module(const std::string& stem) {
+  std::string rest;
+  for (const char* p : kClipPrefixes)
+    if (starts_with(stem, p)) {
+      rest = stem.substr(std::string(p).size());
+      break;
+    }
+  if (rest.empty()) return std::nullopt;
+  std::replace(rest.begin(), rest.end(), '.', '_');
+  static const std::regex attn(R"((?:text_model_)?encoder_layers_(\d+)_self_attn_(q|k|v|out)_proj)");
+  static const std::regex mlp(R"((?:text_model_)?encoder_layers_(\d+)_mlp_(fc1|fc2))");
+  std::smatch g;
+  if (std::regex_match(rest, g, attn))
+    return "text_encoder.encoder.layers." + g[1].str() + ".self_attn." + g[2].str() + "_proj";
+  if (std::regex_match(rest, g, mlp))
+    return "text_encoder.encoder.layers." + g[1].str() + ".mlp." + g[2].str();
+  return std::string();  // a CLIP key, but no layer LoRA can adapt
 }
 
 }  // namespace
@@ -213,7 +258,7 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
            "{}: {} tensors are not supported (first: '{}'); only plain LoRA (A/B) files load", description,
            refused, key);
   }
-  const PeftAlphas peft = read_peft_metadata(metadata, description);
+  const PeftMetadata peft = read_peft_metadata(metadata, description);
 
   std::map<std::string, LoraModule> by_module;
   std::vector<std::string> unmatched;
@@ -231,16 +276,18 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
         !starts_with(suffix->text, ".lora") && !contains(key, ".processor."))
       suffix = nullptr;
     const std::string raw_stem = suffix ? key.substr(0, key.size() - std::string(suffix->text).size()) : key;
-    const std::string stem = strip_prefixes(raw_stem);
-    const std::optional<std::string> module = suffix ? dotted_module(stem) : std::nullopt;
-    if (!module) {
+    const std::optional<std::string> clip = clip_module(raw_stem);
+    const std::string stem = clip ? raw_stem : strip_prefixes(raw_stem);
+    std::optional<std::string> module = !suffix ? std::nullopt : clip ? clip : dotted_module(stem);
+    if (!module || module->empty()) {
       unmatched.push_back(key);
       continue;
     }
     LoraModule& m = by_module[*module];
     if (m.key.empty()) m.key = raw_stem;
-    formats.insert(format_of_key(key, stem, *module));
-    const LoraFamilyHint family = family_of_module(*module);
+    formats.insert(clip ? clip_format_of_key(key) : format_of_key(key, stem, *module));
+    // FLUX.2 has no CLIP encoder.
+    const LoraFamilyHint family = clip ? LoraFamilyHint::Flux1 : family_of_module(*module);
     if (family != LoraFamilyHint::Unknown && out.family_module.empty()) out.family_module = *module;
     families.insert(family);
     const std::string what = description + ": '" + key + "'";
@@ -259,9 +306,10 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
         break;
     }
     if (!m.alpha && suffix->role != Role::Alpha) {
-      for (const auto& [pattern, a] : peft.pattern)
+      const PeftAlphas& alphas = clip ? peft.text_encoder : peft.transformer;
+      for (const auto& [pattern, a] : alphas.pattern)
         if (stem == pattern || ends_with(stem, "." + pattern)) m.alpha = a;
-      if (!m.alpha && peft.lora_alpha) m.alpha = peft.lora_alpha;
+      if (!m.alpha && alphas.lora_alpha) m.alpha = alphas.lora_alpha;
     }
   }
   if (!unmatched.empty()) {

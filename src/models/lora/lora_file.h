@@ -11,9 +11,13 @@
 //                      names (lora_unet_single_transformer_blocks_0_attn_to_k)
 //   OneTrainer         lora_transformer_<diffusers name with underscores>
 //   XLabs (FLUX.1)     double_blocks.0.processor.qkv_lora1.down.weight (no alpha)
+//   CLIP-L text encoder (FLUX.1): lora_te1_text_model_encoder_layers_0_self_attn_q_proj (kohya,
+//                      OneTrainer; lora_te_ too), text_encoder.text_model.encoder.layers.0... (diffusers),
+//                      text_encoders.clip_l.transformer.text_model... (ComfyUI): attention projections
+//                      and MLP fc1 / fc2, named kClipTextModulePrefix + the CLIPTextModel module.
 // Refused by name, never applied in part: LyCORIS LoKr (lokr_w1...) and LoHa (hada_w1_a...),
-// DoRA (dora_scale), text-encoder parts (lora_te1_..., text_encoder.), and any key that matches
-// none of the above (listed in the error).
+// DoRA (dora_scale), T5 text-encoder parts (lora_te2_ / lora_te3_, text_encoder_2.,
+// text_encoders.t5xxl.), and any key that matches none of the above (listed in the error).
 //
 // The factor of a module: a `.scale` tensor when present, else alpha / rank (rank = rows of A),
 // alpha from the `.alpha` tensor, else from diffusers' `lora_adapter_metadata` header entry
@@ -27,9 +31,13 @@
 
 namespace fluxrt::models {
 
+// Modules of the CLIP text encoder are named this + the CLIPTextModel module name.
+inline constexpr const char* kClipTextModulePrefix = "text_encoder.";
+
 struct LoraModule {
   std::string key;     // the stored key stem, for messages: "lora_unet_double_blocks_0_img_attn_qkv"
-  std::string module;  // normalised: "double_blocks.0.img_attn.qkv", "transformer_blocks.0.attn.to_q"
+  std::string module;  // normalised: "double_blocks.0.img_attn.qkv", "transformer_blocks.0.attn.to_q",
+                       // "text_encoder.encoder.layers.0.mlp.fc1"
   Tensor down;         // A [r, in], as stored
   Tensor up;           // B [out, r], as stored
   std::optional<float> alpha;
@@ -54,7 +62,7 @@ struct LoraFile {
 const char* lora_family_name(LoraFamilyHint family);
 
 // Reads and classifies `path` (the usual safetensors errors for an unreadable file). Throws Format
-// listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA / text-encoder keys.
+// listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA / T5 keys.
 LoraFile read_lora_file(const std::string& path);
 
 // The same over tensors already in memory (tests, the fuzzer): `metadata` is the safetensors

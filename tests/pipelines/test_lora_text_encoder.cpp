@@ -1,0 +1,175 @@
+// FLUX.1 LoRAs that also adapt the CLIP-L text encoder (issue 25, docs/lora.md) against diffusers on
+// the tiny FLUX.1-dev (tests/data/lora_text_encoder, made by
+// tools/reference/dump_lora_text_encoder.py with diffusers + PEFT):
+//   kohya_te      CLIP modules only, kohya names (lora_te1_text_model_..., alpha), strengths 1 and 0.5
+//   diffusers_te  diffusers' save_lora_weights of a transformer adapter and a CLIP adapter together
+//                 (each with its own lora_adapter_metadata entry)
+// merged at load and per request: f32 within 2/255, bf16 SSIM >= 0.98 (docs/numerics.md); the
+// pipeline's own CLIP is untouched by a request's LoRA. Refusals: FLUX.2 (no CLIP), a CLIP module
+// of the wrong shape, T5 parts.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/image.h"
+#include "io/safetensors.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "support/image_compare.h"
+#include "support/random_tensor.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+using models::LoraSpec;
+
+const fs::path kData = FLUXRT_TEST_DATA_DIR;
+const fs::path kHere = kData / "lora_text_encoder";
+const fs::path kFlux1 = kData / "models/flux1-dev-tiny";
+
+const char* dtype_dir(DType d) { return d == DType::F32 ? "f32" : "bf16"; }
+
+std::unique_ptr<Pipeline> load_flux1(DType dtype, std::vector<LoraSpec> loras = {}) {
+  PipelineOptions o;
+  o.dtype = dtype;
+  o.parallel_load = false;
+  o.loras = std::move(loras);
+  return Flux1Pipeline::load(kFlux1, o);
+}
+
+LoraSpec spec(const std::string& file, float strength = 1.0f) {
+  return {(kHere / (file + ".safetensors")).string(), strength};
+}
+
+// dump_lora.py's prompt, seed and size, which dump_lora_text_encoder.py reuses.
+GenerateRequest request(std::vector<LoraSpec> loras = {}) {
+  std::ifstream in(kData / "lora" / "manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(in);
+  GenerateRequest r;
+  r.prompts = {m["prompt"].get<std::string>()};
+  r.seed = m["seed"].get<uint64_t>();
+  r.width = r.height = 64;
+  r.num_steps = 2;
+  r.max_sequence_length = 32;
+  r.loras = std::move(loras);
+  return r;
+}
+
+io::Image reference(const std::string& c, DType dtype) {
+  return io::to_rgb(io::read_png((kHere / (c + "_" + dtype_dir(dtype)) / "image_0.png").string()));
+}
+
+io::Image base_image(DType dtype) {
+  return io::to_rgb(io::read_png(
+      (kData / "lora" / ("flux1_base_" + std::string(dtype_dir(dtype))) / "image_0.png").string()));
+}
+
+void expect_matches(const io::Image& actual, const io::Image& expected, DType dtype,
+                    const std::string& what) {
+  const test::ImageDiff d = test::compare_images(io::to_rgb(actual), expected);
+  if (dtype == DType::F32)
+    EXPECT_LE(d.max_abs, 2) << what << ": " << d.str();
+  else
+    EXPECT_GE(d.ssim, 0.98) << what << ": " << d.str();
+  std::printf("%s: %s\n", what.c_str(), d.str().c_str());
+}
+
+class ClipLora : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ClipLora, MergedAtLoadMatchesDiffusers) {
+  const DType dt = GetParam();
+  const io::Image kohya = load_flux1(dt, {spec("kohya_te")})->generate(request()).images.at(0);
+  expect_matches(kohya, reference("kohya_te", dt), dt, "kohya CLIP LoRA merged");
+  // The CLIP part alone moves the image well beyond the tolerance: it was not dropped.
+  EXPECT_GT(test::compare_images(io::to_rgb(kohya), base_image(dt)).max_abs, 4);
+  expect_matches(load_flux1(dt, {spec("diffusers_te")})->generate(request()).images.at(0),
+                 reference("diffusers_te", dt), dt, "diffusers transformer + CLIP LoRA merged");
+}
+
+// Per request: a copy of CLIP with the LoRA for that request; the next request is the base again.
+TEST_P(ClipLora, PerRequestMatchesDiffusersAndLeavesTheEncoder) {
+  const DType dt = GetParam();
+  const auto pipe = load_flux1(dt);
+  const GenerateResult base = pipe->generate(request());
+  expect_matches(pipe->generate(request({spec("kohya_te")})).images.at(0), reference("kohya_te", dt), dt,
+                 "kohya CLIP LoRA per request");
+  if (dt == DType::F32)
+    expect_matches(pipe->generate(request({spec("kohya_te", 0.5f)})).images.at(0),
+                   reference("kohya_te_half", dt), dt, "kohya CLIP LoRA at 0.5 per request");
+  expect_matches(pipe->generate(request({spec("diffusers_te")})).images.at(0), reference("diffusers_te", dt),
+                 dt, "diffusers transformer + CLIP LoRA per request");
+  EXPECT_TRUE(pipe->generate(request()).images.at(0).pixels == base.images.at(0).pixels)
+      << "a request's CLIP LoRA changed the pipeline's encoder";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ClipLora, ::testing::Values(DType::F32, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(dtype_dir(i.param));
+                         });
+
+std::string error_of(const std::function<void()>& fn, ErrorCode* code = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ClipLoraRejects, OnFlux2NamesTheFamily) {
+  PipelineOptions o;
+  o.dtype = DType::F32;
+  o.loras = {spec("kohya_te")};
+  ErrorCode code{};
+  const std::string e =
+      error_of([&] { Flux2KleinPipeline::load(kData / "models/flux2-klein-tiny", o); }, &code);
+  EXPECT_EQ(code, ErrorCode::Format) << e;
+  EXPECT_NE(e.find("FLUX.1"), std::string::npos) << e;
+  EXPECT_NE(e.find("text_encoder.encoder.layers."), std::string::npos) << e;
+}
+
+TEST(ClipLoraRejects, WrongShapeNamesTheEncoderAndTensor) {
+  const fs::path p = fs::temp_directory_path() / "fluxrt_lora_clip_shape.safetensors";
+  io::write_safetensors(p.string(), {{"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight",
+                                      test::random_normal({4, 768}, DType::F32, 1)},
+                                     {"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_up.weight",
+                                      test::random_normal({3072, 4}, DType::F32, 2)}});
+  ErrorCode code{};
+  const std::string e = error_of([&] { load_flux1(DType::F32, {{p.string(), 1.0f}}); }, &code);
+  EXPECT_EQ(code, ErrorCode::Format) << e;
+  EXPECT_NE(e.find("CLIP text encoder"), std::string::npos) << e;
+  EXPECT_NE(e.find("lora_te1_text_model_encoder_layers_0_mlp_fc1"), std::string::npos) << e;
+  // Per request the same, and the pipeline keeps working.
+  const auto pipe = load_flux1(DType::F32);
+  EXPECT_NE(error_of([&] {
+              pipe->generate(request({{p.string(), 1.0f}}));
+            }).find("CLIP text encoder"),
+            std::string::npos);
+  EXPECT_EQ(pipe->generate(request()).images.size(), 1u);
+  fs::remove(p);
+}
+
+TEST(ClipLoraRejects, UnknownClipLayerIsListed) {
+  const fs::path p = fs::temp_directory_path() / "fluxrt_lora_clip_layer.safetensors";
+  io::write_safetensors(p.string(), {{"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_down.weight",
+                                      test::random_normal({4, 8}, DType::F32, 1)},
+                                     {"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_up.weight",
+                                      test::random_normal({16, 4}, DType::F32, 2)}});
+  const std::string e = error_of([&] { load_flux1(DType::F32, {{p.string(), 1.0f}}); });
+  EXPECT_NE(e.find("match no layer of this CLIP text encoder"), std::string::npos) << e;
+  EXPECT_NE(e.find("layers_7_mlp_fc1"), std::string::npos) << e;
+  fs::remove(p);
+}
+
+}  // namespace
+}  // namespace fluxrt::pipelines

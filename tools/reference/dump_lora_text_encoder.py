@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Ground truth for FLUX.1 LoRAs that also adapt the CLIP-L text encoder (issue 25, docs/lora.md):
+random CLIP modules on the tiny FLUX.1-dev's text encoder, written the way kohya sd-scripts and
+diffusers write them, and the images diffusers' own load_lora_weights / set_adapters make, for
+tests/pipelines/test_lora_text_encoder.cpp.
+
+Writes tests/data/lora_text_encoder/:
+  kohya_te.safetensors  the transformer part of tests/data/lora/flux1/kohya.safetensors (dump_lora.py)
+      plus lora_te1_text_model_encoder_layers_N_{self_attn_(q|k|v|out)_proj, mlp_fc1, mlp_fc2}
+      .lora_down / .lora_up / .alpha (alpha = 2 * rank: factor 2) on every CLIP layer
+  te_only.safetensors   the same CLIP modules alone in diffusers / PEFT names
+      (text_encoder.text_model.encoder.layers.N....lora_A / lora_B, the factor baked into B)
+  <case>_<dtype>/image_0.png  diffusers' images (64x64, 2 steps; the prompt and seed of dump_lora.py)
+  manifest.json         the cases, and how far each image is from the transformer-only LoRA image
+      (tests/data/lora/flux1_peft_*: max |diff| in 8-bit steps), which shows the CLIP part matters
+
+Each CLIP module's delta is 50% of its weight's norm: the tiny encoder's pooled output reaches the
+image only through the modulation vectors, so smaller deltas barely show.
+
+  /work/refenv/bin/python tools/reference/dump_lora_text_encoder.py
+"""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import PIL.Image
+import torch
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dump_lora  # noqa: E402  (the shared prompt, seed, run settings and model paths)
+
+OUT = dump_lora.DATA / "lora_text_encoder"
+RANK, ALPHA = 4, 8.0
+FACTOR = ALPHA / RANK
+CLIP_LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "mlp.fc1",
+                "mlp.fc2"]
+
+
+def clip_tower(pipe):
+    # transformers 5's CLIPTextModel has no text_model wrapper; files in the wild carry the
+    # transformers 4 names (text_model.encoder...), diffusers' own saves the model's names.
+    te = pipe.text_encoder
+    return te.text_model if hasattr(te, "text_model") else te
+
+
+def clip_modules(pipe, seed):
+    """encoder.layers.N.<linear> -> (A [r, in], B [out, r]) as bf16 values."""
+    g = torch.Generator().manual_seed(seed)
+    mods = {}
+    for i, layer in enumerate(clip_tower(pipe).encoder.layers):
+        for name in CLIP_LINEARS:
+            w = layer.get_submodule(name).weight.detach().float()
+            a = torch.randn(RANK, w.shape[1], generator=g) / w.shape[1] ** 0.5
+            b = torch.randn(w.shape[0], RANK, generator=g)
+            b *= 0.5 * w.norm() / (FACTOR * b @ a).norm()
+            mods[f"encoder.layers.{i}.{name}"] = (a.bfloat16(), b.bfloat16())
+    return mods
+
+
+def write_kohya(mods):
+    sd = {}
+    for name, (a, b) in mods.items():
+        stem = "lora_te1_text_model_" + name.replace(".", "_")
+        sd[stem + ".lora_down.weight"] = a.contiguous()
+        sd[stem + ".lora_up.weight"] = b.contiguous()
+        sd[stem + ".alpha"] = torch.tensor(ALPHA)
+    save_file(sd, str(OUT / "kohya_te.safetensors"))
+
+
+def write_diffusers(mods):
+    """dump_lora's PEFT transformer LoRA plus a PEFT adapter on CLIP, saved by save_lora_weights."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from peft.utils import get_peft_model_state_dict
+
+    pipe = dump_lora.load_pipeline("flux1", torch.float32)
+    pipe.load_lora_weights(str(dump_lora.OUT / "flux1" / "peft.safetensors"), adapter_name="default")
+    te_config = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=sorted({n.split(".")[-1] for n in CLIP_LINEARS}),
+                           init_lora_weights=True)
+    # (transformers' own add_adapter wants a newer PEFT than the pinned one)
+    inject_adapter_in_model(te_config, pipe.text_encoder, adapter_name="default")
+    tower = clip_tower(pipe)
+    with torch.no_grad():
+        for name, (a, b) in mods.items():
+            m = tower.get_submodule(name)
+            m.lora_A["default"].weight.copy_(a.float())
+            m.lora_B["default"].weight.copy_(b.float())
+    folder = OUT / "diffusers_save"
+    meta = lambda c: {k: (sorted(v) if isinstance(v, set) else v) for k, v in c.to_dict().items()}  # noqa: E731
+    type(pipe).save_lora_weights(
+        str(folder),
+        transformer_lora_layers=get_peft_model_state_dict(pipe.transformer, adapter_name="default"),
+        text_encoder_lora_layers=get_peft_model_state_dict(pipe.text_encoder, adapter_name="default"),
+        transformer_lora_adapter_metadata=meta(pipe.transformer.peft_config["default"]),
+        text_encoder_lora_adapter_metadata=meta(te_config))
+    (folder / "pytorch_lora_weights.safetensors").rename(OUT / "diffusers_te.safetensors")
+    shutil.rmtree(folder)
+
+
+def cases():
+    return [
+        dict(name="kohya_te", file="kohya_te", strength=1.0, dtypes=["f32", "bf16"]),
+        dict(name="kohya_te_half", file="kohya_te", strength=0.5, dtypes=["f32"]),
+        dict(name="diffusers_te", file="diffusers_te", strength=1.0, dtypes=["f32", "bf16"]),
+    ]
+
+
+def run_case(case, dtype_name):
+    pipe = dump_lora.load_pipeline("flux1", dump_lora.DTYPES[dtype_name])
+    pipe.load_lora_weights(str(OUT / f"{case['file']}.safetensors"), adapter_name="a")
+    pipe.set_adapters(["a"], [case["strength"]])
+    return dump_lora.render(pipe)
+
+
+def main():
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    mods = clip_modules(dump_lora.load_pipeline("flux1", torch.float32), seed=9)
+    write_kohya(mods)
+    write_diffusers(mods)
+    manifest = dict(generator="tools/reference/dump_lora_text_encoder.py", diffusers="0.42.1", rank=RANK,
+                    alpha=ALPHA, cases=[])
+    for case in cases():
+        rec = dict(case, max_diff_vs_base={}, max_diff_vs_transformer_only={})
+        for dtype_name in case["dtypes"]:
+            out = OUT / f"{case['name']}_{dtype_name}"
+            out.mkdir()
+            image = run_case(case, dtype_name)
+            image.save(out / "image_0.png")
+            # dump_lora's base image (no LoRA) and its "peft" image (the transformer part alone).
+            for what, c in (("max_diff_vs_base", "base"), ("max_diff_vs_transformer_only", "peft")):
+                ref = PIL.Image.open(dump_lora.OUT / f"flux1_{c}_{dtype_name}" / "image_0.png")
+                rec[what][dtype_name] = dump_lora.max_diff(image, ref)
+        manifest["cases"].append(rec)
+        print(case["name"], rec["max_diff_vs_base"], rec["max_diff_vs_transformer_only"])
+    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
