@@ -115,22 +115,25 @@ void print_lora(const LoraInfo& l, bool json) {
   fmt::print("rank:    {}\n", ranks);
   fmt::print("alpha:   {}\n", alphas.empty() ? std::string("none (factor 1)") : alphas);
   fmt::print("sha256:  {} (metadata records {})\n", l.sha256, l.sha256.substr(0, 12));
-  // Grouped over the block index: "double_blocks.N.img_attn.qkv  (19 blocks)".
+  // Grouped over the block (or CLIP layer) index: "double_blocks.N.img_attn.qkv  (19 blocks)".
   std::map<std::string, int> groups;
   for (const std::string& m : l.modules) {
     std::string g = m;
-    for (const char* blocks : {"blocks."}) {
+    for (const std::string blocks : {"blocks.", "layers."}) {
       const size_t at = g.find(blocks);
       if (at == std::string::npos) continue;
-      size_t end = at + std::string(blocks).size();
+      const size_t digits = at + blocks.size();
+      size_t end = digits;
       while (end < g.size() && g[end] >= '0' && g[end] <= '9') ++end;
-      if (end > at + std::string(blocks).size()) g.replace(at + 7, end - at - 7, "N");
+      if (end > digits) g.replace(digits, end - digits, "N");
     }
     ++groups[g];
   }
   fmt::print("modules: {} ({} layer kinds)\n", l.modules.size(), groups.size());
-  for (const auto& [g, n] : groups)
-    fmt::print("  {}{}\n", g, g.find(".N.") != std::string::npos ? fmt::format("  ({} blocks)", n) : "");
+  for (const auto& [g, n] : groups) {
+    const char* unit = g.find("layers.N.") != std::string::npos ? "layers" : "blocks";
+    fmt::print("  {}{}\n", g, g.find(".N.") != std::string::npos ? fmt::format("  ({} {})", n, unit) : "");
+  }
 }
 
 int run_info(const InfoOptions& options) {

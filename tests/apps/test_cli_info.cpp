@@ -214,6 +214,15 @@ TEST_F(CliInfo, LoraFile) {
   const std::string sha = manifest["families"]["klein"]["formats"]["kohya"]["sha256"];
   EXPECT_NE(r.out.find(sha), std::string::npos) << r.out;
 
+  // CLIP-L modules (a FLUX.1 LoRA's text-encoder part) are grouped over the layer index.
+  const RunResult te = run(
+      "info " +
+      shell_quote((fs::path(FLUXRT_TEST_DATA_DIR) / "lora_text_encoder" / "kohya_te.safetensors").string()));
+  ASSERT_EQ(te.exit_code, 0) << te.err;
+  EXPECT_NE(te.out.find("family:  FLUX.1"), std::string::npos) << te.out;
+  EXPECT_NE(te.out.find("text_encoder.encoder.layers.N.mlp.fc1  (2 layers)"), std::string::npos) << te.out;
+  EXPECT_NE(te.out.find("modules: 12 (6 layer kinds)"), std::string::npos) << te.out;
+
   const RunResult j = run("info --json " + shell_quote((lora / "flux1" / "xlabs.safetensors").string()));
   ASSERT_EQ(j.exit_code, 0) << j.err;
   const nlohmann::json doc = nlohmann::json::parse(j.out)["lora"];
