@@ -65,7 +65,10 @@ void Scheduler::abandon(const std::shared_ptr<Job>& job) {
   }
   if (dropped) {
     job->error_.emplace(ErrorCode::Cancelled, "cancelled while queued");
-    job->update([](Job::State& s) { s.done = true; });
+    job->update([](Job::State& s) {
+      s.done = true;
+      s.done_at = Job::Clock::now();
+    });
   }
 }
 
@@ -147,6 +150,7 @@ void Scheduler::run(const std::vector<std::shared_ptr<Job>>& batch) {
   for (const auto& job : batch)
     job->update([&](Job::State& s) {
       s.started = true;
+      s.started_at = Job::Clock::now();
       s.batch_size = images;
     });
   metrics_.observe_batch(images);
@@ -219,7 +223,10 @@ void Scheduler::run(const std::vector<std::shared_ptr<Job>>& batch) {
       job.result_ = std::move(results[i]);
     else
       job.error_.emplace(ErrorCode::Internal, "the batch returned no result for this request");
-    job.update([](Job::State& s) { s.done = true; });
+    job.update([](Job::State& s) {
+      s.done = true;
+      s.done_at = Job::Clock::now();
+    });
   }
 }
 

@@ -43,6 +43,7 @@ class Job {
     int step = 0, total = 0;
     uint64_t version = 0;  // bumps at every change
     int batch_size = 0;    // images in the batch it ran in
+    Clock::time_point started_at{}, done_at{};  // set with started / done
   };
   State state() const;
   // Waits until the state's version passes `seen` or `timeout` passes; returns the state.

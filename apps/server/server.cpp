@@ -663,6 +663,13 @@ void ImageServer::Impl::answer(const httplib::Request& req, httplib::Response& r
                {"output_format", r.output_format}};
   metrics_.add_images(int(result.images.size()));
   metrics_.observe_latency(std::chrono::duration<double>(Job::Clock::now() - job->enqueued).count());
+  // W3C Server-Timing: how long the request waited in the queue and how long it ran, so a client
+  // can tell a busy server from a slow one.
+  auto ms = [](Job::Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  char timing[96];
+  std::snprintf(timing, sizeof timing, "queue;dur=%.1f, generate;dur=%.1f", ms(s.started_at - job->enqueued),
+                ms(s.done_at - s.started_at));
+  res.set_header("Server-Timing", timing);
   res.set_content(body.dump(), "application/json");
 }
 

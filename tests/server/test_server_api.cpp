@@ -62,6 +62,12 @@ TEST_F(ServerApi, GenerationMatchesTheEngineAloneWithTheCliTextChunks) {
   EXPECT_EQ(j["output_format"], "png");
   ASSERT_EQ(j["data"].size(), 1u);
   EXPECT_TRUE(j["data"][0]["revised_prompt"].is_null());
+  // Server-Timing (W3C): the queue wait and the generation, in ms.
+  const std::string timing = r->get_header_value("Server-Timing");
+  std::smatch t;
+  ASSERT_TRUE(std::regex_match(timing, t, std::regex(R"(queue;dur=(\d+\.\d), generate;dur=(\d+\.\d))")))
+      << timing;
+  EXPECT_GT(std::stod(t[2].str()), 0.0) << timing;
   const std::string png = base64_decode(j["data"][0]["b64_json"]);
 
   Engine engine(kDemoModel);
