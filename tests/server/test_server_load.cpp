@@ -17,6 +17,7 @@ TEST(ServerLoad, HundredRequestsSixteenClientsNoFailure) {
   const LoadResult r = run_load(s->port(), 100, 16, 1);
   std::printf("load: %d ok, %d cancelled, %d failed in %.1f s; latency p50 %.3f s, p99 %.3f s\n", r.ok,
               r.cancelled, r.failed, r.wall_s, r.percentile(0.5), r.percentile(0.99));
+  std::printf("slowest non-streamed: %.3f s; server: %s\n", r.slowest_s, r.slowest_server_timing.c_str());
   for (const std::string& f : r.failures) ADD_FAILURE() << f;
   EXPECT_EQ(r.failed, 0);
   EXPECT_EQ(r.ok + r.cancelled, 100);
