@@ -178,23 +178,14 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
 std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() const {
   ScopedTimer span(options.profiler, kSpanLoadTextEncoder);
   auto enc = std::make_unique<Flux1TextEncoders>();
-  models::T5EncoderOptions t5_options;
-  t5_options.dtype = options.dtype;
-  t5_options.device = options.device;
   const bool synthetic = !synthetic_variant.empty();
   auto load_clip = [&] {
     enc->clip = make_clip(options.loras);
     enc->clip_tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
         tokenizers::ClipTokenizer::from_directory(synthetic ? clip_tokenizer_dir : root / "tokenizer"));
   };
-  auto load_t5 = [&] {
-    if (!synthetic) return models::T5PromptEmbedder::load(root, t5_options);
-    return std::make_unique<models::T5PromptEmbedder>(
-        models::T5Encoder::synthetic(t5_config, t5_options, synthetic_seed + 2),
-        tokenizers::T5Tokenizer::from_directory(t5_tokenizer_dir));
-  };
   // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
-  load_components({load_clip, [&] { enc->t5 = load_t5(); }}, options.parallel_load);
+  load_components({load_clip, [&] { enc->t5 = make_t5(options.loras); }}, options.parallel_load);
   return enc;
 }
 
@@ -208,6 +199,18 @@ std::unique_ptr<models::ClipTextModel> Flux1Pipeline::Impl::make_clip(
     return std::make_unique<models::ClipTextModel>(
         models::ClipTextModel::synthetic(clip_config, o, synthetic_seed + 1));
   return std::make_unique<models::ClipTextModel>(models::ClipTextModel::load(root / "text_encoder", o));
+}
+
+std::unique_ptr<models::T5PromptEmbedder> Flux1Pipeline::Impl::make_t5(
+    const std::vector<models::LoraSpec>& loras) const {
+  models::T5EncoderOptions o;
+  o.dtype = options.dtype;
+  o.device = options.device;
+  o.loras = loras;
+  if (synthetic_variant.empty()) return models::T5PromptEmbedder::load(root, o);
+  return std::make_unique<models::T5PromptEmbedder>(
+      models::T5Encoder::synthetic(t5_config, o, synthetic_seed + 2),
+      tokenizers::T5Tokenizer::from_directory(t5_tokenizer_dir));
 }
 
 std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encoder) const {

@@ -73,6 +73,8 @@ struct Flux1Pipeline::Impl {
   std::unique_ptr<Flux1TextEncoders> make_text_encoders() const;
   // The CLIP text model with `loras`' CLIP parts merged (the engine's own LoRAs are not added).
   std::unique_ptr<models::ClipTextModel> make_clip(const std::vector<models::LoraSpec>& loras) const;
+  // T5 with its tokenizer and `loras`' T5 parts merged (likewise).
+  std::unique_ptr<models::T5PromptEmbedder> make_t5(const std::vector<models::LoraSpec>& loras) const;
   std::unique_ptr<models::Flux1Vae> make_vae(bool with_encoder) const;
 
   ComponentLease<models::Flux1Transformer> transformer_lease();

@@ -314,14 +314,19 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   {
     auto encoders = m.text_encoders_lease();
     ScopedTimer span(prof, kSpanTextEncoding);
-    // A request's LoRAs that adapt CLIP too: a copy of CLIP-L (246 MB in bf16) made for this
-    // request with the engine's and the request's LoRAs merged, as FluxPipeline applies both.
+    // A request's LoRAs that adapt a text encoder too: a copy of that encoder made for this request
+    // with the engine's and the request's LoRAs merged (CLIP-L is 246 MB in bf16; T5-XXL 9.5 GB,
+    // which low-memory mode loads per request anyway).
     std::unique_ptr<models::ClipTextModel> clip_with_loras;
-    if (!request.loras.empty() && models::loras_adapt_clip_text(request.loras)) {
+    std::unique_ptr<models::T5PromptEmbedder> t5_with_loras;
+    if (!request.loras.empty()) {
       std::vector<models::LoraSpec> all = m.options.loras;
       all.insert(all.end(), request.loras.begin(), request.loras.end());
-      clip_with_loras = m.make_clip(all);
+      if (models::loras_adapt(request.loras, models::LoraComponent::ClipText))
+        clip_with_loras = m.make_clip(all);
+      if (models::loras_adapt(request.loras, models::LoraComponent::T5Text)) t5_with_loras = m.make_t5(all);
     }
+    const models::T5PromptEmbedder& t5 = t5_with_loras ? *t5_with_loras : *encoders->t5;
     // The two encoders timed apart (sub-spans of kSpanTextEncoding): T5-XXL costs orders of
     // magnitude more than CLIP-L, and the report should say which one a slow encode is.
     auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
@@ -331,7 +336,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
         ops::synchronize(m.options.device);  // each span ends when the device has finished
       }
       ScopedTimer t5_span(prof, kSpanTextEncodingT5);
-      embeds = repeat_rows(encoders->t5->embed(prompts, max_len).embeds, repeats);  // [B, L, 4096]
+      embeds = repeat_rows(t5.embed(prompts, max_len).embeds, repeats);  // [B, L, 4096]
       ops::synchronize(m.options.device);
     };
     encode(request.prompts, prompt_embeds, pooled);

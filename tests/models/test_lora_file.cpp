@@ -70,6 +70,15 @@ TEST(LoraFile, EverySchemeNamesTheSameModule) {
        "text_encoder.encoder.layers.1.mlp.fc1", "diffusers/PEFT"},
       {"text_encoders.clip_l.transformer.text_model.encoder.layers.2.self_attn.v_proj", ".lora_down.weight",
        ".lora_up.weight", "text_encoder.encoder.layers.2.self_attn.v_proj", "ComfyUI"},
+      // T5 (FLUX.1's text_encoder_2): kohya's lora_te3_, OneTrainer's lora_te2_, diffusers, ComfyUI.
+      {"lora_te3_encoder_block_0_layer_0_SelfAttention_q", ".lora_down.weight", ".lora_up.weight",
+       "text_encoder_2.encoder.block.0.layer.0.SelfAttention.q", "kohya"},
+      {"lora_te2_encoder_block_5_layer_1_DenseReluDense_wi_1", ".lora_down.weight", ".lora_up.weight",
+       "text_encoder_2.encoder.block.5.layer.1.DenseReluDense.wi_1", "kohya"},
+      {"text_encoder_2.encoder.block.23.layer.1.DenseReluDense.wo", ".lora_A.weight", ".lora_B.weight",
+       "text_encoder_2.encoder.block.23.layer.1.DenseReluDense.wo", "diffusers/PEFT"},
+      {"text_encoders.t5xxl.transformer.encoder.block.1.layer.0.SelfAttention.o", ".lora_down.weight",
+       ".lora_up.weight", "text_encoder_2.encoder.block.1.layer.0.SelfAttention.o", "ComfyUI"},
   };
   for (const Scheme& s : schemes) {
     const LoraFile f = parse_lora(module_tensors(s.stem, s.down, s.up), {}, "mem");
@@ -135,10 +144,11 @@ TEST(LoraFile, Refusals) {
   EXPECT_EQ(code_of({{"lycoris_single_blocks_0_linear1.lokr_w1", x}}), ErrorCode::Unsupported);
   EXPECT_EQ(code_of({{"double_blocks.0.img_attn.qkv.hada_w1_a", x}}), ErrorCode::Unsupported);
   EXPECT_EQ(code_of({{"img_in.dora_scale", x}}), ErrorCode::Unsupported);
-  EXPECT_EQ(code_of({{"lora_te3_encoder_block_0_layer_0_SelfAttention_q.lora_down.weight", x}}),
-            ErrorCode::Unsupported);  // T5
-  EXPECT_EQ(code_of({{"text_encoder_2.encoder.block.0.layer.0.SelfAttention.q.lora_A.weight", x}}),
-            ErrorCode::Unsupported);
+  // A T5 key naming no linear LoRA adapts (the relative position bias).
+  EXPECT_EQ(
+      code_of(
+          {{"lora_te3_encoder_block_0_layer_0_SelfAttention_relative_attention_bias.lora_down.weight", x}}),
+      ErrorCode::Format);
   // A CLIP key naming no linear LoRA adapts (the embeddings, the projection): listed, not applied.
   EXPECT_EQ(code_of({{"lora_te1_text_model_embeddings_token_embedding.lora_down.weight", x}}),
             ErrorCode::Format);

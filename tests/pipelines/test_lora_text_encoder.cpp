@@ -1,12 +1,14 @@
-// FLUX.1 LoRAs that also adapt the CLIP-L text encoder (issue 25, docs/lora.md) against diffusers on
-// the tiny FLUX.1-dev (tests/data/lora_text_encoder, made by
-// tools/reference/dump_lora_text_encoder.py with diffusers + PEFT):
+// FLUX.1 LoRAs that also adapt the text encoders (issue 25, docs/lora.md) on the tiny FLUX.1-dev
+// (tests/data/lora_text_encoder, made by tools/reference/dump_lora_text_encoder.py with diffusers +
+// PEFT):
 //   kohya_te      CLIP modules only, kohya names (lora_te1_text_model_..., alpha), strengths 1 and 0.5
 //   diffusers_te  diffusers' save_lora_weights of a transformer adapter and a CLIP adapter together
 //                 (each with its own lora_adapter_metadata entry)
+//   kohya_t5      T5 modules only (lora_te3_...), strengths 1 and 0.5; diffusers drops T5 parts, so
+//                 the reference is diffusers' pipeline on T5 weights the script merged
 // merged at load and per request: f32 within 2/255, bf16 SSIM >= 0.98 (docs/numerics.md); the
-// pipeline's own CLIP is untouched by a request's LoRA. Refusals: FLUX.2 (no CLIP), a CLIP module
-// of the wrong shape, T5 parts.
+// pipeline's own encoders are untouched by a request's LoRA. Refusals: FLUX.2 (no CLIP), a CLIP
+// module of the wrong shape, a CLIP layer the encoder lacks.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -83,9 +85,9 @@ void expect_matches(const io::Image& actual, const io::Image& expected, DType dt
   std::printf("%s: %s\n", what.c_str(), d.str().c_str());
 }
 
-class ClipLora : public ::testing::TestWithParam<DType> {};
+class TextEncoderLora : public ::testing::TestWithParam<DType> {};
 
-TEST_P(ClipLora, MergedAtLoadMatchesDiffusers) {
+TEST_P(TextEncoderLora, MergedAtLoadMatchesDiffusers) {
   const DType dt = GetParam();
   const io::Image kohya = load_flux1(dt, {spec("kohya_te")})->generate(request()).images.at(0);
   expect_matches(kohya, reference("kohya_te", dt), dt, "kohya CLIP LoRA merged");
@@ -96,7 +98,7 @@ TEST_P(ClipLora, MergedAtLoadMatchesDiffusers) {
 }
 
 // Per request: a copy of CLIP with the LoRA for that request; the next request is the base again.
-TEST_P(ClipLora, PerRequestMatchesDiffusersAndLeavesTheEncoder) {
+TEST_P(TextEncoderLora, PerRequestMatchesDiffusersAndLeavesTheEncoder) {
   const DType dt = GetParam();
   const auto pipe = load_flux1(dt);
   const GenerateResult base = pipe->generate(request());
@@ -111,7 +113,22 @@ TEST_P(ClipLora, PerRequestMatchesDiffusersAndLeavesTheEncoder) {
       << "a request's CLIP LoRA changed the pipeline's encoder";
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, ClipLora, ::testing::Values(DType::F32, DType::BF16),
+// T5 parts: merged at load and per request give the image of the merged T5 weights.
+TEST_P(TextEncoderLora, T5PartsMergedAndPerRequest) {
+  const DType dt = GetParam();
+  const io::Image merged = load_flux1(dt, {spec("kohya_t5")})->generate(request()).images.at(0);
+  expect_matches(merged, reference("kohya_t5", dt), dt, "kohya T5 LoRA merged");
+  if (dt == DType::F32)  // the T5 part moves the f32 image beyond the tolerance: it was applied
+    EXPECT_GT(test::compare_images(io::to_rgb(merged), base_image(dt)).max_abs, 2);
+  const auto pipe = load_flux1(dt);
+  const GenerateResult base = pipe->generate(request());
+  expect_matches(pipe->generate(request({spec("kohya_t5", 0.5f)})).images.at(0),
+                 reference("kohya_t5_half", dt), dt, "kohya T5 LoRA at 0.5 per request");
+  EXPECT_TRUE(pipe->generate(request()).images.at(0).pixels == base.images.at(0).pixels)
+      << "a request's T5 LoRA changed the pipeline's encoder";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, TextEncoderLora, ::testing::Values(DType::F32, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& i) {
                            return std::string(dtype_dir(i.param));
                          });

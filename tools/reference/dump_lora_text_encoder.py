@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""Ground truth for FLUX.1 LoRAs that also adapt the CLIP-L text encoder (issue 25, docs/lora.md):
-random CLIP modules on the tiny FLUX.1-dev's text encoder, written the way kohya sd-scripts and
-diffusers write them, and the images diffusers' own load_lora_weights / set_adapters make, for
-tests/pipelines/test_lora_text_encoder.cpp.
+"""Ground truth for FLUX.1 LoRAs that also adapt the text encoders (issue 25, docs/lora.md): random
+CLIP-L and T5 modules on the tiny FLUX.1-dev, written the way kohya sd-scripts and diffusers write
+them, and the images, for tests/pipelines/test_lora_text_encoder.cpp.
 
 Writes tests/data/lora_text_encoder/:
-  kohya_te.safetensors  the transformer part of tests/data/lora/flux1/kohya.safetensors (dump_lora.py)
-      plus lora_te1_text_model_encoder_layers_N_{self_attn_(q|k|v|out)_proj, mlp_fc1, mlp_fc2}
-      .lora_down / .lora_up / .alpha (alpha = 2 * rank: factor 2) on every CLIP layer
-  te_only.safetensors   the same CLIP modules alone in diffusers / PEFT names
-      (text_encoder.text_model.encoder.layers.N....lora_A / lora_B, the factor baked into B)
-  <case>_<dtype>/image_0.png  diffusers' images (64x64, 2 steps; the prompt and seed of dump_lora.py)
-  manifest.json         the cases, and how far each image is from the transformer-only LoRA image
-      (tests/data/lora/flux1_peft_*: max |diff| in 8-bit steps), which shows the CLIP part matters
+  kohya_te.safetensors      CLIP modules only, kohya names
+      (lora_te1_text_model_encoder_layers_N_{self_attn_(q|k|v|out)_proj, mlp_fc1, mlp_fc2}
+      .lora_down / .lora_up / .alpha, alpha = 2 * rank: factor 2), on every CLIP layer
+  diffusers_te.safetensors  diffusers' own save_lora_weights of dump_lora.py's PEFT transformer
+      adapter plus a PEFT adapter with the same CLIP modules (lora_adapter_metadata per component)
+  kohya_t5.safetensors      T5 modules (q, k, v, o, wi_0, wi_1, wo of every block) in kohya's
+      lora_te3_ names with alpha
+  <case>_<dtype>/image_0.png  64x64, 2 steps, the prompt and seed of dump_lora.py: diffusers'
+      load_lora_weights / set_adapters images for the CLIP cases. diffusers drops T5 parts, so the
+      kohya_t5 images are the pipeline run on T5 weights this script merges itself (what the LoRA
+      was trained to do)
+  manifest.json             the cases, and how far each image is from dump_lora.py's base image and
+      transformer-only image (max |diff| in 8-bit steps): evidence that each encoder part matters
 
-Each CLIP module's delta is 50% of its weight's norm: the tiny encoder's pooled output reaches the
-image only through the modulation vectors, so smaller deltas barely show.
+Each module's delta is 50% of its weight's norm: the tiny encoders reach the image only through
+the modulation vectors and the text tokens, so smaller deltas barely show.
 
   /work/refenv/bin/python tools/reference/dump_lora_text_encoder.py
 """
@@ -99,6 +103,51 @@ def write_diffusers(mods):
     shutil.rmtree(folder)
 
 
+T5_LINEARS = ["layer.0.SelfAttention.q", "layer.0.SelfAttention.k", "layer.0.SelfAttention.v",
+              "layer.0.SelfAttention.o", "layer.1.DenseReluDense.wi_0", "layer.1.DenseReluDense.wi_1",
+              "layer.1.DenseReluDense.wo"]
+
+
+def t5_modules(pipe, seed):
+    """encoder.block.N.<linear> -> (A, B) as bf16 values, each delta 1.5x its weight's norm (the
+    tiny T5's tokens move the image less than CLIP's pooled vector)."""
+    g = torch.Generator().manual_seed(seed)
+    mods = {}
+    for i, block in enumerate(pipe.text_encoder_2.encoder.block):
+        for name in T5_LINEARS:
+            w = block.get_submodule(name).weight.detach().float()
+            a = torch.randn(RANK, w.shape[1], generator=g) / w.shape[1] ** 0.5
+            b = torch.randn(w.shape[0], RANK, generator=g)
+            b *= 1.5 * w.norm() / (FACTOR * b @ a).norm()
+            mods[f"encoder.block.{i}.{name}"] = (a.bfloat16(), b.bfloat16())
+    return mods
+
+
+def write_kohya_t5(mods):
+    """kohya sd-scripts' FLUX T5 prefix is lora_te3_ (lora_te1_ is CLIP-L)."""
+    sd = {}
+    for name, (a, b) in mods.items():
+        stem = "lora_te3_" + name.replace(".", "_")
+        sd[stem + ".lora_down.weight"] = a.contiguous()
+        sd[stem + ".lora_up.weight"] = b.contiguous()
+        sd[stem + ".alpha"] = torch.tensor(ALPHA)
+    save_file(sd, str(OUT / "kohya_t5.safetensors"))
+
+
+def render_t5_merged(mods, dtype_name, strength):
+    """diffusers drops T5 LoRA parts, so the reference is what the LoRA was trained to do: the T5
+    weights merged (W + strength * alpha / r * B A in f32, rounded once to the pipeline dtype) and
+    the pipeline run as it is."""
+    pipe = dump_lora.load_pipeline("flux1", dump_lora.DTYPES[dtype_name])
+    fp32 = dump_lora.load_pipeline("flux1", torch.float32).text_encoder_2  # the checkpoint's weights
+    with torch.no_grad():
+        for name, (a, b) in mods.items():
+            w = fp32.encoder.get_submodule(name.removeprefix("encoder.")).weight.float()
+            merged = w + strength * FACTOR * (b.float() @ a.float())
+            pipe.text_encoder_2.encoder.get_submodule(name.removeprefix("encoder.")).weight.copy_(merged)
+    return dump_lora.render(pipe)
+
+
 def cases():
     return [
         dict(name="kohya_te", file="kohya_te", strength=1.0, dtypes=["f32", "bf16"]),
@@ -121,6 +170,8 @@ def main():
     mods = clip_modules(dump_lora.load_pipeline("flux1", torch.float32), seed=9)
     write_kohya(mods)
     write_diffusers(mods)
+    t5 = t5_modules(dump_lora.load_pipeline("flux1", torch.float32), seed=10)
+    write_kohya_t5(t5)
     manifest = dict(generator="tools/reference/dump_lora_text_encoder.py", diffusers="0.42.1", rank=RANK,
                     alpha=ALPHA, cases=[])
     for case in cases():
@@ -136,6 +187,26 @@ def main():
                 rec[what][dtype_name] = dump_lora.max_diff(image, ref)
         manifest["cases"].append(rec)
         print(case["name"], rec["max_diff_vs_base"], rec["max_diff_vs_transformer_only"])
+    for strength, name in ((1.0, "kohya_t5"), (0.5, "kohya_t5_half")):
+        rec = dict(name=name, file="kohya_t5", strength=strength, dtypes=["f32", "bf16"], max_diff_vs_base={},
+                   reference="T5 weights merged by this script (diffusers drops T5 LoRA parts)")
+        for dtype_name in rec["dtypes"]:
+            out = OUT / f"{name}_{dtype_name}"
+            out.mkdir()
+            image = render_t5_merged(t5, dtype_name, strength)
+            image.save(out / "image_0.png")
+            ref = PIL.Image.open(dump_lora.OUT / f"flux1_base_{dtype_name}" / "image_0.png")
+            rec["max_diff_vs_base"][dtype_name] = dump_lora.max_diff(image, ref)
+        manifest["cases"].append(rec)
+        print(name, rec["max_diff_vs_base"])
+    # What diffusers itself makes of the T5 file: the base image (it drops the parts).
+    pipe = dump_lora.load_pipeline("flux1", torch.float32)
+    try:
+        pipe.load_lora_weights(str(OUT / "kohya_t5.safetensors"), adapter_name="t5")
+        manifest["diffusers_on_kohya_t5_max_diff_vs_base_f32"] = dump_lora.max_diff(
+            dump_lora.render(pipe), PIL.Image.open(dump_lora.OUT / "flux1_base_f32" / "image_0.png"))
+    except Exception as e:  # noqa: BLE001 - recorded in the manifest
+        manifest["diffusers_on_kohya_t5"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 

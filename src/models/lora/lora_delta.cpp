@@ -48,7 +48,17 @@ bool family_fits(LoraFamilyHint hint, LoraModelFamily family) {
          (hint == LoraFamilyHint::Flux1) == (family == LoraModelFamily::Flux1);
 }
 
-bool is_clip_text_module(const std::string& module) { return module.rfind(kClipTextModulePrefix, 0) == 0; }
+LoraComponent component_of(const std::string& module) {
+  if (module.rfind(kClipTextModulePrefix, 0) == 0) return LoraComponent::ClipText;
+  if (module.rfind(kT5TextModulePrefix, 0) == 0) return LoraComponent::T5Text;
+  return LoraComponent::Transformer;
+}
+
+const char* module_prefix(LoraComponent c) {
+  return c == LoraComponent::ClipText ? kClipTextModulePrefix
+         : c == LoraComponent::T5Text ? kT5TextModulePrefix
+                                      : "";
+}
 
 }  // namespace
 
@@ -57,17 +67,20 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
   FLUXRT_CHECK(family_fits(lora.family, family), ErrorCode::Format,
                "{}: a {} LoRA (its layer '{}' exists only there) cannot be applied to a {} transformer",
                lora.path, lora_family_name(lora.family), lora.family_module, family_name(family));
-  const bool clip = component == LoraComponent::ClipText;
-  const std::string model = clip ? "CLIP text encoder" : std::string(family_name(family)) + " transformer";
+  const bool encoder = component != LoraComponent::Transformer;
+  const std::string model = component == LoraComponent::ClipText ? "CLIP text encoder"
+                            : component == LoraComponent::T5Text
+                                ? "T5 text encoder"
+                                : std::string(family_name(family)) + " transformer";
   std::vector<LoraDelta> out;
   std::vector<std::string> unmatched;
   for (const LoraModule& m : lora.modules) {
-    if (is_clip_text_module(m.module) != clip) continue;  // the other component's part
-    // CLIPTextModel names as the encoder binds them ("encoder.layers.0.self_attn.q_proj.weight").
+    if (component_of(m.module) != component) continue;  // another component's part
+    // An encoder's own names as it binds them ("encoder.layers.0.self_attn.q_proj.weight").
     const std::vector<std::string> targets =
-        clip
-            ? std::vector<std::string>{m.module.substr(std::string(kClipTextModulePrefix).size()) + ".weight"}
-            : targets_of(m.module, family);
+        encoder ? std::vector<std::string>{m.module.substr(std::string(module_prefix(component)).size()) +
+                                           ".weight"}
+                : targets_of(m.module, family);
     std::vector<Shape> target_shapes;
     for (const auto& t : targets) {
       const std::optional<Shape> s = shapes(t);
@@ -132,11 +145,11 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
   return all;
 }
 
-bool loras_adapt_clip_text(const std::vector<LoraSpec>& specs) {
+bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component) {
   try {
     for (const LoraSpec& spec : specs)
       for (const LoraModule& m : read_lora_file(spec.path).modules)
-        if (is_clip_text_module(m.module)) return true;
+        if (component_of(m.module) == component) return true;
   } catch (const Error& e) {
     if (!e.field().empty()) throw;
     throw Error(e.code(), e.what(), "loras");

@@ -27,9 +27,10 @@ namespace fluxrt::models {
 
 enum class LoraModelFamily { Flux1, Flux2 };
 
-// Which model of the pipeline a list of deltas is for: a FLUX.1 LoRA may also adapt the CLIP-L
-// text encoder (modules named kClipTextModulePrefix + the CLIPTextModel module, lora_file.h).
-enum class LoraComponent { Transformer, ClipText };
+// Which model of the pipeline a list of deltas is for: a FLUX.1 LoRA may also adapt its CLIP-L and
+// T5 text encoders (modules named kClipTextModulePrefix / kT5TextModulePrefix + the encoder's own
+// module name, lora_file.h).
+enum class LoraComponent { Transformer, ClipText, T5Text };
 
 // One LoRA file and how strongly to apply it (negative allowed: subtracts the adapter).
 struct LoraSpec {
@@ -62,8 +63,8 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
                                    const LinearShapes& shapes,
                                    LoraComponent component = LoraComponent::Transformer);
 
-// Whether any of the files adapts the CLIP text encoder (errors as lora_deltas', field "loras").
-bool loras_adapt_clip_text(const std::vector<LoraSpec>& specs);
+// Whether any of the files adapts `component` (errors as lora_deltas', field "loras").
+bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component);
 
 // The shapes of a canonical checkpoint store's 2-D tensors.
 LinearShapes linear_shapes_of(const TensorStore& canonical);

@@ -136,7 +136,7 @@ std::string format_of_key(const std::string& key, const std::string& stem, const
   return is_diffusers_module(module) ? "diffusers/PEFT" : "BFL/ComfyUI";
 }
 
-std::string clip_format_of_key(const std::string& key) {
+std::string text_encoder_format_of_key(const std::string& key) {
   if (starts_with(key, "lora_te")) return "kohya";
   if (starts_with(key, "text_encoders.")) return "ComfyUI";
   return "diffusers/PEFT";
@@ -159,7 +159,7 @@ struct PeftAlphas {
 // ("transformer.lora_alpha", "text_encoder.lora_alpha"); a model's own save_lora_adapter writes
 // bare keys (the transformer's).
 struct PeftMetadata {
-  PeftAlphas transformer, text_encoder;
+  PeftAlphas transformer, text_encoder, text_encoder_2;
 };
 
 PeftMetadata read_peft_metadata(const std::map<std::string, std::string>& metadata,
@@ -175,10 +175,12 @@ PeftMetadata read_peft_metadata(const std::map<std::string, std::string>& metada
   }
   if (!j.is_object()) return out;
   for (auto& [k, v] : j.items()) {
-    const bool te = starts_with(k, "text_encoder.");
-    if (starts_with(k, "text_encoder_2.")) continue;  // T5 parts are refused by their keys
-    PeftAlphas& alphas = te ? out.text_encoder : out.transformer;
-    const std::string key = te ? k.substr(13) : starts_with(k, "transformer.") ? k.substr(12) : k;
+    const bool te = starts_with(k, "text_encoder."), te2 = starts_with(k, "text_encoder_2.");
+    PeftAlphas& alphas = te ? out.text_encoder : te2 ? out.text_encoder_2 : out.transformer;
+    const std::string key = te                               ? k.substr(13)
+                            : te2                            ? k.substr(15)
+                            : starts_with(k, "transformer.") ? k.substr(12)
+                                                             : k;
     if (key == "lora_alpha" && v.is_number()) alphas.lora_alpha = v.get<float>();
     if (key == "alpha_pattern" && v.is_object())
       for (auto& [name, a] : v.items())
@@ -187,43 +189,55 @@ PeftMetadata read_peft_metadata(const std::map<std::string, std::string>& metada
   return out;
 }
 
-// The prefixes of CLIP-L text-encoder modules (FLUX.1's text_encoder): kohya / OneTrainer
-// (lora_te1_, and lora_te_ of single-encoder files), diffusers / PEFT, ComfyUI.
-constexpr const char* kClipPrefixes[] = {"lora_te1_", "lora_te_", "text_encoder.",
-                                         "text_encoders.clip_l.transformer.", "te1."};
-// T5 parts: kohya writes lora_te3_, OneTrainer lora_te2_; diffusers itself drops them.
-constexpr const char* kT5Prefixes[] = {"lora_te2_", "lora_te3_", "text_encoder_2.", "text_encoders.t5xxl.",
-                                       "te2."};
+// The prefixes of text-encoder modules: kohya (lora_te1_ CLIP-L, lora_te3_ T5; lora_te_ in
+// single-encoder files), OneTrainer (lora_te1_ / lora_te2_), diffusers / PEFT (text_encoder.,
+// text_encoder_2.), ComfyUI. Which encoder a module is for is read from its name after the prefix.
+constexpr const char* kTextEncoderPrefixes[] = {"lora_te1_",
+                                                "lora_te2_",
+                                                "lora_te3_",
+                                                "lora_te_",
+                                                "text_encoder_2.",
+                                                "text_encoder.",
+                                                "text_encoders.clip_l.transformer.",
+                                                "text_encoders.t5xxl.transformer.",
+                                                "te1.",
+                                                "te2."};
 
 std::string refused_format(const std::string& key) {
   if (contains(key, "lokr_")) return "LyCORIS LoKr";
   if (contains(key, "hada_")) return "LyCORIS LoHa";
   if (contains(key, "dora_scale")) return "DoRA";
-  for (const char* p : kT5Prefixes)
-    if (starts_with(key, p)) return "T5 text-encoder LoRA";
   return {};
 }
 
-// A CLIP text-encoder key stem -> "text_encoder." + the CLIPTextModel module it adapts
-// ("text_encoder.encoder.layers.0.self_attn.q_proj"); nullopt when the stem is not CLIP's, or names
-// a part the encoder has no linear for.
-std::optional<std::string> clip_module(const std::string& stem) {
+// A text-encoder key stem -> the module it adapts, named kClipTextModulePrefix + the
+// CLIPTextModel module ("text_encoder.encoder.layers.0.self_attn.q_proj") or kT5TextModulePrefix +
+// the T5EncoderModel module ("text_encoder_2.encoder.block.0.layer.0.SelfAttention.q"); nullopt
+// when the stem is no text encoder's, "" when it names a part no LoRA here adapts.
+std::optional<std::string> text_encoder_module(const std::string& stem) {
   std::string rest;
-  for (const char* p : kClipPrefixes)
+  for (const char* p : kTextEncoderPrefixes)
     if (starts_with(stem, p)) {
       rest = stem.substr(std::string(p).size());
       break;
     }
   if (rest.empty()) return std::nullopt;
   std::replace(rest.begin(), rest.end(), '.', '_');
-  static const std::regex attn(R"((?:text_model_)?encoder_layers_(\d+)_self_attn_(q|k|v|out)_proj)");
-  static const std::regex mlp(R"((?:text_model_)?encoder_layers_(\d+)_mlp_(fc1|fc2))");
+  static const std::regex clip_attn(R"((?:text_model_)?encoder_layers_(\d+)_self_attn_(q|k|v|out)_proj)");
+  static const std::regex clip_mlp(R"((?:text_model_)?encoder_layers_(\d+)_mlp_(fc1|fc2))");
+  static const std::regex t5_attn(R"(encoder_block_(\d+)_layer_0_SelfAttention_(q|k|v|o))");
+  static const std::regex t5_ff(R"(encoder_block_(\d+)_layer_1_DenseReluDense_(wi_0|wi_1|wo))");
+  const std::string clip = kClipTextModulePrefix, t5 = kT5TextModulePrefix;
   std::smatch g;
-  if (std::regex_match(rest, g, attn))
-    return "text_encoder.encoder.layers." + g[1].str() + ".self_attn." + g[2].str() + "_proj";
-  if (std::regex_match(rest, g, mlp))
-    return "text_encoder.encoder.layers." + g[1].str() + ".mlp." + g[2].str();
-  return std::string();  // a CLIP key, but no layer LoRA can adapt
+  if (std::regex_match(rest, g, clip_attn))
+    return clip + "encoder.layers." + g[1].str() + ".self_attn." + g[2].str() + "_proj";
+  if (std::regex_match(rest, g, clip_mlp))
+    return clip + "encoder.layers." + g[1].str() + ".mlp." + g[2].str();
+  if (std::regex_match(rest, g, t5_attn))
+    return t5 + "encoder.block." + g[1].str() + ".layer.0.SelfAttention." + g[2].str();
+  if (std::regex_match(rest, g, t5_ff))
+    return t5 + "encoder.block." + g[1].str() + ".layer.1.DenseReluDense." + g[2].str();
+  return std::string();
 }
 
 }  // namespace
@@ -276,18 +290,18 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
         !starts_with(suffix->text, ".lora") && !contains(key, ".processor."))
       suffix = nullptr;
     const std::string raw_stem = suffix ? key.substr(0, key.size() - std::string(suffix->text).size()) : key;
-    const std::optional<std::string> clip = clip_module(raw_stem);
-    const std::string stem = clip ? raw_stem : strip_prefixes(raw_stem);
-    std::optional<std::string> module = !suffix ? std::nullopt : clip ? clip : dotted_module(stem);
+    const std::optional<std::string> te = text_encoder_module(raw_stem);
+    const std::string stem = te ? raw_stem : strip_prefixes(raw_stem);
+    std::optional<std::string> module = !suffix ? std::nullopt : te ? te : dotted_module(stem);
     if (!module || module->empty()) {
       unmatched.push_back(key);
       continue;
     }
     LoraModule& m = by_module[*module];
     if (m.key.empty()) m.key = raw_stem;
-    formats.insert(clip ? clip_format_of_key(key) : format_of_key(key, stem, *module));
-    // FLUX.2 has no CLIP encoder.
-    const LoraFamilyHint family = clip ? LoraFamilyHint::Flux1 : family_of_module(*module);
+    formats.insert(te ? text_encoder_format_of_key(key) : format_of_key(key, stem, *module));
+    // FLUX.2's text encoder is Qwen3: CLIP and T5 parts are FLUX.1's.
+    const LoraFamilyHint family = te ? LoraFamilyHint::Flux1 : family_of_module(*module);
     if (family != LoraFamilyHint::Unknown && out.family_module.empty()) out.family_module = *module;
     families.insert(family);
     const std::string what = description + ": '" + key + "'";
@@ -306,7 +320,8 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
         break;
     }
     if (!m.alpha && suffix->role != Role::Alpha) {
-      const PeftAlphas& alphas = clip ? peft.text_encoder : peft.transformer;
+      const bool t5 = te && starts_with(*module, kT5TextModulePrefix);
+      const PeftAlphas& alphas = !te ? peft.transformer : t5 ? peft.text_encoder_2 : peft.text_encoder;
       for (const auto& [pattern, a] : alphas.pattern)
         if (stem == pattern || ends_with(stem, "." + pattern)) m.alpha = a;
       if (!m.alpha && alphas.lora_alpha) m.alpha = alphas.lora_alpha;

@@ -15,9 +15,12 @@
 //                      OneTrainer; lora_te_ too), text_encoder.text_model.encoder.layers.0... (diffusers),
 //                      text_encoders.clip_l.transformer.text_model... (ComfyUI): attention projections
 //                      and MLP fc1 / fc2, named kClipTextModulePrefix + the CLIPTextModel module.
+//   T5 text encoder (FLUX.1): lora_te3_encoder_block_0_layer_0_SelfAttention_q (kohya; lora_te2_
+//                      OneTrainer), text_encoder_2.encoder.block.0... (diffusers names),
+//                      text_encoders.t5xxl.transformer.encoder... (ComfyUI): q, k, v, o, wi_0, wi_1, wo,
+//                      named kT5TextModulePrefix + the T5EncoderModel module.
 // Refused by name, never applied in part: LyCORIS LoKr (lokr_w1...) and LoHa (hada_w1_a...),
-// DoRA (dora_scale), T5 text-encoder parts (lora_te2_ / lora_te3_, text_encoder_2.,
-// text_encoders.t5xxl.), and any key that matches none of the above (listed in the error).
+// DoRA (dora_scale), and any key that matches none of the above (listed in the error).
 //
 // The factor of a module: a `.scale` tensor when present, else alpha / rank (rank = rows of A),
 // alpha from the `.alpha` tensor, else from diffusers' `lora_adapter_metadata` header entry
@@ -31,13 +34,15 @@
 
 namespace fluxrt::models {
 
-// Modules of the CLIP text encoder are named this + the CLIPTextModel module name.
+// Modules of FLUX.1's text encoders are named these + the CLIPTextModel / T5EncoderModel module.
 inline constexpr const char* kClipTextModulePrefix = "text_encoder.";
+inline constexpr const char* kT5TextModulePrefix = "text_encoder_2.";
 
 struct LoraModule {
   std::string key;     // the stored key stem, for messages: "lora_unet_double_blocks_0_img_attn_qkv"
   std::string module;  // normalised: "double_blocks.0.img_attn.qkv", "transformer_blocks.0.attn.to_q",
-                       // "text_encoder.encoder.layers.0.mlp.fc1"
+                       // "text_encoder.encoder.layers.0.mlp.fc1",
+                       // "text_encoder_2.encoder.block.0.layer.1.DenseReluDense.wo"
   Tensor down;         // A [r, in], as stored
   Tensor up;           // B [out, r], as stored
   std::optional<float> alpha;
@@ -62,7 +67,7 @@ struct LoraFile {
 const char* lora_family_name(LoraFamilyHint family);
 
 // Reads and classifies `path` (the usual safetensors errors for an unreadable file). Throws Format
-// listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA / T5 keys.
+// listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA keys.
 LoraFile read_lora_file(const std::string& path);
 
 // The same over tensors already in memory (tests, the fuzzer): `metadata` is the safetensors

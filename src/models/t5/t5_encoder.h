@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "models/lora/lora_delta.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -53,6 +54,9 @@ int64_t t5_relative_position_bucket(int64_t relative_position, int64_t num_bucke
 struct T5EncoderOptions {
   DType dtype = DType::BF16;  // activation and output dtype; F32 widens the weights once at load
   Device device = Device::cpu();
+  // LoRA files whose T5 parts are merged into the weights at load (their other parts are the
+  // other models'); files without a T5 part change nothing here.
+  std::vector<LoraSpec> loras;
 };
 
 class T5Encoder {
