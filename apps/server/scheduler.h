@@ -41,8 +41,8 @@ class Job {
   struct State {
     bool started = false, done = false;
     int step = 0, total = 0;
-    uint64_t version = 0;  // bumps at every change
-    int batch_size = 0;    // images in the batch it ran in
+    uint64_t version = 0;                       // bumps at every change
+    int batch_size = 0;                         // images in the batch it ran in
     Clock::time_point started_at{}, done_at{};  // set with started / done
   };
   State state() const;
