@@ -33,7 +33,7 @@ def inspect_model(model: str) -> dict:
 def inspect_lora(path: str) -> dict:
     """`fluxrt info`'s data for a LoRA file: its key format, the family it is for, its ranks and
     alphas, the layers it adapts and its SHA-256. Raises the loader's error for a file fluxrt
-    cannot apply (LoKr, LoHa, DoRA, text-encoder parts, unknown keys, a corrupt file)."""
+    cannot apply (LoKr, LoHa, DoRA, unknown keys, a corrupt file)."""
     import os
 
     return _fluxrt.inspect_lora(os.fspath(path))
