@@ -175,17 +175,18 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
   return models::Flux1Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
 }
 
-std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders() const {
+std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders(
+    const std::vector<models::LoraSpec>& loras) const {
   ScopedTimer span(options.profiler, kSpanLoadTextEncoder);
   auto enc = std::make_unique<Flux1TextEncoders>();
   const bool synthetic = !synthetic_variant.empty();
   auto load_clip = [&] {
-    enc->clip = make_clip(options.loras);
+    enc->clip = make_clip(loras);
     enc->clip_tokenizer = std::make_unique<tokenizers::ClipTokenizer>(
         tokenizers::ClipTokenizer::from_directory(synthetic ? clip_tokenizer_dir : root / "tokenizer"));
   };
   // CLIP (small) on its own thread next to T5-XXL (9.5 GB), so neither waits for the other.
-  load_components({load_clip, [&] { enc->t5 = make_t5(options.loras); }}, options.parallel_load);
+  load_components({load_clip, [&] { enc->t5 = make_t5(loras); }}, options.parallel_load);
   return enc;
 }
 
@@ -231,8 +232,8 @@ std::unique_ptr<models::Flux1Vae> Flux1Pipeline::Impl::make_vae(bool with_encode
 void Flux1Pipeline::Impl::load_resident() {
   Stopwatch total;
   load_components(
-      {[this] { text_encoders = make_text_encoders(); }, [this] { transformer = make_transformer(); },
-       [this] { vae = make_vae(options.load_vae_encoder); }},
+      {[this] { text_encoders = make_text_encoders(options.loras); },
+       [this] { transformer = make_transformer(); }, [this] { vae = make_vae(options.load_vae_encoder); }},
       options.parallel_load);
   transformer_config = transformer->config();
   if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
@@ -244,9 +245,10 @@ ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease(
   return ComponentLease<models::Flux1Transformer>(make_transformer());
 }
 
-ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease() {
+ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease(
+    const std::vector<models::LoraSpec>& loras) {
   if (text_encoders) return ComponentLease<Flux1TextEncoders>(text_encoders.get());
-  return ComponentLease<Flux1TextEncoders>(make_text_encoders());
+  return ComponentLease<Flux1TextEncoders>(make_text_encoders(loras));
 }
 
 ComponentLease<models::Flux1Vae> Flux1Pipeline::Impl::vae_lease(bool with_encoder) {

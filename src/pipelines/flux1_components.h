@@ -70,7 +70,8 @@ struct Flux1Pipeline::Impl {
 
   // Each records its load span in options.profiler.
   std::unique_ptr<models::Flux1Transformer> make_transformer() const;
-  std::unique_ptr<Flux1TextEncoders> make_text_encoders() const;
+  // Both encoders with `loras`' text-encoder parts merged.
+  std::unique_ptr<Flux1TextEncoders> make_text_encoders(const std::vector<models::LoraSpec>& loras) const;
   // The CLIP text model with `loras`' CLIP parts merged (the engine's own LoRAs are not added).
   std::unique_ptr<models::ClipTextModel> make_clip(const std::vector<models::LoraSpec>& loras) const;
   // T5 with its tokenizer and `loras`' T5 parts merged (likewise).
@@ -78,7 +79,9 @@ struct Flux1Pipeline::Impl {
   std::unique_ptr<models::Flux1Vae> make_vae(bool with_encoder) const;
 
   ComponentLease<models::Flux1Transformer> transformer_lease();
-  ComponentLease<Flux1TextEncoders> text_encoders_lease();
+  // The resident encoders, or (low-memory mode) encoders made for this request with `loras`: the
+  // engine's and the request's LoRAs, so a request's text-encoder LoRA costs no second copy there.
+  ComponentLease<Flux1TextEncoders> text_encoders_lease(const std::vector<models::LoraSpec>& loras);
   ComponentLease<models::Flux1Vae> vae_lease(bool with_encoder);
 };
 

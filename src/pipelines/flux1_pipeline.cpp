@@ -312,16 +312,17 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
   Tensor prompt_embeds, pooled, negative_embeds, negative_pooled;
   {
-    auto encoders = m.text_encoders_lease();
+    // The engine's LoRAs, then the request's: a request whose LoRAs adapt a text encoder too gets
+    // that encoder with all of them merged. In low-memory mode the encoders are made for the
+    // request anyway; with resident encoders it is a copy for this request (CLIP-L 246 MB in
+    // bf16, T5-XXL 9.5 GB), and the resident ones never change.
+    std::vector<models::LoraSpec> all = m.options.loras;
+    all.insert(all.end(), request.loras.begin(), request.loras.end());
+    auto encoders = m.text_encoders_lease(all);
     ScopedTimer span(prof, kSpanTextEncoding);
-    // A request's LoRAs that adapt a text encoder too: a copy of that encoder made for this request
-    // with the engine's and the request's LoRAs merged (CLIP-L is 246 MB in bf16; T5-XXL 9.5 GB,
-    // which low-memory mode loads per request anyway).
     std::unique_ptr<models::ClipTextModel> clip_with_loras;
     std::unique_ptr<models::T5PromptEmbedder> t5_with_loras;
-    if (!request.loras.empty()) {
-      std::vector<models::LoraSpec> all = m.options.loras;
-      all.insert(all.end(), request.loras.begin(), request.loras.end());
+    if (m.text_encoders && !request.loras.empty()) {
       if (models::loras_adapt(request.loras, models::LoraComponent::ClipText))
         clip_with_loras = m.make_clip(all);
       if (models::loras_adapt(request.loras, models::LoraComponent::T5Text)) t5_with_loras = m.make_t5(all);

@@ -40,10 +40,11 @@ const fs::path kFlux1 = kData / "models/flux1-dev-tiny";
 
 const char* dtype_dir(DType d) { return d == DType::F32 ? "f32" : "bf16"; }
 
-std::unique_ptr<Pipeline> load_flux1(DType dtype, std::vector<LoraSpec> loras = {}) {
+std::unique_ptr<Pipeline> load_flux1(DType dtype, std::vector<LoraSpec> loras = {}, bool low_memory = false) {
   PipelineOptions o;
   o.dtype = dtype;
   o.parallel_load = false;
+  o.low_memory = low_memory;
   o.loras = std::move(loras);
   return Flux1Pipeline::load(kFlux1, o);
 }
@@ -126,6 +127,18 @@ TEST_P(TextEncoderLora, T5PartsMergedAndPerRequest) {
                  reference("kohya_t5_half", dt), dt, "kohya T5 LoRA at 0.5 per request");
   EXPECT_TRUE(pipe->generate(request()).images.at(0).pixels == base.images.at(0).pixels)
       << "a request's T5 LoRA changed the pipeline's encoder";
+}
+
+// Low-memory mode makes the encoders per request: with a request's text-encoder LoRAs (and the
+// engine's) merged into them, not as a second copy.
+TEST_P(TextEncoderLora, LowMemoryPerRequest) {
+  const DType dt = GetParam();
+  const auto pipe = load_flux1(dt, {}, /*low_memory=*/true);
+  expect_matches(pipe->generate(request({spec("kohya_te")})).images.at(0), reference("kohya_te", dt), dt,
+                 "low-memory kohya CLIP LoRA per request");
+  expect_matches(pipe->generate(request({spec("kohya_t5", 0.5f)})).images.at(0),
+                 reference("kohya_t5_half", dt), dt, "low-memory kohya T5 LoRA at 0.5 per request");
+  expect_matches(pipe->generate(request()).images.at(0), base_image(dt), dt, "low-memory base after");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TextEncoderLora, ::testing::Values(DType::F32, DType::BF16),
