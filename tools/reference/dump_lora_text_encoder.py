@@ -50,28 +50,34 @@ def clip_tower(pipe):
     return te.text_model if hasattr(te, "text_model") else te
 
 
-def clip_modules(pipe, seed):
-    """encoder.layers.N.<linear> -> (A [r, in], B [out, r]) as bf16 values."""
+def random_modules(layers, module_prefix, linears, seed, delta_ratio):
+    """module_prefix.N.<linear> -> (A [r, in], B [out, r]) as bf16 values for every layer N, each
+    delta delta_ratio times its weight's norm."""
     g = torch.Generator().manual_seed(seed)
     mods = {}
-    for i, layer in enumerate(clip_tower(pipe).encoder.layers):
-        for name in CLIP_LINEARS:
+    for i, layer in enumerate(layers):
+        for name in linears:
             w = layer.get_submodule(name).weight.detach().float()
             a = torch.randn(RANK, w.shape[1], generator=g) / w.shape[1] ** 0.5
             b = torch.randn(w.shape[0], RANK, generator=g)
-            b *= 0.5 * w.norm() / (FACTOR * b @ a).norm()
-            mods[f"encoder.layers.{i}.{name}"] = (a.bfloat16(), b.bfloat16())
+            b *= delta_ratio * w.norm() / (FACTOR * b @ a).norm()
+            mods[f"{module_prefix}.{i}.{name}"] = (a.bfloat16(), b.bfloat16())
     return mods
 
 
-def write_kohya(mods):
+def clip_modules(pipe, seed):
+    return random_modules(clip_tower(pipe).encoder.layers, "encoder.layers", CLIP_LINEARS, seed, 0.5)
+
+
+def write_kohya(mods, key_prefix, file_name):
+    """kohya names: key_prefix + the module with dots as underscores, lora_down / lora_up / alpha."""
     sd = {}
     for name, (a, b) in mods.items():
-        stem = "lora_te1_text_model_" + name.replace(".", "_")
+        stem = key_prefix + name.replace(".", "_")
         sd[stem + ".lora_down.weight"] = a.contiguous()
         sd[stem + ".lora_up.weight"] = b.contiguous()
         sd[stem + ".alpha"] = torch.tensor(ALPHA)
-    save_file(sd, str(OUT / "kohya_te.safetensors"))
+    save_file(sd, str(OUT / file_name))
 
 
 def write_diffusers(mods):
@@ -109,29 +115,9 @@ T5_LINEARS = ["layer.0.SelfAttention.q", "layer.0.SelfAttention.k", "layer.0.Sel
 
 
 def t5_modules(pipe, seed):
-    """encoder.block.N.<linear> -> (A, B) as bf16 values, each delta 1.5x its weight's norm (the
-    tiny T5's tokens move the image less than CLIP's pooled vector)."""
-    g = torch.Generator().manual_seed(seed)
-    mods = {}
-    for i, block in enumerate(pipe.text_encoder_2.encoder.block):
-        for name in T5_LINEARS:
-            w = block.get_submodule(name).weight.detach().float()
-            a = torch.randn(RANK, w.shape[1], generator=g) / w.shape[1] ** 0.5
-            b = torch.randn(w.shape[0], RANK, generator=g)
-            b *= 1.5 * w.norm() / (FACTOR * b @ a).norm()
-            mods[f"encoder.block.{i}.{name}"] = (a.bfloat16(), b.bfloat16())
-    return mods
-
-
-def write_kohya_t5(mods):
-    """kohya sd-scripts' FLUX T5 prefix is lora_te3_ (lora_te1_ is CLIP-L)."""
-    sd = {}
-    for name, (a, b) in mods.items():
-        stem = "lora_te3_" + name.replace(".", "_")
-        sd[stem + ".lora_down.weight"] = a.contiguous()
-        sd[stem + ".lora_up.weight"] = b.contiguous()
-        sd[stem + ".alpha"] = torch.tensor(ALPHA)
-    save_file(sd, str(OUT / "kohya_t5.safetensors"))
+    # Each delta 1.5x its weight's norm: the tiny T5's tokens move the image less than CLIP's
+    # pooled vector.
+    return random_modules(pipe.text_encoder_2.encoder.block, "encoder.block", T5_LINEARS, seed, 1.5)
 
 
 def render_t5_merged(mods, dtype_name, strength):
@@ -168,10 +154,10 @@ def main():
         shutil.rmtree(OUT)
     OUT.mkdir(parents=True)
     mods = clip_modules(dump_lora.load_pipeline("flux1", torch.float32), seed=9)
-    write_kohya(mods)
+    write_kohya(mods, "lora_te1_text_model_", "kohya_te.safetensors")
     write_diffusers(mods)
     t5 = t5_modules(dump_lora.load_pipeline("flux1", torch.float32), seed=10)
-    write_kohya_t5(t5)
+    write_kohya(t5, "lora_te3_", "kohya_t5.safetensors")  # kohya's FLUX T5 prefix (lora_te1_ is CLIP-L)
     manifest = dict(generator="tools/reference/dump_lora_text_encoder.py", diffusers="0.42.1", rank=RANK,
                     alpha=ALPHA, cases=[])
     for case in cases():
