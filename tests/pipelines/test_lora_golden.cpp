@@ -13,8 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,6 +23,7 @@
 #include "io/safetensors.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/lora_test_support.h"
 #include "support/image_compare.h"
 #include "support/random_tensor.h"
 
@@ -33,14 +32,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using models::LoraSpec;
+using test::error_of;
+using test::expect_lora_image_matches;
+using test::lora_dtype_dir;
+using test::lora_manifest;
+using test::lora_request;
+using test::temp_lora;
 
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
-const fs::path kLora = kData / "lora";
-
-nlohmann::json manifest() {
-  std::ifstream in(kLora / "manifest.json");
-  return nlohmann::json::parse(in);
-}
+const fs::path kLora = test::kLoraData;
 
 struct Family {
   std::string name;  // "flux1" / "klein"
@@ -65,42 +65,14 @@ LoraSpec spec(const Family& f, const std::string& format, float strength = 1.0f)
   return {(kLora / f.name / (format + ".safetensors")).string(), strength};
 }
 
-GenerateRequest request(std::vector<LoraSpec> loras = {}) {
-  const nlohmann::json m = manifest();
-  GenerateRequest r;
-  r.prompts = {m["prompt"].get<std::string>()};
-  r.seed = m["seed"].get<uint64_t>();
-  r.width = r.height = 64;
-  r.num_steps = 2;
-  r.max_sequence_length = 32;
-  r.loras = std::move(loras);
-  return r;
-}
-
-const char* dtype_dir(DType d) { return d == DType::F32 ? "f32" : "bf16"; }
-
 io::Image reference(const Family& f, const std::string& c, DType dtype) {
   return io::to_rgb(
-      io::read_png((kLora / (f.name + "_" + c + "_" + dtype_dir(dtype)) / "image_0.png").string()));
-}
-
-// The pipeline tolerances (docs/numerics.md): f32 every sample within 2/255, bf16 SSIM >= 0.98.
-void expect_matches(const io::Image& actual, const io::Image& expected, DType dtype,
-                    const std::string& what) {
-  ASSERT_EQ(actual.width, expected.width) << what;
-  ASSERT_EQ(actual.height, expected.height) << what;
-  const test::ImageDiff d = test::compare_images(io::to_rgb(actual), expected);
-  if (dtype == DType::F32) {
-    EXPECT_LE(d.max_abs, 2) << what << ": " << d.str();
-  } else {
-    EXPECT_GE(d.ssim, 0.98) << what << ": " << d.str();
-  }
-  std::printf("%s: %s\n", what.c_str(), d.str().c_str());
+      io::read_png((kLora / (f.name + "_" + c + "_" + lora_dtype_dir(dtype)) / "image_0.png").string()));
 }
 
 std::vector<std::string> formats_of(const Family& f) {
   std::vector<std::string> out;
-  const nlohmann::json m = manifest();
+  const nlohmann::json m = lora_manifest();
   for (const auto& [name, rec] : m["families"][f.name]["formats"].items())
     if (name != "xlabs") out.push_back(name);
   return out;
@@ -126,14 +98,14 @@ class LoraFormat : public ::testing::TestWithParam<FormatCase> {};
 TEST_P(LoraFormat, MergedAtLoadMatchesDiffusers) {
   const FormatCase& c = GetParam();
   const Family f = family_named(c.family);
-  const GenerateResult out = load(f, c.dtype, {spec(f, c.format)})->generate(request());
-  expect_matches(out.images.at(0), reference(f, "peft", c.dtype), c.dtype,
-                 c.family + " " + c.format + " merged");
+  const GenerateResult out = load(f, c.dtype, {spec(f, c.format)})->generate(lora_request());
+  expect_lora_image_matches(out.images.at(0), reference(f, "peft", c.dtype), c.dtype,
+                            c.family + " " + c.format + " merged");
 }
 
 INSTANTIATE_TEST_SUITE_P(Diffusers, LoraFormat, ::testing::ValuesIn(format_cases()),
                          [](const ::testing::TestParamInfo<FormatCase>& i) {
-                           return i.param.family + "_" + i.param.format + "_" + dtype_dir(i.param.dtype);
+                           return i.param.family + "_" + i.param.format + "_" + lora_dtype_dir(i.param.dtype);
                          });
 
 class LoraByDtype : public ::testing::TestWithParam<DType> {};
@@ -144,15 +116,16 @@ TEST_P(LoraByDtype, PerRequestMatchesDiffusersAndDetaches) {
   const DType dt = GetParam();
   for (const Family& f : {flux1(), klein()}) {
     const auto pipe = load(f, dt);
-    const GenerateResult base = pipe->generate(request());
-    expect_matches(base.images.at(0), reference(f, "base", dt), dt, f.name + " base");
-    expect_matches(pipe->generate(request({spec(f, "kohya")})).images.at(0), reference(f, "peft", dt), dt,
-                   f.name + " kohya per request");
-    expect_matches(pipe->generate(request({spec(f, "peft", 0.5f)})).images.at(0), reference(f, "half", dt),
-                   dt, f.name + " strength 0.5 per request");
-    expect_matches(pipe->generate(request({spec(f, "peft"), spec(f, "second", 0.7f)})).images.at(0),
-                   reference(f, "two", dt), dt, f.name + " two LoRAs per request");
-    const GenerateResult again = pipe->generate(request());
+    const GenerateResult base = pipe->generate(lora_request());
+    expect_lora_image_matches(base.images.at(0), reference(f, "base", dt), dt, f.name + " base");
+    expect_lora_image_matches(pipe->generate(lora_request({spec(f, "kohya")})).images.at(0),
+                              reference(f, "peft", dt), dt, f.name + " kohya per request");
+    expect_lora_image_matches(pipe->generate(lora_request({spec(f, "peft", 0.5f)})).images.at(0),
+                              reference(f, "half", dt), dt, f.name + " strength 0.5 per request");
+    expect_lora_image_matches(
+        pipe->generate(lora_request({spec(f, "peft"), spec(f, "second", 0.7f)})).images.at(0),
+        reference(f, "two", dt), dt, f.name + " two LoRAs per request");
+    const GenerateResult again = pipe->generate(lora_request());
     EXPECT_TRUE(again.images.at(0).pixels == base.images.at(0).pixels) << f.name << ": LoRA left attached";
   }
 }
@@ -160,12 +133,13 @@ TEST_P(LoraByDtype, PerRequestMatchesDiffusersAndDetaches) {
 TEST_P(LoraByDtype, StrengthsAndTwoLorasMerged) {
   const DType dt = GetParam();
   for (const Family& f : {flux1(), klein()}) {
-    expect_matches(load(f, dt, {spec(f, "peft", 0.5f)})->generate(request()).images.at(0),
-                   reference(f, "half", dt), dt, f.name + " strength 0.5 merged");
-    expect_matches(load(f, dt, {spec(f, "bfl", -0.7f)})->generate(request()).images.at(0),
-                   reference(f, "negative", dt), dt, f.name + " strength -0.7 merged");
-    expect_matches(load(f, dt, {spec(f, "peft"), spec(f, "second", 0.7f)})->generate(request()).images.at(0),
-                   reference(f, "two", dt), dt, f.name + " two LoRAs merged");
+    expect_lora_image_matches(load(f, dt, {spec(f, "peft", 0.5f)})->generate(lora_request()).images.at(0),
+                              reference(f, "half", dt), dt, f.name + " strength 0.5 merged");
+    expect_lora_image_matches(load(f, dt, {spec(f, "bfl", -0.7f)})->generate(lora_request()).images.at(0),
+                              reference(f, "negative", dt), dt, f.name + " strength -0.7 merged");
+    expect_lora_image_matches(
+        load(f, dt, {spec(f, "peft"), spec(f, "second", 0.7f)})->generate(lora_request()).images.at(0),
+        reference(f, "two", dt), dt, f.name + " two LoRAs merged");
   }
 }
 
@@ -174,11 +148,11 @@ TEST_P(LoraByDtype, MergedEqualsUnmerged) {
   const DType dt = GetParam();
   for (const Family& f : {flux1(), klein()}) {
     const GenerateResult merged =
-        load(f, dt, {spec(f, "peft"), spec(f, "second", 0.7f)})->generate(request());
+        load(f, dt, {spec(f, "peft"), spec(f, "second", 0.7f)})->generate(lora_request());
     const GenerateResult unmerged =
-        load(f, dt)->generate(request({spec(f, "peft"), spec(f, "second", 0.7f)}));
-    expect_matches(unmerged.images.at(0), io::to_rgb(merged.images.at(0)), dt,
-                   f.name + " merged vs unmerged");
+        load(f, dt)->generate(lora_request({spec(f, "peft"), spec(f, "second", 0.7f)}));
+    expect_lora_image_matches(unmerged.images.at(0), io::to_rgb(merged.images.at(0)), dt,
+                              f.name + " merged vs unmerged");
   }
 }
 
@@ -187,9 +161,9 @@ TEST_P(LoraByDtype, StrengthZeroIsTheBaseBitwise) {
   const DType dt = GetParam();
   for (const Family& f : {flux1(), klein()}) {
     const auto plain = load(f, dt);
-    const GenerateResult base = plain->generate(request());
-    const GenerateResult merged = load(f, dt, {spec(f, "peft", 0.0f)})->generate(request());
-    const GenerateResult unmerged = plain->generate(request({spec(f, "kohya", 0.0f)}));
+    const GenerateResult base = plain->generate(lora_request());
+    const GenerateResult merged = load(f, dt, {spec(f, "peft", 0.0f)})->generate(lora_request());
+    const GenerateResult unmerged = plain->generate(lora_request({spec(f, "kohya", 0.0f)}));
     for (const GenerateResult* r : {&merged, &unmerged}) {
       EXPECT_TRUE(r->images.at(0).pixels == base.images.at(0).pixels) << f.name;
       const Tensor a = r->final_latents.contiguous(), b = base.final_latents.contiguous();
@@ -205,15 +179,17 @@ TEST_P(LoraByDtype, SplitLoraOnFusedCheckpoint) {
   const DType dt = GetParam();
   const Family f = klein();
   const fs::path bfl_checkpoint = kData / "models/flux2-klein-tiny-bfl.safetensors";
-  expect_matches(load(f, dt, {spec(f, "peft")}, bfl_checkpoint)->generate(request()).images.at(0),
-                 reference(f, "peft", dt), dt, "klein diffusers LoRA on the BFL checkpoint");
-  expect_matches(load(f, dt, {spec(f, "kohya")}, bfl_checkpoint)->generate(request()).images.at(0),
-                 reference(f, "peft", dt), dt, "klein kohya LoRA on the BFL checkpoint");
+  expect_lora_image_matches(
+      load(f, dt, {spec(f, "peft")}, bfl_checkpoint)->generate(lora_request()).images.at(0),
+      reference(f, "peft", dt), dt, "klein diffusers LoRA on the BFL checkpoint");
+  expect_lora_image_matches(
+      load(f, dt, {spec(f, "kohya")}, bfl_checkpoint)->generate(lora_request()).images.at(0),
+      reference(f, "peft", dt), dt, "klein kohya LoRA on the BFL checkpoint");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LoraByDtype, ::testing::Values(DType::F32, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& i) {
-                           return std::string(dtype_dir(i.param));
+                           return std::string(lora_dtype_dir(i.param));
                          });
 
 // XLabs (FLUX.1, attention only, no alpha) against diffusers' own XLabs conversion, and the PEFT
@@ -221,10 +197,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LoraByDtype, ::testing::Values(DType::F32, DTyp
 TEST(LoraXLabs, MatchesDiffusers) {
   const Family f = flux1();
   for (DType dt : {DType::F32, DType::BF16}) {
-    expect_matches(load(f, dt, {spec(f, "xlabs")})->generate(request()).images.at(0),
-                   reference(f, "xlabs", dt), dt, "flux1 xlabs");
-    expect_matches(load(f, dt)->generate(request({spec(f, "xlabs_peft")})).images.at(0),
-                   reference(f, "xlabs", dt), dt, "flux1 xlabs PEFT twin");
+    expect_lora_image_matches(load(f, dt, {spec(f, "xlabs")})->generate(lora_request()).images.at(0),
+                              reference(f, "xlabs", dt), dt, "flux1 xlabs");
+    expect_lora_image_matches(load(f, dt)->generate(lora_request({spec(f, "xlabs_peft")})).images.at(0),
+                              reference(f, "xlabs", dt), dt, "flux1 xlabs PEFT twin");
   }
 }
 
@@ -243,8 +219,9 @@ TEST(LoraFinalLayer, BflHalvesGoWhereTheyWereTrained) {
   const test::ImageDiff unswapped = test::compare_images(diffusers_bfl, trained);
   EXPECT_GT(unswapped.max_abs, 2) << "diffusers' unswapped load is now close to the trained image: "
                                   << unswapped.str();
-  const io::Image ours = io::to_rgb(load(f, DType::F32, {spec(f, "bfl")})->generate(request()).images.at(0));
-  expect_matches(ours, trained, DType::F32, "klein bfl final layer");
+  const io::Image ours =
+      io::to_rgb(load(f, DType::F32, {spec(f, "bfl")})->generate(lora_request()).images.at(0));
+  expect_lora_image_matches(ours, trained, DType::F32, "klein bfl final layer");
   EXPECT_GT(test::compare_images(ours, diffusers_bfl).max_abs, 2);
 }
 
@@ -256,10 +233,10 @@ TEST(LoraOnGguf, QuantizedKleinTakesLorasMergedAndPerRequest) {
   const Family f = klein();
   const fs::path q8 = kData / "gguf" / "flux2-klein-tiny-q8_0.gguf";
   const auto pipe = load(f, DType::F32, {}, q8);
-  const io::Image base = io::to_rgb(pipe->generate(request()).images.at(0));
-  const io::Image per_request = io::to_rgb(pipe->generate(request({spec(f, "peft")})).images.at(0));
+  const io::Image base = io::to_rgb(pipe->generate(lora_request()).images.at(0));
+  const io::Image per_request = io::to_rgb(pipe->generate(lora_request({spec(f, "peft")})).images.at(0));
   const io::Image merged =
-      io::to_rgb(load(f, DType::F32, {spec(f, "peft")}, q8)->generate(request()).images.at(0));
+      io::to_rgb(load(f, DType::F32, {spec(f, "peft")}, q8)->generate(lora_request()).images.at(0));
   const test::ImageDiff quant_error = test::compare_images(base, reference(f, "base", DType::F32));
   const test::ImageDiff modes = test::compare_images(per_request, merged);
   const test::ImageDiff vs_trained = test::compare_images(per_request, reference(f, "peft", DType::F32));
@@ -276,27 +253,11 @@ TEST(LoraOnGguf, QuantizedKleinTakesLorasMergedAndPerRequest) {
       test::compare_images(reference(f, "peft", DType::F32), reference(f, "base", DType::F32));
   EXPECT_GT(moved.mse, 0.25 * dense_moved.mse) << moved.str() << " vs dense " << dense_moved.str();
   // The next request without LoRAs is the quantized base again, bit for bit.
-  EXPECT_TRUE(io::to_rgb(pipe->generate(request()).images.at(0)).pixels == base.pixels);
+  EXPECT_TRUE(io::to_rgb(pipe->generate(lora_request()).images.at(0)).pixels == base.pixels);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Rejections: one-line errors naming the file and the first offending tensor; nothing applied.
-
-std::string error_of(const std::function<void()>& fn, ErrorCode* code = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (code) *code = e.code();
-    return e.what();
-  }
-  return "";
-}
-
-fs::path temp_lora(const std::string& name, const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  const fs::path p = fs::temp_directory_path() / ("fluxrt_lora_" + name + ".safetensors");
-  io::write_safetensors(p.string(), tensors);
-  return p;
-}
 
 TEST(LoraRejects, OtherFamily) {
   ErrorCode code{};
@@ -307,10 +268,11 @@ TEST(LoraRejects, OtherFamily) {
   EXPECT_NE(on_klein.find("FLUX.1 LoRA"), std::string::npos) << on_klein;
   // Per request: the same error, and the pipeline still makes its base image.
   const auto pipe = load(klein(), DType::F32);
-  EXPECT_NE(error_of([&] { pipe->generate(request({spec(flux1(), "bfl")})); }).find("FLUX.1"),
+  EXPECT_NE(error_of([&] { pipe->generate(lora_request({spec(flux1(), "bfl")})); }).find("FLUX.1"),
             std::string::npos);
-  expect_matches(pipe->generate(request()).images.at(0), reference(klein(), "base", DType::F32), DType::F32,
-                 "klein base after a refused request");
+  expect_lora_image_matches(pipe->generate(lora_request()).images.at(0),
+                            reference(klein(), "base", DType::F32), DType::F32,
+                            "klein base after a refused request");
 }
 
 TEST(LoraRejects, WrongShapesNameTheTensor) {

@@ -11,12 +11,8 @@
 // module of the wrong shape, a CLIP layer the encoder lacks.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +21,7 @@
 #include "io/safetensors.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/lora_test_support.h"
 #include "support/image_compare.h"
 #include "support/random_tensor.h"
 
@@ -33,12 +30,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using models::LoraSpec;
+using test::error_of;
+using test::expect_lora_image_matches;
+using test::lora_dtype_dir;
+using test::lora_request;
 
 const fs::path kData = FLUXRT_TEST_DATA_DIR;
 const fs::path kHere = kData / "lora_text_encoder";
 const fs::path kFlux1 = kData / "models/flux1-dev-tiny";
-
-const char* dtype_dir(DType d) { return d == DType::F32 ? "f32" : "bf16"; }
 
 std::unique_ptr<Pipeline> load_flux1(DType dtype, std::vector<LoraSpec> loras = {}, bool low_memory = false) {
   PipelineOptions o;
@@ -53,79 +52,56 @@ LoraSpec spec(const std::string& file, float strength = 1.0f) {
   return {(kHere / (file + ".safetensors")).string(), strength};
 }
 
-// dump_lora.py's prompt, seed and size, which dump_lora_text_encoder.py reuses.
-GenerateRequest request(std::vector<LoraSpec> loras = {}) {
-  std::ifstream in(kData / "lora" / "manifest.json");
-  const nlohmann::json m = nlohmann::json::parse(in);
-  GenerateRequest r;
-  r.prompts = {m["prompt"].get<std::string>()};
-  r.seed = m["seed"].get<uint64_t>();
-  r.width = r.height = 64;
-  r.num_steps = 2;
-  r.max_sequence_length = 32;
-  r.loras = std::move(loras);
-  return r;
-}
-
 io::Image reference(const std::string& c, DType dtype) {
-  return io::to_rgb(io::read_png((kHere / (c + "_" + dtype_dir(dtype)) / "image_0.png").string()));
+  return io::to_rgb(io::read_png((kHere / (c + "_" + lora_dtype_dir(dtype)) / "image_0.png").string()));
 }
 
 io::Image base_image(DType dtype) {
   return io::to_rgb(io::read_png(
-      (kData / "lora" / ("flux1_base_" + std::string(dtype_dir(dtype))) / "image_0.png").string()));
-}
-
-void expect_matches(const io::Image& actual, const io::Image& expected, DType dtype,
-                    const std::string& what) {
-  const test::ImageDiff d = test::compare_images(io::to_rgb(actual), expected);
-  if (dtype == DType::F32)
-    EXPECT_LE(d.max_abs, 2) << what << ": " << d.str();
-  else
-    EXPECT_GE(d.ssim, 0.98) << what << ": " << d.str();
-  std::printf("%s: %s\n", what.c_str(), d.str().c_str());
+      (test::kLoraData / ("flux1_base_" + std::string(lora_dtype_dir(dtype))) / "image_0.png").string()));
 }
 
 class TextEncoderLora : public ::testing::TestWithParam<DType> {};
 
 TEST_P(TextEncoderLora, MergedAtLoadMatchesDiffusers) {
   const DType dt = GetParam();
-  const io::Image kohya = load_flux1(dt, {spec("kohya_te")})->generate(request()).images.at(0);
-  expect_matches(kohya, reference("kohya_te", dt), dt, "kohya CLIP LoRA merged");
+  const io::Image kohya = load_flux1(dt, {spec("kohya_te")})->generate(lora_request()).images.at(0);
+  expect_lora_image_matches(kohya, reference("kohya_te", dt), dt, "kohya CLIP LoRA merged");
   // The CLIP part alone moves the image well beyond the tolerance: it was not dropped.
   EXPECT_GT(test::compare_images(io::to_rgb(kohya), base_image(dt)).max_abs, 4);
-  expect_matches(load_flux1(dt, {spec("diffusers_te")})->generate(request()).images.at(0),
-                 reference("diffusers_te", dt), dt, "diffusers transformer + CLIP LoRA merged");
+  expect_lora_image_matches(load_flux1(dt, {spec("diffusers_te")})->generate(lora_request()).images.at(0),
+                            reference("diffusers_te", dt), dt, "diffusers transformer + CLIP LoRA merged");
 }
 
 // Per request: a copy of CLIP with the LoRA for that request; the next request is the base again.
 TEST_P(TextEncoderLora, PerRequestMatchesDiffusersAndLeavesTheEncoder) {
   const DType dt = GetParam();
   const auto pipe = load_flux1(dt);
-  const GenerateResult base = pipe->generate(request());
-  expect_matches(pipe->generate(request({spec("kohya_te")})).images.at(0), reference("kohya_te", dt), dt,
-                 "kohya CLIP LoRA per request");
+  const GenerateResult base = pipe->generate(lora_request());
+  expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_te")})).images.at(0),
+                            reference("kohya_te", dt), dt, "kohya CLIP LoRA per request");
   if (dt == DType::F32)
-    expect_matches(pipe->generate(request({spec("kohya_te", 0.5f)})).images.at(0),
-                   reference("kohya_te_half", dt), dt, "kohya CLIP LoRA at 0.5 per request");
-  expect_matches(pipe->generate(request({spec("diffusers_te")})).images.at(0), reference("diffusers_te", dt),
-                 dt, "diffusers transformer + CLIP LoRA per request");
-  EXPECT_TRUE(pipe->generate(request()).images.at(0).pixels == base.images.at(0).pixels)
+    expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_te", 0.5f)})).images.at(0),
+                              reference("kohya_te_half", dt), dt, "kohya CLIP LoRA at 0.5 per request");
+  expect_lora_image_matches(pipe->generate(lora_request({spec("diffusers_te")})).images.at(0),
+                            reference("diffusers_te", dt), dt,
+                            "diffusers transformer + CLIP LoRA per request");
+  EXPECT_TRUE(pipe->generate(lora_request()).images.at(0).pixels == base.images.at(0).pixels)
       << "a request's CLIP LoRA changed the pipeline's encoder";
 }
 
 // T5 parts: merged at load and per request give the image of the merged T5 weights.
 TEST_P(TextEncoderLora, T5PartsMergedAndPerRequest) {
   const DType dt = GetParam();
-  const io::Image merged = load_flux1(dt, {spec("kohya_t5")})->generate(request()).images.at(0);
-  expect_matches(merged, reference("kohya_t5", dt), dt, "kohya T5 LoRA merged");
+  const io::Image merged = load_flux1(dt, {spec("kohya_t5")})->generate(lora_request()).images.at(0);
+  expect_lora_image_matches(merged, reference("kohya_t5", dt), dt, "kohya T5 LoRA merged");
   if (dt == DType::F32)  // the T5 part moves the f32 image beyond the tolerance: it was applied
     EXPECT_GT(test::compare_images(io::to_rgb(merged), base_image(dt)).max_abs, 2);
   const auto pipe = load_flux1(dt);
-  const GenerateResult base = pipe->generate(request());
-  expect_matches(pipe->generate(request({spec("kohya_t5", 0.5f)})).images.at(0),
-                 reference("kohya_t5_half", dt), dt, "kohya T5 LoRA at 0.5 per request");
-  EXPECT_TRUE(pipe->generate(request()).images.at(0).pixels == base.images.at(0).pixels)
+  const GenerateResult base = pipe->generate(lora_request());
+  expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_t5", 0.5f)})).images.at(0),
+                            reference("kohya_t5_half", dt), dt, "kohya T5 LoRA at 0.5 per request");
+  EXPECT_TRUE(pipe->generate(lora_request()).images.at(0).pixels == base.images.at(0).pixels)
       << "a request's T5 LoRA changed the pipeline's encoder";
 }
 
@@ -134,27 +110,19 @@ TEST_P(TextEncoderLora, T5PartsMergedAndPerRequest) {
 TEST_P(TextEncoderLora, LowMemoryPerRequest) {
   const DType dt = GetParam();
   const auto pipe = load_flux1(dt, {}, /*low_memory=*/true);
-  expect_matches(pipe->generate(request({spec("kohya_te")})).images.at(0), reference("kohya_te", dt), dt,
-                 "low-memory kohya CLIP LoRA per request");
-  expect_matches(pipe->generate(request({spec("kohya_t5", 0.5f)})).images.at(0),
-                 reference("kohya_t5_half", dt), dt, "low-memory kohya T5 LoRA at 0.5 per request");
-  expect_matches(pipe->generate(request()).images.at(0), base_image(dt), dt, "low-memory base after");
+  expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_te")})).images.at(0),
+                            reference("kohya_te", dt), dt, "low-memory kohya CLIP LoRA per request");
+  expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_t5", 0.5f)})).images.at(0),
+                            reference("kohya_t5_half", dt), dt,
+                            "low-memory kohya T5 LoRA at 0.5 per request");
+  expect_lora_image_matches(pipe->generate(lora_request()).images.at(0), base_image(dt), dt,
+                            "low-memory base after");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TextEncoderLora, ::testing::Values(DType::F32, DType::BF16),
                          [](const ::testing::TestParamInfo<DType>& i) {
-                           return std::string(dtype_dir(i.param));
+                           return std::string(lora_dtype_dir(i.param));
                          });
-
-std::string error_of(const std::function<void()>& fn, ErrorCode* code = nullptr) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    if (code) *code = e.code();
-    return e.what();
-  }
-  return "";
-}
 
 TEST(ClipLoraRejects, OnFlux2NamesTheFamily) {
   PipelineOptions o;
@@ -169,8 +137,8 @@ TEST(ClipLoraRejects, OnFlux2NamesTheFamily) {
 }
 
 TEST(ClipLoraRejects, WrongShapeNamesTheEncoderAndTensor) {
-  const fs::path p = fs::temp_directory_path() / "fluxrt_lora_clip_shape.safetensors";
-  io::write_safetensors(p.string(), {{"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight",
+  const fs::path p =
+      test::temp_lora("clip_shape", {{"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight",
                                       test::random_normal({4, 768}, DType::F32, 1)},
                                      {"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_up.weight",
                                       test::random_normal({3072, 4}, DType::F32, 2)}});
@@ -182,16 +150,16 @@ TEST(ClipLoraRejects, WrongShapeNamesTheEncoderAndTensor) {
   // Per request the same, and the pipeline keeps working.
   const auto pipe = load_flux1(DType::F32);
   EXPECT_NE(error_of([&] {
-              pipe->generate(request({{p.string(), 1.0f}}));
+              pipe->generate(lora_request({{p.string(), 1.0f}}));
             }).find("CLIP text encoder"),
             std::string::npos);
-  EXPECT_EQ(pipe->generate(request()).images.size(), 1u);
+  EXPECT_EQ(pipe->generate(lora_request()).images.size(), 1u);
   fs::remove(p);
 }
 
 TEST(ClipLoraRejects, UnknownClipLayerIsListed) {
-  const fs::path p = fs::temp_directory_path() / "fluxrt_lora_clip_layer.safetensors";
-  io::write_safetensors(p.string(), {{"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_down.weight",
+  const fs::path p =
+      test::temp_lora("clip_layer", {{"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_down.weight",
                                       test::random_normal({4, 8}, DType::F32, 1)},
                                      {"lora_te1_text_model_encoder_layers_7_mlp_fc1.lora_up.weight",
                                       test::random_normal({16, 4}, DType::F32, 2)}});
