@@ -144,18 +144,8 @@ void ClipTextModel::place_all() {
 ClipTextModel ClipTextModel::from_store(const ClipTextConfig& config, const TensorStore& store,
                                         const ClipTextOptions& options) {
   ClipTextModel m(config, options);
-  if (options.loras.empty()) {
-    m.bind(store);
-    return m;
-  }
-  // LoRAs merged into the weights as the transformer's are (docs/lora.md); an f32 model keeps its
-  // merged weights in f32.
-  const std::optional<DType> merged_dtype =
-      options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
-  m.bind(merge_lora_deltas(
-      store,
-      lora_deltas(options.loras, LoraModelFamily::Flux1, linear_shapes_of(store), LoraComponent::ClipText),
-      merged_dtype));
+  // LoRAs merged into the weights as the transformer's are (docs/lora.md).
+  m.bind(merge_loras(store, options.loras, LoraModelFamily::Flux1, LoraComponent::ClipText, options.dtype));
   return m;
 }
 

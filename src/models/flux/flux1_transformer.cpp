@@ -56,11 +56,9 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
   config.validate(raw.description());
   FLUXRT_CHECK(!config.shared_block_weights, ErrorCode::InvalidArgument,
                "{}: shared block weights are for synthetic weights only", raw.description());
-  TensorStore canonical = flux1_to_canonical(flux1_dequantize_fp8(raw));
-  if (!options.loras.empty())
-    canonical = merge_lora_deltas(
-        canonical, lora_deltas(options.loras, LoraModelFamily::Flux1, linear_shapes_of(canonical)),
-        options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
+  const TensorStore canonical =
+      merge_loras(flux1_to_canonical(flux1_dequantize_fp8(raw)), options.loras, LoraModelFamily::Flux1,
+                  LoraComponent::Transformer, options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;

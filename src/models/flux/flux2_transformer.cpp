@@ -36,11 +36,8 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::load(const std::string& path
 std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore& raw, const Flux2Config& config,
                                                                const Flux2LoadOptions& options) {
   config.validate(raw.description());
-  TensorStore canonical = flux2_to_canonical(raw);
-  if (!options.loras.empty())
-    canonical = merge_lora_deltas(
-        canonical, lora_deltas(options.loras, LoraModelFamily::Flux2, linear_shapes_of(canonical)),
-        options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
+  const TensorStore canonical = merge_loras(flux2_to_canonical(raw), options.loras, LoraModelFamily::Flux2,
+                                            LoraComponent::Transformer, options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;

@@ -145,6 +145,13 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
   return all;
 }
 
+TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
+                        LoraModelFamily family, LoraComponent component, DType model_dtype) {
+  if (specs.empty()) return canonical;
+  return merge_lora_deltas(canonical, lora_deltas(specs, family, linear_shapes_of(canonical), component),
+                           model_dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
+}
+
 bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component) {
   try {
     for (const LoraSpec& spec : specs)

@@ -63,6 +63,12 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
                                    const LinearShapes& shapes,
                                    LoraComponent component = LoraComponent::Transformer);
 
+// `canonical` with the files' parts for `component` merged (lora_deltas, then merge_lora_deltas),
+// as a model of `model_dtype` loads them: an f32 model keeps its merged weights in f32, a bf16 one
+// rounds them to the stored dtype. `canonical` itself when `specs` is empty.
+TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
+                        LoraModelFamily family, LoraComponent component, DType model_dtype);
+
 // Whether any of the files adapts `component` (errors as lora_deltas', field "loras").
 bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component);
 

@@ -172,16 +172,8 @@ void T5Encoder::place_all() {
 
 T5Encoder T5Encoder::from_store(const T5Config& config, const TensorStore& store, const T5EncoderOptions& options) {
   T5Encoder e(config, options);
-  if (options.loras.empty()) {
-    e.bind(store);
-    return e;
-  }
-  // LoRAs merged into the weights as the transformer's are (docs/lora.md); an f32 model keeps its
-  // merged weights in f32.
-  e.bind(merge_lora_deltas(
-      store,
-      lora_deltas(options.loras, LoraModelFamily::Flux1, linear_shapes_of(store), LoraComponent::T5Text),
-      options.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt));
+  // LoRAs merged into the weights as the transformer's are (docs/lora.md).
+  e.bind(merge_loras(store, options.loras, LoraModelFamily::Flux1, LoraComponent::T5Text, options.dtype));
   return e;
 }
 
