@@ -15,7 +15,9 @@ CLI::App* add_quantize_command(CLI::App& app, QuantizeOptions& options) {
   cmd->add_option("--model", options.model,
                   "a transformer checkpoint: diffusers folder, pipeline folder or single file")
       ->required();
-  cmd->add_option("--type", options.type, "q8_0, q5_1, q5_0, q4_1, q4_0, bf16 or f16")->capture_default_str();
+  cmd->add_option("--type", options.type,
+                  "q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, q3_K, q2_K, bf16 or f16")
+      ->capture_default_str();
   cmd->add_option("--out", options.out, "the GGUF file to write")->required();
   return cmd;
 }
@@ -24,8 +26,10 @@ int run_quantize(const QuantizeOptions& options) {
   runtime::QuantizeRequest request;
   request.model = options.model;
   request.out = options.out;
-  FLUXRT_CHECK(quant_type_from_name(options.type, &request.type), ErrorCode::InvalidArgument,
-               "--type {}: not a GGUF type (q8_0, q5_1, q5_0, q4_1, q4_0, bf16, f16)", options.type);
+  FLUXRT_CHECK(
+      quant_type_from_name(options.type, &request.type), ErrorCode::InvalidArgument,
+      "--type {}: not a GGUF type (q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, q3_K, q2_K, bf16, f16)",
+      options.type);
   const runtime::QuantizeReport r = runtime::quantize_model(request);
   fmt::print("{}: {} transformer, {} tensors ({} in {}, the rest F16/F32), {} parameters, {:.1f} MB\n",
              options.out, r.family, r.tensors, r.quantized, quant_name(request.type), r.parameters,

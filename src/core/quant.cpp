@@ -202,7 +202,7 @@ void q6_k(const uint8_t* b, float* y) {
   }
 }
 
-// ---- quantization (gguf's numpy quantize_blocks, value for value) ----
+// ---- quantization (gguf's numpy quantize_blocks, value for value; the K types: quant_kquants.cpp) ----
 
 inline void put_f16(uint8_t* p, float v) {
   const uint16_t h = f32_to_f16(v);
@@ -304,6 +304,11 @@ bool quant_can_quantize(QuantType type) {
     case QuantType::Q4_1:
     case QuantType::Q5_0:
     case QuantType::Q5_1:
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
       return true;
     default:
       return false;
@@ -312,6 +317,8 @@ bool quant_can_quantize(QuantType type) {
 
 void quantize_row_ref(QuantType type, const float* src, uint8_t* dst, int64_t n) {
   const QuantTraits& t = quant_traits(type);
+  FLUXRT_CHECK(n >= 0 && n % t.block == 0, ErrorCode::InvalidArgument,
+               "quantize: a row of {} values is not whole {} blocks of {}", n, t.name, t.block);
   void (*block_fn)(const float*, uint8_t*) = nullptr;
   switch (type) {
     case QuantType::F32:
@@ -341,10 +348,25 @@ void quantize_row_ref(QuantType type, const float* src, uint8_t* dst, int64_t n)
     case QuantType::Q5_1:
       block_fn = quant_q5_1;
       break;
+    case QuantType::Q2_K:
+      block_fn = quant_detail::quantize_block_q2_k;
+      break;
+    case QuantType::Q3_K:
+      block_fn = quant_detail::quantize_block_q3_k;
+      break;
+    case QuantType::Q4_K:
+      block_fn = quant_detail::quantize_block_q4_k;
+      break;
+    case QuantType::Q5_K:
+      block_fn = quant_detail::quantize_block_q5_k;
+      break;
+    case QuantType::Q6_K:
+      block_fn = quant_detail::quantize_block_q6_k;
+      break;
     default:
       fail(ErrorCode::Unsupported,
-           "quantize: writing {} is not supported (q8_0, q4_0, q4_1, q5_0, q5_1, "
-           "f16, bf16 and f32 are)",
+           "quantize: writing {} is not supported (q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, "
+           "q4_0, q3_K, q2_K, f16, bf16 and f32 are)",
            t.name);
   }
   for (int64_t b = 0; b < n / t.block; ++b) block_fn(src + b * t.block, dst + b * t.block_bytes);

@@ -63,13 +63,24 @@ inline size_t quant_row_bytes(QuantType type, int64_t cols) {
 // One row: n values (a multiple of the block) from n / block blocks at src into dst (f32).
 void dequantize_row_ref(QuantType type, const uint8_t* src, float* dst, int64_t n);
 
-// Whether quantize_row_ref can write `type` (the types the gguf package itself quantizes: F32,
-// F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1).
+// Whether quantize_row_ref can write `type`: every GGUF type here (F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1 and the K types Q2_K..Q6_K), not fp8.
 bool quant_can_quantize(QuantType type);
-// One row of n values (a multiple of the block) into n / block blocks, exactly as the `gguf`
-// package's numpy quantize does (same f32 operations and order, its rounding, f16 scales rounded
-// to nearest even). Unsupported for the other types.
+// One row of n values (a multiple of the block, else InvalidArgument) into n / block blocks.
+// F32..Q5_1 exactly as the `gguf` package's numpy quantize does (same f32 operations and order,
+// its rounding, f16 scales rounded to nearest even); the K types exactly as ggml's reference
+// quantizers quantize_row_q*_K_ref (no importance matrix; quant_kquants.cpp). Unsupported for
+// the other types.
 void quantize_row_ref(QuantType type, const float* src, uint8_t* dst, int64_t n);
+
+// One 256-value super-block each (quant_kquants.cpp); callers use quantize_row_ref.
+namespace quant_detail {
+void quantize_block_q2_k(const float* x, uint8_t* block);
+void quantize_block_q3_k(const float* x, uint8_t* block);
+void quantize_block_q4_k(const float* x, uint8_t* block);
+void quantize_block_q5_k(const float* x, uint8_t* block);
+void quantize_block_q6_k(const float* x, uint8_t* block);
+}  // namespace quant_detail
 
 // A [rows, cols] weight in its stored bytes. `bytes` is a contiguous U8 tensor of
 // rows * quant_row_bytes(cols) bytes (often a view into a file mapping; it keeps it alive).

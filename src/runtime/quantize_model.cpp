@@ -47,8 +47,8 @@ std::vector<uint8_t> encode(const Tensor& t, QuantType type, double* rel_l2) {
 QuantizeReport quantize_model(const QuantizeRequest& request) {
   FLUXRT_CHECK(quant_can_quantize(request.type) && quant_traits(request.type).ggml_id >= 0,
                ErrorCode::Unsupported,
-               "fluxrt quantize: type {} cannot be written (q8_0, q5_1, q5_0, q4_1, q4_0, "
-               "bf16, f16 can)",
+               "fluxrt quantize: type {} cannot be written (q8_0, q6_K, q5_K, q5_1, q5_0, q4_K, q4_1, q4_0, "
+               "q3_K, q2_K, bf16, f16 can)",
                quant_name(request.type));
   const io::ResolvedModel model = io::resolve_model(request.model);
   const io::ModelComponent* tc = model.transformer();

@@ -60,7 +60,8 @@ TEST(GgufQuants, QuantizationIsBitExactAgainstGguf) {
   auto file = GgufFile::open(kQuants.string());
   int checked = 0;
   for (QuantType type : kAllTypes) {
-    if (!quant_can_quantize(type)) continue;
+    // The K types have no gguf quantizer: tests/unit/test_quant_kquants.cpp checks them against ggml's.
+    if (!quant_can_quantize(type) || quant_traits(type).block == 256) continue;
     const std::string name(quant_name(type));
     SCOPED_TRACE(name);
     const Tensor source = file->tensor(name + ".source");
@@ -75,7 +76,7 @@ TEST(GgufQuants, QuantizationIsBitExactAgainstGguf) {
   EXPECT_EQ(checked, 8);
   std::vector<uint8_t> out(144);
   std::vector<float> in(256, 1.0f);
-  EXPECT_THROW(quantize_row_ref(QuantType::Q4_K, in.data(), out.data(), 256), Error);
+  EXPECT_THROW(quantize_row_ref(QuantType::F8E4M3, in.data(), out.data(), 256), Error);
 }
 
 TEST(GgufQuants, DenseTensorsAreViewsAndBlockTypesDequantize) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/safetensors.h"
 #include "runtime/quantize_model.h"
 
 namespace fluxrt::runtime {
@@ -67,13 +68,44 @@ TEST(QuantizeModel, DiffusersFolderGivesTheSameFile) {
   fs::remove(out);
 }
 
-TEST(QuantizeModel, KTypesAreRefusedByName) {
+// The K types (ggml's reference quantizers, bit for bit: tests/unit/test_quant_kquants.cpp) go
+// where a row is whole 256-value blocks: in the tiny klein single_blocks.0.linear2 (128 + 384 =
+// 512 columns) and time_in.in_layer (256); the other 2-D weights are F16, as for any type whose
+// blocks do not fit.
+TEST(QuantizeModel, KTypesQuantizeTheRowsOfWholeSuperBlocks) {
+  for (QuantType type :
+       {QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
+    SCOPED_TRACE(std::string(quant_name(type)));
+    const fs::path out = temp_file("k");
+    const QuantizeReport r =
+        quantize_model({kData + "/models/flux2-klein-tiny-bfl.safetensors", type, out.string()});
+    EXPECT_EQ(r.quantized, 2u);
+    const auto file = io::GgufFile::open(out.string());
+    const io::GgufTensorInfo& linear2 = file->info("single_blocks.0.linear2.weight");
+    EXPECT_EQ(linear2.type, type);
+    EXPECT_EQ(file->info("single_blocks.0.linear1.weight").type, QuantType::F16);  // 128 columns
+    // The bytes are the reference quantizer's on the checkpoint's values.
+    const auto source = io::Checkpoint::open(kData + "/models/flux2-klein-tiny-bfl.safetensors");
+    const Tensor w = source.tensor("single_blocks.0.linear2.weight").to(DType::F32);  // [128, 512]
+    const QuantizedMatrix q = file->matrix("single_blocks.0.linear2.weight");
+    std::vector<uint8_t> row(q.row_bytes());
+    for (int64_t i = 0; i < q.rows; ++i) {
+      quantize_row_ref(type, w.data<float>() + i * q.cols, row.data(), q.cols);
+      ASSERT_EQ(std::memcmp(row.data(), q.row(i), row.size()), 0) << "row " << i;
+    }
+    EXPECT_GT(r.rel_l2_max, 0.0);
+    EXPECT_LT(r.rel_l2_max, 0.35);  // Q2_K's error is about 0.3
+    fs::remove(out);
+  }
+}
+
+TEST(QuantizeModel, TypesWithoutAGgmlIdAreRefusedByName) {
   try {
-    quantize_model({kData + "/models/flux2-klein-tiny", QuantType::Q4_K, temp_file("k").string()});
+    quantize_model({kData + "/models/flux2-klein-tiny", QuantType::F8E4M3, temp_file("fp8").string()});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("F8_E4M3"), std::string::npos) << e.what();
   }
 }
 
