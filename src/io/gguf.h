@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,8 @@ struct GgufValue {
   std::vector<std::string> strings;
   // "3", "\"flux\"", "[string x 151936]": for `fluxrt info`.
   std::string str() const;
+  // The value of a numeric scalar (integer or float), else nothing (strings, arrays, bools).
+  std::optional<double> number() const;
 };
 
 struct GgufTensorInfo {

@@ -194,6 +194,26 @@ void read_value(Reader& r, GgufValueType t, GgufValue* v, const std::string& wha
 
 }  // namespace
 
+std::optional<double> GgufValue::number() const {
+  switch (type) {
+    case GgufValueType::U8:
+    case GgufValueType::U16:
+    case GgufValueType::U32:
+    case GgufValueType::U64:
+      return static_cast<double>(u);
+    case GgufValueType::I8:
+    case GgufValueType::I16:
+    case GgufValueType::I32:
+    case GgufValueType::I64:
+      return static_cast<double>(i);
+    case GgufValueType::F32:
+    case GgufValueType::F64:
+      return f;
+    default:
+      return std::nullopt;
+  }
+}
+
 std::string GgufValue::str() const {
   switch (type) {
     case GgufValueType::U8:

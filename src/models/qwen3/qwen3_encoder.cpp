@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/quantized_embedding.h"
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -137,8 +138,14 @@ void Qwen3Encoder::bind(const TensorStore& store) {
   // Weights keep the checkpoint dtype in bf16 mode; the f32 mode widens them once here.
   const std::optional<DType> wdtype =
       options_.dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt;
-  embed_tokens_ = to_device(binder.require("embed_tokens.weight", {c.vocab_size, H}), options_.device);
+  // A GGUF's quantized table and linears stay in their bytes (the GEMM dequantizes per call).
+  if (const QuantizedMatrix* q = binder.quantized("embed_tokens.weight", {c.vocab_size, H}))
+    embed_quantized_ = std::make_shared<const QuantizedMatrix>(*q);
+  else
+    embed_tokens_ = to_device(binder.require("embed_tokens.weight", {c.vocab_size, H}), options_.device);
   auto lin = [&](const std::string& name, int64_t n, int64_t k) {
+    if (const QuantizedMatrix* q = binder.quantized(name, {n, k}))
+      return nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
     return nn::Linear::prepare(binder.require(name, {n, k}, wdtype), Tensor(), options_.device);
   };
   layers_.clear();
@@ -244,7 +251,10 @@ Tensor Qwen3Encoder::forward(const Tensor& input_ids, const Tensor& attention_ma
   attn.scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   // Qwen3Model.embed_tokens
-  Tensor x = ops::embedding(embed_tokens_, to_device(input_ids, dev), dt);  // [B, L, H]
+  Tensor x =
+      embed_quantized_
+          ? to_device(quantized_embedding(*embed_quantized_, to_device(input_ids, Device::cpu()), dt), dev)
+          : ops::embedding(embed_tokens_, to_device(input_ids, dev), dt);  // [B, L, H]
   const int64_t ntaps = static_cast<int64_t>(options_.taps.size());
   Tensor out = Tensor::empty({B, Lseq, ntaps, H}, dt, dev);  // [B, L, taps, H]
   size_t next_tap = 0;
@@ -281,7 +291,9 @@ double Qwen3Encoder::flops(int64_t batch, int64_t length) const {
 }
 
 size_t Qwen3Encoder::weight_bytes() const {
-  size_t total = embed_tokens_.defined() ? embed_tokens_.nbytes() : 0;
+  size_t total = embed_quantized_          ? embed_quantized_->nbytes()
+                 : embed_tokens_.defined() ? embed_tokens_.nbytes()
+                                           : 0;
   for (const Layer& L : layers_) {
     for (const nn::Linear* p :
          {&L.attn.to_q, &L.attn.to_k, &L.attn.to_v, &L.attn.to_out, &L.mlp.in, &L.mlp.up, &L.mlp.out})
@@ -299,9 +311,11 @@ KleinPromptEmbedder::KleinPromptEmbedder(Qwen3Encoder encoder, tokenizers::BpeTo
   prompt_encoder_ = std::make_unique<tokenizers::QwenPromptEncoder>(tokenizer_);
 }
 
-std::unique_ptr<KleinPromptEmbedder> KleinPromptEmbedder::load(const std::filesystem::path& model_root,
-                                                               const Qwen3EncoderOptions& options) {
-  Qwen3Encoder encoder = Qwen3Encoder::load(model_root / "text_encoder", options);
+std::unique_ptr<KleinPromptEmbedder> KleinPromptEmbedder::load(
+    const std::filesystem::path& model_root, const Qwen3EncoderOptions& options,
+    const std::filesystem::path& text_encoder_file) {
+  Qwen3Encoder encoder = text_encoder_file.empty() ? Qwen3Encoder::load(model_root / "text_encoder", options)
+                                                   : Qwen3Encoder::load_file(text_encoder_file, options);
   tokenizers::BpeTokenizer tokenizer = tokenizers::BpeTokenizer::from_directory(model_root / "tokenizer");
   return std::make_unique<KleinPromptEmbedder>(std::move(encoder), std::move(tokenizer));
 }

@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 #include "models/weight_binder.h"
 #include "nn/attention.h"
@@ -56,6 +57,11 @@ class Qwen3Encoder {
   // config.json + the checkpoint in `text_encoder_dir` (Qwen3ForCausalLM "model." prefix or a bare
   // Qwen3Model). Tensors of layers past the last tap, the final norm and lm_head are ignored.
   static Qwen3Encoder load(const std::filesystem::path& text_encoder_dir, const Qwen3EncoderOptions& options = {});
+  // A single file: a GGUF in llama.cpp's names (token_embd, blk.N.attn_q, ...; unsloth's and
+  // others' Qwen3 GGUFs), its weights kept quantized, or a .safetensors in transformers' names
+  // (ComfyUI's text_encoders/qwen_3_4b.safetensors). The config comes from the GGUF metadata and
+  // the tensors' shapes (qwen3_file.cpp).
+  static Qwen3Encoder load_file(const std::filesystem::path& file, const Qwen3EncoderOptions& options = {});
   // From tensors keyed by Qwen3Model names (embed_tokens.weight, layers.N.self_attn.q_proj.weight, ...).
   static Qwen3Encoder from_store(const Qwen3Config& config, const TensorStore& store,
                                  const Qwen3EncoderOptions& options = {});
@@ -90,6 +96,8 @@ class Qwen3Encoder {
   Qwen3Config config_;
   Qwen3EncoderOptions options_;
   Tensor embed_tokens_;  // [V, H], checkpoint dtype (the lookup converts rows)
+  // Instead of embed_tokens_ when the file holds the table quantized (rows dequantized per lookup).
+  std::shared_ptr<const QuantizedMatrix> embed_quantized_;
   std::vector<Layer> layers_;
 };
 
@@ -109,8 +117,11 @@ class KleinPromptEmbedder {
   KleinPromptEmbedder(const KleinPromptEmbedder&) = delete;
   KleinPromptEmbedder& operator=(const KleinPromptEmbedder&) = delete;
   // A diffusers Flux2KleinPipeline folder: text_encoder/ and tokenizer/.
+  // With `text_encoder_file` set, the encoder is that single file (Qwen3Encoder::load_file)
+  // instead of model_root/text_encoder; the tokenizer is model_root/tokenizer either way.
   static std::unique_ptr<KleinPromptEmbedder> load(const std::filesystem::path& model_root,
-                                                   const Qwen3EncoderOptions& options = {});
+                                                   const Qwen3EncoderOptions& options = {},
+                                                   const std::filesystem::path& text_encoder_file = {});
 
   PromptEmbeddings embed(const std::vector<std::string>& prompts,
                          int max_sequence_length = tokenizers::kQwenDefaultMaxSequenceLength) const;

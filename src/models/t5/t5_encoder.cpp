@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/quantized_embedding.h"
 #include "models/synthetic_weights.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -112,14 +113,26 @@ void T5Encoder::bind(const TensorStore& store) {
   // fp8 checkpoints (the widely shared t5xxl_fp16 / fp8_e4m3fn files) are converted once here.
   const std::optional<DType> wdtype = options_.dtype;
   // T5EncoderModel ties encoder.embed_tokens to shared; checkpoints hold one or both copies.
-  if (binder.has("shared.weight")) {
-    shared_ = binder.require("shared.weight", {c.vocab_size, D});
-    binder.ignore_prefix("encoder.embed_tokens.");
-  } else {
-    shared_ = binder.require("encoder.embed_tokens.weight", {c.vocab_size, D});
-  }
+  const std::string embed_name =
+      binder.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+  if (embed_name == "shared.weight") binder.ignore_prefix("encoder.embed_tokens.");
+  // A GGUF's quantized table and linears stay in their bytes (the GEMM dequantizes per call).
+  if (const QuantizedMatrix* q = binder.quantized(embed_name, {c.vocab_size, D}))
+    shared_quantized_ = std::make_shared<const QuantizedMatrix>(*q);
+  else
+    shared_ = binder.require(embed_name, {c.vocab_size, D});
   auto lin = [&](const std::string& name, int64_t n, int64_t k) {
+    if (const QuantizedMatrix* q = binder.quantized(name, {n, k}))
+      return nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
     return nn::Linear::prepare(binder.require(name, {n, k}, wdtype), Tensor(), options_.device);
+  };
+  // True when every one of `names` is a quantized [n, k] entry: those are bound one linear each.
+  auto all_quantized = [&](const std::vector<std::string>& names, int64_t n, int64_t k) {
+    for (const std::string& name : names) {
+      const QuantizedMatrix* q = store.quantized(name);
+      if (!q || q->rows != n || q->cols != k) return false;
+    }
+    return true;
   };
   // Several [n, k] weights stacked by rows into one linear (a copy: the mapping's tensors are
   // separate). Every name is required first, so the binder reports all problems at once.
@@ -144,11 +157,25 @@ void T5Encoder::bind(const TensorStore& store) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
     Layer& L = layers_[static_cast<size_t>(i)];
     L.attn_norm = binder.require(p + "0.layer_norm.weight", {D}, wdtype);
-    L.qkv = fused({p + "0.SelfAttention.q.weight", p + "0.SelfAttention.k.weight", p + "0.SelfAttention.v.weight"},
-                  inner, D);
+    const std::vector<std::string> qkv = {p + "0.SelfAttention.q.weight", p + "0.SelfAttention.k.weight",
+                                          p + "0.SelfAttention.v.weight"};
+    if (all_quantized(qkv, inner, D)) {
+      L.q = lin(qkv[0], inner, D);
+      L.k = lin(qkv[1], inner, D);
+      L.v = lin(qkv[2], inner, D);
+    } else {
+      L.qkv = fused(qkv, inner, D);
+    }
     L.o = lin(p + "0.SelfAttention.o.weight", D, inner);
     L.ff_norm = binder.require(p + "1.layer_norm.weight", {D}, wdtype);
-    L.ff.in = fused({p + "1.DenseReluDense.wi_0.weight", p + "1.DenseReluDense.wi_1.weight"}, F, D);
+    const std::vector<std::string> wi = {p + "1.DenseReluDense.wi_0.weight",
+                                         p + "1.DenseReluDense.wi_1.weight"};
+    if (all_quantized(wi, F, D)) {
+      L.ff.in = lin(wi[0], F, D);
+      L.ff.up = lin(wi[1], F, D);
+    } else {
+      L.ff.in = fused(wi, F, D);
+    }
     L.ff.out = lin(p + "1.DenseReluDense.wo.weight", D, F);
   }
   // Only block 0 owns the relative position bias; the others reuse what it computes.
@@ -270,14 +297,23 @@ Tensor T5Encoder::forward(const Tensor& input_ids) const {
   attn.bias = position_bias(Lseq);    // [1, H, L, L], cached per length, used by every block
 
   // T5Stack.embed_tokens (= shared)
-  Tensor x = ops::embedding(shared_, to_device(input_ids, options_.device), dt);  // [B, L, D]
+  Tensor x = shared_quantized_
+                 ? to_device(quantized_embedding(*shared_quantized_, to_device(input_ids, Device::cpu()), dt),
+                             options_.device)
+                 : ops::embedding(shared_, to_device(input_ids, options_.device), dt);  // [B, L, D]
   for (const Layer& L : layers_) {
     // T5LayerSelfAttention: x = x + o(attention(T5LayerNorm(x)))
     Tensor h = ops::t5_rms_norm(x, L.attn_norm, c.layer_norm_epsilon);  // [B, L, D]
-    const Tensor qkv = L.qkv(h).view({B, Lseq, 3, H, Dkv});             // [B, L, 3, H, Dkv]
-    Tensor a = ops::attention(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), attn)
-                   .view({B, Lseq, H * Dkv});                                  // [B, L, H*Dkv]
-    ops::add_(x, L.o(a));                                                      // [B, L, D]
+    Tensor a;
+    if (L.qkv) {
+      const Tensor qkv = L.qkv(h).view({B, Lseq, 3, H, Dkv});  // [B, L, 3, H, Dkv]
+      a = ops::attention(qkv.select(2, 0), qkv.select(2, 1), qkv.select(2, 2), attn);
+    } else {
+      a = ops::attention(L.q(h).view({B, Lseq, H, Dkv}), L.k(h).view({B, Lseq, H, Dkv}),
+                         L.v(h).view({B, Lseq, H, Dkv}), attn);  // [B, L, H, Dkv]
+    }
+    a = a.view({B, Lseq, H * Dkv});  // [B, L, H*Dkv]
+    ops::add_(x, L.o(a));            // [B, L, D]
     // T5LayerFF with T5DenseGatedActDense: x = x + wo(gelu_tanh(wi_0 h) * wi_1 h)
     h = ops::t5_rms_norm(x, L.ff_norm, c.layer_norm_epsilon);                  // [B, L, D]
     ops::add_(x, L.ff(h));                                                     // [B, L, D]
@@ -297,9 +333,13 @@ double T5Encoder::flops(int64_t batch, int64_t length) const {
 }
 
 size_t T5Encoder::weight_bytes() const {
-  size_t total = (shared_.defined() ? shared_.nbytes() : 0) + (final_norm_.defined() ? final_norm_.nbytes() : 0);
+  size_t total = (shared_quantized_   ? shared_quantized_->nbytes()
+                  : shared_.defined() ? shared_.nbytes()
+                                      : 0) +
+                 (final_norm_.defined() ? final_norm_.nbytes() : 0);
   for (const Layer& L : layers_) {
-    for (const nn::Linear* p : {&L.qkv, &L.o, &L.ff.in, &L.ff.out}) total += p->parameter_bytes();
+    for (const nn::Linear* p : {&L.qkv, &L.q, &L.k, &L.v, &L.o, &L.ff.in, &L.ff.up, &L.ff.out})
+      total += p->parameter_bytes();
     total += L.attn_norm.nbytes() + L.ff_norm.nbytes();
   }
   return total;
@@ -315,8 +355,10 @@ T5PromptEmbedder::T5PromptEmbedder(T5Encoder encoder, tokenizers::T5Tokenizer to
 }
 
 std::unique_ptr<T5PromptEmbedder> T5PromptEmbedder::load(const std::filesystem::path& model_root,
-                                                         const T5EncoderOptions& options) {
-  T5Encoder encoder = T5Encoder::load(model_root / "text_encoder_2", options);
+                                                         const T5EncoderOptions& options,
+                                                         const std::filesystem::path& text_encoder_file) {
+  T5Encoder encoder = text_encoder_file.empty() ? T5Encoder::load(model_root / "text_encoder_2", options)
+                                                : T5Encoder::load_file(text_encoder_file, options);
   tokenizers::T5Tokenizer tokenizer = tokenizers::T5Tokenizer::from_directory(model_root / "tokenizer_2");
   return std::make_unique<T5PromptEmbedder>(std::move(encoder), std::move(tokenizer));
 }

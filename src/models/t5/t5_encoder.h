@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 #include "models/lora/lora_delta.h"
 #include "models/weight_binder.h"
@@ -64,6 +65,11 @@ class T5Encoder {
   // config.json + the checkpoint in `text_encoder_dir` (one file or sharded with an index). The
   // embedding is read from "shared.weight" or "encoder.embed_tokens.weight" (tied copies).
   static T5Encoder load(const std::filesystem::path& text_encoder_dir, const T5EncoderOptions& options = {});
+  // A single file: a GGUF in llama.cpp's names (enc.blk.N.attn_q, ...: city96's t5-v1_1-xxl
+  // encoder GGUFs), its weights kept quantized, or a .safetensors in transformers' names
+  // (ComfyUI's t5xxl_fp16.safetensors). The config comes from the GGUF metadata and the shapes
+  // (t5_file.cpp).
+  static T5Encoder load_file(const std::filesystem::path& file, const T5EncoderOptions& options = {});
   // From tensors keyed by T5EncoderModel names (shared.weight, encoder.block.N.layer.0.SelfAttention.q.weight, ...).
   static T5Encoder from_store(const T5Config& config, const TensorStore& store, const T5EncoderOptions& options = {});
   // Random weights of the config's shapes (bench; never zeros).
@@ -86,10 +92,14 @@ class T5Encoder {
   // q, k, v are fused into one [3 inner, d_model] linear and wi_0, wi_1 into one [2 d_ff, d_model]
   // at load (rows stacked in that order): one GEMM reads the normed activations instead of three
   // (two); the outputs are used as strided views.
+  // Quantized weights (GGUF) are not stacked: stacking would copy their bytes, so q, k, v stay
+  // three linears and wi_1 is the MLP's `up`.
   struct Layer {
     Tensor attn_norm, ff_norm;  // [d_model]
     nn::Linear qkv, o;
-    nn::Mlp ff{nn::MlpKind::GatedGeluTanh};  // T5DenseGatedActDense: in = wi_0 | wi_1, out = wo
+    nn::Linear q, k, v;  // instead of qkv for quantized weights
+    nn::Mlp ff{
+        nn::MlpKind::GatedGeluTanh};  // T5DenseGatedActDense: in = wi_0 | wi_1 (or up = wi_1), out = wo
   };
   T5Encoder(T5Config config, T5EncoderOptions options);
   static void validate(const T5Config& config, const T5EncoderOptions& options);
@@ -99,6 +109,8 @@ class T5Encoder {
   T5Config config_;
   T5EncoderOptions options_;
   Tensor shared_;                // [V, d_model], checkpoint dtype (the lookup converts rows)
+  // Instead of shared_ when the file holds the table quantized (rows dequantized per lookup).
+  std::shared_ptr<const QuantizedMatrix> shared_quantized_;
   Tensor relative_bias_;         // [buckets, heads] f32
   // position_bias() results by length, shared by copies of the encoder (same weights). Behind a
   // pointer so the encoder stays movable; the mutex makes concurrent forwards safe.
@@ -126,8 +138,11 @@ class T5PromptEmbedder {
  public:
   T5PromptEmbedder(T5Encoder encoder, tokenizers::T5Tokenizer tokenizer);
   // A diffusers FluxPipeline folder: text_encoder_2/ and tokenizer_2/.
+  // With `text_encoder_file` set, the encoder is that single file (T5Encoder::load_file) instead
+  // of model_root/text_encoder_2; the tokenizer is model_root/tokenizer_2 either way.
   static std::unique_ptr<T5PromptEmbedder> load(const std::filesystem::path& model_root,
-                                                const T5EncoderOptions& options = {});
+                                                const T5EncoderOptions& options = {},
+                                                const std::filesystem::path& text_encoder_file = {});
 
   T5PromptEmbeddings embed(const std::vector<std::string>& prompts,
                            int max_sequence_length = tokenizers::kT5MaxSequenceLengthDev) const;
