@@ -58,6 +58,7 @@ RunSettings settings_from(const GenerateOptions& o) {
   RunSettings s;
   if (given(o, "--model")) s.model = o.model;
   if (given(o, "--components")) s.components = o.components;
+  if (given(o, "--text-encoder")) s.text_encoder = o.text_encoder;
   if (given(o, "--size")) s.size = o.size;
   if (given(o, "--steps")) s.steps = o.steps;
   if (given(o, "--guidance")) s.guidance = o.guidance;
@@ -119,6 +120,10 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--components", o.components,
                   "with --model FILE (a single transformer .safetensors): the diffusers pipeline folder or hub repo "
                   "id giving the text encoder, tokenizer, VAE and scheduler (default: the folder holding the file)");
+  cmd->add_option(
+      "--text-encoder", o.text_encoder,
+      "a single text-encoder file (.gguf in llama.cpp names, e.g. a Qwen3 or T5-XXL GGUF, or .safetensors) "
+      "used instead of the folder's klein Qwen3 / FLUX.1 T5; the tokenizer still comes from the folder");
   cmd->add_option("--prompt,-p", o.prompt, "the prompt (may be empty)");
   cmd->add_option("--negative-prompt", o.negative_prompt,
                   "negative prompt (klein base variants with CFG; FLUX.1 with --true-cfg > 1)");

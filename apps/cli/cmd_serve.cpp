@@ -40,6 +40,10 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "diffusers pipeline folder, .safetensors file or hub repo id (default: the demo model)");
   cmd->add_option("--components", o.components,
                   "with --model FILE: the pipeline folder of the other components");
+  cmd->add_option(
+      "--text-encoder", o.text_encoder,
+      "a single text-encoder file (.gguf in llama.cpp names, e.g. a Qwen3 or T5-XXL GGUF, or .safetensors) "
+      "used instead of the folder's klein Qwen3 / FLUX.1 T5; the tokenizer still comes from the folder");
   cmd->add_option("--host", o.host, "address to listen on (default 127.0.0.1; others need --api-key)");
   cmd->add_option("--port", o.port, "TCP port (default 8080; 0 picks a free one)");
   cmd->add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' (default: $FLUXRT_API_KEY)");
@@ -75,6 +79,7 @@ int run_serve(const ServeOptions& o) {
   RunSettings settings;
   if (given(o, "--model")) settings.model = o.model;
   if (given(o, "--components")) settings.components = o.components;
+  if (given(o, "--text-encoder")) settings.text_encoder = o.text_encoder;
   if (given(o, "--dtype")) settings.dtype = o.dtype;
   if (given(o, "--device")) settings.device = o.device;
   if (given(o, "--threads")) settings.threads = o.threads;

@@ -47,6 +47,7 @@ struct GenerateOptions {
   std::vector<std::string> images;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], repeatable
   std::string components;  // with --model FILE: the pipeline folder of the other components
+  std::string text_encoder;            // a .gguf / .safetensors file instead of the folder's Qwen3 / T5
   std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
   float strength = 0, true_cfg = 0;    // FLUX.1 img2img strength; FLUX.1 true CFG scale
   int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;
@@ -60,8 +61,9 @@ int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Canc
 // `fluxrt serve` (apps/server, docs/server.md).
 struct ServeOptions {
   CLI::App* command = nullptr;
-  std::string model, components, host = "127.0.0.1", api_key, cors_origin, max_size = "2048x2048", dtype,
-                                 device, vae_tiling, config, lora_dir;
+  std::string model, components, text_encoder, host = "127.0.0.1", api_key, cors_origin,
+                                               max_size = "2048x2048", dtype, device, vae_tiling, config,
+                                               lora_dir;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], merged at load
   int port = 8080, max_queue = 32, max_batch = 1, batch_window_ms = 0, max_images = 4, threads = 0,
       max_body_mb = 64;

@@ -66,6 +66,12 @@ struct EngineOptions {
   // repo id giving the text encoder(s), tokenizer(s), VAE and scheduler. Unset: the folder
   // holding the file (or the one above it) when it has a model_index.json.
   std::optional<std::string> components;
+  // A single text-encoder file used instead of the folder's large encoder: klein's Qwen3 or
+  // FLUX.1's T5-XXL (CLIP still comes from the folder), as a GGUF in llama.cpp's tensor names
+  // (unsloth's Qwen3 GGUFs, city96's t5-v1_1-xxl encoder GGUFs; weights kept quantized) or a
+  // .safetensors in transformers' names (ComfyUI's qwen_3_4b / t5xxl_fp16 files). The tokenizer
+  // comes from the folder. A file of the wrong model or width fails the constructor.
+  std::optional<std::string> text_encoder;
   // LoRAs merged into the transformer's weights at load (W + s B A in f32, rounded once), for
   // every request. A file that does not fit the model fails the constructor.
   std::vector<Lora> loras;

@@ -24,6 +24,7 @@ namespace fluxrt {
 struct RunSettings {
   std::optional<std::string> model;       // folder, .safetensors file or hub repo id; else the bundled demo
   std::optional<std::string> components;  // with a .safetensors model: its pipeline folder
+  std::optional<std::string> text_encoder;  // EngineOptions::text_encoder: a GGUF / .safetensors encoder
 
   // A preset name under configs/ (or $FLUXRT_CONFIG_DIR) or a .yaml file. Unset: default.yaml
   // when shipped, with demo.yaml over it when no model is named anywhere.

@@ -110,19 +110,23 @@ class FluxPipeline(LoraLoaderMixin):
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str] | None = None, *,
                         dtype: Any = "bfloat16", device: str = "cpu", threads: int | None = None,
                         low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
-                        torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None) -> FluxPipeline:
+                        torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None,
+                        text_encoder: str | os.PathLike[str] | None = None) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
         downloaded. No argument: the bundled demo model. ``torch_dtype`` is accepted for
         diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM.
-        ``loras``: LoRA files merged into the weights at load, each a path or (path, strength)."""
+        ``loras``: LoRA files merged into the weights at load, each a path or (path, strength).
+        ``text_encoder``: one file (a GGUF in llama.cpp's names, weights kept quantized, or a
+        .safetensors) used instead of the folder's klein Qwen3 / FLUX.1 T5."""
         demo = pretrained_model_name_or_path is None
         model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
         precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
         options = dict(precision=precision, threads=threads, low_memory=low_memory,
                        components=None if components is None else os.fspath(components), vae_encoder=vae_encoder,
-                       loras=lora_list(loras))
+                       loras=lora_list(loras),
+                       text_encoder=None if text_encoder is None else os.fspath(text_encoder))
         engine = _fluxrt.Engine(model, device=device, **options)
         # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
         # model (configs/demo.yaml); its config's sample size would give 512x512 noise.

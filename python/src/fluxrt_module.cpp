@@ -165,7 +165,8 @@ std::unique_ptr<fluxrt::Engine> open_engine(const std::string& model, const std:
                                             const std::string& precision, std::optional<int> threads,
                                             std::optional<bool> low_memory,
                                             std::optional<std::string> components, bool vae_encoder,
-                                            const std::vector<std::pair<std::string, float>>& loras) {
+                                            const std::vector<std::pair<std::string, float>>& loras,
+                                            std::optional<std::string> text_encoder) {
   fluxrt::EngineOptions options;
   options.device = device;
   if (precision == "bf16") {
@@ -179,6 +180,7 @@ std::unique_ptr<fluxrt::Engine> open_engine(const std::string& model, const std:
   options.threads = threads;
   options.low_memory = low_memory;
   options.components = std::move(components);
+  options.text_encoder = std::move(text_encoder);
   options.vae_encoder = vae_encoder;
   for (const auto& [path, strength] : loras) options.loras.push_back({path, strength});
   py::gil_scoped_release release;  // loading takes seconds: let other threads run
@@ -281,7 +283,8 @@ PYBIND11_MODULE(_fluxrt, m) {
       .def(py::init(&open_engine), py::arg("model"), py::arg("device") = "cpu", py::arg("precision") = "bf16",
            py::arg("threads") = std::nullopt, py::arg("low_memory") = std::nullopt,
            py::arg("components") = std::nullopt, py::arg("vae_encoder") = true,
-           py::arg("loras") = std::vector<std::pair<std::string, float>>{})
+           py::arg("loras") = std::vector<std::pair<std::string, float>>{},
+           py::arg("text_encoder") = std::nullopt)
       .def("generate", &generate, py::arg("requests"), py::arg("batch") = true,
            py::arg("on_step") = py::none(),
            "runs the requests (one batch when `batch` and they share a batch key); one result dict per call")

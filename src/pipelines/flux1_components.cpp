@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux1_transformer.h"
+#include "models/t5/t5_file.h"
 #include "pipelines/component_loading.h"
 #include "pipelines/spans.h"
 
@@ -45,6 +46,19 @@ models::Flux1Config flux1_config_of_file(const fs::path& file, const io::Variant
   models::TensorStore raw = models::Flux1Transformer::open_checkpoint(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux1_config_detect(models::flux1_to_canonical(raw));
+}
+
+// --text-encoder FILE: a T5 whose width is the transformer's text width. Headers only (the
+// weights load with the encoder), so a wrong file fails when the pipeline opens, not at its first
+// request in low-memory mode.
+void check_t5_file_fits(const fs::path& file, const models::Flux1Config& transformer) {
+  FLUXRT_CHECK(fs::is_regular_file(file), ErrorCode::NotFound,
+               "flux.1 pipeline: text encoder file {} not found", file.string());
+  const models::T5Config c = models::t5_config_of_file(file, models::t5_store_of_file(file));
+  FLUXRT_CHECK(
+      c.d_model == transformer.context_dim, ErrorCode::Unsupported,
+      "flux.1 pipeline: text encoder file {} (T5 width {}) does not fit the transformer (T5 width {})",
+      file.string(), c.d_model, transformer.context_dim);
 }
 
 }  // namespace
@@ -103,9 +117,11 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                ErrorCode::Unsupported, "flux.1 pipeline: {} holds a {}, not a FluxPipeline", where,
                model.pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
+  const fs::path& text_encoder_file = options.text_encoder_file;
   for (const char* component :
        {"transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2", "vae", "scheduler"}) {
     if (!transformer_file.empty() && std::string(component) == "transformer") continue;
+    if (!text_encoder_file.empty() && std::string(component) == "text_encoder_2") continue;
     FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound,
                  "flux.1 pipeline: {} has no {}/ folder", where, component);
   }
@@ -148,6 +164,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
     m.transformer_config = models::flux1_preset(info.shape.guidance_embed ? "flux.1-dev" : "flux.1-schnell");
   }
   set_variant_defaults(m.defaults, m.transformer_config.guidance);
+  if (!text_encoder_file.empty()) check_t5_file_fits(text_encoder_file, m.transformer_config);
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   // Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2-packed
@@ -156,7 +173,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
                "4 x the latent channels)",
                where, m.vae_config.latent_channels, m.transformer_config.in_channels);
-  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
   // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -208,7 +225,7 @@ std::unique_ptr<models::T5PromptEmbedder> Flux1Pipeline::Impl::make_t5(
   o.dtype = options.dtype;
   o.device = options.device;
   o.loras = loras;
-  if (synthetic_variant.empty()) return models::T5PromptEmbedder::load(root, o);
+  if (synthetic_variant.empty()) return models::T5PromptEmbedder::load(root, o, options.text_encoder_file);
   return std::make_unique<models::T5PromptEmbedder>(
       models::T5Encoder::synthetic(t5_config, o, synthetic_seed + 2),
       tokenizers::T5Tokenizer::from_directory(t5_tokenizer_dir));

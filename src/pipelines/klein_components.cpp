@@ -10,6 +10,7 @@
 #include "io/model_discovery.h"
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
+#include "models/qwen3/qwen3_file.h"
 #include "pipelines/spans.h"
 #include "tokenizers/bpe_tokenizer.h"
 
@@ -67,6 +68,24 @@ void check_transformer_file_fits(const models::Flux2Config& file_config, const f
                folder.context_dim, folder.in_channels);
 }
 
+// --text-encoder FILE: a Qwen3 whose three stacked hidden states are the transformer's text width.
+// Headers only (the weights load with the encoder), so a wrong file fails when the pipeline opens,
+// not at its first request in low-memory mode.
+void check_text_encoder_file_fits(const fs::path& file, const models::Flux2Config& transformer) {
+  FLUXRT_CHECK(fs::is_regular_file(file), ErrorCode::NotFound,
+               "klein pipeline: text encoder file {} not found", file.string());
+  const models::Qwen3Config c = models::qwen3_config_of_file(file, models::qwen3_store_of_file(file));
+  const int64_t width = static_cast<int64_t>(models::kKleinHiddenStateTaps.size()) * c.hidden_size;
+  FLUXRT_CHECK(width == transformer.context_dim, ErrorCode::Unsupported,
+               "klein pipeline: text encoder file {} (Qwen3 hidden size {}: text width {}) does not fit the "
+               "transformer (text width {}): use the Qwen3 of the same klein variant",
+               file.string(), c.hidden_size, width, transformer.context_dim);
+  FLUXRT_CHECK(
+      c.num_layers >= models::kKleinHiddenStateTaps.back(), ErrorCode::Unsupported,
+      "klein pipeline: text encoder file {} has {} layers; klein reads the hidden state after layer {}",
+      file.string(), c.num_layers, models::kKleinHiddenStateTaps.back());
+}
+
 }  // namespace
 
 // The shapes of tests/data/models/flux2-klein-tiny (tools/reference/make_tiny_models.py): the
@@ -95,8 +114,10 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
                ErrorCode::Unsupported, "klein pipeline: {} holds a {}, not a {}", where, model.pipeline_class,
                flux2_klein_kind().pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
+  const fs::path& text_encoder_file = options.text_encoder_file;
   for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
     if (!transformer_file.empty() && std::string(component) == "transformer") continue;
+    if (!text_encoder_file.empty() && std::string(component) == "text_encoder") continue;
     FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound, "klein pipeline: {} has no {}/ folder",
                  where, component);
   }
@@ -123,10 +144,11 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   } else if (fs::exists(model_root / "transformer" / "config.json")) {
     m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
   }
+  if (!text_encoder_file.empty()) check_text_encoder_file_fits(text_encoder_file, m.transformer_config);
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux2VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   check_vae_geometry(m.vae_config, m.transformer_config, where);
-  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
   // Flux2KleinPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -175,7 +197,7 @@ std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embe
     return std::make_unique<models::KleinPromptEmbedder>(models::Qwen3Encoder::synthetic(text_config, o, synthetic_seed + 1),
                                                          tokenizers::BpeTokenizer::from_directory(tokenizer_dir));
   }
-  return models::KleinPromptEmbedder::load(root, o);
+  return models::KleinPromptEmbedder::load(root, o, options.text_encoder_file);
 }
 
 std::unique_ptr<models::Flux2Vae> Flux2KleinPipeline::Impl::make_vae(bool with_encoder) const {

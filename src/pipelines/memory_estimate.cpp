@@ -46,10 +46,14 @@ size_t ResidentWeights::peak(bool low_memory) const {
   return low_memory ? std::max({transformer, text_encoders, vae}) : transformer + text_encoders + vae;
 }
 
-ResidentWeights pipeline_weight_bytes(const fs::path& root, DType dtype, const fs::path& transformer_file) {
+ResidentWeights pipeline_weight_bytes(const fs::path& root, DType dtype, const fs::path& transformer_file,
+                                      const fs::path& text_encoder_file) {
   ResidentWeights w;
   w.transformer = checkpoint_weight_bytes(transformer_file.empty() ? root / "transformer" : transformer_file, dtype);
-  w.text_encoders = checkpoint_weight_bytes(root / "text_encoder", dtype) + checkpoint_weight_bytes(root / "text_encoder_2", dtype);
+  fs::path small = root / "text_encoder", large = root / "text_encoder_2";
+  if (!fs::is_directory(large)) std::swap(small, large);  // klein: one encoder, text_encoder/
+  if (!text_encoder_file.empty()) large = text_encoder_file;
+  w.text_encoders = checkpoint_weight_bytes(small, dtype) + checkpoint_weight_bytes(large, dtype);
   w.vae = checkpoint_weight_bytes(root / "vae", dtype);
   return w;
 }

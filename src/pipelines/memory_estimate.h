@@ -29,9 +29,12 @@ struct ResidentWeights {
 };
 
 // The components of a diffusers pipeline folder (transformer/, text_encoder/, text_encoder_2/,
-// vae/), with `transformer_file` (a single checkpoint) counted instead of transformer/ when given.
+// vae/), with `transformer_file` (a single checkpoint) counted instead of transformer/ when given,
+// and `text_encoder_file` instead of the folder's large text encoder (text_encoder_2/ when the
+// folder has one, FLUX.1's T5; else text_encoder/, klein's Qwen3).
 ResidentWeights pipeline_weight_bytes(const std::filesystem::path& root, DType dtype,
-                                      const std::filesystem::path& transformer_file = {});
+                                      const std::filesystem::path& transformer_file = {},
+                                      const std::filesystem::path& text_encoder_file = {});
 
 // What the size checks compare against.
 struct MemoryCheck {

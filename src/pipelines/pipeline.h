@@ -50,6 +50,12 @@ struct PipelineOptions {
   // scheduler (its transformer/ may be absent). The family must match the pipeline, and the
   // transformer's text width and latent channels the folder's (Unsupported otherwise).
   std::filesystem::path transformer_file;
+  // A single text-encoder file used instead of the folder's PipelineKind::text_encoder_component
+  // (klein's Qwen3 text_encoder/, FLUX.1's T5 text_encoder_2/): a GGUF in llama.cpp's names, its
+  // weights kept quantized, or a .safetensors in transformers' names (Qwen3Encoder::load_file,
+  // T5Encoder::load_file). The tokenizer still comes from the folder; the encoder's width must be
+  // what the transformer reads (Unsupported otherwise, at load).
+  std::filesystem::path text_encoder_file;
   models::TilingOptions vae_tiling;
   // Record the transformer call(s) of a denoising step (after one eager step) and replay them for
   // the later steps (ops::DeviceGraph: a CUDA graph on cuda:N; the host stand-in on cpu:N). The
@@ -161,6 +167,9 @@ struct PipelineKind {
   const char* pipeline_class = "";         // the diffusers class its folders name: "Flux2KleinPipeline", ...
   std::vector<std::string> other_classes;  // further classes with the same folder layout
   std::vector<std::string> weight_components;  // the components whose weights a folder must have
+  // The folder component PipelineOptions::text_encoder_file replaces ("text_encoder" for klein's
+  // Qwen3, "text_encoder_2" for FLUX.1's T5: the large encoder).
+  const char* text_encoder_component = "";
   bool reference_images = false;               // GenerateRequest::reference_images
   bool img2img = false;                        // GenerateRequest::init_image and strength
   bool true_cfg = false;                       // GenerateRequest::true_cfg_scale

@@ -15,6 +15,7 @@ PipelineKind make_flux2_klein_kind() {
   k.name = "FLUX.2 klein";
   k.pipeline_class = "Flux2KleinPipeline";
   k.weight_components = {"transformer", "text_encoder", "vae"};
+  k.text_encoder_component = "text_encoder";
   k.reference_images = true;
   // FLUX.2 dev is another pipeline (Mistral text encoder), which fluxrt does not run.
   k.takes_transformer = [](const io::VariantInfo& info) {
@@ -35,6 +36,7 @@ PipelineKind make_flux1_kind() {
   k.pipeline_class = "FluxPipeline";
   k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
   k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
+  k.text_encoder_component = "text_encoder_2";
   k.img2img = true;
   k.true_cfg = true;
   k.takes_transformer = [](const io::VariantInfo& info) { return info.family == io::ModelFamily::Flux1; };

@@ -36,8 +36,8 @@ models::TilingMode tiling_mode(fluxrt::VaeTiling tiling) {
 // default size (what an engine opened without a request can know).
 bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype) {
   const int factor = vae_scale_factor_of(pipeline.model);
-  const pipelines::ResidentWeights weights =
-      pipelines::pipeline_weight_bytes(pipeline.model.path, dtype, pipeline.transformer_file);
+  const pipelines::ResidentWeights weights = pipelines::pipeline_weight_bytes(
+      pipeline.model.path, dtype, pipeline.transformer_file, pipeline.text_encoder_file);
   try {
     check_run_size(pipeline, 128 * factor, 128 * factor, 1, factor,
                    pipelines::MemoryCheck{weights.peak(false), 0, true});
@@ -59,7 +59,7 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
                  *options.threads);
     set_num_threads(*options.threads);
   }
-  resolved_ = resolve_pipeline(model, options.components);
+  resolved_ = resolve_pipeline(model, options.components, options.text_encoder);
   variant_ = variant_label(resolved_);
   if (!options_.low_memory) options_.low_memory = needs_low_memory(resolved_, dtype_);
 
@@ -69,6 +69,7 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
   p.low_memory = *options_.low_memory;
   p.cuda_graphs = options.cuda_graphs;
   p.transformer_file = resolved_.transformer_file;
+  p.text_encoder_file = resolved_.text_encoder_file;
   p.load_vae_encoder = options.vae_encoder;
   for (const fluxrt::Lora& l : options.loras) p.loras.push_back({l.path, l.strength});
   p.vae_tiling.mode = tiling_mode(options.vae_tiling);

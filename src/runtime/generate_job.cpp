@@ -101,8 +101,8 @@ int vae_scale_factor_of(const io::ResolvedModel& model) {
 }
 
 const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
-                                                     bool transformer_from_file) {
-  auto needs = [&](const std::string& name) { return !(transformer_from_file && name == "transformer"); };
+                                                     bool transformer_from_file,
+                                                     bool text_encoder_from_file) {
   if (model.source != io::ModelSource::PipelineFolder)
     fail(ErrorCode::Unsupported,
          "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
@@ -114,6 +114,10 @@ const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& mo
       model.path,
       model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
       pipelines::supported_pipelines_text());
+  auto needs = [&](const std::string& name) {
+    return !(transformer_from_file && name == "transformer") &&
+           !(text_encoder_from_file && name == kind->text_encoder_component);
+  };
   for (const std::string& name : kind->weight_components) {
     if (!needs(name)) continue;
     const io::ModelComponent* c = model.find(name);
@@ -249,19 +253,26 @@ fs::path reserve_output_path(const fs::path& dir, const std::string& name) {
   fail(ErrorCode::Io, "no free file name for {} in {}", name, dir.string());
 }
 
-ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components) {
+ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components,
+                                  const std::optional<std::string>& text_encoder) {
   ResolvedPipeline r;
+  if (text_encoder) {
+    std::error_code ec;
+    FLUXRT_CHECK(fs::is_regular_file(*text_encoder, ec), ErrorCode::NotFound,
+                 "--text-encoder {}: not found (a .gguf or .safetensors text encoder file)", *text_encoder);
+    r.text_encoder_file = *text_encoder;
+  }
   r.given = io::resolve_model(spec);
   if (r.given.source == io::ModelSource::SingleFile) {
     r.transformer_file = r.given.path;
     r.model = find_components_folder(r.given, components);
-    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/true);
+    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/true, text_encoder.has_value());
   } else {
     FLUXRT_CHECK(!components, ErrorCode::InvalidArgument,
                  "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
                  spec);
     r.model = r.given;
-    r.kind = &check_pipeline_folder(r.model);
+    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/false, text_encoder.has_value());
   }
   return r;
 }
@@ -390,15 +401,16 @@ GenerateJob resolve_generate_job(const GenerateInputs& in) {
   } else {
     job.model_label = find_bundled_demo_model().string();
   }
-  const ResolvedPipeline pipeline = resolve_pipeline(job.model_label, in.components);
+  const ResolvedPipeline pipeline = resolve_pipeline(job.model_label, in.components, in.text_encoder);
   job.model = pipeline.model;
   job.transformer_file = pipeline.transformer_file;
+  job.text_encoder_file = pipeline.text_encoder_file;
   job.vae_scale_factor = vae_scale_factor_of(job.model);
   // Size and memory before anything is loaded: the size the run will have (given, else the first
   // reference image's as the klein pipeline crops it, else the pipelines' default 128 x factor),
   // its activations plus the weights resident at the same time.
-  const pipelines::ResidentWeights weights =
-      pipelines::pipeline_weight_bytes(job.model.path, job.dtype, job.transformer_file);
+  const pipelines::ResidentWeights weights = pipelines::pipeline_weight_bytes(
+      job.model.path, job.dtype, job.transformer_file, job.text_encoder_file);
   int width = 128 * job.vae_scale_factor, height = width;
   if (!job.reference_images.empty()) {
     const io::Image& first = job.reference_images.front();

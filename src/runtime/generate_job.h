@@ -39,6 +39,9 @@ struct GenerateInputs {
   // --components: with --model FILE (a single transformer checkpoint), the diffusers pipeline
   // folder or hub repo id that supplies the text encoder(s), tokenizer(s), VAE and scheduler.
   std::optional<std::string> components;
+  // --text-encoder: a single file replacing the folder's klein Qwen3 / FLUX.1 T5
+  // (PipelineOptions::text_encoder_file).
+  std::optional<std::string> text_encoder;
   // The RAM the size check compares against; 0: the machine's physical RAM (tests set a small one).
   size_t ram_limit_bytes = 0;
 };
@@ -49,6 +52,7 @@ struct GenerateJob {
   // folder found next to the file; its own transformer/ is then not used).
   io::ResolvedModel model;
   std::string transformer_file;  // --model FILE: the transformer checkpoint (PipelineOptions::transformer_file)
+  std::string text_encoder_file;  // --text-encoder FILE (PipelineOptions::text_encoder_file)
   std::string model_label;  // as given (path or repo id), or the bundled demo's path
   std::string variant;      // e.g. "FLUX.2-klein-4B (distilled)"
   std::string preset_file;  // the preset used, "" for none
@@ -93,14 +97,17 @@ struct ResolvedPipeline {
   io::ResolvedModel given;
   io::ResolvedModel model;
   std::string transformer_file;  // PipelineOptions::transformer_file; empty for a folder
+  std::string text_encoder_file;  // PipelineOptions::text_encoder_file; empty for the folder's
   // The family that runs it (pipelines/pipeline.h), from the folder's pipeline class.
   const pipelines::PipelineKind* kind = nullptr;
 };
 
 // Resolves `spec` (io::resolve_model), finds the components folder of a single file
 // (find_components_folder) and checks the folder (check_pipeline_folder). InvalidArgument
-// for `components` with a folder.
-ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components);
+// for `components` with a folder; NotFound for a `text_encoder` that is not a file (the pipeline's
+// load checks that it is the family's encoder).
+ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components,
+                                  const std::optional<std::string>& text_encoder = std::nullopt);
 
 // The variant in words ("FLUX.2-klein-4B (distilled)"), else the pipeline class: detection is
 // informational here, the load validates for real.
@@ -124,9 +131,10 @@ int vae_scale_factor_of(const io::ResolvedModel& model);
 // Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
 // components present; klein also its Qwen tokenizer and scheduler config) and returns the kind;
 // NotFound / Unsupported naming what is missing. With `transformer_from_file` its transformer/ is
-// not needed.
+// not needed, with `text_encoder_from_file` its PipelineKind::text_encoder_component.
 const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
-                                                     bool transformer_from_file = false);
+                                                     bool transformer_from_file = false,
+                                                     bool text_encoder_from_file = false);
 
 // --model FILE: the pipeline folder that supplies the other components. `components` (a folder or
 // hub repo id) when given; else the nearest folder with a model_index.json holding the file (the

@@ -22,6 +22,7 @@ runtime::GenerateInputs inputs_from(const RunSettings& s) {
   runtime::RunConfig& f = in.flags;
   f.model = s.model;
   in.components = s.components;
+  in.text_encoder = s.text_encoder;
   if (s.size) {
     int w = 0, h = 0;
     runtime::parse_size(*s.size, "--size", &w, &h);
@@ -93,6 +94,7 @@ Run resolve_run(const RunSettings& settings) {
   e.vae_encoder = !job.reference_images.empty() || extra.init_image.has_value();
   e.cuda_graphs = settings.cuda_graphs;
   e.components = settings.components;
+  e.text_encoder = settings.text_encoder;
   for (const runtime::RunConfig::LoraEntry& l : job.loras) e.loras.push_back({l.path, l.strength});
 
   GenerateRequest& r = run.request;

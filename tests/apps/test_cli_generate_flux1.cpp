@@ -299,6 +299,24 @@ TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
 
 }  // namespace
 
+// --text-encoder FILE: the folder's T5 as a BF16 GGUF in llama.cpp's names
+// (tools/reference/make_tiny_encoder_gguf.py) renders the folder's image bit for bit; a missing
+// file is a one-line error before anything loads.
+TEST_F(CliGenerateFlux1, TextEncoderFileRendersTheFoldersImage) {
+  const std::string args =
+      "--model " + quote(kDev.string()) +
+      " --prompt 'a red circle' --size 64x64 --steps 2 --seed 3 --threads 1 --quiet --out ";
+  ASSERT_EQ(run(args + quote((tmp_ / "folder").string())), 0) << err_;
+  const fluxrt::io::Image folder = written_image();
+  const fs::path gguf = kData / "gguf" / "flux1-tiny-t5-bf16.gguf";
+  ASSERT_EQ(run(args + quote((tmp_ / "gguf").string()) + " --text-encoder " + quote(gguf.string())), 0)
+      << err_;
+  EXPECT_EQ(written_image().pixels, folder.pixels);
+  expect_one_line_error(
+      run(args + quote((tmp_ / "out").string()) + " --text-encoder " + quote((tmp_ / "none.gguf").string())),
+      "--text-encoder");
+}
+
 // --lora FILE:STRENGTH merges the LoRA at load: diffusers' image of the PEFT file at 0.5
 // (tests/data/lora), and the PNG records the file name, strength and SHA-256 prefix.
 TEST_F(CliGenerateFlux1, LoraFlagRendersTheDiffusersImage) {

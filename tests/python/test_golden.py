@@ -61,3 +61,17 @@ def test_flux1_matches_diffusers(name):
         num_images_per_prompt=c.get("images_per_prompt", 1), generator=c["seed"], image=init,
         strength=c.get("strength"), max_sequence_length=c.get("max_sequence_length", 512))
     expect_close(out.images, "flux1_pipeline", c)
+
+
+def test_text_encoder_file_gives_diffusers_image():
+    """text_encoder=: the tiny klein's Qwen3 as a BF16 GGUF in llama.cpp's names
+    (tools/reference/make_tiny_encoder_gguf.py) in place of the folder's text_encoder/."""
+    c = case("klein_pipeline", "t2i_64_red_f32")
+    pipe = fluxrt.FluxPipeline.from_pretrained(MODELS / c["model"], dtype="float32",
+                                               text_encoder=DATA / "gguf" / "klein-tiny-qwen3-bf16.gguf")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=c["prompts"], height=c["height_arg"], width=c["width_arg"],
+               num_inference_steps=c["steps"], guidance_scale=c["guidance_scale"],
+               num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "klein_pipeline", c)
