@@ -498,7 +498,7 @@ void dequantize_rows_ref(const QuantizedMatrix& q, int64_t r0, int64_t count, fl
     dequantize_row_ref(q.type, q.row(r0 + r), out, q.cols);
     if (q.scale.defined()) {
       const float s = q.row_scale(r0 + r);
-      for (int64_t j = 0; j < q.cols; ++j) out[j] *= s;
+      for (int64_t j = 0; j < q.cols; ++j) out[j] = scaled_weight(out[j], s);
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace fluxrt {
@@ -82,10 +83,15 @@ void quantize_block_q5_k(const float* x, uint8_t* block);
 void quantize_block_q6_k(const float* x, uint8_t* block);
 }  // namespace quant_detail
 
+// A dequantized value times its row's scale, rounded once to bf16: the scaled-fp8 rule
+// bf16(f32(w8) * scale) that the checkpoints' references (and the loaders before weights stayed
+// fp8) use, so an fp8 model computes what its bf16 dequantization would.
+inline float scaled_weight(float value, float scale) { return bf16_to_f32(f32_to_bf16(value * scale)); }
+
 // A [rows, cols] weight in its stored bytes. `bytes` is a contiguous U8 tensor of
 // rows * quant_row_bytes(cols) bytes (often a view into a file mapping; it keeps it alive).
 // `scale` (f32, 1 or `rows` values, or undefined) multiplies each row after dequantization: the
-// per-tensor or per-row scale of scaled-fp8 checkpoints.
+// per-tensor or per-row scale of scaled-fp8 checkpoints (scaled_weight: rounded to bf16).
 struct QuantizedMatrix {
   QuantType type = QuantType::F32;
   int64_t rows = 0, cols = 0;

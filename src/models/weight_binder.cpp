@@ -100,13 +100,14 @@ bool TensorStore::add_row_split(const std::vector<std::string>& names, const Ten
     return true;
   }
   const QuantizedMatrix& q = *e.quantized;
-  if (q.scale.numel() > 1) return false;  // a per-row scale would need splitting too
   int64_t at = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     QuantizedMatrix part = q;
     part.rows = sizes[i];
     part.bytes = q.bytes.narrow(0, static_cast<int64_t>(at * q.row_bytes()),
                                 static_cast<int64_t>(sizes[i] * q.row_bytes()));
+    if (q.scale.numel() > 1)
+      part.scale = q.scale.narrow(0, at, sizes[i]);  // per-row fp8 scales follow their rows
     add_quantized(names[i], std::move(part), e.origin);
     at += sizes[i];
   }

@@ -10,6 +10,7 @@
 #include "io/model_discovery.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux2_names.h"
+#include "models/fp8_weights.h"
 #include "models/weight_binder.h"
 
 namespace fluxrt::runtime {
@@ -64,7 +65,7 @@ QuantizeReport quantize_model(const QuantizeRequest& request) {
   // then BFL's, which is what the GGUF loaders in the wild expect.
   const models::TensorStore bfl =
       flux2 ? models::flux2_canonical_to_bfl(models::flux2_to_canonical(raw))
-            : models::flux1_canonical_to_bfl(models::flux1_to_canonical(models::flux1_dequantize_fp8(raw)));
+            : models::flux1_canonical_to_bfl(models::flux1_to_canonical(models::fp8_weights_quantized(raw)));
 
   QuantizeReport report;
   report.family = flux2 ? "flux.2" : "flux.1";

@@ -4,13 +4,12 @@
 // vector (guidance rounded as the reference rounds it); the name map, config detection, fp8
 // dequantisation rules and binding errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -18,6 +17,7 @@
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
+#include "models/fp8_weights.h"
 #include "models/synthetic_weights.h"
 #include "support/compare.h"
 
@@ -191,7 +191,7 @@ TEST(Flux1Names, Fp8ScalesUnderBothNamesAndPerRow) {
     const bool is_scale = n.size() > key.size() && n.compare(n.size() - key.size(), key.size(), key) == 0;
     renamed.add(is_scale ? n.substr(0, n.size() - key.size()) + ".weight_scale" : n, raw.get(n));
   }
-  const TensorStore a = flux1_dequantize_fp8(raw), b = flux1_dequantize_fp8(renamed);
+  const TensorStore a = fp8_weights_quantized(raw), b = fp8_weights_quantized(renamed);
   ASSERT_EQ(a.names(), b.names());
   EXPECT_FALSE(a.contains("scaled_fp8"));
   EXPECT_EQ(a.get("img_in.weight").dtype(), DType::BF16);
@@ -204,8 +204,10 @@ TEST(Flux1Names, Fp8ScalesUnderBothNamesAndPerRow) {
   rows.add("layer.weight", w8);
   rows.add("layer.weight_scale", Tensor::from_vector({0.5f, 3.0f}, {2, 1}));
   rows.add("layer.input_scale", Tensor::from_vector({2.0f}, {1}));
-  const TensorStore deq = flux1_dequantize_fp8(rows);
+  const TensorStore deq = fp8_weights_quantized(rows);
   EXPECT_EQ(deq.names(), std::vector<std::string>{"layer.weight"});
+  ASSERT_NE(deq.quantized("layer.weight"), nullptr) << "a 2-D fp8 weight stays in its bytes";
+  EXPECT_EQ(deq.quantized("layer.weight")->type, QuantType::F8E4M3);
   const Tensor expect = Tensor::from_vector({0.5f, -1.0f, 0.25f, 9.0f, 0.75f, -1344.0f}, {2, 3});
   EXPECT_EQ(test::compare(deq.get("layer.weight").to(DType::F32), expect).max_abs, 0.0);
 
@@ -214,7 +216,7 @@ TEST(Flux1Names, Fp8ScalesUnderBothNamesAndPerRow) {
   blocks.add("layer.weight", w8);
   blocks.add("layer.weight_scale", Tensor::from_vector({1, 1, 1, 1}, {2, 2}));
   try {
-    flux1_dequantize_fp8(blocks);
+    fp8_weights_quantized(blocks);
     FAIL() << "block-wise scales accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer.weight_scale"), std::string::npos) << e.what();
@@ -222,12 +224,25 @@ TEST(Flux1Names, Fp8ScalesUnderBothNamesAndPerRow) {
   }
 }
 
+// fp8 files stay fp8 in memory: the 2-D weights are their file bytes, about half of bf16.
+TEST(Flux1Transformer, Fp8WeightsStayInTheirBytes) {
+  Flux1LoadOptions o;
+  const auto fp8 = Flux1Transformer::load(kSchnell2Fp8Scaled, o);
+  // The same weights read densely (their bf16 dequantization), as the loaders kept them before.
+  const TensorStore kept =
+      fp8_weights_quantized(TensorStore::from_checkpoint(io::Checkpoint::open(kSchnell2Fp8Scaled)));
+  TensorStore dense;
+  for (const std::string& name : kept.names()) dense.add(name, kept.get(name));
+  const auto bf16 = Flux1Transformer::from_store(dense, fp8->config(), o);
+  EXPECT_LT(fp8->weight_bytes(), bf16->weight_bytes() * 6 / 10);
+}
+
 TEST(Flux1Names, ComfyPrefixIsStripped) {
   const io::Checkpoint fp8 = io::Checkpoint::open(kDevFp8);
   const TensorStore raw = TensorStore::from_checkpoint(fp8);
   ASSERT_TRUE(raw.contains("model.diffusion_model.img_in.weight"));
   const io::Checkpoint bfl = io::Checkpoint::open(kDevBfl);
-  EXPECT_EQ(flux1_to_canonical(flux1_dequantize_fp8(raw)).names(),
+  EXPECT_EQ(flux1_to_canonical(fp8_weights_quantized(raw)).names(),
             flux1_to_canonical(TensorStore::from_checkpoint(bfl)).names());
 }
 
@@ -250,7 +265,8 @@ TEST(Flux1Config, FromJsonAndDetectionAgree) {
     EXPECT_EQ(c->variant, "custom");
   }
   const io::Checkpoint s2 = io::Checkpoint::open(kSchnell2Fp8Scaled);
-  const Flux1Config s = flux1_config_detect(flux1_to_canonical(flux1_dequantize_fp8(TensorStore::from_checkpoint(s2))));
+  const Flux1Config s =
+      flux1_config_detect(flux1_to_canonical(fp8_weights_quantized(TensorStore::from_checkpoint(s2))));
   EXPECT_FALSE(s.guidance);
   EXPECT_EQ(s.double_blocks, 2);
   EXPECT_EQ(s.single_blocks, 2);

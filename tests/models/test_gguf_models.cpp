@@ -5,6 +5,10 @@
 // the quantized bytes resident.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include "core/quant.h"
 #include "io/gguf.h"
 #include "io/model_discovery.h"
@@ -75,6 +79,66 @@ TEST_P(GgufFlux2, EqualsTheDenseModelOnTheDequantizedWeights) {
 INSTANTIATE_TEST_SUITE_P(TinyKlein, GgufFlux2, ::testing::Values(kQ8, kQ4Prefixed), [](const auto& info) {
   return info.index == 0 ? std::string("q8_0") : std::string("q4_0_comfy");
 });
+
+// A klein fp8 single file (BFL names; 2-D weights float8_e4m3fn with a per-row
+// `.weight_scale`, compressed-tensors style, and an `.input_scale` that is dropped), made here
+// from the tiny klein: the weights stay fp8 (about half the bf16 bytes), every split of a fused
+// qkv / linear1 carries its rows' scales, and the model equals the dense one on the fp8 values
+// dequantized by the scaled-fp8 rule.
+TEST(Fp8Flux2, WeightsStayFp8AndComputeTheirDequantization) {
+  const io::Checkpoint bfl = io::Checkpoint::open(kBfl);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  TensorStore dense;
+  for (const std::string& name : bfl.names()) {
+    const Tensor w = bfl.tensor(name).to(DType::F32).contiguous();
+    if (w.dim() != 2) {
+      tensors.emplace_back(name, bfl.tensor(name));
+      dense.add(name, bfl.tensor(name));
+      continue;
+    }
+    // Per-row scale amax / 448, so every row uses e4m3's range.
+    const int64_t rows = w.size(0), cols = w.size(1);
+    Tensor scale = Tensor::empty({rows}, DType::F32);
+    Tensor scaled = Tensor::empty({rows, cols}, DType::F32);
+    for (int64_t r = 0; r < rows; ++r) {
+      float amax = 1e-12f;
+      for (int64_t j = 0; j < cols; ++j) amax = std::max(amax, std::abs(w.data<float>()[r * cols + j]));
+      scale.data<float>()[r] = amax / 448.0f;
+      for (int64_t j = 0; j < cols; ++j)
+        scaled.data<float>()[r * cols + j] = w.data<float>()[r * cols + j] / (amax / 448.0f);
+    }
+    const Tensor w8 = scaled.to(DType::F8E4M3);
+    tensors.emplace_back(name, w8);
+    const std::string base = name.substr(0, name.size() - std::string("weight").size());
+    tensors.emplace_back(base + "weight_scale", scale);
+    tensors.emplace_back(base + "input_scale", Tensor::from_vector({1.0f}, {1}));
+    Tensor deq = Tensor::empty({rows, cols}, DType::F32);  // the scaled-fp8 rule, value by value
+    const Tensor back = w8.to(DType::F32);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        deq.data<float>()[r * cols + j] =
+            scaled_weight(back.data<float>()[r * cols + j], scale.data<float>()[r]);
+    dense.add(name, deq);
+  }
+  const std::string path = ::testing::TempDir() + "fluxrt_klein_tiny_fp8.safetensors";
+  io::write_safetensors(path, tensors);
+  Flux2LoadOptions opt;
+  opt.dtype = DType::F32;
+  const auto fp8 = Flux2Transformer::load(path, opt);
+  const auto reference = Flux2Transformer::from_store(dense, fp8->config(), opt);
+  Flux2LoadOptions bf16_opt;
+  const auto bf16 = Flux2Transformer::load(kBfl, bf16_opt);
+  const auto fp8_bf16 = Flux2Transformer::load(path, bf16_opt);
+  EXPECT_LT(fp8_bf16->weight_bytes() * 10, bf16->weight_bytes() * 6) << "fp8 weights must stay fp8";
+
+  const Case c = load_case();
+  const Tensor y = fp8->forward(c.x, c.x_ids, c.ctx, c.ctx_ids, c.t);
+  EXPECT_LT(test::compare(y, reference->forward(c.x, c.x_ids, c.ctx, c.ctx_ids, c.t)).rel_l2, 1e-5);
+  const auto vs_bf16 = test::compare(y, c.out);
+  EXPECT_LT(vs_bf16.rel_l2, 0.1);
+  std::printf("klein fp8 (per-row scales) vs the bf16 reference: rel-L2 %.4g\n", vs_bf16.rel_l2);
+  std::remove(path.c_str());
+}
 
 TEST(GgufFlux2Detect, VariantAndLayoutFromTheHeader) {
   const io::VariantInfo v = io::detect_variant(io::resolve_model(kQ4Prefixed));

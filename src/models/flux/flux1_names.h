@@ -43,15 +43,4 @@ TensorStore flux1_to_canonical(const TensorStore& raw);
 // The inverse for tests and tools: canonical -> BFL names (re-fusing makes copies).
 TensorStore flux1_canonical_to_bfl(const TensorStore& canonical);
 
-// fp8 single files (flux1-dev-fp8.safetensors and the like): every float8_e4m3fn / float8_e5m2
-// tensor becomes bf16, one rounding of f32(w) * f32(scale), where the scale is
-//   `<layer>.scale_weight` (ComfyUI "scaled fp8") or `<layer>.weight_scale` (compressed-tensors,
-//   ComfyUI's newer quant format) for `<layer>.weight`, holding one value (per tensor) or one
-//   value per output row ([N] or [N, 1]); no scale tensor means scale 1.
-// Consumed and dropped: those scales, the activation scales `<layer>.scale_input` /
-// `<layer>.input_scale` (we compute in bf16, not in fp8) and the `scaled_fp8` marker tensor.
-// Other tensors pass through as zero-copy views. Block-wise scales are Unsupported (one error
-// naming the tensor). Returns `raw` itself (same views) when it holds no fp8 tensor.
-TensorStore flux1_dequantize_fp8(const TensorStore& raw);
-
 }  // namespace fluxrt::models

@@ -10,6 +10,7 @@
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/flux/flux_common.h"
+#include "models/fp8_weights.h"
 #include "models/synthetic_weights.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -26,7 +27,7 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::load(const std::string& path
     p /= "transformer";  // a pipeline folder
   TensorStore raw = open_checkpoint(p.string());
   raw.set_description(p.string());
-  raw = flux1_dequantize_fp8(raw);
+  raw = fp8_weights_quantized(raw);  // fp8 weights stay in their bytes
   Flux1Config config;
   if (fs::is_directory(p) && fs::exists(p / "config.json")) {
     config = flux1_config_from_json((p / "config.json").string());
@@ -57,7 +58,7 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
   FLUXRT_CHECK(!config.shared_block_weights, ErrorCode::InvalidArgument,
                "{}: shared block weights are for synthetic weights only", raw.description());
   const TensorStore canonical =
-      merge_loras(flux1_to_canonical(flux1_dequantize_fp8(raw)), options.loras, LoraModelFamily::Flux1,
+      merge_loras(flux1_to_canonical(fp8_weights_quantized(raw)), options.loras, LoraModelFamily::Flux1,
                   LoraComponent::Transformer, options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));

@@ -7,11 +7,11 @@
 // Backend-free: nn:: layers (the blocks, shared with FLUX.2: flux_blocks.h) and src/ops/ front ends.
 //
 // Weights: bound by canonical names (flux1_names.h) with their expected shapes. bf16 checkpoint
-// tensors are used as zero-copy views of the mapping in bf16 mode; fp8 files are dequantised to
-// bf16 once at load (flux1_dequantize_fp8); f32 mode converts once at load. Fused BFL tensors
-// (double-block qkv, single-block linear1) are row views, so q, k, v (and the single-block MLP
-// input) run as separate GEMMs: both layouts bind without a copy and the MLP input GEMM carries
-// the GELU in its epilogue.
+// tensors are used as zero-copy views of the mapping in bf16 mode; fp8 files keep their weights
+// in their bytes (fp8_weights_quantized; the GEMM dequantizes per call); f32 mode converts once at load.
+// Fused BFL tensors (double-block qkv, single-block linear1) are row views, so q, k, v (and the single-block
+// MLP input) run as separate GEMMs: both layouts bind without a copy and the MLP input GEMM carries the GELU
+// in its epilogue.
 #include <functional>
 #include <map>
 #include <memory>
@@ -53,8 +53,8 @@ class Flux1Transformer {
   // The raw tensors load() reads from `path` (a checkpoint file or folder, or a GGUF file): of a
   // ComfyUI all-in-one file only the `model.diffusion_model.*` tensors (prefix kept).
   static TensorStore open_checkpoint(const std::string& path);
-  // From a checkpoint store in any layout (fp8 dequantised, then flux1_to_canonical) and a config.
-  // Throws Format listing every missing, mis-shaped and unused tensor.
+  // From a checkpoint store in any layout (fp8 kept as quantized entries, then flux1_to_canonical) and a
+  // config. Throws Format listing every missing, mis-shaped and unused tensor.
   static std::unique_ptr<Flux1Transformer> from_store(const TensorStore& raw, const Flux1Config& config,
                                                       const Flux1LoadOptions& options = {});
   // Random bf16 weights of the config's shapes (never zeros), generated one tensor at a time. With

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_common.h"
+#include "models/fp8_weights.h"
 #include "models/synthetic_weights.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -36,8 +37,10 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::load(const std::string& path
 std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore& raw, const Flux2Config& config,
                                                                const Flux2LoadOptions& options) {
   config.validate(raw.description());
-  const TensorStore canonical = merge_loras(flux2_to_canonical(raw), options.loras, LoraModelFamily::Flux2,
-                                            LoraComponent::Transformer, options.dtype);
+  // fp8 single files: the weights stay in their bytes, with their scales (fp8_weights.h).
+  const TensorStore canonical =
+      merge_loras(flux2_to_canonical(fp8_weights_quantized(raw)), options.loras, LoraModelFamily::Flux2,
+                  LoraComponent::Transformer, options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;
