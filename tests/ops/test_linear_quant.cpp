@@ -192,6 +192,7 @@ TEST_P(QuantLinear, EqualsRefOnTheDequantizedWeight) {
       {7, 2 * kb, 19, "bias"},  // odd M and N, two K blocks
       {13, 3 * kb, 50, "gelu_bias"},
       {101, 2 * kb, 530, "gated_inplace"},  // two M blocks, N past one 512-column block
+      {9, 256 + 3 * kb / 2, 33, "bias"},    // K past one 256-wide panel slice, a partial last slice
   };
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "M" << c.m << " K" << c.k << " N" << c.n << " " << c.variant);
@@ -206,10 +207,17 @@ TEST(QuantLinearPlacement, RunsOnAPlacementDevice) {
   check_quant_linear(QuantType::Q4_K, {5, 512, 40, "bias"}, Device::placement_check());
 }
 
-TEST(QuantLinearPlacement, ManyColumnGroups) {
-  // K large enough that the 64 MiB scratch holds fewer columns than N: several groups per call.
-  const int64_t k = 256 * 80;  // 20480 values, 80 KiB of f32 per column
+TEST(QuantLinearPlacement, LongRows) {
+  // 80 panel slices of K per output panel, N past two 512-column blocks.
+  const int64_t k = 256 * 80;
   check_quant_linear(QuantType::Q8_0, {3, k, 1100, "bias"});
+}
+
+TEST(QuantLinearPlacement, Fp8RowsOfAnyLength) {
+  // fp8 blocks are single values: K need not be a multiple of 8 (the panel transpose's scalar
+  // tail) nor of 256 (a last slice of 45 columns).
+  check_quant_linear(QuantType::F8E4M3, {4, 301, 21, "bias"});
+  check_quant_linear(QuantType::F8E5M2, {8, 13, 40, "gelu_bias"});
 }
 
 TEST(QuantLinearErrors, BadShapesAreRefused) {

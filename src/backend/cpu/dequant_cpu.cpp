@@ -243,6 +243,15 @@ void dequantize_row_cpu(QuantType type, const uint8_t* src, float* dst, int64_t 
   HWY_DYNAMIC_DISPATCH(DequantizeRowImpl)(type, src, dst, n);
 }
 
+void dequantize_row_part_cpu(const QuantizedMatrix& q, int64_t r, int64_t k0, int64_t n, float* dst) {
+  const QuantTraits& t = quant_traits(q.type);
+  dequantize_row_cpu(q.type, q.row(r) + static_cast<size_t>(k0 / t.block) * t.block_bytes, dst, n);
+  if (q.scale.defined()) {
+    const float s = q.row_scale(r);
+    for (int64_t j = 0; j < n; ++j) dst[j] = scaled_weight(dst[j], s);
+  }
+}
+
 void dequantize_rows_cpu(const QuantizedMatrix& q, int64_t r0, int64_t count, float* dst, int64_t ld) {
   for (int64_t r = 0; r < count; ++r) {
     float* out = dst + r * ld;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/dequant_cpu.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -215,6 +216,47 @@ FLUXRT_AVX2 void widen_panel(int64_t kc, const uint16_t* b, float* out) {
   }
 }
 
+// Eight rows of eight floats (row stride ld) transposed into out[c][8] (row stride ldo).
+FLUXRT_AVX2 inline void transpose_8x8(const float* in, int64_t ld, float* out, int64_t ldo) {
+  __m256 r0 = _mm256_loadu_ps(in + 0 * ld), r1 = _mm256_loadu_ps(in + 1 * ld),
+         r2 = _mm256_loadu_ps(in + 2 * ld), r3 = _mm256_loadu_ps(in + 3 * ld),
+         r4 = _mm256_loadu_ps(in + 4 * ld), r5 = _mm256_loadu_ps(in + 5 * ld),
+         r6 = _mm256_loadu_ps(in + 6 * ld), r7 = _mm256_loadu_ps(in + 7 * ld);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+               t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3),
+               t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  r0 = _mm256_shuffle_ps(t0, t2, 0x44), r1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+  r2 = _mm256_shuffle_ps(t1, t3, 0x44), r3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+  r4 = _mm256_shuffle_ps(t4, t6, 0x44), r5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+  r6 = _mm256_shuffle_ps(t5, t7, 0x44), r7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(out + 0 * ldo, _mm256_permute2f128_ps(r0, r4, 0x20));
+  _mm256_storeu_ps(out + 1 * ldo, _mm256_permute2f128_ps(r1, r5, 0x20));
+  _mm256_storeu_ps(out + 2 * ldo, _mm256_permute2f128_ps(r2, r6, 0x20));
+  _mm256_storeu_ps(out + 3 * ldo, _mm256_permute2f128_ps(r3, r7, 0x20));
+  _mm256_storeu_ps(out + 4 * ldo, _mm256_permute2f128_ps(r0, r4, 0x31));
+  _mm256_storeu_ps(out + 5 * ldo, _mm256_permute2f128_ps(r1, r5, 0x31));
+  _mm256_storeu_ps(out + 6 * ldo, _mm256_permute2f128_ps(r2, r6, 0x31));
+  _mm256_storeu_ps(out + 7 * ldo, _mm256_permute2f128_ps(r3, r7, 0x31));
+}
+
+// Weight rows [16 panel, +16) x columns [p0, p0+kc) of a quantized W as a plain f32 panel
+// out[kc][16] (rows past N are zero): each row's blocks in the range dequantized into `rows`
+// ([16][kc]), then transposed 8x8 at a time. p0 is a multiple of Kc and so of every block size.
+FLUXRT_AVX2 void dequantize_panel(const QuantizedMatrix& q, int64_t panel, int64_t p0, int64_t kc,
+                                  float* rows, float* out) {
+  const int64_t r0 = panel * kNr, nr = std::min(kNr, q.rows - r0);
+  for (int64_t r = 0; r < nr; ++r) cpu::dequantize_row_part_cpu(q, r0 + r, p0, kc, rows + r * kc);
+  if (nr < kNr) std::fill(rows + nr * kc, rows + kNr * kc, 0.0f);
+  const int64_t k8 = kc / 8 * 8;
+  for (int64_t k = 0; k < k8; k += 8) {
+    transpose_8x8(rows + k, kc, out + k * kNr, kNr);
+    transpose_8x8(rows + 8 * kc + k, kc, out + k * kNr + 8, kNr);
+  }
+  for (int64_t k = k8; k < kc; ++k)  // fp8 rows (blocks of one) need not be a multiple of 8 long
+    for (int64_t j = 0; j < kNr; ++j) out[k * kNr + j] = rows[j * kc + k];
+}
+
 // Packs rows [i0, i0+mc) x columns [p0, p0+kc) of x into kMr-row panels: out[r/6][k][r%6] (f32);
 // rows past mc are zero so the micro-kernel never needs an edge case.
 FLUXRT_AVX2 void pack_activations(const Tensor& x, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out,
@@ -364,6 +406,9 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
     std::unique_ptr<float, AlignedFree> cblock(static_cast<float*>(aligned_alloc_bytes(kMc * kLdc * 4)));
     std::vector<float> row(static_cast<size_t>(std::max(kKc, kNc) + 8));
     std::unique_ptr<float, AlignedFree> bwide(static_cast<float*>(aligned_alloc_bytes(kKc * kNr * 4)));
+    // Quantized weights: the panel's rows dequantized before the transpose into bwide.
+    std::unique_ptr<float, AlignedFree> qrows(
+        w.quantized ? static_cast<float*>(aligned_alloc_bytes(kNr * kKc * 4)) : nullptr);
     // Dynamic: on a shared machine a descheduled thread must not hold back half the work. Tasks
     // are in column-major order, so the threads work on neighbouring row blocks of one K x Nc
     // weight slab at a time (the slab stays in the shared L3 while the activations stream).
@@ -380,7 +425,10 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
         for (int64_t jp = 0; jp < panels; ++jp) {
           const int64_t panel = j0 / kNr + jp;
           const float* b = static_cast<const float*>(w.data) + (panel * k + p0) * kNr;
-          if (w.dtype == DType::BF16) {
+          if (w.quantized) {
+            dequantize_panel(*w.quantized, panel, p0, kc, qrows.get(), bwide.get());
+            b = bwide.get();
+          } else if (w.dtype == DType::BF16) {
             const auto* b16 = static_cast<const uint16_t*>(w.data) + (panel * k + p0) * kNr;
             if (mc_pad <= kMr) {
               // One micro-tile row (small M): widen in registers, the panel is used once.

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "backend/args/linear.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace fluxrt::backend::gemm {
@@ -35,6 +36,10 @@ struct PackedWeights {
   int64_t n = 0, k = 0, panels = 0;
   std::shared_ptr<void> buffer;
   const void* data = nullptr;
+  // Instead of packed panels: a weight kept in its quantized bytes (GGUF blocks, fp8). Each
+  // Kc x 16 panel is dequantized when a task reaches it, into the L1 buffer bf16 panels widen
+  // into, so no f32 copy of the weight is ever made (linear_quant_cpu.h).
+  const QuantizedMatrix* quantized = nullptr;
   std::shared_ptr<float> bias;  // [N] f32 or null
   size_t bytes() const { return static_cast<size_t>(panels * k * kNr) * dtype_size(dtype); }
 };

@@ -1,9 +1,9 @@
 #pragma once
 // CPU linear on quantized weights (GGUF blocks, fp8): the weight stays in its bytes, so the
-// resident model is the file's size. Each call dequantizes the weight one group of output rows at
-// a time, with the Highway dequantization, into f32 panels of the packed GEMM's layout (a scratch
-// of at most kQuantScratchBytes) and runs the packed GEMM's micro-kernel and epilogue on that
-// group's columns of y. Dequantization is O(N*K) per call against the GEMM's O(M*N*K).
+// resident model is the file's size. The packed GEMM dequantizes each Kc x 16 weight panel (with
+// the Highway dequantization and 8x8 transposes) into an L1 buffer when a task reaches it and runs
+// its micro-kernel and fused epilogue as for bf16 weights: dequantization is O(N*K) per Mc rows of
+// x (96), against the GEMM's O(M*N*K), and no f32 copy of the weight is made.
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -12,8 +12,6 @@
 #include "core/quant.h"
 
 namespace fluxrt::backend {
-
-inline constexpr size_t kQuantScratchBytes = size_t{64} << 20;
 
 struct QuantLinearCpu {
   QuantizedMatrix q;
