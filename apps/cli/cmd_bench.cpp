@@ -42,9 +42,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--dtype", options.dtype, "bf16 or f32")
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "f32"}));
-  cmd->add_option("--weights", options.weights,
-                  "transformer (FLUX.2): synthetic linear weights as bf16, fp8 or a GGUF type kept quantized "
-                  "(q8_0, q6_K, q5_K, q4_K, q4_0, ...)")
+  cmd->add_option(
+         "--weights", options.weights,
+         "transformer (FLUX.2), pipeline (klein: transformer and Qwen3): synthetic linear weights as bf16, "
+         "fp8 or a GGUF type kept quantized (q8_0, q6_K, q5_K, q4_K, q4_0, ...)")
       ->capture_default_str();
   cmd->add_flag("--skip-peak", options.skip_peak, "don't measure the GEMM peak (no ratios)");
   cmd->add_option("--json", options.json_path, "also write the figures to this JSON file");

@@ -183,6 +183,7 @@ std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transfo
   o.loras = options.loras;
   if (!synthetic_variant.empty()) {
     o.release_prepared_sources = true;  // nothing else holds the random weights
+    o.synthetic_weights = options.synthetic_weights;
     return models::Flux2Transformer::synthetic(transformer_config, synthetic_seed, o);
   }
   return models::Flux2Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
@@ -193,6 +194,7 @@ std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embe
   models::Qwen3EncoderOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  o.synthetic_weights = options.synthetic_weights;
   if (!synthetic_variant.empty()) {
     return std::make_unique<models::KleinPromptEmbedder>(models::Qwen3Encoder::synthetic(text_config, o, synthetic_seed + 1),
                                                          tokenizers::BpeTokenizer::from_directory(tokenizer_dir));

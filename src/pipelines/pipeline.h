@@ -64,6 +64,9 @@ struct PipelineOptions {
   // step; in low-memory mode each request records its own. Ignored on plain cpu.
   // GenerateResult::graph_steps says how many steps replayed.
   bool cuda_graphs = false;
+  // Synthetic pipelines only: the transformer's and the text encoder's linears (and the encoder's
+  // embedding) in this quantized type, kept so (`fluxrt bench pipeline --weights q4_K`).
+  std::optional<QuantType> synthetic_weights;
   // LoRAs merged into the transformer's weights at load (models/lora/lora_delta.h).
   std::vector<models::LoraSpec> loras;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null

@@ -2,10 +2,12 @@
 // `fluxrt bench <component>`: synthetic weights of the real shapes (random, never zeros; no files
 // needed), per-component timings, achieved GFLOP/s and the ratio to the bf16 GEMM peak measured in
 // the same run, peak RSS. Each function prints its table to stdout and returns the exit code.
+#include <optional>
 #include <string>
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/quant.h"
 
 namespace fluxrt::runtime {
 
@@ -18,8 +20,9 @@ struct BenchRequest {
   int max_sequence_length = 512;
   Device device = Device::cpu();
   DType dtype = DType::BF16;
-  // bench transformer (FLUX.2): the linears' synthetic weights in this type ("bf16": dense; "q8_0",
-  // "q4_K", ... GGUF blocks; "fp8": float8_e4m3fn), kept in their bytes as a GGUF file's would be.
+  // bench transformer (FLUX.2) and bench pipeline (klein: the transformer's and the Qwen3's): the
+  // linears' synthetic weights in this type ("bf16": dense; "q8_0", "q4_K", ... GGUF blocks;
+  // "fp8": float8_e4m3fn), kept in their bytes as a GGUF file's would be.
   std::string weights = "bf16";
   bool skip_peak = false;  // don't measure the GEMM peak (ratios are then omitted)
   std::string json_path;   // also write the figures as JSON when set
@@ -33,6 +36,10 @@ struct BenchRequest {
   // weights (f32 math, one layer at a time) and as unmerged per-request branches (steps rerun).
   int lora_rank = 0;
 };
+
+// --weights as a type: nothing for "bf16" (dense), F8E4M3 for "fp8", else the GGUF type named
+// (InvalidArgument naming `command` for anything else).
+std::optional<QuantType> bench_weight_type(const std::string& weights, const char* command);
 
 int bench_transformer(const BenchRequest& request);
 int bench_text_encoder(const BenchRequest& request);

@@ -101,6 +101,9 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   // flux.1-tiny: the tiny test folder's shapes (a smoke test of this path, nothing shared).
   const bool tiny = r.variant == "flux.1-tiny";
   if (!tiny) models::flux1_preset(r.variant);  // the error names the variant as given
+  FLUXRT_CHECK(r.weights == "bf16", ErrorCode::InvalidArgument,
+               "bench pipeline: --weights {} is for FLUX.2 klein (FLUX.1's synthetic weights are bf16)",
+               r.weights);
   pipelines::Flux1Pipeline::validate_size(r.width, r.height, r.batch);
   const std::filesystem::path clip_tokenizer = find_flux1_tokenizer("tokenizer");
   const std::filesystem::path t5_tokenizer = find_flux1_tokenizer("tokenizer_2");
@@ -188,6 +191,7 @@ int bench_pipeline(const BenchRequest& r) {
                "flux.1-schnell)",
                r.variant);
   pipelines::Flux2KleinPipeline::validate_size(r.width, r.height, r.batch);
+  const std::optional<QuantType> weight_type = bench_weight_type(r.weights, "bench pipeline");
   const std::filesystem::path tokenizer = find_bundled_qwen_tokenizer();
   Stopwatch command;
 
@@ -201,13 +205,16 @@ int bench_pipeline(const BenchRequest& r) {
   options.load_vae_encoder = false;
   options.low_memory = r.low_memory;
   options.cuda_graphs = r.cuda_graphs;
+  options.synthetic_weights = weight_type;
   options.profiler = &profiler;
   Stopwatch load_watch;
   auto pipe = pipelines::Flux2KleinPipeline::synthetic(r.variant, tokenizer, options);
   LoadTimings load = load_timings_from(profiler);
   if (load.total_s == 0) load.total_s = load_watch.seconds();
-  std::printf("%s: synthetic weights generated and prepared in %.1f s (RSS %.2f GiB)\n", r.variant.c_str(),
-              load.total_s, static_cast<double>(process_current_rss_bytes()) / (1 << 30));
+  const std::string weights =
+      options.synthetic_weights ? std::string(quant_name(*options.synthetic_weights)) + " " : std::string();
+  std::printf("%s: synthetic %sweights generated and prepared in %.1f s (RSS %.2f GiB)\n", r.variant.c_str(),
+              weights.c_str(), load.total_s, static_cast<double>(process_current_rss_bytes()) / (1 << 30));
   std::fflush(stdout);
 
   pipelines::GenerateRequest request = bench_request(r);

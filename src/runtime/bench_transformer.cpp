@@ -36,6 +36,15 @@
 #endif
 
 namespace fluxrt::runtime {
+
+std::optional<QuantType> bench_weight_type(const std::string& weights, const char* command) {
+  if (weights == "bf16") return std::nullopt;
+  QuantType type = QuantType::F8E4M3;
+  FLUXRT_CHECK(weights == "fp8" || quant_type_from_name(weights, &type), ErrorCode::InvalidArgument,
+               "{}: --weights {}: bf16, fp8 or a GGUF type (q8_0, q6_K, q5_K, q4_K, q4_0, ...)", command,
+               weights);
+  return type;
+}
 namespace {
 
 double cpu_seconds() {
@@ -101,14 +110,7 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   opt.dtype = r.dtype;
   opt.device = r.device;
   opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
-  if (r.weights != "bf16") {
-    QuantType type = QuantType::F8E4M3;
-    FLUXRT_CHECK(
-        r.weights == "fp8" || quant_type_from_name(r.weights, &type), ErrorCode::InvalidArgument,
-        "bench transformer: --weights {}: bf16, fp8 or a GGUF type (q8_0, q6_K, q5_K, q4_K, q4_0, ...)",
-        r.weights);
-    opt.synthetic_weights = type;
-  }
+  opt.synthetic_weights = bench_weight_type(r.weights, "bench transformer");
   const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
   struct State {
     std::unique_ptr<models::Flux2Transformer> model;

@@ -343,6 +343,27 @@ TEST_F(CliGenerate, BenchPipelineTinySyntheticLowMemory) {
   EXPECT_NE(r.out.find("denoising loop"), std::string::npos) << r.out;
 }
 
+// --weights: the transformer's and the Qwen3's synthetic linears in that type, kept quantized
+// (fp8 here: the tiny shapes' rows are not whole GGUF blocks, which is a one-line error).
+TEST_F(CliGenerate, BenchPipelineQuantizedWeights) {
+  RunResult r =
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 "
+          "--skip-peak --low-memory --weights fp8",
+          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("synthetic F8_E4M3 weights"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+  r =
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 --skip-peak "
+          "--weights q8_0",
+          false);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("not whole blocks"), std::string::npos) << r.err;
+  expect_one_line_error(
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --weights q9", false),
+      "--weights q9");
+}
+
 // --reload and --warmup: a warm load and a warm-up run reported next to the timed run; the
 // warm-up writes nothing. --low-memory loads inside the request instead.
 TEST_F(CliGenerate, WarmLoadWarmupAndLowMemory) {

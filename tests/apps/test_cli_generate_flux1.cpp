@@ -295,6 +295,8 @@ TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
   EXPECT_GT(j["throughput"]["gflops"].get<double>(), 0);
   EXPECT_NE(run_command("bench pipeline --variant flux.1-pro --synthetic --size 64x64"), 0);
   EXPECT_NE(err_.find("flux.1-pro"), std::string::npos) << err_;
+  EXPECT_NE(run_command("bench pipeline --variant flux.1-tiny --synthetic --size 64x64 --weights q8_0"), 0);
+  EXPECT_NE(err_.find("is for FLUX.2 klein"), std::string::npos) << err_;
 }
 
 }  // namespace

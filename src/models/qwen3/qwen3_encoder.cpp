@@ -202,15 +202,26 @@ Qwen3Encoder Qwen3Encoder::synthetic(const Qwen3Config& config, const Qwen3Encod
   // (only shape and dtype are read from it afterwards): a checkpoint's weights are file-backed
   // mmap pages, but random ones would otherwise double the resident memory (Qwen3-4B: 5.4 GB twice).
   // Uniform amplitudes ~ 1/sqrt(fan_in) keep the residual stream bounded over 27 layers.
+  // With options.synthetic_weights the linears and the table are of that quantized type, as a
+  // GGUF encoder's are (benchmarks of quantized checkpoints).
+  const std::optional<QuantType> q = options.synthetic_weights;
   auto lin = [&](int64_t n, int64_t k) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(k));
+    if (q)
+      return nn::Linear::prepare_quantized(synthetic_quantized(n, k, *q, ++s, bound), Tensor(),
+                                           options.device);
     nn::Linear p =
-        nn::Linear::prepare(synthetic_tensor({n, k}, wd, ++s, 1.0f / std::sqrt(static_cast<float>(k)), 0.0f),
-                            Tensor(), options.device);
+        nn::Linear::prepare(synthetic_tensor({n, k}, wd, ++s, bound, 0.0f), Tensor(), options.device);
     p.release_source();
     return p;
   };
   auto norm = [&](int64_t n) { return to_device(synthetic_tensor({n}, wd, ++s, 0.1f, 1.0f), options.device); };
-  e.embed_tokens_ = to_device(synthetic_tensor({c.vocab_size, H}, DType::BF16, ++s, 0.05f, 0.0f), options.device);  // [V, H]
+  if (q)
+    e.embed_quantized_ =
+        std::make_shared<const QuantizedMatrix>(synthetic_quantized(c.vocab_size, H, *q, ++s, 0.05f));
+  else
+    e.embed_tokens_ = to_device(synthetic_tensor({c.vocab_size, H}, DType::BF16, ++s, 0.05f, 0.0f),
+                                options.device);  // [V, H]
   e.layers_.resize(static_cast<size_t>(options.taps.back()));
   for (Layer& L : e.layers_) {
     L.input_norm = norm(H);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct Qwen3EncoderOptions {
   DType dtype = DType::BF16;  // activation dtype and output dtype; F32 widens the weights once at load
   Device device = Device::cpu();
   std::vector<int> taps = kKleinHiddenStateTaps;  // transformers hidden_states indices, ascending, >= 1
+  // synthetic() only: the linears and the embedding in this quantized type instead of bf16
+  // (`fluxrt bench pipeline --weights q4_K`); unset keeps them dense.
+  std::optional<QuantType> synthetic_weights;
 };
 
 class Qwen3Encoder {
