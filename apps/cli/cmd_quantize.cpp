@@ -34,6 +34,9 @@ int run_quantize(const QuantizeOptions& options) {
   fmt::print("{}: {} transformer, {} tensors ({} in {}, the rest F16/F32), {} parameters, {:.1f} MB\n",
              options.out, r.family, r.tensors, r.quantized, quant_name(request.type), r.parameters,
              r.bytes_out / 1e6);
+  if (r.fallback > 0)
+    fmt::print("{} tensors in {}: their rows are not whole 256-value super-blocks\n", r.fallback,
+               quant_name(r.fallback_type));
   if (r.quantized > 0)
     fmt::print("weight rel-L2 per tensor: mean {:.3g}, max {:.3g} ({})\n", r.rel_l2_mean, r.rel_l2_max,
                r.rel_l2_max_tensor);

@@ -45,6 +45,24 @@ std::vector<uint8_t> encode(const Tensor& t, QuantType type, double* rel_l2) {
 
 }  // namespace
 
+QuantType k_quant_fallback(QuantType type) {
+  // llama.cpp's quantizer does the same for rows that are not whole super-blocks; for Q2_K / Q3_K
+  // it takes IQ4_NL, which this engine does not read, so Q4_0 (the same 4.5 bits) stands in.
+  switch (type) {
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+      return QuantType::Q4_0;
+    case QuantType::Q4_K:
+      return QuantType::Q5_0;
+    case QuantType::Q5_K:
+      return QuantType::Q5_1;
+    case QuantType::Q6_K:
+      return QuantType::Q8_0;
+    default:
+      return type;
+  }
+}
+
 QuantizeReport quantize_model(const QuantizeRequest& request) {
   FLUXRT_CHECK(quant_can_quantize(request.type) && quant_traits(request.type).ggml_id >= 0,
                ErrorCode::Unsupported,
@@ -69,16 +87,21 @@ QuantizeReport quantize_model(const QuantizeRequest& request) {
 
   QuantizeReport report;
   report.family = flux2 ? "flux.2" : "flux.1";
-  const int64_t block = quant_traits(request.type).block;
+  report.fallback_type = k_quant_fallback(request.type);
   std::vector<io::GgufTensorToWrite> tensors;
   for (const std::string& name : bfl.names()) {
     const Tensor& t = bfl.get(name);
     io::GgufTensorToWrite w;
     w.name = name;
     w.shape = t.shape();
-    if (t.dim() == 2 && t.size(1) % block == 0) {
+    const int64_t cols = t.dim() == 2 ? t.size(1) : 0;
+    if (t.dim() == 2 && cols % quant_traits(request.type).block == 0) {
       w.type = request.type;
       ++report.quantized;
+    } else if (t.dim() == 2 && report.fallback_type != request.type &&
+               cols % quant_traits(report.fallback_type).block == 0) {
+      w.type = report.fallback_type;
+      ++report.fallback;
     } else {
       w.type = t.dim() == 2 ? QuantType::F16 : QuantType::F32;
     }

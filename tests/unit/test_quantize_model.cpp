@@ -70,8 +70,8 @@ TEST(QuantizeModel, DiffusersFolderGivesTheSameFile) {
 
 // The K types (ggml's reference quantizers, bit for bit: tests/unit/test_quant_kquants.cpp) go
 // where a row is whole 256-value blocks: in the tiny klein single_blocks.0.linear2 (128 + 384 =
-// 512 columns) and time_in.in_layer (256); the other 2-D weights are F16, as for any type whose
-// blocks do not fit.
+// 512 columns) and time_in.in_layer (256). Rows of whole 32-value blocks (the 128-column weights)
+// take llama.cpp's fallback type; txt_in (24 columns) stays F16.
 TEST(QuantizeModel, KTypesQuantizeTheRowsOfWholeSuperBlocks) {
   for (QuantType type :
        {QuantType::Q2_K, QuantType::Q3_K, QuantType::Q4_K, QuantType::Q5_K, QuantType::Q6_K}) {
@@ -80,10 +80,13 @@ TEST(QuantizeModel, KTypesQuantizeTheRowsOfWholeSuperBlocks) {
     const QuantizeReport r =
         quantize_model({kData + "/models/flux2-klein-tiny-bfl.safetensors", type, out.string()});
     EXPECT_EQ(r.quantized, 2u);
+    EXPECT_EQ(r.fallback, 16u);  // the other 2-D weights but txt_in
+    EXPECT_EQ(r.fallback_type, k_quant_fallback(type));
     const auto file = io::GgufFile::open(out.string());
     const io::GgufTensorInfo& linear2 = file->info("single_blocks.0.linear2.weight");
     EXPECT_EQ(linear2.type, type);
-    EXPECT_EQ(file->info("single_blocks.0.linear1.weight").type, QuantType::F16);  // 128 columns
+    EXPECT_EQ(file->info("single_blocks.0.linear1.weight").type, k_quant_fallback(type));  // 128 columns
+    EXPECT_EQ(file->info("txt_in.weight").type, QuantType::F16);                           // 24 columns
     // The bytes are the reference quantizer's on the checkpoint's values.
     const auto source = io::Checkpoint::open(kData + "/models/flux2-klein-tiny-bfl.safetensors");
     const Tensor w = source.tensor("single_blocks.0.linear2.weight").to(DType::F32);  // [128, 512]
