@@ -157,6 +157,16 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
       // schnell components (or the reverse) runs with its own variant's scheduler.
       if (file.guidance != folder.guidance)
         m.scheduler = file.guidance ? FlowMatchSchedulerConfig::flux1_dev() : FlowMatchSchedulerConfig::flux1_schnell();
+      // A single file carries no config: a custom model's RoPE axes, theta and eps cannot be read
+      // from its shapes. When the folder's own transformer has exactly the file's shapes (the file
+      // is that transformer quantized, `fluxrt quantize --model FOLDER`), its config.json says them.
+      const bool same =
+          file.variant == "custom" && folder.hidden == file.hidden && folder.heads == file.heads &&
+          folder.head_dim == file.head_dim && folder.double_blocks == file.double_blocks &&
+          folder.single_blocks == file.single_blocks && folder.out_channels == file.out_channels &&
+          folder.mlp_hidden == file.mlp_hidden && folder.guidance == file.guidance &&
+          folder.timestep_channels == file.timestep_channels;
+      if (same) m.transformer_config = folder;
     }
   } else if (fs::exists(transformer_config)) {
     m.transformer_config = models::flux1_config_from_json(transformer_config.string());
@@ -189,7 +199,12 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
     o.release_prepared_sources = true;  // nothing else holds the random weights
     return models::Flux1Transformer::synthetic(transformer_config, synthetic_seed, o);
   }
-  return models::Flux1Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
+  if (options.transformer_file.empty()) return models::Flux1Transformer::load(root.string(), o);
+  // A single file has no config.json: the pipeline's config, which may be the folder's (when it
+  // has the file's shapes), rather than the file's shapes alone.
+  models::TensorStore raw = models::Flux1Transformer::open_checkpoint(options.transformer_file.string());
+  raw.set_description(options.transformer_file.string());
+  return models::Flux1Transformer::from_store(raw, transformer_config, o);
 }
 
 std::unique_ptr<Flux1TextEncoders> Flux1Pipeline::Impl::make_text_encoders(

@@ -86,6 +86,23 @@ void check_text_encoder_file_fits(const fs::path& file, const models::Flux2Confi
       file.string(), c.num_layers, models::kKleinHiddenStateTaps.back());
 }
 
+// A single file carries no config: a custom model's RoPE axes, theta and eps cannot be read from
+// its shapes. When the components folder's own transformer has exactly the file's shapes (the
+// file is that transformer quantized, `fluxrt quantize --model FOLDER`), its config.json says them.
+models::Flux2Config folder_config_when_same_shapes(const models::Flux2Config& file,
+                                                   const fs::path& model_root) {
+  const fs::path json = model_root / "transformer" / "config.json";
+  if (file.variant != "custom" || !fs::exists(json)) return file;
+  const models::Flux2Config folder = models::flux2_config_from_json(json.string());
+  const bool same = folder.hidden == file.hidden && folder.heads == file.heads &&
+                    folder.head_dim == file.head_dim && folder.double_blocks == file.double_blocks &&
+                    folder.single_blocks == file.single_blocks && folder.in_channels == file.in_channels &&
+                    folder.out_channels == file.out_channels && folder.context_dim == file.context_dim &&
+                    folder.mlp_hidden == file.mlp_hidden &&
+                    folder.timestep_channels == file.timestep_channels;
+  return same ? folder : file;
+}
+
 }  // namespace
 
 // The shapes of tests/data/models/flux2-klein-tiny (tools/reference/make_tiny_models.py): the
@@ -138,6 +155,7 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
                  info.description);
     m.transformer_config = flux2_config_of_file(transformer_file, info);
     check_transformer_file_fits(m.transformer_config, transformer_file, model_root);
+    m.transformer_config = folder_config_when_same_shapes(m.transformer_config, model_root);
     // A klein file name says distilled or base (BFL names the base files "...-base-..."); the
     // components folder's model_index.json only speaks for its own transformer.
     if (info.distilled && info.distilled_from == "file name") set_variant_defaults(m.defaults, *info.distilled);
@@ -186,7 +204,12 @@ std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transfo
     o.synthetic_weights = options.synthetic_weights;
     return models::Flux2Transformer::synthetic(transformer_config, synthetic_seed, o);
   }
-  return models::Flux2Transformer::load((options.transformer_file.empty() ? root : options.transformer_file).string(), o);
+  if (options.transformer_file.empty()) return models::Flux2Transformer::load(root.string(), o);
+  // A single file has no config.json: the pipeline's config, which may be the folder's
+  // (folder_config_when_same_shapes), rather than the file's shapes alone.
+  models::TensorStore raw = models::TensorStore::open(options.transformer_file.string());
+  raw.set_description(options.transformer_file.string());
+  return models::Flux2Transformer::from_store(raw, transformer_config, o);
 }
 
 std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embedder() const {

@@ -139,6 +139,10 @@ Flux2Config flux2_config_detect(const TensorStore& s) {
   FLUXRT_CHECK(c.head_dim > 0 && c.hidden % c.head_dim == 0, ErrorCode::Format,
                "{}: hidden size {} is not a multiple of the head dim {}", where, c.hidden, c.head_dim);
   c.heads = c.hidden / c.head_dim;
+  // FLUX.2's four RoPE axes (t, h, w, l) share the head dim equally, 32 each at 128; a custom head
+  // dim keeps that split (when it halves into four even parts). A config.json, where there is one,
+  // says otherwise.
+  if (c.head_dim != 128 && c.head_dim % 8 == 0) c.axes_dim.assign(4, c.head_dim / 4);
   int64_t nd = 0, ns = 0;
   static const std::regex block(R"(^(double|single)_blocks\.(\d+)\.)");
   for (const auto& name : s.names()) {
