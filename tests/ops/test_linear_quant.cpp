@@ -192,7 +192,9 @@ TEST_P(QuantLinear, EqualsRefOnTheDequantizedWeight) {
       {7, 2 * kb, 19, "bias"},  // odd M and N, two K blocks
       {13, 3 * kb, 50, "gelu_bias"},
       {101, 2 * kb, 530, "gated_inplace"},  // two M blocks, N past one 512-column block
-      {9, 256 + 3 * kb / 2, 33, "bias"},    // K past one 256-wide panel slice, a partial last slice
+      // K past one 256-wide panel slice: for the 32-value types a partial last slice (96), for the
+      // K types (blocks of 256) three whole slices.
+      {9, kb == 256 ? 3 * 256 : 256 + 96, 33, "bias"},
   };
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "M" << c.m << " K" << c.k << " N" << c.n << " " << c.variant);
