@@ -5,11 +5,13 @@
 // (The reference dequantization itself is checked against the gguf package in tests/io.)
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/dequant_cpu.h"
+#include "backend/cpu/linear_cpu.h"
 #include "core/quant.h"
 #include "for_each_cpu_target.h"
 #include "ops/dispatch.h"
@@ -203,6 +205,36 @@ TEST_P(QuantLinear, EqualsRefOnTheDequantizedWeight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(quant_name(info.param)); });
+
+// The oneDNN path (what CPUs with bf16 matrix units take; FLUXRT_LINEAR_IMPL=onednn selects it
+// here, in f32 where bf16 is not native): chunks of weight rows dequantized per call. Chunks of
+// kOneDnnChunkRows rows plus a shorter tail (N = 530 is one chunk and a tail of 18).
+class QuantLinearOneDnn : public ::testing::TestWithParam<QuantType> {
+ protected:
+  void SetUp() override { setenv("FLUXRT_LINEAR_IMPL", "onednn", 1); }
+  void TearDown() override { unsetenv("FLUXRT_LINEAR_IMPL"); }
+};
+
+TEST_P(QuantLinearOneDnn, EqualsRefOnTheDequantizedWeight) {
+  const QuantType type = GetParam();
+  const int64_t kb = quant_traits(type).block == 256 ? 256 : 64;
+  const QuantCase cases[] = {
+      {1, kb, 37, ""},
+      {13, 3 * kb, 50, "gelu_bias"},
+      {101, 2 * kb, 530, "gated_inplace"},
+      {9, kb == 256 ? 3 * 256 : 256 + 96, 1100, "bias"},
+  };
+  for (const QuantCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "M" << c.m << " K" << c.k << " N" << c.n << " " << c.variant);
+    check_quant_linear(type, c);
+  }
+  const auto prepared = ops::prepare_linear_quantized(random_quantized(type, 40, kb, 1, 0.01f), Tensor());
+  EXPECT_NE(backend::describe_linear_cpu(*prepared).find("onednn matmul"), std::string::npos)
+      << backend::describe_linear_cpu(*prepared);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinearOneDnn, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(quant_name(info.param)); });
 
 TEST(QuantLinearPlacement, RunsOnAPlacementDevice) {

@@ -70,7 +70,13 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const T
 
 std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
                                                              const Tensor& bias) {
-  auto quant = prepare_quant_linear_cpu(weight, bias);
+  // oneDNN where the CPU has bf16 matmul (its matrix units), the packed AVX2 GEMM elsewhere;
+  // FLUXRT_LINEAR_IMPL picks one as for dense weights.
+  const CpuLinearImpl requested = impl_from_env();
+  const bool onednn = requested == CpuLinearImpl::OneDnn ||
+                      (requested == CpuLinearImpl::Auto && onednn::native_bf16()) ||
+                      !gemm::packed_gemm_supported();
+  auto quant = prepare_quant_linear_cpu(weight, bias, onednn);
   if (!quant) {
     Tensor wide = dequantize_ref(weight).to(DType::BF16);
     auto p = prepare_linear_cpu(wide, bias);
@@ -105,7 +111,7 @@ void linear_cpu(const LinearArgs& a) {
 std::string linear_cpu_kernel_for(const LinearArgs& a) {
   auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
-  if (state->quant) return "packed-avx2-dequant";
+  if (state->quant) return state->quant->onednn() ? "onednn-dequant-chunks" : "packed-avx2-dequant";
   if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
   return "onednn:" + state->matmul->impl_for(a);
 }

@@ -77,6 +77,29 @@ void MatmulLinear::run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memo
   }
 }
 
+MatmulLinear::MatmulLinear(int64_t n, int64_t k, bool with_bias, DType compute)
+    : n_(n), k_(k), compute_(compute), per_call_weights_(true) {
+  auto& eng = engine();
+  sync_threads();
+  const dt cdt = to_dnnl(compute);
+  // W [n, k] row-major seen as oneDNN's K x N weights: strides (1, k). No data until run_with.
+  weights_ =
+      dnnl::memory(dnnl::memory::desc({k_, n_}, cdt, dnnl::memory::dims{1, k_}), eng, DNNL_MEMORY_NONE);
+  if (with_bias) bias_ = dnnl::memory(dnnl::memory::desc({1, n_}, dt::f32, tag::ab), eng, DNNL_MEMORY_NONE);
+  const dnnl::memory::desc src({kPrepareRows, k_}, cdt, tag::ab);
+  const dnnl::memory::desc dst({kPrepareRows, n_}, dt::f32, tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights_.get_desc(), dst), eng);
+  impl_ = pd.impl_info_str();
+  FLUXRT_CHECK(impl_.rfind("ref", 0) != 0, ErrorCode::Unsupported,
+               "[linear] oneDNN has no JIT matmul for {} weights in a plain layout (K={}, N={})",
+               dtype_name(compute), k_, n_);
+}
+
+std::unique_ptr<MatmulLinear> MatmulLinear::with_weights_per_call(int64_t n, int64_t k, bool with_bias,
+                                                                  DType compute) {
+  return std::unique_ptr<MatmulLinear>(new MatmulLinear(n, k, with_bias, compute));
+}
+
 MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(key);
@@ -120,8 +143,9 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
       fixed_ok = false;
     }
     // The reference kernel accepts any weight layout, so a "ref" answer for the prepared layout
-    // may only mean that the JIT kernels want another one for this M: ask with layout `any`.
-    if (!fixed_ok || p.reference()) {
+    // may only mean that the JIT kernels want another one for this M: ask with layout `any`
+    // (not for weights given per call, which have no data to reorder here).
+    if (!per_call_weights_ && (!fixed_ok || p.reference())) {
       const dnnl::memory::desc w_any({k_, n_}, weights_.get_desc().data_type(), tag::any);
       try {
         Plan q;
@@ -184,6 +208,19 @@ std::string MatmulLinear::impl_for(const LinearArgs& a) {
 }
 
 void MatmulLinear::run(const LinearArgs& a) {
+  FLUXRT_CHECK(!per_call_weights_, ErrorCode::Internal, "[linear] run without the per-call weights");
+  run_impl(a, nullptr, nullptr);
+}
+
+void MatmulLinear::run_with(const LinearArgs& a, const void* weights, const float* bias) {
+  FLUXRT_CHECK(per_call_weights_, ErrorCode::Internal, "[linear] run_with on a matmul with prepared weights");
+  const dnnl::memory w(weights_.get_desc(), engine(), const_cast<void*>(weights));
+  const dnnl::memory b =
+      bias_ ? dnnl::memory(bias_.get_desc(), engine(), const_cast<float*>(bias)) : dnnl::memory();
+  run_impl(a, &w, bias_ ? &b : nullptr);
+}
+
+void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, const dnnl::memory* bias) {
   sync_threads();
   auto& eng = engine();
   // oneDNN wants src in the compute dtype; other inputs are converted (a copy of x, O(M*K)).
@@ -205,9 +242,9 @@ void MatmulLinear::run(const LinearArgs& a) {
 
   dnnl::memory src_mem(plain_2d(m, k_, to_dnnl(x.dtype()), x.stride(0)), eng, const_cast<void*>(x.raw_data()));
   dnnl::memory dst_mem(plain_2d(m, n_, to_dnnl(y.dtype()), y.stride(0)), eng, y.raw_data());
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, e.weights},
-                                             {DNNL_ARG_DST, dst_mem}};
-  if (bias_) args.emplace(DNNL_ARG_BIAS, bias_);
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights ? *weights : e.weights}, {DNNL_ARG_DST, dst_mem}};
+  if (bias_) args.emplace(DNNL_ARG_BIAS, bias ? *bias : bias_);
   if (e.gate_outside) {
     run_gate_outside(e, args, m, a.gate, residual, y);
     if (!direct) {

@@ -21,6 +21,15 @@ class MatmulLinear {
 
   void run(const LinearArgs& args);
 
+  // Weights given per call instead of prepared once: a quantized weight dequantized a chunk of
+  // rows at a time (linear_quant_cpu.h). W [n, k] row-major in `compute` and the f32 bias [n]
+  // (when `with_bias`) are passed to run_with. Unsupported when oneDNN has only its reference
+  // kernel for weights in that plain layout (it would want them reordered, which per call defeats
+  // the purpose).
+  static std::unique_ptr<MatmulLinear> with_weights_per_call(int64_t n, int64_t k, bool with_bias,
+                                                             DType compute);
+  void run_with(const LinearArgs& args, const void* weights, const float* bias);
+
   // The oneDNN implementation (primitive_desc impl_info_str, e.g. "brg:avx2") that run() uses
   // for a call with these arguments; with " + gate outside" appended when the gated residual is
   // applied after an activation-only primitive because oneDNN would have picked its reference
@@ -49,12 +58,15 @@ class MatmulLinear {
   Key key_for(const LinearArgs& args, int64_t x_stride, bool direct, bool residual_is_y, int64_t residual_stride) const;
   void run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memory>& args, int64_t m, const Tensor& gate,
                         const Tensor& residual, const Tensor& y);
+  MatmulLinear(int64_t n, int64_t k, bool with_bias, DType compute);  // with_weights_per_call
+  void run_impl(const LinearArgs& args, const dnnl::memory* weights, const dnnl::memory* bias);
 
   int64_t n_, k_;
   DType compute_;
   dnnl::memory weights_;
   dnnl::memory bias_;  // f32 [1, N] or empty
   std::string impl_;
+  bool per_call_weights_ = false;  // weights_ / bias_ are descriptors only; run_with gives the data
   std::mutex mutex_;
   std::map<Key, Entry> cache_;
 };
