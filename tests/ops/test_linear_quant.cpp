@@ -128,6 +128,30 @@ TEST(QuantDequant, CpuSimdEqualsReferenceBitForBit) {
   }
 }
 
+// Every fp8 byte (normals, subnormals, zeros of both signs, e5m2's infinities and NaNs, e4m3fn's
+// NaN) through the SIMD bit arithmetic, bit for bit against core/dtype's scalar decode, with a
+// row length that leaves a scalar tail (260 = 32 vectors of 8 + 4).
+TEST(QuantDequant, Fp8EveryByteEqualsTheScalarDecode) {
+  std::vector<uint8_t> bytes(260);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 % 256);
+  for (size_t i = 0; i < 256; ++i) bytes[i] = static_cast<uint8_t>(i);
+  for (QuantType type : {QuantType::F8E4M3, QuantType::F8E5M2}) {
+    SCOPED_TRACE(std::string(quant_name(type)));
+    std::vector<float> ref(bytes.size());
+    dequantize_row_ref(type, bytes.data(), ref.data(), static_cast<int64_t>(bytes.size()));
+    test::for_each_target([&] {
+      std::vector<float> got(bytes.size(), -1.0f);
+      backend::cpu::dequantize_row_cpu(type, bytes.data(), got.data(), static_cast<int64_t>(bytes.size()));
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &got[i], 4);
+        std::memcpy(&b, &ref[i], 4);
+        EXPECT_EQ(a, b) << "byte 0x" << std::hex << int(bytes[i]);
+      }
+    });
+  }
+}
+
 TEST(QuantDequant, RowScaleMultipliesEachRow) {
   QuantizedMatrix q = random_quantized(QuantType::F8E4M3, 4, 64, 12, 0.05f);
   q.scale = Tensor::empty({4}, DType::F32);

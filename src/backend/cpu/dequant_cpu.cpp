@@ -176,6 +176,40 @@ void Q6K(const uint8_t* b, float* y) {
   }
 }
 
+// fp8 -> f32 by bit arithmetic, value for value what core/dtype's f8e4m3_to_f32 / f8e5m2_to_f32
+// give (a table lookup per byte would be a gather per lane). A normal value's f32 bits are the
+// byte's exponent and mantissa moved up, plus the bias difference (e4m3: 127 - 7, e5m2: 127 - 15);
+// a subnormal is its mantissa times the smallest step, computed in f32 exactly as the scalar code
+// does (no f32 denormal arithmetic, so flush-to-zero modes cannot change it).
+template <bool kE4M3>
+void Fp8Row(const uint8_t* src, float* dst, int64_t n) {
+  const DQ df;
+  const DQI di;
+  const hn::Rebind<uint8_t, DQ> du8;
+  constexpr int kMantBits = kE4M3 ? 3 : 2;
+  constexpr int kBiasDelta = kE4M3 ? 127 - 7 : 127 - 15;
+  const VQ step = hn::Set(df, kE4M3 ? 0x1p-9f : 0x1p-16f);
+  const auto lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const VQI v = hn::PromoteTo(di, hn::LoadU(du8, src + i));  // 0..255
+    const VQI a = hn::And(v, hn::Set(di, 0x7F));
+    const VQI exp = hn::ShiftRight<kMantBits>(a);
+    if (!kE4M3 && !hn::AllFalse(di, hn::Eq(exp, hn::Set(di, 31)))) {
+      for (int64_t j = i; j < i + lanes; ++j) dst[j] = f8e5m2_to_f32(src[j]);  // Inf / NaN: rare
+      continue;
+    }
+    const VQI normal = hn::Add(hn::ShiftLeft<23 - kMantBits>(a), hn::Set(di, kBiasDelta << 23));
+    const VQ subnormal = hn::Mul(hn::ConvertTo(df, hn::And(a, hn::Set(di, (1 << kMantBits) - 1))), step);
+    VQI bits = hn::IfThenElse(hn::Eq(exp, hn::Zero(di)), hn::BitCast(di, subnormal), normal);
+    // e4m3fn has no infinities; S.1111.111 is its NaN, kept quiet with the mantissa bits.
+    if (kE4M3) bits = hn::IfThenElse(hn::Eq(a, hn::Set(di, 0x7F)), hn::Set(di, 0x7FF00000), bits);
+    const VQI sign = hn::ShiftLeft<24>(hn::And(v, hn::Set(di, 0x80)));
+    hn::StoreU(hn::BitCast(df, hn::Or(bits, sign)), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = kE4M3 ? f8e4m3_to_f32(src[i]) : f8e5m2_to_f32(src[i]);
+}
+
 void DequantizeRowImpl(QuantType type, const uint8_t* src, float* dst, int64_t n) {
   const QuantTraits& t = quant_traits(type);
   void (*block_fn)(const uint8_t*, float*) = nullptr;
@@ -190,10 +224,10 @@ void DequantizeRowImpl(QuantType type, const uint8_t* src, float* dst, int64_t n
       convert(src, DType::BF16, dst, DType::F32, static_cast<size_t>(n));
       return;
     case QuantType::F8E4M3:
-      convert(src, DType::F8E4M3, dst, DType::F32, static_cast<size_t>(n));
+      Fp8Row<true>(src, dst, n);
       return;
     case QuantType::F8E5M2:
-      convert(src, DType::F8E5M2, dst, DType::F32, static_cast<size_t>(n));
+      Fp8Row<false>(src, dst, n);
       return;
     case QuantType::Q8_0:
       block_fn = Q8_0;
