@@ -570,6 +570,12 @@ VariantInfo detect_variant(const ResolvedModel& model) {
   if (tc == nullptr || !tc->present) {
     VariantInfo v;
     v.description = tc == nullptr ? "no transformer component" : "transformer folder missing";
+    // A GGUF text encoder (resolve_single_file names it by general.architecture): say how it is used.
+    const ModelComponent* te = model.find("text_encoder");
+    if (tc == nullptr && model.source == ModelSource::SingleFile && te &&
+        te->class_name.rfind("gguf:", 0) == 0)
+      v.description = fmt::format("a {} text encoder, not a transformer (run it with --text-encoder FILE)",
+                                  te->class_name.substr(5));
     return v;
   }
   VariantInfo v;

@@ -108,6 +108,17 @@ TEST_F(CliInfo, TinyKleinBflFileAsJson) {
   EXPECT_EQ(j["components"][0]["dtypes"]["bf16"], 25);
 }
 
+// A GGUF text encoder (llama.cpp names): its types, and what to do with it.
+TEST_F(CliInfo, GgufTextEncoder) {
+  const fs::path gguf = kModels / ".." / "gguf" / "qwen3-gqa-q8_0.gguf";
+  const RunResult r = run("info " + shell_quote(gguf.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("a qwen3 text encoder, not a transformer (run it with --text-encoder FILE)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("q8_0 x170"), std::string::npos) << r.out;
+}
+
 TEST_F(CliInfo, Flux1Models) {
   RunResult r = run("info " + shell_quote((kModels / "flux1-dev-tiny-transformer").string()));
   EXPECT_EQ(r.exit_code, 0) << r.err;
