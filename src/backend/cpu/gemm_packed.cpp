@@ -259,7 +259,7 @@ FLUXRT_AVX2 void dequantize_panel(const QuantizedMatrix& q, int64_t panel, int64
 
 // Asks for the bytes dequantize_panel will read for `panel` (16 row parts, each one stride of the
 // weight apart): the hardware prefetchers do not follow 16 interleaved streams, so without this
-// every panel waits on memory; issued one panel ahead, the loads overlap the micro-kernels.
+// every panel waits on memory; issued ahead of use, the loads overlap the micro-kernels.
 FLUXRT_AVX2 void prefetch_panel(const QuantizedMatrix& q, int64_t panel, int64_t p0, int64_t kc) {
   const QuantTraits& t = quant_traits(q.type);
   const size_t offset = static_cast<size_t>(p0 / t.block) * t.block_bytes;
@@ -440,7 +440,9 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
           const int64_t panel = j0 / kNr + jp;
           const float* b = static_cast<const float*>(w.data) + (panel * k + p0) * kNr;
           if (w.quantized) {
-            if (jp + 1 < panels) prefetch_panel(*w.quantized, panel + 1, p0, kc);
+            // Two panels ahead: one ahead left q8_0 (twice q4_K's bytes) still waiting.
+            if (jp == 0 && panels > 1) prefetch_panel(*w.quantized, panel + 1, p0, kc);
+            if (jp + 2 < panels) prefetch_panel(*w.quantized, panel + 2, p0, kc);
             dequantize_panel(*w.quantized, panel, p0, kc, qrows.get(), bwide.get());
             b = bwide.get();
           } else if (w.dtype == DType::BF16) {
