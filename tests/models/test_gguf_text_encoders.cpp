@@ -13,6 +13,7 @@
 #include "core/quant.h"
 #include "io/safetensors.h"
 #include "models/quantized_embedding.h"
+#include "models/llama_cpp_names.h"
 #include "models/qwen3/qwen3_file.h"
 #include "models/t5/t5_file.h"
 #include "support/compare.h"
@@ -208,6 +209,30 @@ TEST(QuantizedEmbedding, RowsAreTheDequantizedTablesAndBadIdsAreRefused) {
   EXPECT_NE(error_of([&] { quantized_embedding(*table, ids, DType::BF16); }, ErrorCode::InvalidArgument)
                 .find("id 300 at position 1"),
             std::string::npos);
+}
+
+// The shared walk: per-block and whole names mapped, skipped ones left out, unknown ones kept for
+// the binder to report, and a hostile block index (too long to be a layer) taken as a plain name
+// instead of throwing out of std::stoll.
+TEST(LlamaCppNames, MapsSkipsAndKeepsUnknownNames) {
+  TensorStore raw;
+  const Tensor t = Tensor::zeros({2}, DType::F32);
+  for (const char* name :
+       {"blk.0.attn_q.weight", "blk.11.attn_q.weight", "blk.3.unknown.weight", "token_embd.weight",
+        "output.weight", "blk.99999999999999999999.attn_q.weight", "blk.x.attn_q.weight"})
+    raw.add(name, t);
+  const LlamaCppNames names{"blk.",
+                            "layers.",
+                            {{"attn_q.weight", "q.weight"}},
+                            {{"token_embd.weight", "embed.weight"}},
+                            [](const std::string& n) { return n == "output.weight"; }};
+  const TensorStore out = from_llama_cpp_names(raw, names);
+  EXPECT_EQ(out.names(),
+            (std::vector<std::string>{"blk.3.unknown.weight", "blk.99999999999999999999.attn_q.weight",
+                                      "blk.x.attn_q.weight", "embed.weight", "layers.0.q.weight",
+                                      "layers.11.q.weight"}));
+  EXPECT_EQ(count_indexed_layers(out, "layers."), 12);
+  EXPECT_EQ(count_indexed_layers(out, "blk."), 4);  // blk.3 (the others are not layer indices)
 }
 
 }  // namespace

@@ -1,57 +1,33 @@
 #include "models/qwen3/qwen3_file.h"
 
-#include <regex>
 #include <string>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "models/llama_cpp_names.h"
 
 namespace fluxrt::models {
 namespace {
 
-// llama.cpp's per-layer names (gguf-py's TensorNameMap for MODEL_ARCH.QWEN3) -> transformers'.
-const std::pair<const char*, const char*> kLayerNames[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},      {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},      {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
+// llama.cpp's names (gguf-py's TensorNameMap for MODEL_ARCH.QWEN3) -> transformers'. The LM head
+// and llama.cpp's RoPE factors (absent for Qwen3) are never computed.
+const LlamaCppNames kQwen3Names{
+    "blk.",
+    "layers.",
+    {{"attn_norm.weight", "input_layernorm.weight"},
+     {"ffn_norm.weight", "post_attention_layernorm.weight"},
+     {"attn_q.weight", "self_attn.q_proj.weight"},
+     {"attn_k.weight", "self_attn.k_proj.weight"},
+     {"attn_v.weight", "self_attn.v_proj.weight"},
+     {"attn_output.weight", "self_attn.o_proj.weight"},
+     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+     {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+     {"ffn_gate.weight", "mlp.gate_proj.weight"},
+     {"ffn_up.weight", "mlp.up_proj.weight"},
+     {"ffn_down.weight", "mlp.down_proj.weight"}},
+    {{"token_embd.weight", "embed_tokens.weight"}, {"output_norm.weight", "norm.weight"}},
+    [](const std::string& name) { return name == "output.weight" || name == "rope_freqs.weight"; },
 };
-
-TensorStore from_llama_cpp_names(const TensorStore& raw) {
-  static const std::regex kBlock(R"(^blk\.(\d+)\.(.+)$)");
-  TensorStore out;
-  out.set_description(raw.description());
-  for (const std::string& name : raw.names()) {
-    std::smatch m;
-    if (name == "token_embd.weight") {
-      out.add_entry("embed_tokens.weight", raw, name);
-    } else if (name == "output_norm.weight") {
-      out.add_entry("norm.weight", raw, name);
-    } else if (name == "output.weight" || name == "rope_freqs.weight") {
-      continue;  // the LM head and llama.cpp's RoPE factors (absent for Qwen3): never computed
-    } else if (std::regex_match(name, m, kBlock)) {
-      const std::string rest = m[2].str();
-      bool mapped = false;
-      for (const auto& [from, to] : kLayerNames) {
-        if (rest != from) continue;
-        out.add_entry("layers." + m[1].str() + "." + to, raw, name);
-        mapped = true;
-        break;
-      }
-      if (!mapped) out.add_entry(name, raw, name);
-    } else {
-      out.add_entry(name, raw, name);
-    }
-  }
-  return out;
-}
-
-const io::GgufValue* metadata(const io::GgufFile& file, const std::string& key) {
-  auto it = file.metadata().find(key);
-  return it == file.metadata().end() ? nullptr : &it->second;
-}
 
 }  // namespace
 
@@ -59,7 +35,8 @@ TensorStore qwen3_store_of_file(const std::filesystem::path& file) {
   const std::string path = file.string();
   FLUXRT_CHECK(std::filesystem::is_regular_file(file), ErrorCode::NotFound, "text encoder file {} not found",
                path);
-  if (io::is_gguf_file(path)) return from_llama_cpp_names(TensorStore::from_gguf(io::GgufFile::open(path)));
+  if (io::is_gguf_file(path))
+    return from_llama_cpp_names(TensorStore::from_gguf(io::GgufFile::open(path)), kQwen3Names);
   // Qwen3ForCausalLM keeps the decoder under "model."; a bare Qwen3Model has no prefix.
   const io::Checkpoint checkpoint = io::Checkpoint::open(path);
   const std::string prefix = checkpoint.contains("model.embed_tokens.weight") ? "model." : "";
@@ -75,25 +52,21 @@ Qwen3Config qwen3_config_of_file(const std::filesystem::path& file, const Tensor
   Qwen3Config c;  // Qwen3's rope_theta and rms_norm_eps unless the file says otherwise
   if (io::is_gguf_file(path)) {
     const auto gguf = io::GgufFile::open(path);
-    if (const io::GgufValue* arch = metadata(*gguf, "general.architecture")) {
+    if (const io::GgufValue* arch = gguf_value(*gguf, "general.architecture")) {
       FLUXRT_CHECK(arch->type == io::GgufValueType::String && arch->s == "qwen3", ErrorCode::Unsupported,
                    "{}: general.architecture is {}, not qwen3 (FLUX.2 klein's text encoder is Qwen3)", path,
                    arch->str());
     }
-    if (const io::GgufValue* v = metadata(*gguf, "qwen3.rope.freq_base"); v && v->number())
+    if (const io::GgufValue* v = gguf_value(*gguf, "qwen3.rope.freq_base"); v && v->number())
       c.rope_theta = *v->number();
-    if (const io::GgufValue* v = metadata(*gguf, "qwen3.attention.layer_norm_rms_epsilon"); v && v->number())
+    if (const io::GgufValue* v = gguf_value(*gguf, "qwen3.attention.layer_norm_rms_epsilon");
+        v && v->number())
       c.rms_norm_eps = static_cast<float>(*v->number());
   }
   const Shape embed = detect_2d_shape(store, "embed_tokens.weight", "Qwen3 text encoder");
   c.vocab_size = embed[0];
   c.hidden_size = embed[1];
-  static const std::regex kLayer(R"(^layers\.(\d+)\.)");
-  int64_t layers = 0;
-  for (const std::string& name : store.names()) {
-    std::smatch m;
-    if (std::regex_search(name, m, kLayer)) layers = std::max<int64_t>(layers, std::stoll(m[1].str()) + 1);
-  }
+  const int64_t layers = count_indexed_layers(store, "layers.");
   FLUXRT_CHECK(layers > 0, ErrorCode::Format, "{}: cannot detect the Qwen3 text encoder: no decoder layers",
                path);
   c.num_layers = layers;

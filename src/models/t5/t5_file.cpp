@@ -1,65 +1,37 @@
 #include "models/t5/t5_file.h"
 
-#include <regex>
 #include <string>
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "models/llama_cpp_names.h"
 
 namespace fluxrt::models {
 namespace {
-
-// llama.cpp's encoder names (gguf-py's TensorNameMap for MODEL_ARCH.T5ENCODER) -> transformers'.
-const std::pair<const char*, const char*> kBlockNames[] = {
-    {"attn_norm.weight", "layer.0.layer_norm.weight"},
-    {"attn_q.weight", "layer.0.SelfAttention.q.weight"},
-    {"attn_k.weight", "layer.0.SelfAttention.k.weight"},
-    {"attn_v.weight", "layer.0.SelfAttention.v.weight"},
-    {"attn_o.weight", "layer.0.SelfAttention.o.weight"},
-    {"attn_rel_b.weight", "layer.0.SelfAttention.relative_attention_bias.weight"},
-    {"ffn_norm.weight", "layer.1.layer_norm.weight"},
-    {"ffn_gate.weight", "layer.1.DenseReluDense.wi_0.weight"},
-    {"ffn_up.weight", "layer.1.DenseReluDense.wi_1.weight"},
-    {"ffn_down.weight", "layer.1.DenseReluDense.wo.weight"},
-};
 
 bool is_decoder_or_head(const std::string& name) {
   return name.rfind("dec.", 0) == 0 || name.rfind("decoder.", 0) == 0 || name.rfind("output.", 0) == 0 ||
          name.rfind("lm_head.", 0) == 0;
 }
 
-TensorStore from_llama_cpp_names(const TensorStore& raw) {
-  static const std::regex kBlock(R"(^enc\.blk\.(\d+)\.(.+)$)");
-  TensorStore out;
-  out.set_description(raw.description());
-  for (const std::string& name : raw.names()) {
-    std::smatch m;
-    if (is_decoder_or_head(name)) continue;  // a whole T5's decoder: FLUX reads the encoder only
-    if (name == "token_embd.weight") {
-      out.add_entry("shared.weight", raw, name);
-    } else if (name == "enc.output_norm.weight") {
-      out.add_entry("encoder.final_layer_norm.weight", raw, name);
-    } else if (std::regex_match(name, m, kBlock)) {
-      const std::string rest = m[2].str();
-      bool mapped = false;
-      for (const auto& [from, to] : kBlockNames) {
-        if (rest != from) continue;
-        out.add_entry("encoder.block." + m[1].str() + "." + to, raw, name);
-        mapped = true;
-        break;
-      }
-      if (!mapped) out.add_entry(name, raw, name);
-    } else {
-      out.add_entry(name, raw, name);
-    }
-  }
-  return out;
-}
-
-const io::GgufValue* metadata(const io::GgufFile& file, const std::string& arch, const std::string& key) {
-  auto it = file.metadata().find(arch + "." + key);
-  return it == file.metadata().end() ? nullptr : &it->second;
-}
+// llama.cpp's encoder names (gguf-py's TensorNameMap for MODEL_ARCH.T5ENCODER) -> transformers'. A
+// whole T5's decoder is left out: FLUX reads the encoder only.
+const LlamaCppNames kT5Names{
+    "enc.blk.",
+    "encoder.block.",
+    {{"attn_norm.weight", "layer.0.layer_norm.weight"},
+     {"attn_q.weight", "layer.0.SelfAttention.q.weight"},
+     {"attn_k.weight", "layer.0.SelfAttention.k.weight"},
+     {"attn_v.weight", "layer.0.SelfAttention.v.weight"},
+     {"attn_o.weight", "layer.0.SelfAttention.o.weight"},
+     {"attn_rel_b.weight", "layer.0.SelfAttention.relative_attention_bias.weight"},
+     {"ffn_norm.weight", "layer.1.layer_norm.weight"},
+     {"ffn_gate.weight", "layer.1.DenseReluDense.wi_0.weight"},
+     {"ffn_up.weight", "layer.1.DenseReluDense.wi_1.weight"},
+     {"ffn_down.weight", "layer.1.DenseReluDense.wo.weight"}},
+    {{"token_embd.weight", "shared.weight"}, {"enc.output_norm.weight", "encoder.final_layer_norm.weight"}},
+    is_decoder_or_head,
+};
 
 }  // namespace
 
@@ -67,7 +39,8 @@ TensorStore t5_store_of_file(const std::filesystem::path& file) {
   const std::string path = file.string();
   FLUXRT_CHECK(std::filesystem::is_regular_file(file), ErrorCode::NotFound, "text encoder file {} not found",
                path);
-  if (io::is_gguf_file(path)) return from_llama_cpp_names(TensorStore::from_gguf(io::GgufFile::open(path)));
+  if (io::is_gguf_file(path))
+    return from_llama_cpp_names(TensorStore::from_gguf(io::GgufFile::open(path)), kT5Names);
   TensorStore store = TensorStore::from_checkpoint(io::Checkpoint::open(path));
   for (const std::string& name : store.names())
     if (is_decoder_or_head(name)) store.remove(name);  // a whole T5ForConditionalGeneration
@@ -80,15 +53,15 @@ T5Config t5_config_of_file(const std::filesystem::path& file, const TensorStore&
   if (io::is_gguf_file(path)) {
     const auto gguf = io::GgufFile::open(path);
     std::string arch = "t5encoder";
-    if (auto it = gguf->metadata().find("general.architecture"); it != gguf->metadata().end()) {
-      arch = it->second.type == io::GgufValueType::String ? it->second.s : it->second.str();
+    if (const io::GgufValue* a = gguf_value(*gguf, "general.architecture")) {
+      arch = a->type == io::GgufValueType::String ? a->s : a->str();
       FLUXRT_CHECK(arch == "t5encoder" || arch == "t5", ErrorCode::Unsupported,
                    "{}: general.architecture is {}, not t5encoder (FLUX.1's second text encoder is T5)", path,
-                   it->second.str());
+                   a->str());
     }
     // llama.cpp's converter writes T5's epsilon as the RMS-norm one; older files as the plain key.
     for (const char* key : {"attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"}) {
-      if (const io::GgufValue* v = metadata(*gguf, arch, key); v && v->number()) {
+      if (const io::GgufValue* v = gguf_value(*gguf, arch + "." + key); v && v->number()) {
         c.layer_norm_epsilon = static_cast<float>(*v->number());
         break;
       }
@@ -98,12 +71,7 @@ T5Config t5_config_of_file(const std::filesystem::path& file, const TensorStore&
   const Shape e = detect_2d_shape(store, embed, "T5 text encoder");
   c.vocab_size = e[0];
   c.d_model = e[1];
-  static const std::regex kBlock(R"(^encoder\.block\.(\d+)\.)");
-  int64_t layers = 0;
-  for (const std::string& name : store.names()) {
-    std::smatch m;
-    if (std::regex_search(name, m, kBlock)) layers = std::max<int64_t>(layers, std::stoll(m[1].str()) + 1);
-  }
+  const int64_t layers = count_indexed_layers(store, "encoder.block.");
   FLUXRT_CHECK(layers > 0, ErrorCode::Format, "{}: cannot detect the T5 text encoder: no encoder blocks",
                path);
   c.num_layers = layers;
