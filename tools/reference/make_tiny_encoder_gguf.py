@@ -22,37 +22,16 @@ tests/models/test_gguf_text_encoders.cpp and tests/pipelines/test_text_encoder_f
 """
 import json
 import os
-import struct
 
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
+from make_tiny_gguf import read_safetensors  # name -> float32 array (bf16 / f32 files)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "tests", "data")
 OUT = os.path.join(DATA, "gguf")
-
-
-def read_safetensors(path):
-    """name -> (float32 array, dtype string)."""
-    blob = open(path, "rb").read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        raw = np.frombuffer(blob[base + begin:base + end], dtype=np.uint8)
-        if e["dtype"] == "BF16":
-            v = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        elif e["dtype"] == "F32":
-            v = raw.view(np.float32)
-        else:
-            raise ValueError(f"{name}: {e['dtype']}")
-        out[name] = (v.reshape(e["shape"]).copy(), e["dtype"])
-    return out
 
 
 def gguf_name(name_map, hf_name):
@@ -102,8 +81,7 @@ def write_qwen3(folder, path, qtype):
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     for name in sorted(tensors):
-        x, _ = tensors[name]
-        add(w, gguf_name(name_map, name), x, qtype)
+        add(w, gguf_name(name_map, name), tensors[name], qtype)
     finish(w, path)
 
 
@@ -124,8 +102,7 @@ def write_t5(tensors, cfg, path, qtype):
     for name in sorted(tensors):
         if name == "encoder.embed_tokens.weight":
             continue  # tied to shared.weight; llama.cpp's converter writes one token_embd
-        x = tensors[name][0] if isinstance(tensors[name], tuple) else tensors[name]
-        add(w, gguf_name(name_map, name), x, qtype)
+        add(w, gguf_name(name_map, name), tensors[name], qtype)
     finish(w, path)
 
 
