@@ -18,6 +18,7 @@
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux2_transformer.h"
 #include "support/compare.h"
+#include "support/dequantized_store.h"
 
 namespace fluxrt::models {
 namespace {
@@ -37,18 +38,7 @@ Case load_case() {
           c.tensor("ctx_ids").clone(), c.tensor("t").clone(),     c.tensor("out").clone()};
 }
 
-// The file's tensors with every quantized one dequantized to f32 (what a dense load would see).
-TensorStore dequantized_store(const TensorStore& quantized) {
-  TensorStore dense;
-  dense.set_description(quantized.description() + " (dequantized)");
-  for (const std::string& name : quantized.names()) {
-    if (const QuantizedMatrix* q = quantized.quantized(name))
-      dense.add(name, dequantize_ref(*q), quantized.origin(name));
-    else
-      dense.add(name, quantized.get(name).to(DType::F32), quantized.origin(name));
-  }
-  return dense;
-}
+using test::dequantized_store;
 
 class GgufFlux2 : public ::testing::TestWithParam<std::string> {};
 

@@ -12,11 +12,12 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "io/safetensors.h"
-#include "models/quantized_embedding.h"
 #include "models/llama_cpp_names.h"
+#include "models/quantized_embedding.h"
 #include "models/qwen3/qwen3_file.h"
 #include "models/t5/t5_file.h"
 #include "support/compare.h"
+#include "support/dequantized_store.h"
 
 namespace fluxrt::models {
 namespace {
@@ -26,18 +27,6 @@ const std::string kQwenQ8 = kData + "/gguf/qwen3-gqa-q8_0.gguf";
 const std::string kQwenTinyBf16 = kData + "/gguf/klein-tiny-qwen3-bf16.gguf";
 const std::string kT5Q8 = kData + "/gguf/t5-random-q8_0.gguf";
 const std::string kT5TinyBf16 = kData + "/gguf/flux1-tiny-t5-bf16.gguf";
-
-// The store with every quantized entry dequantized to f32 (what a dense load would see).
-TensorStore dequantized(const TensorStore& quantized) {
-  TensorStore dense;
-  for (const std::string& name : quantized.names()) {
-    if (const QuantizedMatrix* q = quantized.quantized(name))
-      dense.add(name, dequantize_ref(*q), quantized.origin(name));
-    else
-      dense.add(name, quantized.get(name).to(DType::F32), quantized.origin(name));
-  }
-  return dense;
-}
 
 size_t quantized_entries(const TensorStore& store) {
   size_t n = 0;
@@ -92,7 +81,7 @@ TEST(Qwen3File, QuantizedEncoderEqualsTheDenseOneOnItsWeights) {
   o.dtype = DType::F32;
   const Qwen3Encoder quantized = Qwen3Encoder::load_file(kQwenQ8, o);
   const TensorStore store = qwen3_store_of_file(kQwenQ8);
-  const Qwen3Encoder dense = Qwen3Encoder::from_store(quantized.config(), dequantized(store), o);
+  const Qwen3Encoder dense = Qwen3Encoder::from_store(quantized.config(), test::dequantized_store(store), o);
   EXPECT_EQ(quantized.layers_computed(), 27);
   EXPECT_LT(quantized.weight_bytes() * 2, dense.weight_bytes()) << "quantized weights must stay quantized";
 
@@ -157,7 +146,7 @@ TEST(T5File, QuantizedEncoderEqualsTheDenseOneOnItsWeights) {
   o.dtype = DType::F32;
   const T5Encoder quantized = T5Encoder::load_file(kT5Q8, o);
   const TensorStore store = t5_store_of_file(kT5Q8);
-  const T5Encoder dense = T5Encoder::from_store(quantized.config(), dequantized(store), o);
+  const T5Encoder dense = T5Encoder::from_store(quantized.config(), test::dequantized_store(store), o);
   EXPECT_LT(quantized.weight_bytes() * 3, dense.weight_bytes()) << "quantized weights must stay quantized";
   Tensor ids = Tensor::empty({2, 40}, DType::I32);  // [B, L]
   std::mt19937 rng(5);
