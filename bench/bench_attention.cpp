@@ -1,7 +1,9 @@
 // Attention throughput at the FLUX.2-klein shapes (B = 1, D = 128; 4B: H = 24, 9B: H = 32;
 // L = 1536 = 512 text + 1024 image tokens at 512^2, L = 4608 at 1024^2) in bf16 with FLUX.2 RoPE,
 // as GFLOP/s (FLOPs = 4 B H Lq Lk D) and the ratio to the GEMM peak measured in the same run.
-// Both softmax modes are timed: the fixed Cauchy-Schwarz maximum and the forced online maximum.
+// Both implementations (the SIMD kernel and the oneDNN matmul primitives, attention_cpu.h) and
+// both softmax modes (the fixed Cauchy-Schwarz maximum, the forced exact maximum) are timed; the
+// "auto" column marks what attention() picks on this machine.
 //
 //   bench_attention [--quick] [--skip-peak]   (--quick: L = 1536 only, H = 24)
 #include <fmt/format.h>
@@ -78,22 +80,30 @@ int main(int argc, char** argv) {
   std::vector<Shape4> shapes = {{"klein-4B", 24, 1536}, {"klein-4B", 24, 4608}, {"klein-9B", 32, 1536},
                                 {"klein-9B", 32, 4608}};
   if (quick) shapes = {{"klein-4B", 24, 1536}};
-  bench::Table table({"shape", "softmax", "min ms", "median ms", "GFLOP/s (min)", "of peak", "fallback blocks"});
+  bench::Table table({"shape", "implementation", "auto", "softmax", "min ms", "median ms", "GFLOP/s (min)",
+                      "of peak", "fallback blocks"});
   for (const Shape4& s : shapes) {
     const backend::AttentionArgs a = make_args(s.H, s.L);
     const double flops = 4.0 * s.H * static_cast<double>(s.L) * s.L * 128;
-    for (bool online : {false, true}) {
-      backend::cpu::AttentionCpuOptions opt;
-      opt.force_online = online;
-      backend::cpu::AttentionCpuStats stats;
-      backend::cpu::attention(a, opt, &stats);
-      const bench::Timing t = bench::time_runs([&] { backend::cpu::attention(a, opt, nullptr); }, 0, 5, 15.0);
-      const double gflops = flops / t.min_s * 1e-9;
-      table.add({fmt::format("{} H={} L={} bf16", s.model, s.H, s.L), online ? "online max" : "fixed max",
-                 fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-                 fmt::format("{:.1f}", gflops), peak.gflops > 0 ? fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops) : std::string("-"),
-                 fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)});
-    }
+    const backend::cpu::AttentionCpuImpl picked = backend::cpu::attention_impl_for(a, {});
+    for (backend::cpu::AttentionCpuImpl impl :
+         {backend::cpu::AttentionCpuImpl::Simd, backend::cpu::AttentionCpuImpl::OneDnn})
+      for (bool online : {false, true}) {
+        backend::cpu::AttentionCpuOptions opt;
+        opt.impl = impl;
+        opt.force_online = online;
+        backend::cpu::AttentionCpuStats stats;
+        backend::cpu::attention(a, opt, &stats);  // warm-up: primitives, reorders, scratch
+        const bench::Timing t =
+            bench::time_runs([&] { backend::cpu::attention(a, opt, nullptr); }, 0, 5, 15.0);
+        const double gflops = flops / t.min_s * 1e-9;
+        table.add({fmt::format("{} H={} L={} bf16", s.model, s.H, s.L),
+                   backend::cpu::describe_attention(a, opt), impl == picked ? "*" : "",
+                   online ? "exact max" : "fixed max", fmt::format("{:.1f}", t.min_s * 1e3),
+                   fmt::format("{:.1f}", t.median_s * 1e3), fmt::format("{:.1f}", gflops),
+                   peak.gflops > 0 ? fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops) : std::string("-"),
+                   fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)});
+      }
   }
   table.print();
   return 0;

@@ -1,20 +1,21 @@
-// Attention: the CPU kernel against the f64 oracle (f32: NMSE <= 1e-7; bf16/f16: at most 2x the
-// error of a naive same-dtype implementation), on random, large-norm and adversarial inputs that
-// make the Cauchy-Schwarz bound loose (and must hit the exact fallback), every mask/bias/GQA/RoPE
-// variant, strided views of a fused qkv tensor, plus the ops front end and its validation.
-// The L = 4608 cases live in test_attention_slow.cpp.
-#include "test_attention_common.h"
-
+// Attention: the CPU kernels (SIMD and oneDNN) against the f64 oracle (f32: NMSE <= 1e-7; bf16/f16: at most
+// 2x the error of a naive same-dtype implementation), on random, large-norm and adversarial inputs that make
+// the Cauchy-Schwarz bound loose (and must hit the exact fallback), every mask/bias/GQA/RoPE variant, strided
+// views of a fused qkv tensor, plus the ops front end and its validation. The L = 4608 cases live in
+// test_attention_slow.cpp.
 #include <hwy/targets.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 
+#include "backend/cpu/onednn_util.h"
 #include "backend/kernel_table.h"
 #include "core/error.h"
 #include "ops/attention.h"
 #include "ops/dispatch.h"
+#include "test_attention_common.h"
 
 namespace fluxrt::test_attention {
 namespace {
@@ -103,6 +104,101 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, AttentionCase, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// The oneDNN implementation on every case it supports (no causal mask, no bias), plus key counts
+// that span several 1024-key chunks with a narrower last one, padding and grouped heads across
+// chunks, and fallback rows in a late chunk.
+std::vector<Case> onednn_cases() {
+  std::vector<Case> out;
+  for (const Case& c : cases())
+    if (!c.causal && !c.bias) out.push_back(c);
+  out.push_back(mk(F32, 1, 100, 2100, 2, 2, 64, Inputs::Random, Rope::None, Expect::FixedOnly));
+  out.push_back(mk(BF16, 1, 130, 2048, 4, 2, 128, Inputs::Random, Rope::None, Expect::FixedOnly));
+  out.push_back(padded(mk(BF16, 5, 70, 1500, 4, 1, 128)));
+  out.push_back(mk(F32, 1, 64, 1100, 2, 2, 128, Inputs::FarKey, Rope::None, Expect::AllFallback));
+  out.push_back(mk(BF16, 1, 200, 1300, 2, 2, 128, Inputs::MixedNorm, Rope::Flux2, Expect::SomeFallback));
+  return out;
+}
+
+class AttentionOneDnnCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionOneDnnCase, MatchesReference) {
+  const Case& c = GetParam();
+  ASSERT_EQ(backend::cpu::attention_impl_for(make_problem(c).args, onednn_options(c)),
+            backend::cpu::AttentionCpuImpl::OneDnn);
+  check_case(c, {{0, c.Lq}}, 1234, onednn_options(c));
+  EXPECT_EQ(backend::onednn::reference_primitive_count(), 0) << "oneDNN fell back to a reference kernel";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, AttentionOneDnnCase, ::testing::ValuesIn(onednn_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+TEST(AttentionOneDnn, ExactEverywhereAgreesWithFixedMaximum) {
+  const Case c = mk(BF16, 2, 150, 300, 4, 2, 128, Inputs::Random, Rope::Flux2);
+  Problem p = make_problem(c);
+  backend::cpu::AttentionCpuOptions o = onednn_options(c);
+  backend::cpu::AttentionCpuStats fixed_stats, exact_stats;
+  backend::cpu::attention(p.args, o, &fixed_stats);
+  const Tensor fixed = p.args.out.clone();
+  o.force_online = true;
+  backend::cpu::attention(p.args, o, &exact_stats);
+  EXPECT_EQ(fixed_stats.fixed_blocks, fixed_stats.blocks);
+  EXPECT_EQ(exact_stats.online_blocks, exact_stats.blocks);
+  EXPECT_EQ(exact_stats.blocks, 2 * 4 * 3);  // batch x heads x 64-row blocks
+  const Tensor ref = oracle(p.args, 0, 150);
+  const Tensor naive = naive_same_dtype(p.args, 0, 150);
+  EXPECT_TRUE(test::attention_close(fixed, naive, ref));
+  EXPECT_TRUE(test::attention_close(p.args.out, naive, ref));
+}
+
+// Repeated calls (the steps of a denoising loop) reuse the cached primitives and buffers and give
+// bit-identical results, also after a call of other shapes in between.
+TEST(AttentionOneDnn, RepeatedCallsAreBitIdentical) {
+  const Case big = mk(BF16, 1, 200, 1100, 3, 3, 128, Inputs::Random, Rope::Flux2);
+  const Case small = mk(F32, 2, 50, 70, 2, 1, 64);
+  Problem pb = make_problem(big), ps = make_problem(small);
+  backend::cpu::attention(pb.args, onednn_options(big), nullptr);
+  const std::vector<float> first = pb.args.out.to_vector();
+  for (int i = 0; i < 2; ++i) {
+    backend::cpu::attention(ps.args, onednn_options(small), nullptr);
+    backend::cpu::attention(pb.args, onednn_options(big), nullptr);
+    ASSERT_EQ(pb.args.out.to_vector(), first);
+  }
+  EXPECT_LE(error_vs(ps.args.out, oracle(ps.args, 0, 50), 0, 50).nmse, 1e-7);
+}
+
+TEST(AttentionOneDnn, EmptyKeysGiveZeros) {
+  Case c = mk(F32, 1, 10, 0, 2, 2, 16);
+  Problem p = make_problem(c);
+  p.args.out.fill(7.0);
+  backend::cpu::attention(p.args, onednn_options(c), nullptr);
+  for (float x : p.args.out.to_vector()) ASSERT_EQ(x, 0.0f);
+}
+
+// Auto: the matmul primitives for long bf16 sequences where oneDNN has native bf16, the SIMD
+// kernel otherwise; causal masks and biases always on the SIMD kernel, even when OneDnn is asked.
+TEST(AttentionOneDnn, AutoChoosesByCpuDtypeAndShape) {
+  using backend::cpu::AttentionCpuImpl;
+  const bool native = backend::onednn::native_bf16();
+  const Problem long_bf16 = make_problem(mk(BF16, 1, 256, 512, 2, 2, 128, Inputs::Random, Rope::Flux2));
+  const Problem long_f32 = make_problem(mk(F32, 1, 256, 512, 2, 2, 128));
+  const Problem short_bf16 = make_problem(mk(BF16, 1, 64, 64, 2, 2, 128));
+  const Problem causal_bf16 = make_problem(causal(mk(BF16, 1, 256, 512, 2, 2, 128)));
+  const backend::cpu::AttentionCpuOptions autoo;
+  backend::cpu::AttentionCpuOptions forced;
+  forced.impl = AttentionCpuImpl::OneDnn;
+  if (std::getenv("FLUXRT_ATTENTION_IMPL") == nullptr) {
+    EXPECT_EQ(backend::cpu::attention_impl_for(long_bf16.args, autoo),
+              native ? AttentionCpuImpl::OneDnn : AttentionCpuImpl::Simd);
+    EXPECT_EQ(backend::cpu::attention_impl_for(long_f32.args, autoo), AttentionCpuImpl::Simd);
+    EXPECT_EQ(backend::cpu::attention_impl_for(short_bf16.args, autoo), AttentionCpuImpl::Simd);
+  }
+  EXPECT_EQ(backend::cpu::attention_impl_for(causal_bf16.args, forced), AttentionCpuImpl::Simd);
+  EXPECT_EQ(backend::cpu::attention_impl_for(short_bf16.args, forced), AttentionCpuImpl::OneDnn);
+  const std::string d = backend::cpu::describe_attention(long_bf16.args, forced);
+  EXPECT_EQ(d.rfind(native ? "onednn bf16 (" : "onednn f32 (", 0), 0u) << d;
+  EXPECT_EQ(backend::cpu::describe_attention(causal_bf16.args, forced).rfind("simd ", 0), 0u);
+}
 
 // The dispatcher runs only the best target of this CPU; force each supported one in turn (the
 // micro-kernel row count and the vector width differ between SSE4, AVX2, AVX-512 and scalar).

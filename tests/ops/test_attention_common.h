@@ -343,11 +343,12 @@ inline Err error_vs(const Tensor& x, const Tensor& ref, int64_t r0, int64_t r1) 
 // Runs the CPU kernel once and checks query rows [r0, r1) of each range with the numerics.md rules
 // (tests/support/compare.h): f32 NMSE <= 1e-7 against the f64 oracle; half types at most 2x the
 // NMSE of the naive same-dtype implementation.
-inline void check_case(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges, uint32_t seed = 1234) {
+inline void check_case(const Case& c, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                       uint32_t seed = 1234, const backend::cpu::AttentionCpuOptions& options = {}) {
   Problem p = make_problem(c, seed);
   ops::validate_attention(p.args);  // the kernel trusts the front end's checks
   backend::cpu::AttentionCpuStats stats;
-  backend::cpu::attention(p.args, {}, &stats);
+  backend::cpu::attention(p.args, options, &stats);
   for (auto [r0, r1] : ranges) {
     SCOPED_TRACE("query rows " + std::to_string(r0) + ".." + std::to_string(r1));
     const Tensor ref = oracle(p.args, r0, r1).slice(1, r0, r1);
@@ -373,5 +374,15 @@ inline void check_case(const Case& c, const std::vector<std::pair<int64_t, int64
 }
 
 inline void check_case(const Case& c) { check_case(c, {{0, c.Lq}}); }
+
+// Options that run the oneDNN implementation on a case: bf16 inputs with the bf16 roundings of
+// its bf16 compute type (native where oneDNN has bf16, emulated in f32 elsewhere), other dtypes
+// in f32.
+inline backend::cpu::AttentionCpuOptions onednn_options(const Case& c) {
+  backend::cpu::AttentionCpuOptions o;
+  o.impl = backend::cpu::AttentionCpuImpl::OneDnn;
+  o.emulate_bf16 = c.dtype == DType::BF16;
+  return o;
+}
 
 }  // namespace fluxrt::test_attention

@@ -10,11 +10,16 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "backend/cpu/attention_onednn.h"
+#include "backend/cpu/attention_rows.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -26,9 +31,13 @@
 #endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/attention_cpu.cpp"
+// clang-format off (foreach_target.h must come first)
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+// clang-format on
+// Per-target helpers, after the Highway headers:
+#include "backend/cpu/attention_exp2-inl.h"
 
 #ifndef FLUXRT_ATTENTION_CPU_SHARED
 #define FLUXRT_ATTENTION_CPU_SHARED
@@ -40,15 +49,6 @@ constexpr int64_t kBlockN = 64;  // keys per tile (multiple of 2 x the widest ve
 // (256 B for a score row, 512 B for a D = 128 row) the rows a micro-kernel walks map to 1/4 or 1/8
 // of the L1 sets and evict each other.
 constexpr int64_t kLdS = kBlockN + 16;  // score/probability rows
-constexpr double kLog2e = 1.4426950408889634;
-// Fixed-maximum acceptance window for l_i = sum_j 2^(s_ij - m_i): l_i >= 2^-60 proves the bound
-// is within 60 + log2(Lk) < 100 binades of the true maximum, so every term that matters (relative
-// weight above 2^-26 of the largest) is a normal f32 and nothing that was flushed to zero by the
-// 2^-127 floor of exp2 can add up to more than Lk * 2^-27 relative. The upper limit catches
-// overflow when f32 rounding in q·k exceeds the bound by a lot (huge norms).
-constexpr float kMinRowSum = 0x1p-60f;
-constexpr float kMaxRowSum = 0x1p60f;
-
 // Everything a query block needs, fixed for one (batch, kv head).
 struct Ctx {
   const AttentionArgs* a = nullptr;
@@ -82,57 +82,6 @@ struct Scratch {
         row(hwy::AllocateAligned<float>(ld)),
         brow(hwy::AllocateAligned<float>(kBlockN)) {}
 };
-
-// Reads n elements of a row (unit stride) as f32.
-inline void load_row(const Tensor& t, int64_t offset, float* dst, int64_t n) {
-  const char* base = static_cast<const char*>(t.raw_data()) + offset * static_cast<int64_t>(t.element_size());
-  if (t.dtype() == DType::F32) {
-    std::memcpy(dst, base, n * sizeof(float));
-  } else if (t.dtype() == DType::BF16) {
-    // Widening bf16 is exact (the bits move up by 16), so no call into the general converter for
-    // every 128-element row; this loop vectorises.
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(base);
-    for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
-  } else {
-    convert(base, t.dtype(), dst, DType::F32, static_cast<size_t>(n));
-  }
-}
-
-inline void store_row(const Tensor& t, int64_t offset, const float* src, int64_t n) {
-  char* base = static_cast<char*>(t.raw_data()) + offset * static_cast<int64_t>(t.element_size());
-  if (t.dtype() == DType::F32)
-    std::memcpy(base, src, n * sizeof(float));
-  else
-    convert(src, DType::F32, base, t.dtype(), static_cast<size_t>(n));
-}
-
-inline int64_t off4(const Tensor& t, int64_t b, int64_t l, int64_t h) {
-  return b * t.stride(0) + l * t.stride(1) + h * t.stride(2);
-}
-
-// Row `pos` of a [L, D/2] or [B, L, D/2] f32 table.
-inline const float* rope_table_row(const Tensor& t, int64_t b, int64_t pos) {
-  const float* base = t.data<float>();
-  return t.dim() == 3 ? base + b * t.stride(0) + pos * t.stride(1) : base + pos * t.stride(0);
-}
-
-// Rotates x[0, D) in place in f32 (y_a = x_a cos - x_b sin, y_b = x_b cos + x_a sin).
-inline void rope_rotate_row(float* x, int64_t D, RopeLayout layout, const float* cos, const float* sin) {
-  const int64_t half = D / 2;
-  if (layout == RopeLayout::AdjacentPairs) {
-    for (int64_t j = 0; j < half; ++j) {
-      const float xa = x[2 * j], xb = x[2 * j + 1];
-      x[2 * j] = xa * cos[j] - xb * sin[j];
-      x[2 * j + 1] = xb * cos[j] + xa * sin[j];
-    }
-  } else if (layout == RopeLayout::HalfSplit) {
-    for (int64_t j = 0; j < half; ++j) {
-      const float xa = x[j], xb = x[j + half];
-      x[j] = xa * cos[j] - xb * sin[j];
-      x[j + half] = xb * cos[j] + xa * sin[j];
-    }
-  }
-}
 
 // Rotates and transposes key tile `t` of (b, kvh) into ctx.kt, copies the values into ctx.v and
 // returns max |k_j| over the tile's unmasked keys.
@@ -192,26 +141,6 @@ static_assert(kBlockM % kMR == 0, "query block must be a multiple of the micro-k
 
 size_t TargetLanes() { return hn::Lanes(DF()); }
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
-
-// 2^x for x <= 127; results below 2^-126.5 are flushed to exactly 0 (and -inf gives 0).
-// Round-to-nearest splits x = n + f with |f| <= 1/2; the degree-7 Taylor series of e^(f ln 2)
-// is then accurate to about 5e-9 relative, below f32 rounding.
-HWY_INLINE VF Exp2(DF d, VF x) {
-  const hn::RebindToSigned<DF> di;
-  x = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
-  const VF n = hn::Round(x);
-  const VF f = hn::Sub(x, n);
-  VF p = hn::Set(d, 1.5252733804059841e-05f);
-  p = hn::MulAdd(p, f, hn::Set(d, 1.5403530393381608e-04f));
-  p = hn::MulAdd(p, f, hn::Set(d, 1.3333558146428443e-03f));
-  p = hn::MulAdd(p, f, hn::Set(d, 9.6181291076284772e-03f));
-  p = hn::MulAdd(p, f, hn::Set(d, 5.5504108664821580e-02f));
-  p = hn::MulAdd(p, f, hn::Set(d, 2.4022650695910071e-01f));
-  p = hn::MulAdd(p, f, hn::Set(d, 6.9314718055994531e-01f));
-  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::Mul(p, hn::BitCast(d, bits));
-}
 
 // S[kMR, 2N] block at column `col` of the tile: S = Q · Kt (Q rows of stride ldq; kt is the
 // [Dp][2N] panel of those columns).
@@ -314,7 +243,7 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
         for (int64_t jj = 0; jj < kBlockN; jj += N) {
           VF x = hn::LoadU(d, srow + jj);
           if (use_maskadd) x = hn::Add(x, hn::LoadU(d, madd + jj));
-          VF p = Exp2(d, hn::Sub(x, mv));
+          VF p = AttentionExp2(d, hn::Sub(x, mv));
           if (jj + N > lim) p = hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(lim - jj, 0))), p);
           hn::StoreU(p, d, srow + jj);
           sum = hn::Add(sum, p);
@@ -356,7 +285,7 @@ void BlockPass(const Ctx& c, int64_t b, int64_t h, int64_t i0, int64_t bm, Scrat
       const VF mv = hn::Set(d, m_new);
       VF sum = hn::Zero(d);
       for (int64_t jj = 0; jj < kBlockN; jj += N) {
-        const VF p = Exp2(d, hn::Sub(hn::LoadU(d, srow + jj), mv));
+        const VF p = AttentionExp2(d, hn::Sub(hn::LoadU(d, srow + jj), mv));
         hn::StoreU(p, d, srow + jj);
         sum = hn::Add(sum, p);
       }
@@ -519,7 +448,46 @@ const char* attention_target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();
 }
 
+namespace {
+
+AttentionCpuImpl impl_from_env() {
+  static const AttentionCpuImpl impl = [] {
+    const char* v = std::getenv("FLUXRT_ATTENTION_IMPL");
+    const std::string_view s = v ? v : "";
+    return s == "onednn" ? AttentionCpuImpl::OneDnn
+           : s == "simd" ? AttentionCpuImpl::Simd
+                         : AttentionCpuImpl::Auto;
+  }();
+  return impl;
+}
+
+// Shortest sequences for which Auto picks the matmul primitives: below, a head is too few
+// primitive calls to repay their fixed cost and the padding to whole 64-row / 64-key blocks.
+constexpr int64_t kOneDnnMinQueries = 128;
+constexpr int64_t kOneDnnMinKeys = 256;
+
+}  // namespace
+
+AttentionCpuImpl attention_impl_for(const AttentionArgs& a, const AttentionCpuOptions& options) {
+  AttentionCpuImpl want = options.impl;
+  if (want == AttentionCpuImpl::Auto) want = impl_from_env();
+  if (!attention_onednn_supports(a)) return AttentionCpuImpl::Simd;
+  if (want != AttentionCpuImpl::Auto) return want;
+  const bool long_enough = a.q.size(1) >= kOneDnnMinQueries && a.k.size(1) >= kOneDnnMinKeys;
+  return attention_onednn_uses_bf16(a) && long_enough ? AttentionCpuImpl::OneDnn : AttentionCpuImpl::Simd;
+}
+
+std::string describe_attention(const AttentionArgs& a, const AttentionCpuOptions& options) {
+  if (attention_impl_for(a, options) == AttentionCpuImpl::OneDnn)
+    return attention_onednn_describe(a, options);
+  return std::string("simd ") + attention_target_name();
+}
+
 void attention(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats) {
+  if (attention_impl_for(a, options) == AttentionCpuImpl::OneDnn) {
+    attention_onednn(a, options, stats);
+    return;
+  }
   Ctx c;
   c.a = &a;
   c.B = a.q.size(0);

@@ -16,27 +16,46 @@
 // 2^-60 <= l_i <= 2^60; otherwise (bound more than ~60 binades above the true maximum: terms
 // flushed below 2^-127, or f32 rounding pushed scores far above a huge bound) the whole 48-row
 // block is recomputed with the exact online maximum. The bias variant always runs online.
+//
+// Two implementations: this SIMD kernel (f32 FMA units, every mask and bias), and
+// attention_onednn.h (both products on oneDNN matmul primitives, i.e. on the bf16 matrix units
+// of CPUs that have them; no causal mask, no bias). Auto picks the oneDNN one where oneDNN has
+// native bf16, q is bf16 and the sequence is long enough to feed the primitives (the FLUX
+// transformers); FLUXRT_ATTENTION_IMPL=simd|onednn overrides Auto.
 #include <cstdint>
+#include <string>
 
 #include "backend/args/attention.h"
 
 namespace fluxrt::backend::cpu {
 
+enum class AttentionCpuImpl { Auto, Simd, OneDnn };
+
 struct AttentionCpuOptions {
-  // Skip the fixed-maximum pass and use the exact online maximum everywhere (benchmarks and tests
+  // Skip the fixed-maximum pass and use the exact maximum everywhere (benchmarks and tests
   // compare the two). The bias variant always uses the online maximum.
   bool force_online = false;
+  // OneDnn where the arguments allow it (else Simd), Simd, or Auto (above).
+  AttentionCpuImpl impl = AttentionCpuImpl::Auto;
+  // OneDnn in f32 (no native bf16, or an f32 q) rounds q, k, v and the probabilities to bf16 as
+  // its bf16 compute type does: the bf16 numerics, testable on any CPU.
+  bool emulate_bf16 = false;
 };
 
 struct AttentionCpuStats {
   int64_t blocks = 0;           // query blocks processed ((batch, head, 48 rows) each)
   int64_t fixed_blocks = 0;     // finished by the fixed-maximum pass
   int64_t fallback_blocks = 0;  // fixed pass rejected (bound too loose), recomputed exactly
-  int64_t online_blocks = 0;    // ran the online maximum directly (bias or force_online)
+  int64_t online_blocks = 0;    // ran the exact maximum directly (bias or force_online)
 };
 
 void attention(const AttentionArgs& a);
 void attention(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats);
+
+// The implementation attention(a, options) runs for these arguments.
+AttentionCpuImpl attention_impl_for(const AttentionArgs& a, const AttentionCpuOptions& options);
+// Its description: "simd AVX3", "onednn bf16 (brg:avx512_core_amx_bf16)", ...
+std::string describe_attention(const AttentionArgs& a, const AttentionCpuOptions& options);
 
 // Scratch allocations made by attention() so far, process-wide. The buffers are per thread and
 // grow to the largest call, so repeating a call of the same shapes on the same threads adds none.

@@ -1,0 +1,681 @@
+// CPU attention on oneDNN matmul primitives (see attention_onednn.h). The row passes between the
+// two products (exp2 with the row maximum, rounding, row sums) are Highway code compiled once per
+// target through foreach_target.h; the driver (primitives, OpenMP loops, key preparation) sits
+// behind HWY_ONCE and exists once.
+#include "backend/cpu/hwy_targets.h"
+// (hwy_targets.h must precede the Highway headers)
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/attention_onednn.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "backend/cpu/attention_exp2-inl.h"
+#include "backend/cpu/simd-inl.h"
+
+#ifndef FLUXRT_ATTENTION_ONEDNN_SHARED
+#define FLUXRT_ATTENTION_ONEDNN_SHARED
+namespace fluxrt::backend::cpu::detail {
+// How a probability row is stored for P·V.
+enum ProbabilityStore : int {
+  kStoreF32 = 0,        // f32, exp2 accurate to f32
+  kStoreF32AsBf16 = 1,  // f32 holding bf16-rounded values (the bf16 numerics on any CPU)
+  kStoreBf16 = 2,       // bf16
+};
+}  // namespace fluxrt::backend::cpu::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace fluxrt::backend::cpu::HWY_NAMESPACE {
+
+// p_j = 2^(c s_j - m + maskadd_j) for j < n (a multiple of the vector length), stored as `store`
+// says; returns the sum of the stored values, so the weights P·V applies sum to exactly l.
+float ExpRow(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
+             void* HWY_RESTRICT p, int store) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF vc = hn::Set(d, c), vneg_m = hn::Set(d, -m);
+  VF sum = hn::Zero(d);
+  for (int64_t j = 0; j < n; j += N) {
+    VF x = hn::MulAdd(hn::LoadU(d, s + j), vc, vneg_m);
+    if (maskadd) x = hn::Add(x, hn::LoadU(d, maskadd + j));
+    if (store == detail::kStoreF32) {
+      const VF e = AttentionExp2<7>(d, x);
+      hn::StoreU(e, d, static_cast<float*>(p) + j);
+      sum = hn::Add(sum, e);
+    } else {
+      const VF e = RoundTo<hwy::bfloat16_t>(d, AttentionExp2<4>(d, x));
+      if (store == detail::kStoreBf16)
+        StoreF(d, e, static_cast<hwy::bfloat16_t*>(p) + j);
+      else
+        hn::StoreU(e, d, static_cast<float*>(p) + j);
+      sum = hn::Add(sum, e);
+    }
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// max_j (c s_j + maskadd_j) over j < n (a multiple of the vector length).
+float MaxScaledRow(const float* HWY_RESTRICT s, int64_t n, float c, const float* HWY_RESTRICT maskadd) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const VF vc = hn::Set(d, c);
+  VF mx = hn::Set(d, -std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < n; j += N) {
+    VF x = hn::Mul(hn::LoadU(d, s + j), vc);
+    if (maskadd) x = hn::Add(x, hn::LoadU(d, maskadd + j));
+    mx = hn::Max(mx, x);
+  }
+  return hn::GetLane(hn::MaxOfLanes(d, mx));
+}
+
+size_t Lanes() { return hn::Lanes(DF()); }
+
+}  // namespace fluxrt::backend::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <fmt/format.h>
+#include <hwy/aligned_allocator.h>
+#include <omp.h>
+
+#include <atomic>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cpu/attention_cpu.h"
+#include "backend/cpu/attention_onednn.h"
+#include "backend/cpu/attention_rows.h"
+#include "backend/cpu/onednn_util.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace fluxrt::backend::cpu {
+HWY_EXPORT(ExpRow);
+HWY_EXPORT(MaxScaledRow);
+HWY_EXPORT(Lanes);
+
+using namespace detail;
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+constexpr int64_t kBlockM = 64;    // query rows per work item and per primitive call
+constexpr int64_t kKeyAlign = 64;  // keys are padded to a multiple of this (masked)
+// Keys per Q·K^T / P·V call. The per-thread working set of a call (S in f32, P, the key and
+// value chunks) is ~0.9 MB at D = 128 in bf16, inside a 1-2 MB L2, and each call is ~17 MFLOP,
+// large enough that the per-call overhead of a primitive stays small.
+constexpr int64_t kChunk = 1024;
+
+// The primitives of one (head dim, chunk width, compute type).
+struct ChunkPrimitives {
+  dnnl::matmul qk, pv;  // S = Q·Kc^T; O += P·Vc
+  dnnl::memory::desc k_weights, v_weights;
+  dnnl::reorder k_reorder, v_reorder;  // plain rows -> the weights layouts
+  dnnl::memory::desc qk_scratch, pv_scratch, k_reorder_scratch, v_reorder_scratch;
+};
+
+struct Primitives {
+  int64_t D = 0, chunk = 0, last = 0;
+  dt cdt = dt::f32;
+  ChunkPrimitives full, tail;  // tail: the last chunk when it is narrower
+  size_t scratch_bytes = 0;
+  std::string impl;  // Q·K^T implementation
+  const ChunkPrimitives& of_width(int64_t w) const { return w == chunk ? full : tail; }
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+ChunkPrimitives make_chunk_primitives(int64_t D, int64_t w, dt cdt, std::string* impl) {
+  auto& eng = onednn::engine();
+  ChunkPrimitives p;
+  const dnnl::primitive_attr attr = user_scratchpad();
+  const dnnl::memory::desc q({kBlockM, D}, cdt, tag::ab);
+  const dnnl::memory::desc s({kBlockM, w}, dt::f32, tag::ab);
+  const dnnl::memory::desc pm({kBlockM, w}, cdt, tag::ab);
+  const dnnl::memory::desc o({kBlockM, D}, dt::f32, tag::ab);
+  const dnnl::matmul::primitive_desc qk(dnnl::matmul::desc(q, dnnl::memory::desc({D, w}, cdt, tag::any), s),
+                                        attr, eng);
+  dnnl::primitive_attr sum_attr = user_scratchpad();
+  dnnl::post_ops po;
+  po.append_sum(1.0f);
+  sum_attr.set_post_ops(po);
+  const dnnl::matmul::primitive_desc pv(dnnl::matmul::desc(pm, dnnl::memory::desc({w, D}, cdt, tag::any), o),
+                                        sum_attr, eng);
+  const std::string shape =
+      fmt::format("attention {}x{}x{} {}", kBlockM, D, w, cdt == dt::bf16 ? "bf16" : "f32");
+  onednn::check_implementation("attention q.k", qk.impl_info_str(), shape);
+  onednn::check_implementation("attention p.v", pv.impl_info_str(), shape);
+  if (impl) *impl = qk.impl_info_str();
+  p.qk = dnnl::matmul(qk);
+  p.pv = dnnl::matmul(pv);
+  p.k_weights = qk.weights_desc();
+  p.v_weights = pv.weights_desc();
+  p.qk_scratch = qk.scratchpad_desc();
+  p.pv_scratch = pv.scratchpad_desc();
+  // Key rows [w][D] row-major are the [D, w] weights with strides (1, D); value rows are [w, D].
+  const dnnl::memory::desc k_plain({D, w}, cdt, dnnl::memory::dims{1, D});
+  const dnnl::memory::desc v_plain({w, D}, cdt, dnnl::memory::dims{D, 1});
+  const dnnl::reorder::primitive_desc kr(eng, k_plain, eng, p.k_weights, attr);
+  const dnnl::reorder::primitive_desc vr(eng, v_plain, eng, p.v_weights, attr);
+  p.k_reorder = dnnl::reorder(kr);
+  p.v_reorder = dnnl::reorder(vr);
+  p.k_reorder_scratch = kr.scratchpad_desc();
+  p.v_reorder_scratch = vr.scratchpad_desc();
+  return p;
+}
+
+std::shared_ptr<const Primitives> primitives_for(int64_t D, int64_t chunk, int64_t last, dt cdt) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::shared_ptr<const Primitives>> cache;
+  const auto key = std::make_tuple(D, chunk, last, static_cast<int>(cdt));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto p = std::make_shared<Primitives>();
+  p->D = D;
+  p->chunk = chunk;
+  p->last = last;
+  p->cdt = cdt;
+  {
+    // Each primitive runs on one thread (inside the parallel loop over heads and blocks, where
+    // oneDNN runs sequentially), so it is planned for one: blocking and scratch for one thread,
+    // no split of K across threads.
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    struct Restore {
+      int n;
+      ~Restore() { omp_set_num_threads(n); }
+    } restore{threads};
+    p->full = make_chunk_primitives(D, chunk, cdt, &p->impl);
+    if (last != chunk) p->tail = make_chunk_primitives(D, last, cdt, nullptr);
+  }
+  for (const ChunkPrimitives* c : {&p->full, &p->tail}) {
+    if (!c->qk) continue;
+    for (const auto& sd : {c->qk_scratch, c->pv_scratch, c->k_reorder_scratch, c->v_reorder_scratch})
+      p->scratch_bytes = std::max(p->scratch_bytes, sd.get_size());
+  }
+  cache.emplace(key, p);
+  return p;
+}
+
+// A grow-only 64-byte aligned byte buffer.
+class Bytes {
+ public:
+  char* get(size_t n) {
+    n = std::max<size_t>(n, 64);
+    if (n > capacity_) {
+      data_ = hwy::AllocateAligned<char>(n);
+      FLUXRT_CHECK(data_ != nullptr, ErrorCode::OutOfMemory,
+                   "[attention] cannot allocate {} bytes of scratch", n);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  char* data() const { return data_.get(); }
+
+ private:
+  hwy::AlignedFreeUniquePtr<char[]> data_;
+  size_t capacity_ = 0;
+};
+
+// What every work item of one call reads: the shapes, the prepared keys and values.
+struct Call {
+  const AttentionArgs* a = nullptr;
+  const AttentionCpuOptions* options = nullptr;
+  std::shared_ptr<const Primitives> prims;
+  int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, group = 1;
+  int64_t Lkp = 0, nchunks = 0, nqblocks = 0;
+  size_t elt = 4;      // bytes per element of q, k, v, p in the compute type
+  bool round = false;  // values rounded to bf16 (bf16 compute or its emulation)
+  int store = kStoreF32;
+  float c = 0;  // scale * log2(e)
+  bool own_q_table = false;
+  int64_t q_pos_offset = 0;
+  // Per kv-head slot of the round: key/value rows in the compute type ([Lkp][D] each), and the
+  // chunks reordered for the primitives.
+  std::vector<char*> k_rows, v_rows;
+  std::vector<std::vector<dnnl::memory>> k_chunks, v_chunks;  // [slot][chunk]
+  float* maskadd = nullptr;                                   // [Lkp] 0 or -inf
+  const uint8_t* chunk_masked = nullptr;
+  float* chunk_kmax = nullptr;  // [slot * nchunks + chunk]
+  std::vector<float> kmax;      // [slot]
+  bool batch_has_keys = true;
+  int64_t width(int64_t ch) const { return ch == nchunks - 1 ? prims->last : prims->chunk; }
+};
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// Writes n f32 values into a compute-type row (rounding first when c.round) and returns the
+// squared norm of what was stored.
+double put_row(const Call& c, float* x, int64_t n, char* dst) {
+  double norm2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (c.round) x[i] = round_bf16(x[i]);
+    norm2 += static_cast<double>(x[i]) * x[i];
+  }
+  if (c.prims->cdt == dt::bf16) {
+    uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+  } else {
+    std::memcpy(dst, x, n * sizeof(float));
+  }
+  return norm2;
+}
+
+// One worker's buffers and the oneDNN memory objects over them, rebuilt for new primitives.
+struct ThreadState {
+  std::shared_ptr<const Primitives> prims;
+  Bytes q, s, p, o, scratch;
+  std::vector<float> m, l, row;
+  dnnl::memory qmem, omem;
+  dnnl::memory smem[2], pmem[2];  // full chunk, tail chunk
+  std::unordered_map<int, dnnl::memory> qk_args[2], pv_args[2];
+  std::unordered_map<int, dnnl::memory> reorder_scratch_k[2], reorder_scratch_v[2];
+
+  void bind(const std::shared_ptr<const Primitives>& pr, int64_t D, size_t elt) {
+    if (prims == pr) return;
+    prims = pr;
+    auto& eng = onednn::engine();
+    const dt cdt = pr->cdt;
+    char* qb = q.get(kBlockM * D * elt);
+    float* sb = reinterpret_cast<float*>(s.get(kBlockM * pr->chunk * sizeof(float)));
+    char* pb = p.get(kBlockM * pr->chunk * elt);
+    float* ob = reinterpret_cast<float*>(o.get(kBlockM * D * sizeof(float)));
+    char* sp = scratch.get(pr->scratch_bytes);
+    m.assign(kBlockM, 0.0f);
+    l.assign(kBlockM, 0.0f);
+    row.assign(D, 0.0f);
+    qmem = dnnl::memory({{kBlockM, D}, cdt, tag::ab}, eng, qb);
+    omem = dnnl::memory({{kBlockM, D}, dt::f32, tag::ab}, eng, ob);
+    for (int i = 0; i < 2; ++i) {
+      const int64_t w = i == 0 ? pr->chunk : pr->last;
+      const ChunkPrimitives& cp = i == 0 ? pr->full : pr->of_width(pr->last);
+      smem[i] = dnnl::memory({{kBlockM, w}, dt::f32, tag::ab}, eng, sb);
+      pmem[i] = dnnl::memory({{kBlockM, w}, cdt, tag::ab}, eng, pb);
+      qk_args[i] = {{DNNL_ARG_SRC, qmem}, {DNNL_ARG_DST, smem[i]}};
+      pv_args[i] = {{DNNL_ARG_SRC, pmem[i]}, {DNNL_ARG_DST, omem}};
+      reorder_scratch_k[i].clear();
+      reorder_scratch_v[i].clear();
+      // A scratchpad argument only where the primitive asks for one.
+      auto add_scratch = [&](std::unordered_map<int, dnnl::memory>& args, const dnnl::memory::desc& sd) {
+        if (sd.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(sd, eng, sp);
+      };
+      add_scratch(qk_args[i], cp.qk_scratch);
+      add_scratch(pv_args[i], cp.pv_scratch);
+      add_scratch(reorder_scratch_k[i], cp.k_reorder_scratch);
+      add_scratch(reorder_scratch_v[i], cp.v_reorder_scratch);
+    }
+  }
+};
+
+ThreadState& thread_state() {
+  thread_local ThreadState ts;
+  return ts;
+}
+
+void execute(const dnnl::primitive& prim, std::unordered_map<int, dnnl::memory>& args) {
+  prim.execute(onednn::stream(), args);
+  onednn::stream().wait();
+}
+
+// Rotates, rounds and stores the keys and values of chunk `ch` of kv head `kvh` into slot
+// `slot`, reorders them into the primitives' layouts and records max |k_j| over visible keys.
+void prepare_chunk(Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t kvh, int64_t ch) {
+  const AttentionArgs& a = *c.a;
+  const int64_t D = c.D, w = c.width(ch), j0 = ch * c.prims->chunk;
+  float* row = ts.row.data();
+  char* krows = c.k_rows[slot] + j0 * D * c.elt;
+  char* vrows = c.v_rows[slot] + j0 * D * c.elt;
+  float kmax = 0;
+  for (int64_t jj = 0; jj < w; ++jj) {
+    const int64_t j = j0 + jj;
+    char* kdst = krows + jj * D * c.elt;
+    char* vdst = vrows + jj * D * c.elt;
+    if (j >= c.Lk) {
+      std::memset(kdst, 0, D * c.elt);
+      std::memset(vdst, 0, D * c.elt);
+      continue;
+    }
+    load_row(a.k, off4(a.k, b, j, kvh), row, D);
+    if (a.rope != RopeLayout::None)
+      rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
+    const double norm2 = put_row(c, row, D, kdst);
+    if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
+    load_row(a.v, off4(a.v, b, j, kvh), row, D);
+    put_row(c, row, D, vdst);
+  }
+  c.chunk_kmax[slot * c.nchunks + ch] = kmax;
+  auto& eng = onednn::engine();
+  const int i = w == c.prims->chunk ? 0 : 1;
+  const ChunkPrimitives& cp = c.prims->of_width(w);
+  std::unordered_map<int, dnnl::memory>& kargs = ts.reorder_scratch_k[i];
+  kargs[DNNL_ARG_FROM] =
+      dnnl::memory(dnnl::memory::desc({D, w}, c.prims->cdt, dnnl::memory::dims{1, D}), eng, krows);
+  kargs[DNNL_ARG_TO] = c.k_chunks[slot][ch];
+  execute(cp.k_reorder, kargs);
+  std::unordered_map<int, dnnl::memory>& vargs = ts.reorder_scratch_v[i];
+  vargs[DNNL_ARG_FROM] =
+      dnnl::memory(dnnl::memory::desc({w, D}, c.prims->cdt, dnnl::memory::dims{D, 1}), eng, vrows);
+  vargs[DNNL_ARG_TO] = c.v_chunks[slot][ch];
+  execute(cp.v_reorder, vargs);
+}
+
+// Every key chunk for the block in ts.q with row maxima ts.m: O = P·V and l = row sums of P.
+void block_pass(const Call& c, ThreadState& ts, int64_t slot) {
+  const int64_t D = c.D;
+  float* o = reinterpret_cast<float*>(ts.o.data());
+  std::fill(o, o + kBlockM * D, 0.0f);
+  std::fill(ts.l.begin(), ts.l.end(), 0.0f);
+  const float* s = reinterpret_cast<const float*>(ts.s.data());
+  char* p = ts.p.data();
+  for (int64_t ch = 0; ch < c.nchunks; ++ch) {
+    const int64_t w = c.width(ch);
+    const int i = w == c.prims->chunk ? 0 : 1;
+    const ChunkPrimitives& cp = c.prims->of_width(w);
+    ts.qk_args[i][DNNL_ARG_WEIGHTS] = c.k_chunks[slot][ch];
+    execute(cp.qk, ts.qk_args[i]);
+    const float* madd = c.chunk_masked[ch] ? c.maskadd + ch * c.prims->chunk : nullptr;
+    for (int64_t r = 0; r < kBlockM; ++r)
+      ts.l[r] += HWY_DYNAMIC_DISPATCH(ExpRow)(s + r * w, w, c.c, ts.m[r], madd, p + r * w * c.elt, c.store);
+    ts.pv_args[i][DNNL_ARG_WEIGHTS] = c.v_chunks[slot][ch];
+    execute(cp.pv, ts.pv_args[i]);
+  }
+}
+
+// Each row's exact maximum of c·s over visible keys into ts.m (0 for a row with none, whose
+// probabilities are then all 0).
+void exact_maxima(const Call& c, ThreadState& ts, int64_t slot) {
+  std::fill(ts.m.begin(), ts.m.end(), -std::numeric_limits<float>::infinity());
+  const float* s = reinterpret_cast<const float*>(ts.s.data());
+  for (int64_t ch = 0; ch < c.nchunks; ++ch) {
+    const int64_t w = c.width(ch);
+    const int i = w == c.prims->chunk ? 0 : 1;
+    ts.qk_args[i][DNNL_ARG_WEIGHTS] = c.k_chunks[slot][ch];
+    execute(c.prims->of_width(w).qk, ts.qk_args[i]);
+    const float* madd = c.chunk_masked[ch] ? c.maskadd + ch * c.prims->chunk : nullptr;
+    for (int64_t r = 0; r < kBlockM; ++r)
+      ts.m[r] = std::max(ts.m[r], HWY_DYNAMIC_DISPATCH(MaxScaledRow)(s + r * w, w, c.c, madd));
+  }
+  for (float& m : ts.m)
+    if (m == -std::numeric_limits<float>::infinity()) m = 0.0f;
+}
+
+struct Counts {
+  int64_t blocks = 0, fixed = 0, fallback = 0, exact = 0;
+};
+
+// Query block `qb` of head h (kv slot `slot`): load + rotate q, fixed-maximum pass, row checks,
+// exact pass when a row fails, O / l stored.
+void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t h, int64_t qb,
+                   Counts* n) {
+  const AttentionArgs& a = *c.a;
+  const int64_t D = c.D, i0 = qb * kBlockM, bm = std::min(kBlockM, c.Lq - i0);
+  const Tensor& qcos = c.own_q_table ? a.rope_q_cos : a.rope_cos;
+  const Tensor& qsin = c.own_q_table ? a.rope_q_sin : a.rope_sin;
+  char* q = ts.q.data();
+  float* row = ts.row.data();
+  const float kmax = c.kmax[slot];
+  for (int64_t r = 0; r < kBlockM; ++r) {
+    char* qdst = q + r * D * c.elt;
+    if (r >= bm) {  // zero rows: finite scores, probabilities that land in discarded output rows
+      std::memset(qdst, 0, D * c.elt);
+      ts.m[r] = 0.0f;
+      continue;
+    }
+    const int64_t i = i0 + r;
+    load_row(a.q, off4(a.q, b, i, h), row, D);
+    if (a.rope != RopeLayout::None) {
+      const int64_t pos = i + c.q_pos_offset;
+      rope_rotate_row(row, D, a.rope, rope_table_row(qcos, b, pos), rope_table_row(qsin, b, pos));
+    }
+    // The bound in log2 units: |c| |q_i| max_j |k_j| >= c q_i·k_j for every visible j.
+    ts.m[r] =
+        static_cast<float>(std::fabs(static_cast<double>(c.c)) * std::sqrt(put_row(c, row, D, qdst)) * kmax);
+  }
+
+  ++n->blocks;
+  bool done = false;
+  if (!c.options->force_online) {
+    block_pass(c, ts, slot);
+    done = true;
+    for (int64_t r = 0; r < bm && done; ++r) {
+      const float l = ts.l[r], m = ts.m[r];
+      done = std::isfinite(m) && ((l >= kMinRowSum && l <= kMaxRowSum) || (!c.batch_has_keys && l == 0));
+    }
+    ++(done ? n->fixed : n->fallback);
+  } else {
+    ++n->exact;
+  }
+  if (!done) {
+    exact_maxima(c, ts, slot);
+    block_pass(c, ts, slot);
+  }
+
+  const float* o = reinterpret_cast<const float*>(ts.o.data());
+  for (int64_t r = 0; r < bm; ++r) {
+    const float inv = ts.l[r] > 0 ? 1.0f / ts.l[r] : 0.0f;
+    for (int64_t k = 0; k < D; ++k) row[k] = o[r * D + k] * inv;
+    store_row(a.out, off4(a.out, b, i0 + r, h), row, D);
+  }
+}
+
+// Shared per-call buffers, owned by the calling thread and grown to the largest call.
+struct CallWorkspace {
+  Bytes k_rows, v_rows, k_chunks, v_chunks, maskadd, chunk_masked, chunk_kmax;
+};
+CallWorkspace& call_workspace() {
+  thread_local CallWorkspace ws;
+  return ws;
+}
+
+dt compute_type(const AttentionArgs& a) {
+  return onednn::native_bf16() && a.q.dtype() == DType::BF16 ? dt::bf16 : dt::f32;
+}
+
+// Keys padded to a multiple of kKeyAlign, in chunks of kChunk (the last one narrower).
+struct KeyChunks {
+  int64_t padded = 0, chunk = 0, count = 0, last = 0;
+};
+KeyChunks key_chunks(int64_t Lk) {
+  KeyChunks k;
+  k.padded = std::max<int64_t>((Lk + kKeyAlign - 1) / kKeyAlign, 1) * kKeyAlign;
+  k.chunk = std::min(kChunk, k.padded);
+  k.count = (k.padded + k.chunk - 1) / k.chunk;
+  k.last = k.padded - (k.count - 1) * k.chunk;
+  return k;
+}
+
+std::shared_ptr<const Primitives> primitives_for_args(const AttentionArgs& a) {
+  const KeyChunks k = key_chunks(a.k.size(1));
+  return primitives_for(a.q.size(3), k.chunk, k.last, compute_type(a));
+}
+
+}  // namespace
+
+bool attention_onednn_supports(const AttentionArgs& a) { return !a.causal && !a.bias.defined(); }
+
+bool attention_onednn_uses_bf16(const AttentionArgs& a) { return compute_type(a) == dt::bf16; }
+
+std::string attention_onednn_describe(const AttentionArgs& a, const AttentionCpuOptions& options) {
+  const auto prims = primitives_for_args(a);
+  const bool bf16 = prims->cdt == dt::bf16;
+  return fmt::format("onednn {} ({})",
+                     bf16                   ? "bf16"
+                     : options.emulate_bf16 ? "f32, bf16-rounded"
+                                            : "f32",
+                     prims->impl);
+}
+
+void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats) {
+  FLUXRT_CHECK(attention_onednn_supports(a), ErrorCode::Unsupported,
+               "[attention] the oneDNN path has no causal mask or bias");
+  Call c;
+  c.a = &a;
+  c.options = &options;
+  c.B = a.q.size(0);
+  c.Lq = a.q.size(1);
+  c.H = a.q.size(2);
+  c.D = a.q.size(3);
+  c.Lk = a.k.size(1);
+  c.Hkv = a.k.size(2);
+  c.group = c.H / c.Hkv;
+  if (c.B == 0 || c.Lq == 0 || c.H == 0 || c.D == 0) return;
+  if (c.Lk == 0) {  // nothing to attend to: zeros, as the SIMD path gives
+    const std::vector<float> zeros(c.D, 0.0f);
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < c.Lq; ++i)
+        for (int64_t h = 0; h < c.H; ++h) store_row(a.out, off4(a.out, b, i, h), zeros.data(), c.D);
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(Lanes)();  // chooses the target before worker threads call through the table
+  c.prims = primitives_for_args(a);
+  const Primitives& pr = *c.prims;
+  const KeyChunks keys = key_chunks(c.Lk);
+  c.nchunks = keys.count;
+  c.Lkp = keys.padded;
+  c.nqblocks = (c.Lq + kBlockM - 1) / kBlockM;
+  const bool bf16 = pr.cdt == dt::bf16;
+  c.elt = bf16 ? sizeof(uint16_t) : sizeof(float);
+  c.round = bf16 || options.emulate_bf16;
+  c.store = bf16 ? kStoreBf16 : c.round ? kStoreF32AsBf16 : kStoreF32;
+  c.c = static_cast<float>(static_cast<double>(a.scale) * kLog2e);
+  c.own_q_table = a.rope_q_cos.defined();
+  c.q_pos_offset = c.own_q_table ? 0 : c.Lk - c.Lq;
+
+  // kv heads per round: as many as 64 MiB of prepared keys and values hold (a klein layer's
+  // 24 heads at L = 1536 in bf16), so threads meet at a barrier a few times per call.
+  const size_t k_chunk_bytes = pr.full.k_weights.get_size(), v_chunk_bytes = pr.full.v_weights.get_size();
+  const size_t k_tail_bytes = pr.last != pr.chunk ? pr.tail.k_weights.get_size() : k_chunk_bytes;
+  const size_t v_tail_bytes = pr.last != pr.chunk ? pr.tail.v_weights.get_size() : v_chunk_bytes;
+  const size_t k_head = (c.nchunks - 1) * k_chunk_bytes + k_tail_bytes;
+  const size_t v_head = (c.nchunks - 1) * v_chunk_bytes + v_tail_bytes;
+  const size_t rows_head = static_cast<size_t>(c.Lkp * c.D) * c.elt;
+  const size_t per_head = 2 * rows_head + k_head + v_head;
+  const int64_t heads_per_round =
+      std::clamp<int64_t>(static_cast<int64_t>((size_t{64} << 20) / per_head), 1, c.Hkv);
+
+  CallWorkspace& ws = call_workspace();
+  char* k_rows = ws.k_rows.get(heads_per_round * rows_head);
+  char* v_rows = ws.v_rows.get(heads_per_round * rows_head);
+  char* k_blocked = ws.k_chunks.get(heads_per_round * k_head);
+  char* v_blocked = ws.v_chunks.get(heads_per_round * v_head);
+  c.maskadd = reinterpret_cast<float*>(ws.maskadd.get(c.Lkp * sizeof(float)));
+  uint8_t* chunk_masked = reinterpret_cast<uint8_t*>(ws.chunk_masked.get(c.nchunks));
+  c.chunk_masked = chunk_masked;
+  c.chunk_kmax = reinterpret_cast<float*>(ws.chunk_kmax.get(heads_per_round * c.nchunks * sizeof(float)));
+  auto& eng = onednn::engine();
+  c.k_rows.resize(heads_per_round);
+  c.v_rows.resize(heads_per_round);
+  c.k_chunks.assign(heads_per_round, {});
+  c.v_chunks.assign(heads_per_round, {});
+  c.kmax.assign(heads_per_round, 0.0f);
+  for (int64_t slot = 0; slot < heads_per_round; ++slot) {
+    c.k_rows[slot] = k_rows + slot * rows_head;
+    c.v_rows[slot] = v_rows + slot * rows_head;
+    size_t koff = slot * k_head, voff = slot * v_head;
+    for (int64_t ch = 0; ch < c.nchunks; ++ch) {
+      const ChunkPrimitives& cp = pr.of_width(c.width(ch));
+      c.k_chunks[slot].emplace_back(cp.k_weights, eng, k_blocked + koff);
+      c.v_chunks[slot].emplace_back(cp.v_weights, eng, v_blocked + voff);
+      koff += cp.k_weights.get_size();
+      voff += cp.v_weights.get_size();
+    }
+  }
+
+  // An exception must not leave an OpenMP region, and a thread that skipped a worksharing loop
+  // would leave the others waiting at its barrier: the first error is kept, every later item is
+  // skipped, every thread still meets every barrier, and the error is rethrown after the region.
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  auto guarded = [&](auto&& body) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      body();
+    } catch (...) {
+#pragma omp critical(fluxrt_attention_onednn_error)
+      if (!error) error = std::current_exception();
+      failed.store(true, std::memory_order_relaxed);
+    }
+  };
+  Counts total;
+  const int nthreads = num_threads();
+#pragma omp parallel num_threads(nthreads)
+  {
+    ThreadState& ts = thread_state();
+    guarded([&] { ts.bind(c.prims, c.D, c.elt); });
+    Counts local;
+    for (int64_t b = 0; b < c.B; ++b) {
+#pragma omp single
+      {
+        bool any = false;
+        for (int64_t j = 0; j < c.Lkp; ++j) {
+          const bool keep = key_visible(a, b, j);
+          c.maskadd[j] = keep ? 0.0f : -std::numeric_limits<float>::infinity();
+          any = any || keep;
+        }
+        for (int64_t ch = 0; ch < c.nchunks; ++ch) {
+          chunk_masked[ch] = 0;
+          for (int64_t jj = 0; jj < c.width(ch); ++jj)
+            chunk_masked[ch] |= c.maskadd[ch * pr.chunk + jj] != 0.0f;
+        }
+        c.batch_has_keys = any;
+      }  // implicit barrier
+      for (int64_t kv0 = 0; kv0 < c.Hkv; kv0 += heads_per_round) {
+        const int64_t nh = std::min(heads_per_round, c.Hkv - kv0);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < nh * c.nchunks; ++item)
+          guarded(
+              [&] { prepare_chunk(c, ts, item / c.nchunks, b, kv0 + item / c.nchunks, item % c.nchunks); });
+#pragma omp single
+        for (int64_t slot = 0; slot < nh; ++slot) {
+          c.kmax[slot] = 0;
+          for (int64_t ch = 0; ch < c.nchunks; ++ch)
+            c.kmax[slot] = std::max(c.kmax[slot], c.chunk_kmax[slot * c.nchunks + ch]);
+        }  // implicit barrier: every thread sees the prepared keys and their maxima
+        const int64_t items_per_head = c.group * c.nqblocks;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < nh * items_per_head; ++item) {
+          const int64_t slot = item / items_per_head, rem = item % items_per_head;
+          const int64_t h = (kv0 + slot) * c.group + rem / c.nqblocks;
+          guarded([&] { process_block(c, ts, slot, b, h, rem % c.nqblocks, &local); });
+        }
+        // implicit barrier before the next round overwrites the prepared keys
+      }
+    }
+#pragma omp critical(fluxrt_attention_onednn_counts)
+    {
+      total.blocks += local.blocks;
+      total.fixed += local.fixed;
+      total.fallback += local.fallback;
+      total.exact += local.exact;
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  if (stats) {
+    stats->blocks += total.blocks;
+    stats->fixed_blocks += total.fixed;
+    stats->fallback_blocks += total.fallback;
+    stats->online_blocks += total.exact;
+  }
+}
+
+}  // namespace fluxrt::backend::cpu
+#endif  // HWY_ONCE
