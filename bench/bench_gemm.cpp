@@ -2,7 +2,7 @@
 // FLUX.2-klein-4B step (M = 1536 tokens: 1024 image + 512 text at 512x512) through the CPU
 // linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
 //
-//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|all] [--only NAME]
+//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|w8a8|all] [--only NAME]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   if (impl == "all" || impl == "auto") impls.push_back({"auto", backend::CpuLinearImpl::Auto});
   if (impl == "all" || impl == "packed") impls.push_back({"packed", backend::CpuLinearImpl::Packed});
   if (impl == "all" || impl == "onednn") impls.push_back({"onednn", backend::CpuLinearImpl::OneDnn});
+  if (impl == "all" || impl == "w8a8") impls.push_back({"w8a8", backend::CpuLinearImpl::W8A8});
 
   // "/cpu-s" columns: flops per CPU-second of the process, robust to other jobs on the machine.
   bench::Table table({"layer", "M x K x N", "impl", "weights", "min ms", "median ms", "GFLOP/s", "% peak",

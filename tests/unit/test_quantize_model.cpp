@@ -4,12 +4,14 @@
 // types, shapes and bytes; from the diffusers-named folder too (names mapped back to BFL).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "backend/cpu/linear_int8_cpu.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -153,6 +155,38 @@ TEST(QuantizeModel, DemoModelImagesAgainstBf16) {
     EXPECT_GT(d.max_abs, 0) << "the quantized weights were widened back";
     fs::remove(file);
   }
+}
+
+// W8A8 (FLUXRT_LINEAR_IMPL=w8a8: every linear in int8 with per-token activations, off by default)
+// on the demo at its defaults, against the folder's bf16 image: from the bf16 folder and from its
+// Q8_0 GGUF, held to the q8_0 target SSIM >= 0.97 (measured 0.996 on an AVX2 CPU, where the
+// weights keep 7 bits: linear_int8_cpu.h).
+TEST(QuantizeModel, DemoModelW8A8AgainstBf16) {
+  const fs::path demo = fs::path(kData) / ".." / ".." / "models" / "demo";
+  pipelines::PipelineOptions options;
+  options.load_vae_encoder = false;
+  pipelines::GenerateRequest request;
+  request.prompts = {"a red circle on a blue background"};
+  request.seed = 3;
+  request.width = request.height = 64;
+  request.num_steps = 50;
+  request.guidance_scale = 4.0f;
+  const io::Image bf16 = pipelines::Flux2KleinPipeline::load(demo, options)->generate(request).images.at(0);
+  const fs::path file = temp_file("demo");
+  quantize_model({demo.string(), QuantType::Q8_0, file.string()});
+  setenv("FLUXRT_LINEAR_IMPL", "w8a8", 1);
+  pipelines::PipelineOptions from_file = options;
+  from_file.transformer_file = file;
+  for (const auto& [name, opts] : {std::pair{"bf16 folder", options}, std::pair{"q8_0 gguf", from_file}}) {
+    const test::ImageDiff d = test::compare_images(
+        pipelines::Flux2KleinPipeline::load(demo, opts)->generate(request).images.at(0), bf16);
+    std::printf("demo w8a8 from the %s, weights %d levels: image vs bf16 %s\n", name,
+                backend::int8_weight_levels(), d.str().c_str());
+    EXPECT_GE(d.ssim, 0.97) << name << ": " << d.str();  // the q8_0 target of issue 26
+    EXPECT_GT(d.max_abs, 0) << name << ": the int8 path did not run";
+  }
+  unsetenv("FLUXRT_LINEAR_IMPL");
+  fs::remove(file);
 }
 
 // A single file carries no config: with a components folder whose transformer has the file's

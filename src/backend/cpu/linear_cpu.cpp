@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "backend/cpu/gemm_packed.h"
+#include "backend/cpu/linear_int8_cpu.h"
 #include "backend/cpu/linear_quant_cpu.h"
 #include "backend/cpu/onednn_matmul.h"
 #include "backend/cpu/onednn_util.h"
@@ -19,7 +20,15 @@ struct CpuLinearState {
   gemm::PackedWeights packed;
   std::unique_ptr<onednn::MatmulLinear> matmul;
   std::shared_ptr<QuantLinearCpu> quant;  // set for a weight kept quantized (impl unused)
+  std::shared_ptr<Int8LinearCpu> int8;    // set for W8A8 (impl unused)
 };
+
+// The quantized types W8A8 takes over: those of one byte per weight or more, which int8 does not
+// make larger (the 2-6 bit types keep their own path).
+bool w8a8_applies(QuantType type) {
+  return type == QuantType::Q8_0 || type == QuantType::F8E4M3 || type == QuantType::F8E5M2 ||
+         type == QuantType::F16 || type == QuantType::BF16 || type == QuantType::F32;
+}
 
 CpuLinearImpl impl_from_env() {
   const char* v = std::getenv("FLUXRT_LINEAR_IMPL");
@@ -27,10 +36,12 @@ CpuLinearImpl impl_from_env() {
   const std::string_view s(v);
   if (s == "onednn") return CpuLinearImpl::OneDnn;
   if (s == "packed") return CpuLinearImpl::Packed;
+  if (s == "w8a8") return CpuLinearImpl::W8A8;
   return CpuLinearImpl::Auto;
 }
 
 CpuLinearImpl choose(const Tensor& weight, CpuLinearImpl requested) {
+  if (requested == CpuLinearImpl::W8A8) return CpuLinearImpl::W8A8;
   if (requested == CpuLinearImpl::Packed && !gemm::packed_gemm_supported()) return CpuLinearImpl::OneDnn;
   if (requested != CpuLinearImpl::Auto) return requested;
   // f32 weights: oneDNN's f32 matmul reorders them at no extra memory cost.
@@ -54,6 +65,14 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
   p->bias = bias;
   auto state = std::make_shared<CpuLinearState>();
   state->impl = choose(weight, impl == CpuLinearImpl::Auto ? impl_from_env() : impl);
+  if (state->impl == CpuLinearImpl::W8A8) {
+    state->int8 = prepare_int8_linear_cpu(weight, bias);
+    if (state->int8) {
+      p->state = state;
+      return p;
+    }
+    state->impl = choose(weight, CpuLinearImpl::Auto);  // no JIT int8 matmul here
+  }
   if (state->impl == CpuLinearImpl::Packed) {
     state->packed = gemm::pack_weights(weight, bias);
   } else {
@@ -73,6 +92,24 @@ std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatr
   // oneDNN where the CPU has bf16 matmul (its matrix units), the packed AVX2 GEMM elsewhere;
   // FLUXRT_LINEAR_IMPL picks one as for dense weights.
   const CpuLinearImpl requested = impl_from_env();
+  if (requested == CpuLinearImpl::W8A8 && w8a8_applies(weight.type)) {
+    // Requantized per row from the dequantized blocks: one byte per weight, as Q8_0 is.
+    auto p = std::make_shared<PreparedLinear>();
+    auto state = std::make_shared<CpuLinearState>();
+    state->int8 = prepare_int8_linear_cpu(dequantize_ref(weight), bias);
+    if (state->int8) {
+      p->weight = Tensor::zeros({1, 1}, DType::BF16).expand({weight.rows, weight.cols});
+      p->bias = bias;
+      // The int8 copy replaces the blocks: keep their description (shape, type, byte count), not
+      // their bytes, so the resident weight is the int8 one alone.
+      QuantizedMatrix described = weight;
+      described.bytes = Tensor();
+      p->quantized = std::make_shared<QuantizedMatrix>(described);
+      state->impl = CpuLinearImpl::W8A8;
+      p->state = state;
+      return p;
+    }
+  }
   const bool onednn = requested == CpuLinearImpl::OneDnn ||
                       (requested == CpuLinearImpl::Auto && onednn::native_bf16()) ||
                       !gemm::packed_gemm_supported();
@@ -101,6 +138,10 @@ void linear_cpu(const LinearArgs& a) {
     quant_linear_cpu(a, *state->quant);
     return;
   }
+  if (state->int8) {
+    int8_linear_cpu(a, *state->int8);
+    return;
+  }
   if (state->impl == CpuLinearImpl::Packed) {
     gemm::packed_gemm(a.x, state->packed, a.activation, a.residual, a.gate, a.y);
   } else {
@@ -112,6 +153,7 @@ std::string linear_cpu_kernel_for(const LinearArgs& a) {
   auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
   if (state->quant) return state->quant->onednn() ? "onednn-dequant-chunks" : "packed-avx2-dequant";
+  if (state->int8) return "onednn-int8:" + int8_linear_impl(*state->int8);
   if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
   return "onednn:" + state->matmul->impl_for(a);
 }
@@ -120,6 +162,7 @@ std::string describe_linear_cpu(const PreparedLinear& prepared) {
   const auto* state = static_cast<const CpuLinearState*>(prepared.state.get());
   if (!state) return "unprepared";
   if (state->quant) return describe_quant_linear_cpu(*state->quant);
+  if (state->int8) return describe_int8_linear_cpu(*state->int8);
   if (state->impl == CpuLinearImpl::Packed)
     return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
                        state->packed.bytes() / 1e6);

@@ -8,7 +8,10 @@
 //  - Packed: our AVX2/FMA GEMM (gemm_packed.h) on bf16 weights packed once into panels of the same
 //    size, widened to f32 in registers. Used for bf16 (and f16) weights on CPUs without native bf16,
 //    where oneDNN 2.6 has no bf16 matmul and its f32 matmul would double the weight memory.
-// FLUXRT_LINEAR_IMPL=onednn|packed overrides the choice (benchmarks and tests compare both).
+//  - W8A8 (linear_int8_cpu.h): int8 weights and per-token int8 activations on oneDNN's int8
+//    matmul, for CPUs with int8 matrix units. Off by default; FLUXRT_LINEAR_IMPL=w8a8 turns it on
+//    for dense weights and for Q8_0 / fp8 ones (the 2-6 bit types keep their path).
+// FLUXRT_LINEAR_IMPL=onednn|packed|w8a8 overrides the choice (benchmarks and tests compare them).
 #include <memory>
 #include <string>
 
@@ -16,7 +19,7 @@
 
 namespace fluxrt::backend {
 
-enum class CpuLinearImpl { Auto, OneDnn, Packed };
+enum class CpuLinearImpl { Auto, OneDnn, Packed, W8A8 };
 
 std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const Tensor& bias);
 std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, const Tensor& bias,

@@ -35,6 +35,18 @@ bool native_bf16() {
   return native;
 }
 
+bool native_int8() {
+  static const bool native = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    for (dnnl::cpu_isa vnni : {dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx512_core_vnni}) {
+      const auto bits = static_cast<unsigned>(vnni);
+      if ((isa & bits) == bits) return true;
+    }
+    return false;
+  }();
+  return native;
+}
+
 const char* isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41: return "sse41";

@@ -17,6 +17,11 @@ dnnl::stream& stream();  // thread-local (oneDNN streams are not thread-safe)
 bool native_bf16();
 const char* isa_name();  // "avx2", "avx512_core_bf16", ...
 
+// True when oneDNN's effective ISA multiplies int8 without 16-bit intermediate sums (AVX-VNNI,
+// AVX512-VNNI, AMX). Below that its u8 x s8 pairs (vpmaddubsw) saturate at 2^15 unless the
+// weights stay within 7 bits.
+bool native_int8();
+
 // The oneDNN type for a fluxrt dtype (f32, bf16, f16); Unsupported otherwise.
 dnnl::memory::data_type to_dnnl(DType dtype);
 
