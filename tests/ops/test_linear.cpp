@@ -43,6 +43,12 @@ std::vector<LinearCase> cases() {
   // test_linear_slow.cpp).
   v.push_back({24, 3072, 3072, DType::BF16, "bias_gelu"});
   v.push_back({24, 3072, 3072, DType::F32, ""});
+  // Wider than one oneDNN matmul takes (9216 columns): two and three column groups, and groups
+  // of 6720 with a narrower last one, with every epilogue slicing along.
+  v.push_back({20, 64, 18432, DType::F32, "bias_gelu"});
+  v.push_back({33, 48, 27648, DType::BF16, "gated_inplace"});
+  v.push_back({9, 40, 20000, DType::F32, "strided_bias_silu_gated"});
+  v.push_back({9, 40, 20000, DType::F16, "gated"});
   return v;
 }
 
@@ -59,6 +65,18 @@ INSTANTIATE_TEST_SUITE_P(Cpu, LinearConformance, ::testing::Combine(::testing::V
                          });
 
 // GELU-tanh and SiLU over a wide range, including where exp overflows or underflows in f32.
+// oneDNN linears wider than 9216 columns run as equal column groups (multiples of 64).
+TEST(LinearOneDnn, WideWeightsSplitIntoColumnGroups) {
+  const auto desc = [](int64_t n) {
+    return backend::describe_linear_cpu(*backend::prepare_linear_cpu_with(
+        Tensor::zeros({n, 32}, DType::F32), Tensor(), backend::CpuLinearImpl::OneDnn));
+  };
+  EXPECT_EQ(desc(9216).find("column groups"), std::string::npos) << desc(9216);
+  EXPECT_NE(desc(18432).find("2 column groups of 9216"), std::string::npos) << desc(18432);
+  EXPECT_NE(desc(27648).find("3 column groups of 9216"), std::string::npos) << desc(27648);
+  EXPECT_NE(desc(20000).find("3 column groups of 6720"), std::string::npos) << desc(20000);
+}
+
 TEST(LinearActivations, ExtremeInputs) {
   std::vector<float> xs;
   for (int i = -400; i <= 400; ++i) xs.push_back(i * 0.25f);
