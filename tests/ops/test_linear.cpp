@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_packed.h"
+#include "backend/cpu/onednn_matmul.h"
 #include "ops/dispatch.h"
 #include "ops/linear.h"
 #include "test_linear_common.h"
@@ -75,6 +76,34 @@ TEST(LinearOneDnn, WideWeightsSplitIntoColumnGroups) {
   EXPECT_NE(desc(18432).find("2 column groups of 9216"), std::string::npos) << desc(18432);
   EXPECT_NE(desc(27648).find("3 column groups of 9216"), std::string::npos) << desc(27648);
   EXPECT_NE(desc(20000).find("3 column groups of 6720"), std::string::npos) << desc(20000);
+}
+
+// Every oneDNN matmul executes with its calling thread's one scratchpad (user mode), grown to the
+// largest: many linears and shapes allocate at most once per growth, and repeating the calls (the
+// steps of a denoising loop) allocates nothing. (On AVX2 the f32 gemm:jit kernels may need none.)
+TEST(LinearOneDnn, MatmulsShareTheThreadsScratchpad) {
+  std::vector<std::shared_ptr<backend::PreparedLinear>> linears;
+  for (int i = 0; i < 6; ++i)
+    linears.push_back(backend::prepare_linear_cpu_with(random_normal({96 + 32 * i, 128}, DType::F32, 40 + i),
+                                                       Tensor(), backend::CpuLinearImpl::OneDnn));
+  auto run_all = [&] {
+    for (const auto& w : linears)
+      for (int64_t m : {7, 300}) {
+        backend::LinearArgs a;
+        a.x = random_normal({m, 128}, DType::F32, 5);
+        a.w = w.get();
+        a.y = Tensor::empty({m, w->out_features()}, DType::F32);
+        backend::linear_cpu(a);
+      }
+  };
+  const int64_t start = backend::onednn::matmul_scratchpad_allocations();
+  run_all();
+  const int64_t first = backend::onednn::matmul_scratchpad_allocations() - start;
+  EXPECT_LE(first, 12) << "at most one growth per call shape";
+  run_all();
+  run_all();
+  EXPECT_EQ(backend::onednn::matmul_scratchpad_allocations() - start, first);
+  RecordProperty("scratchpad_allocations", static_cast<int>(first));
 }
 
 TEST(LinearActivations, ExtremeInputs) {

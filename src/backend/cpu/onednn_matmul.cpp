@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +21,28 @@ using tag = dnnl::memory::format_tag;
 // The M used to ask oneDNN for its preferred weight layout at prepare time; the layout depends
 // on K, N and the ISA, not on M, for the brgemm/gemm implementations of 2.x.
 constexpr int64_t kPrepareRows = 1024;
+
+// The scratchpad every matmul of the calling thread executes with, grown to the largest one.
+// oneDNN's default gives each primitive object its own for its whole life, and the brgemm matmul
+// books per-thread copy buffers there (for weights in a plain layout, for f32 accumulation): per
+// linear and per call shape, hundreds of MB across a model that only one call at a time uses.
+std::atomic<int64_t> g_scratchpad_allocations{0};
+void* shared_scratchpad(size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<char, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.size) {
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer.data.reset(static_cast<char*>(std::aligned_alloc(4096, rounded)));
+    FLUXRT_CHECK(buffer.data != nullptr, ErrorCode::OutOfMemory,
+                 "[linear] cannot allocate a {} byte scratchpad", rounded);
+    buffer.size = rounded;
+    g_scratchpad_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  return buffer.data.get();
+}
 
 dnnl::memory::desc plain_2d(int64_t rows, int64_t cols, dt type, int64_t ld) {
   return dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{ld, 1});
@@ -122,6 +147,7 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
     }
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     return attr;
   };
   const dnnl::memory::desc bias_md = bias_ ? bias_.get_desc() : dnnl::memory::desc();
@@ -171,6 +197,7 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
       fmt::format("{} M={} K={} N={}{}", dtype_name(compute_), m, k_, n_, gated ? " gated" : ""));
   Entry e;
   e.prim = dnnl::matmul(p.pd);
+  e.scratchpad = p.pd.scratchpad_desc();
   e.impl = p.pd.impl_info_str();
   e.gate_outside = gate_outside;
   if (p.own_weights) {
@@ -245,6 +272,9 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights ? *weights : e.weights}, {DNNL_ARG_DST, dst_mem}};
   if (bias_) args.emplace(DNNL_ARG_BIAS, bias ? *bias : bias_);
+  if (e.scratchpad.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(e.scratchpad, eng, shared_scratchpad(e.scratchpad.get_size())));
   if (e.gate_outside) {
     run_gate_outside(e, args, m, a.gate, residual, y);
     if (!direct) {
@@ -275,5 +305,7 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
     out.copy_from(y);
   }
 }
+
+int64_t matmul_scratchpad_allocations() { return g_scratchpad_allocations.load(std::memory_order_relaxed); }
 
 }  // namespace fluxrt::backend::onednn

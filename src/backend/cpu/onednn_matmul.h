@@ -49,6 +49,7 @@ class MatmulLinear {
     // x W^T (+ bias, activation) into an f32 buffer and run() applies residual + gate * t itself.
     bool gate_outside = false;
     std::string impl;  // impl_info_str of `prim`
+    dnnl::memory::desc scratchpad;  // what `prim` needs (user mode: the calling thread's shared buffer)
   };
   // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int>;
@@ -70,5 +71,9 @@ class MatmulLinear {
   std::mutex mutex_;
   std::map<Key, Entry> cache_;
 };
+
+// Scratchpad buffers the matmuls have allocated in this process: every matmul executes with its
+// calling thread's one buffer, which grows only for a larger scratchpad than any before.
+int64_t matmul_scratchpad_allocations();
 
 }  // namespace fluxrt::backend::onednn
