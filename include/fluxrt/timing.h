@@ -26,6 +26,9 @@ struct RunTimings {
   double t5_encoding_s = 0;
   double reference_encode_s = 0;
   bool has_reference_images = false;
+  // The kernels' one-time work for the request's shapes, done before the first step (CPU; 0
+  // where the backend needs none); not in denoise_total_s.
+  double kernel_planning_s = 0;
   double denoise_total_s = 0;
   int steps = 0;  // denoising steps timed
   double step_min_s = 0;

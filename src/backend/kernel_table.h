@@ -52,6 +52,12 @@ struct KernelTable {
   // Tiled passes: blend a tile into an f32 accumulator, normalise (args/tile_blend.h).
   void (*tile_blend)(const TileBlendArgs&) = nullptr;
   void (*tile_normalize)(const TileNormalizeArgs&) = nullptr;
+
+  // A table of the same backend whose kernels compute nothing and only do the one-time work of
+  // their call's shapes (primitive creation, weight reorders for a new layout, scratch growth):
+  // a forward run under it (ops::ScopedKernelPlanning) before the first timed step takes that
+  // work out of the step. Its outputs are left unwritten. Null: the backend needs none.
+  const KernelTable* planning = nullptr;
 };
 
 // Each backend fills its table once (src/backend/<name>/<name>_kernels.cpp).
@@ -61,6 +67,7 @@ void fill_cpu_kernels(KernelTable& table);
 // The filled tables, built on first use (thread-safe static initialisation).
 const KernelTable& ref_kernels();
 const KernelTable& cpu_kernels();
+const KernelTable& cpu_planning_kernels();  // cpu_kernels().planning
 
 // The table of the backend that owns `device`: cpu_kernels() for the CPU, cuda::cuda_kernels() for
 // CUDA (which throws Unsupported when built without CUDA, Device when the device is absent).

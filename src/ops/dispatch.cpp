@@ -47,6 +47,16 @@ ScopedKernelTable::ScopedKernelTable(const backend::KernelTable& table) : previo
 }
 ScopedKernelTable::~ScopedKernelTable() { t_forced = previous_; }
 
+bool ScopedKernelPlanning::available(Device device) {
+  return !t_forced && backend::kernels_for(device).planning != nullptr;
+}
+
+ScopedKernelPlanning::ScopedKernelPlanning(Device device) : previous_(t_forced) {
+  // A forced table (a test running ref) stays: its kernels are not the ones to plan.
+  if (!t_forced) t_forced = backend::kernels_for(device).planning;
+}
+ScopedKernelPlanning::~ScopedKernelPlanning() { t_forced = previous_; }
+
 bool strict_kernels() { return fluxrt::strict_kernels(); }
 void set_strict_kernels(bool strict) { fluxrt::set_strict_kernels(strict); }
 

@@ -36,6 +36,23 @@ class ScopedKernelTable {
   const backend::KernelTable* previous_;
 };
 
+// Runs every op called on this thread, on tensors of `device`'s backend, through that backend's
+// planning table (KernelTable::planning) while alive: nothing is computed, the kernels only do
+// the one-time work of their call shapes. A forward under it before the first timed step takes
+// that work out of the step. Does nothing for a backend without a planning table.
+class ScopedKernelPlanning {
+ public:
+  explicit ScopedKernelPlanning(Device device);
+  ~ScopedKernelPlanning();
+  ScopedKernelPlanning(const ScopedKernelPlanning&) = delete;
+  ScopedKernelPlanning& operator=(const ScopedKernelPlanning&) = delete;
+  // Whether this device's backend has a planning table (else a planned forward is wasted work).
+  static bool available(Device device);
+
+ private:
+  const backend::KernelTable* previous_;
+};
+
 // True when FLUXRT_STRICT_KERNELS=1 (core/strict_kernels.h; read once per process; tests may
 // override it).
 bool strict_kernels();

@@ -27,6 +27,17 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
   const bool guided = loop.guidance_scale.has_value();
   Profiler* prof = loop.profiler;
   DenoiseOutcome out;
+  // The kernels' one-time work (oneDNN primitives and weight layouts for these shapes, scratch)
+  // before the first step rather than inside it: one forward that computes nothing. A replayed
+  // graph has done its own at recording.
+  if (!loop.graph && loop.first_step < steps && ops::ScopedKernelPlanning::available(loop.device)) {
+    ScopedTimer span(prof, kSpanKernelPlanning);
+    const Tensor timestep =
+        Tensor::full({loop.batch}, loop.latent_dtype,
+                     model_timestep(schedule.timesteps[loop.first_step], loop.latent_dtype));
+    ops::ScopedKernelPlanning planning(loop.device);
+    (void)model.forward(model.input(latents), timestep);
+  }
   Stopwatch total;
   for (int i = loop.first_step; i < steps; ++i) {
     check_cancel(request, loop.who, "between denoising steps");

@@ -14,6 +14,9 @@ inline constexpr const char* kSpanTextEncoding = "text_encoding";
 inline constexpr const char* kSpanTextEncodingClip = "text_encoding.clip";
 inline constexpr const char* kSpanTextEncodingT5 = "text_encoding.t5";
 inline constexpr const char* kSpanReferenceEncode = "reference_encode";
+// The kernels' one-time work for the request's shapes, before the first step (a forward under
+// ops::ScopedKernelPlanning: primitives, weight reorders, scratch); not part of any step.
+inline constexpr const char* kSpanKernelPlanning = "denoise.kernel_planning";
 inline constexpr const char* kSpanDenoiseStep = "denoise.step";  // one per step (all CFG forwards)
 inline constexpr const char* kSpanDenoiseTotal = "denoise.total";
 inline constexpr const char* kSpanVaeDecode = "vae_decode";

@@ -278,6 +278,16 @@ int bench_transformer(const BenchRequest& r) {
   const double flops = model.flops, full_flops = model.full_flops;
   const double scale = full_flops / flops;  // 1 unless extrapolating
 
+  // The kernels' one-time work for these shapes (primitives, reorders, scratch), as the denoising
+  // loop does it before its first step: a forward that computes nothing.
+  if (ops::ScopedKernelPlanning::available(r.device)) {
+    const double p0 = wall_seconds();
+    {
+      ops::ScopedKernelPlanning planning(r.device);
+      model.step(1.0f);
+    }
+    std::printf("kernel planning (one-time, before the steps): %.1f ms\n", (wall_seconds() - p0) * 1e3);
+  }
   std::vector<double> wall, cpu;
   for (int s = 0; s < r.steps; ++s) {
     const float sigma = 1.0f - static_cast<float>(s) / static_cast<float>(r.steps);

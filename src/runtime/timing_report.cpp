@@ -55,22 +55,24 @@ nlohmann::ordered_json load_json(const std::optional<LoadTimings>& l) {
 
 nlohmann::ordered_json run_json(const RunTimings& r) {
   auto optional_s = [](double s) { return s > 0 ? nlohmann::ordered_json(s) : nlohmann::ordered_json(nullptr); };
-  nlohmann::ordered_json j = {{"text_encoding_s", r.text_encoding_s},
-                      {"clip_encoding_s", optional_s(r.clip_encoding_s)},
-                      {"t5_encoding_s", optional_s(r.t5_encoding_s)},
-                      {"reference_encode_s", r.has_reference_images ? nlohmann::ordered_json(r.reference_encode_s) : nullptr},
-                      {"denoise_total_s", r.denoise_total_s},
-                      {"steps", r.steps},
-                      {"ms_per_step", r.ms_per_step()},
-                      {"ms_per_step_min", r.step_min_s * 1e3},
-                      {"ms_per_step_max", r.step_max_s * 1e3},
-                      {"it_per_s", r.steps_per_second()},
-                      {"graph_steps", r.graph_steps ? nlohmann::ordered_json(*r.graph_steps) : nullptr},
-                      {"vae_decode_s", r.vae_decode_s},
-                      {"load_s", r.load_s},
-                      {"load_detail", r.load_s > 0 ? load_json(r.loads) : nlohmann::ordered_json(nullptr)},
-                      {"image_write_s", r.image_write_s},
-                      {"total_s", r.total_s}};
+  nlohmann::ordered_json j = {
+      {"text_encoding_s", r.text_encoding_s},
+      {"clip_encoding_s", optional_s(r.clip_encoding_s)},
+      {"t5_encoding_s", optional_s(r.t5_encoding_s)},
+      {"reference_encode_s", r.has_reference_images ? nlohmann::ordered_json(r.reference_encode_s) : nullptr},
+      {"kernel_planning_s", r.kernel_planning_s},
+      {"denoise_total_s", r.denoise_total_s},
+      {"steps", r.steps},
+      {"ms_per_step", r.ms_per_step()},
+      {"ms_per_step_min", r.step_min_s * 1e3},
+      {"ms_per_step_max", r.step_max_s * 1e3},
+      {"it_per_s", r.steps_per_second()},
+      {"graph_steps", r.graph_steps ? nlohmann::ordered_json(*r.graph_steps) : nullptr},
+      {"vae_decode_s", r.vae_decode_s},
+      {"load_s", r.load_s},
+      {"load_detail", r.load_s > 0 ? load_json(r.loads) : nlohmann::ordered_json(nullptr)},
+      {"image_write_s", r.image_write_s},
+      {"total_s", r.total_s}};
   return j;
 }
 
@@ -93,6 +95,9 @@ std::string format_timing_report(const TimingReport& t) {
     text_detail = fmt::format("CLIP {:.1f}, T5 {:.1f} ms", r.clip_encoding_s * 1e3, r.t5_encoding_s * 1e3);
   out += line("text encoding", ms(r.text_encoding_s), text_detail);
   out += line("reference encoding", r.has_reference_images ? ms(r.reference_encode_s) : fmt::format("{:>13}", "-"));
+  if (r.kernel_planning_s > 0)
+    out += line("kernel planning", ms(r.kernel_planning_s),
+                "one-time work for these shapes, before the first step");
   out += line("denoising loop", ms(r.denoise_total_s),
               fmt::format("{:.1f} ms/step (min {:.1f}, max {:.1f}), {:.2f} it/s", r.ms_per_step(), r.step_min_s * 1e3,
                           r.step_max_s * 1e3, r.steps_per_second()));
@@ -180,6 +185,7 @@ RunTimings run_timings_from(const Profiler& profiler) {
     r.step_min_s = e->min_seconds;
     r.step_max_s = e->max_seconds;
   }
+  r.kernel_planning_s = span_total(entries, pl::kSpanKernelPlanning);
   r.denoise_total_s = span_total(entries, pl::kSpanDenoiseTotal);
   r.vae_decode_s = span_total(entries, pl::kSpanVaeDecode);
   const LoadTimings in_run = load_timings_from(profiler);

@@ -450,15 +450,14 @@ const char* attention_target_name() {
 
 namespace {
 
+// Read at every call (a getenv per attention call is nothing), as FLUXRT_LINEAR_IMPL is read at
+// every prepare, so a test can switch it.
 AttentionCpuImpl impl_from_env() {
-  static const AttentionCpuImpl impl = [] {
-    const char* v = std::getenv("FLUXRT_ATTENTION_IMPL");
-    const std::string_view s = v ? v : "";
-    return s == "onednn" ? AttentionCpuImpl::OneDnn
-           : s == "simd" ? AttentionCpuImpl::Simd
-                         : AttentionCpuImpl::Auto;
-  }();
-  return impl;
+  const char* v = std::getenv("FLUXRT_ATTENTION_IMPL");
+  const std::string_view s = v ? v : "";
+  return s == "onednn" ? AttentionCpuImpl::OneDnn
+         : s == "simd" ? AttentionCpuImpl::Simd
+                       : AttentionCpuImpl::Auto;
 }
 
 // Shortest sequences for which Auto picks the matmul primitives: below, a head is too few
@@ -604,6 +603,10 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
 }
 
 void attention(const AttentionArgs& a) { attention(a, AttentionCpuOptions{}, nullptr); }
+
+void plan_attention(const AttentionArgs& a) {
+  if (attention_impl_for(a, {}) == AttentionCpuImpl::OneDnn) attention_onednn_plan(a);
+}
 
 }  // namespace fluxrt::backend::cpu
 #endif  // HWY_ONCE

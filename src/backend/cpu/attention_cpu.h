@@ -50,6 +50,9 @@ struct AttentionCpuStats {
 };
 
 void attention(const AttentionArgs& a);
+// The one-time work attention(a) would do (the oneDNN implementation's primitives and buffers),
+// computing nothing: the planning kernel table's attention slot.
+void plan_attention(const AttentionArgs& a);
 void attention(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats);
 
 // The implementation attention(a, options) runs for these arguments.

@@ -182,6 +182,8 @@ ChunkPrimitives make_chunk_primitives(int64_t D, int64_t w, dt cdt, std::string*
   return p;
 }
 
+std::atomic<int64_t> g_primitive_sets{0};
+
 std::shared_ptr<const Primitives> primitives_for(int64_t D, int64_t chunk, int64_t last, dt cdt) {
   static std::mutex mutex;
   static std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::shared_ptr<const Primitives>> cache;
@@ -213,6 +215,7 @@ std::shared_ptr<const Primitives> primitives_for(int64_t D, int64_t chunk, int64
       p->scratch_bytes = std::max(p->scratch_bytes, sd.get_size());
   }
   cache.emplace(key, p);
+  g_primitive_sets.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
@@ -509,6 +512,26 @@ std::shared_ptr<const Primitives> primitives_for_args(const AttentionArgs& a) {
 }
 
 }  // namespace
+
+int64_t attention_onednn_primitive_sets() { return g_primitive_sets.load(std::memory_order_relaxed); }
+
+void attention_onednn_plan(const AttentionArgs& a) {
+  if (!attention_onednn_supports(a) || a.q.numel() == 0 || a.k.size(1) == 0) return;
+  HWY_DYNAMIC_DISPATCH(Lanes)();
+  const auto prims = primitives_for_args(a);
+  const size_t elt = prims->cdt == dt::bf16 ? sizeof(uint16_t) : sizeof(float);
+  const int64_t D = a.q.size(3);
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(num_threads())
+  {
+    try {
+      thread_state().bind(prims, D, elt);
+    } catch (...) {
+      failed.store(true);  // the call itself will meet (and report) the same allocation failure
+    }
+  }
+  (void)failed;
+}
 
 bool attention_onednn_supports(const AttentionArgs& a) { return !a.causal && !a.bias.defined(); }
 

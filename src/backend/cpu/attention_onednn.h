@@ -33,6 +33,12 @@ bool attention_onednn_uses_bf16(const AttentionArgs& a);
 
 void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options, AttentionCpuStats* stats);
 
+// The one-time work of a call like `a`: its primitives and every worker thread's buffers.
+void attention_onednn_plan(const AttentionArgs& a);
+
+// Primitive sets (one per head dim, key chunking and compute type) made in this process.
+int64_t attention_onednn_primitive_sets();
+
 // "onednn bf16 (brg:avx512_core_amx_bf16)" or "onednn f32 (gemm:jit)": the compute type and the
 // Q·K^T primitive's implementation for `a` (built and cached as a call would; data not read).
 std::string attention_onednn_describe(const AttentionArgs& a, const AttentionCpuOptions& options);

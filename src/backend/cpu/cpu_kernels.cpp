@@ -35,10 +35,40 @@ void fill_cpu_kernels(KernelTable& t) {
   t.attention = static_cast<void (*)(const AttentionArgs&)>(cpu::attention);
 }
 
+const KernelTable& cpu_planning_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    fill_cpu_kernels(t);
+    t.name = "cpu (planning)";
+    // Weights are still prepared for real (a forward may prepare one on the fly); every compute
+    // slot is a no-op except the two with per-shape one-time work.
+    t.linear = plan_linear_cpu;
+    t.attention = cpu::plan_attention;
+    t.conv2d = [](const Conv2dArgs&) {};
+    t.unary = [](const UnaryArgs&) {};
+    t.binary = [](const BinaryArgs&) {};
+    t.glu = [](const GluArgs&) {};
+    t.gated_residual = [](const GatedResidualArgs&) {};
+    t.softmax = [](const SoftmaxArgs&) {};
+    t.embedding = [](const EmbeddingArgs&) {};
+    t.adaln_modulate = [](const AdaLnArgs&) {};
+    t.layer_norm = [](const LayerNormArgs&) {};
+    t.rms_norm = [](const RmsNormArgs&) {};
+    t.group_norm = [](const GroupNormArgs&) {};
+    t.upsample_nearest_2x = [](const Upsample2xArgs&) {};
+    t.channel_norm = [](const ChannelNormArgs&) {};
+    t.tile_blend = [](const TileBlendArgs&) {};
+    t.tile_normalize = [](const TileNormalizeArgs&) {};
+    return t;
+  }();
+  return table;
+}
+
 const KernelTable& cpu_kernels() {
   static const KernelTable table = [] {
     KernelTable t;
     fill_cpu_kernels(t);
+    t.planning = &cpu_planning_kernels();
     return t;
   }();
   return table;

@@ -188,6 +188,20 @@ void linear_cpu(const LinearArgs& a) {
   }
 }
 
+void plan_linear_cpu(const LinearArgs& a) {
+  auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
+  if (!state) return;
+  if (state->int8) {
+    plan_int8_linear_cpu(a, *state->int8);
+    return;
+  }
+  // The quantized chunk matmuls are made at their first call (not planned yet); the packed GEMM
+  // has no per-shape state.
+  if (state->quant || state->impl == CpuLinearImpl::Packed) return;
+  for (const MatmulPart& part : state->matmul)
+    part.matmul->plan(state->matmul.size() == 1 ? a : part_args(a, part));
+}
+
 std::string linear_cpu_kernel_for(const LinearArgs& a) {
   auto* state = static_cast<CpuLinearState*>(a.w ? a.w->state.get() : nullptr);
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");

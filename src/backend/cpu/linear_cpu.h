@@ -29,6 +29,10 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
 std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
                                                              const Tensor& bias);
 void linear_cpu(const LinearArgs& args);
+// The one-time work linear_cpu would do for a call like `args`, without computing: the oneDNN
+// primitives (and a weight layout of their own, if they want one) and their scratch, for dense,
+// split and W8A8 weights. The planning kernel table's linear slot.
+void plan_linear_cpu(const LinearArgs& args);
 // The kernel linear_cpu would run for `args` (shapes, strides, dtypes, epilogue; the data is not
 // read): "packed-avx2", or "onednn:" + oneDNN's impl_info_str for the call's primitive, e.g.
 // "onednn:brg:avx2" ("... + gate outside" when the gated residual is applied after the matmul).

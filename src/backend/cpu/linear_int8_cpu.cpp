@@ -299,6 +299,19 @@ void int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
   }
 }
 
+void plan_int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
+  const int64_t M = a.x.size(0), N = w.n, K = w.k;
+  if (M == 0) return;
+  onednn::sync_threads();
+  Int8Scratch& s = int8_scratch();
+  const int64_t block = std::min(M, kInt8RowsPerCall);
+  if (s.q.size() < static_cast<size_t>(M * K)) s.q.resize(static_cast<size_t>(M * K));
+  if (s.scales.size() < static_cast<size_t>(M)) s.scales.resize(static_cast<size_t>(M));
+  if (s.acc.size() < static_cast<size_t>(block * N)) s.acc.resize(static_cast<size_t>(block * N));
+  w.entry(block);
+  if (M % block != 0) w.entry(M % block);
+}
+
 std::string describe_int8_linear_cpu(const Int8LinearCpu& w) {
   return fmt::format("onednn-int8 w8a8 ({}, {:.1f} MB)", w.impl, w.weights.get_desc().get_size() / 1e6);
 }

@@ -31,6 +31,8 @@ inline constexpr int64_t kInt8RowsPerCall = 256;
 // usual path.
 std::shared_ptr<Int8LinearCpu> prepare_int8_linear_cpu(const Tensor& weight, const Tensor& bias);
 void int8_linear_cpu(const LinearArgs& args, const Int8LinearCpu& w);
+// The primitives and scratch int8_linear_cpu would make for `args`, computing nothing.
+void plan_int8_linear_cpu(const LinearArgs& args, const Int8LinearCpu& w);
 // "onednn-int8 (gemm:jit, 9.4 MB)"
 std::string describe_int8_linear_cpu(const Int8LinearCpu& w);
 // The oneDNN implementation of the int8 matmul, e.g. "brg:avx512_core_amx".

@@ -27,6 +27,7 @@ constexpr int64_t kPrepareRows = 1024;
 // books per-thread copy buffers there (for weights in a plain layout, for f32 accumulation): per
 // linear and per call shape, hundreds of MB across a model that only one call at a time uses.
 std::atomic<int64_t> g_scratchpad_allocations{0};
+std::atomic<int64_t> g_entries_created{0};
 void* shared_scratchpad(size_t bytes) {
   struct Buffer {
     std::unique_ptr<char, decltype(&std::free)> data{nullptr, &std::free};
@@ -196,6 +197,7 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
       "linear", p.pd.impl_info_str(),
       fmt::format("{} M={} K={} N={}{}", dtype_name(compute_), m, k_, n_, gated ? " gated" : ""));
   Entry e;
+  g_entries_created.fetch_add(1, std::memory_order_relaxed);
   e.prim = dnnl::matmul(p.pd);
   e.scratchpad = p.pd.scratchpad_desc();
   e.impl = p.pd.impl_info_str();
@@ -220,7 +222,7 @@ MatmulLinear::Key MatmulLinear::key_for(const LinearArgs& a, int64_t x_stride, b
              static_cast<int>(to_dnnl(ydt))};
 }
 
-std::string MatmulLinear::impl_for(const LinearArgs& a) {
+const MatmulLinear::Entry& MatmulLinear::entry_for(const LinearArgs& a) {
   sync_threads();
   const bool direct = a.y.dtype() == DType::F32 || a.y.dtype() == compute_;
   const bool gated = a.gate.defined();
@@ -230,8 +232,17 @@ std::string MatmulLinear::impl_for(const LinearArgs& a) {
   const int64_t x_stride = a.x.dtype() == compute_ ? a.x.stride(0) : k_;
   const DType ydt = direct ? a.y.dtype() : DType::F32;
   const int64_t r_stride = gated && a.residual.dtype() != ydt ? n_ : (gated ? a.residual.stride(0) : 0);
-  const Entry& e = entry(key_for(a, x_stride, direct, residual_is_y, r_stride));
+  return entry(key_for(a, x_stride, direct, residual_is_y, r_stride));
+}
+
+std::string MatmulLinear::impl_for(const LinearArgs& a) {
+  const Entry& e = entry_for(a);
   return e.gate_outside ? e.impl + " + gate outside" : e.impl;
+}
+
+void MatmulLinear::plan(const LinearArgs& a) {
+  const Entry& e = entry_for(a);
+  if (e.scratchpad.get_size() > 0) shared_scratchpad(e.scratchpad.get_size());
 }
 
 void MatmulLinear::run(const LinearArgs& a) {
@@ -305,6 +316,8 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
     out.copy_from(y);
   }
 }
+
+int64_t matmul_entries_created() { return g_entries_created.load(std::memory_order_relaxed); }
 
 int64_t matmul_scratchpad_allocations() { return g_scratchpad_allocations.load(std::memory_order_relaxed); }
 

@@ -35,6 +35,9 @@ class MatmulLinear {
   // applied after an activation-only primitive because oneDNN would have picked its reference
   // kernel. Builds and caches the primitive exactly as run() would (the data is not read).
   std::string impl_for(const LinearArgs& args);
+  // impl_for, and the calling thread's scratchpad grown to what that primitive needs: all of a
+  // call's one-time work, ahead of the call.
+  void plan(const LinearArgs& args);
 
   DType compute_dtype() const { return compute_; }
   size_t weight_bytes() const { return weights_.get_desc().get_size(); }
@@ -54,6 +57,7 @@ class MatmulLinear {
   // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int>;
   Entry& entry(const Key& key);
+  const Entry& entry_for(const LinearArgs& args);  // the cache entry run() would use for args
   // The cache key of a call: x in the compute dtype (converted when it is not), y direct or
   // through an f32 temporary, the residual aliasing y or not. Mirrors run()'s conversions.
   Key key_for(const LinearArgs& args, int64_t x_stride, bool direct, bool residual_is_y, int64_t residual_stride) const;
@@ -75,5 +79,7 @@ class MatmulLinear {
 // Scratchpad buffers the matmuls have allocated in this process: every matmul executes with its
 // calling thread's one buffer, which grows only for a larger scratchpad than any before.
 int64_t matmul_scratchpad_allocations();
+// Primitives (cache entries: one per weight and call shape) the matmuls have made in this process.
+int64_t matmul_entries_created();
 
 }  // namespace fluxrt::backend::onednn
