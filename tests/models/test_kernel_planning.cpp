@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/attention_onednn.h"
 #include "backend/cpu/onednn_matmul.h"
+#include "core/quant.h"
 #include "models/flux/flux2_config.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/synthetic_weights.h"
@@ -27,8 +30,11 @@ class ScopedEnv {
   const char* name_;
 };
 
-TEST(KernelPlanning, PlannedForwardLeavesNoOneTimeWorkAndChangesNothing) {
-  // oneDNN for every linear and for attention, as on a CPU with bf16 matrix units (here in f32).
+class KernelPlanning : public ::testing::TestWithParam<std::optional<QuantType>> {};
+
+TEST_P(KernelPlanning, PlannedForwardLeavesNoOneTimeWorkAndChangesNothing) {
+  // oneDNN for every linear and for attention, as on a CPU with bf16 matrix units (here in f32);
+  // quantized weights take the oneDNN chunk path then.
   const ScopedEnv linear("FLUXRT_LINEAR_IMPL", "onednn");
   const ScopedEnv attention("FLUXRT_ATTENTION_IMPL", "onednn");
   Flux2Config c;
@@ -36,6 +42,7 @@ TEST(KernelPlanning, PlannedForwardLeavesNoOneTimeWorkAndChangesNothing) {
   c.mlp_hidden = 768;
   Flux2LoadOptions opt;
   opt.dtype = DType::BF16;
+  opt.synthetic_weights = GetParam();
   const auto planned = Flux2Transformer::synthetic(c, 7, opt);
   const auto unplanned = Flux2Transformer::synthetic(c, 7, opt);
   const int64_t li = 256, lt = 24;  // a 16 x 16 latent grid and 24 text tokens
@@ -67,8 +74,17 @@ TEST(KernelPlanning, PlannedForwardLeavesNoOneTimeWorkAndChangesNothing) {
   EXPECT_EQ(y.to_vector(), y_ref.to_vector()) << "planning changed the result";
 }
 
+// Dense bf16 weights (one matmul each; single_blocks' linear1 of 2304 columns), and Q8_0 ones
+// (512-row chunks and a tail, dequantized per call).
+INSTANTIATE_TEST_SUITE_P(Weights, KernelPlanning,
+                         ::testing::Values(std::optional<QuantType>{},
+                                           std::optional<QuantType>{QuantType::Q8_0}),
+                         [](const auto& info) {
+                           return info.param ? std::string(quant_name(*info.param)) : "bf16";
+                         });
+
 // Without a planning table (a forced ref table, as tests use) nothing is planned and the ops run.
-TEST(KernelPlanning, AForcedTableStays) {
+TEST(KernelPlanningTable, AForcedTableStays) {
   ops::ScopedKernelTable ref(backend::ref_kernels());
   EXPECT_FALSE(ops::ScopedKernelPlanning::available(Device::cpu()));
   ops::ScopedKernelPlanning planning(Device::cpu());

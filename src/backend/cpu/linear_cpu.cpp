@@ -195,9 +195,11 @@ void plan_linear_cpu(const LinearArgs& a) {
     plan_int8_linear_cpu(a, *state->int8);
     return;
   }
-  // The quantized chunk matmuls are made at their first call (not planned yet); the packed GEMM
-  // has no per-shape state.
-  if (state->quant || state->impl == CpuLinearImpl::Packed) return;
+  if (state->quant) {
+    plan_quant_linear_cpu(a, *state->quant);
+    return;
+  }
+  if (state->impl == CpuLinearImpl::Packed) return;  // no per-shape state
   for (const MatmulPart& part : state->matmul)
     part.matmul->plan(state->matmul.size() == 1 ? a : part_args(a, part));
 }

@@ -103,6 +103,24 @@ void onednn_quant_linear(const LinearArgs& a, const QuantLinearCpu& w) {
 
 }  // namespace
 
+void plan_quant_linear_cpu(const LinearArgs& a, const QuantLinearCpu& w) {
+  if (!w.onednn()) return;
+  const QuantizedMatrix& q = w.q;
+  const bool bf16_compute = a.x.dtype() != DType::F32 && w.bf16.chunk;
+  const OneDnnChunks& mm = bf16_compute ? w.bf16 : w.f32;
+  const int64_t chunk = std::min(kOneDnnChunkRows, q.rows);
+  // The first chunk and the tail: the two call shapes onednn_quant_linear gives its matmuls.
+  for (int64_t n0 : {int64_t{0}, q.rows - q.rows % chunk}) {
+    const int64_t c = std::min(chunk, q.rows - n0);
+    if (c <= 0) continue;
+    LinearArgs part = a;
+    part.y = a.y.narrow(1, n0, c);
+    if (a.residual.defined()) part.residual = a.residual.narrow(1, n0, c);
+    if (a.gate.defined()) part.gate = a.gate.narrow(0, n0, c);
+    (c == chunk ? *mm.chunk : *mm.tail).plan(part);
+  }
+}
+
 void quant_linear_cpu(const LinearArgs& a, const QuantLinearCpu& w) {
   if (w.onednn()) {
     onednn_quant_linear(a, w);

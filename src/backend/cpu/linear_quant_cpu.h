@@ -46,6 +46,9 @@ struct QuantLinearCpu {
 std::shared_ptr<QuantLinearCpu> prepare_quant_linear_cpu(const QuantizedMatrix& q, const Tensor& bias,
                                                          bool onednn);
 void quant_linear_cpu(const LinearArgs& args, const QuantLinearCpu& w);
+// The oneDNN path's one-time work for a call like `args` (its chunk and tail matmuls' primitives
+// and scratchpad), computing nothing; nothing for the packed path, which has none.
+void plan_quant_linear_cpu(const LinearArgs& args, const QuantLinearCpu& w);
 std::string describe_quant_linear_cpu(const QuantLinearCpu& w);
 
 }  // namespace fluxrt::backend
