@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/conv_cpu.h"
+#include "backend/cpu/onednn_util.h"
 #include "backend/ref/conv_ref.h"
 #include "ops/conv.h"
 #include "ops/dispatch.h"
@@ -103,6 +104,25 @@ TEST(ConvOps, FrontEndShapesAndTables) {
   ops::ScopedKernelTable force(backend::ref_kernels());
   auto r = ops::prepare_conv2d(w, b);
   EXPECT_TRUE(all_close(y, ops::conv2d(x, *r, ops::Conv2dOptions::upsample_then_same(3)), TolClass::Gemm));
+}
+
+// Convolutions execute with their thread's one oneDNN scratchpad (user mode): repeating the
+// calls of several shapes, as a VAE decode per request does, allocates no more scratchpad.
+TEST(ConvOps, RepeatedCallsAllocateNoScratchpad) {
+  const Tensor w = random_normal({16, 8, 3, 3}, DType::F32, 3, 0.0, 0.1);
+  auto p = ops::prepare_conv2d(w, Tensor());
+  auto run_all = [&] {
+    for (int64_t h : {9, 16, 33}) {
+      const Tensor x = random_normal({1, 8, h, h + 2}, DType::F32, 4);
+      (void)ops::conv2d(x, *p, ops::Conv2dOptions::same(3));
+      (void)ops::conv2d(x, *p, ops::Conv2dOptions::downsample());
+    }
+  };
+  run_all();
+  const int64_t after_first = backend::onednn::scratchpad_allocations();
+  run_all();
+  run_all();
+  EXPECT_EQ(backend::onednn::scratchpad_allocations(), after_first);
 }
 
 TEST(ConvOps, Errors) {

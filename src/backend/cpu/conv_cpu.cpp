@@ -51,6 +51,7 @@ class OneDnnConv {
     dnnl::memory::desc src, dst;
     dnnl::memory weights;
     std::string impl;  // impl_info_str of prim
+    dnnl::memory::desc scratchpad;
   };
   // N, H, W (after upsampling), stride, pads (t, b, l, r), residual
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, bool>;
@@ -84,6 +85,7 @@ dnnl::convolution_forward::primitive_desc OneDnnConv::make_pd(const Key& key) co
   dnnl::memory::desc dst({n, cout_, ho, wo}, cdt, tag::any);
   dnnl::memory::desc bias = bias_ ? bias_.get_desc() : dnnl::memory::desc();
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // the thread's one buffer (onednn_util.h)
   if (residual) {
     dnnl::post_ops po;
     po.append_sum(1.0f);
@@ -145,6 +147,7 @@ OneDnnConv::Entry& OneDnnConv::entry(const Key& key) {
     FLUXRT_LOG_DEBUG("[conv2d] another weight layout for {} ({})", shape_of(key), pd.impl_info_str());
   }
   e.prim = dnnl::convolution_forward(pd);
+  e.scratchpad = pd.scratchpad_desc();
   e.src = pd.src_desc();
   e.dst = pd.dst_desc();
   e.impl = pd.impl_info_str();
@@ -226,6 +229,9 @@ void OneDnnConv::run(const Conv2dArgs& a) {
 
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, dst}};
   if (bias_) args.emplace(DNNL_ARG_BIAS, bias_);
+  if (e.scratchpad.get_size() > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratchpad, onednn::engine(),
+                                                   onednn::thread_scratchpad(e.scratchpad.get_size())));
   e.prim.execute(strm, args);
   strm.wait();
   auto t2 = std::chrono::steady_clock::now();

@@ -22,28 +22,7 @@ using tag = dnnl::memory::format_tag;
 // on K, N and the ISA, not on M, for the brgemm/gemm implementations of 2.x.
 constexpr int64_t kPrepareRows = 1024;
 
-// The scratchpad every matmul of the calling thread executes with, grown to the largest one.
-// oneDNN's default gives each primitive object its own for its whole life, and the brgemm matmul
-// books per-thread copy buffers there (for weights in a plain layout, for f32 accumulation): per
-// linear and per call shape, hundreds of MB across a model that only one call at a time uses.
-std::atomic<int64_t> g_scratchpad_allocations{0};
 std::atomic<int64_t> g_entries_created{0};
-void* shared_scratchpad(size_t bytes) {
-  struct Buffer {
-    std::unique_ptr<char, decltype(&std::free)> data{nullptr, &std::free};
-    size_t size = 0;
-  };
-  thread_local Buffer buffer;
-  if (bytes > buffer.size) {
-    const size_t rounded = (bytes + 4095) / 4096 * 4096;
-    buffer.data.reset(static_cast<char*>(std::aligned_alloc(4096, rounded)));
-    FLUXRT_CHECK(buffer.data != nullptr, ErrorCode::OutOfMemory,
-                 "[linear] cannot allocate a {} byte scratchpad", rounded);
-    buffer.size = rounded;
-    g_scratchpad_allocations.fetch_add(1, std::memory_order_relaxed);
-  }
-  return buffer.data.get();
-}
 
 dnnl::memory::desc plain_2d(int64_t rows, int64_t cols, dt type, int64_t ld) {
   return dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{ld, 1});
@@ -242,7 +221,7 @@ std::string MatmulLinear::impl_for(const LinearArgs& a) {
 
 void MatmulLinear::plan(const LinearArgs& a) {
   const Entry& e = entry_for(a);
-  if (e.scratchpad.get_size() > 0) shared_scratchpad(e.scratchpad.get_size());
+  if (e.scratchpad.get_size() > 0) thread_scratchpad(e.scratchpad.get_size());
 }
 
 void MatmulLinear::run(const LinearArgs& a) {
@@ -285,7 +264,7 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
   if (bias_) args.emplace(DNNL_ARG_BIAS, bias ? *bias : bias_);
   if (e.scratchpad.get_size() > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(e.scratchpad, eng, shared_scratchpad(e.scratchpad.get_size())));
+                 dnnl::memory(e.scratchpad, eng, thread_scratchpad(e.scratchpad.get_size())));
   if (e.gate_outside) {
     run_gate_outside(e, args, m, a.gate, residual, y);
     if (!direct) {
@@ -319,6 +298,6 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
 
 int64_t matmul_entries_created() { return g_entries_created.load(std::memory_order_relaxed); }
 
-int64_t matmul_scratchpad_allocations() { return g_scratchpad_allocations.load(std::memory_order_relaxed); }
+int64_t matmul_scratchpad_allocations() { return scratchpad_allocations(); }
 
 }  // namespace fluxrt::backend::onednn

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <set>
 
@@ -69,6 +71,29 @@ dnnl::memory::data_type to_dnnl(DType dtype) {
     default: fail(ErrorCode::Unsupported, "[onednn] no oneDNN type for {}", dtype_name(dtype));
   }
 }
+
+namespace {
+std::atomic<int64_t> g_scratchpad_allocations{0};
+}  // namespace
+
+void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<char, decltype(&std::free)> data{nullptr, &std::free};
+    size_t size = 0;
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.size) {
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer.data.reset(static_cast<char*>(std::aligned_alloc(4096, rounded)));
+    FLUXRT_CHECK(buffer.data != nullptr, ErrorCode::OutOfMemory,
+                 "[onednn] cannot allocate a {} byte scratchpad", rounded);
+    buffer.size = rounded;
+    g_scratchpad_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  return buffer.data.get();
+}
+
+int64_t scratchpad_allocations() { return g_scratchpad_allocations.load(std::memory_order_relaxed); }
 
 void sync_threads() {
   // oneDNN's OpenMP runtime follows omp_get_max_threads() of the calling thread.

@@ -25,6 +25,15 @@ bool native_int8();
 // The oneDNN type for a fluxrt dtype (f32, bf16, f16); Unsupported otherwise.
 dnnl::memory::data_type to_dnnl(DType dtype);
 
+// The scratchpad buffer of the calling thread, grown to at least `bytes` (4 KiB aligned): the
+// matmuls and convolutions are created with scratchpad_mode::user and execute with it. oneDNN's
+// default gives each primitive object its own scratchpad for its whole life (its brgemm matmul
+// and convolution do not share the global one), with per-thread copy and accumulation buffers:
+// per layer and call shape, hundreds of MB across a model that runs one call at a time per thread.
+void* thread_scratchpad(size_t bytes);
+// How many times a thread's scratchpad grew in this process (tests: steady state adds none).
+int64_t scratchpad_allocations();
+
 // Sets oneDNN's thread count to fluxrt::num_threads() (OpenMP runtime).
 void sync_threads();
 
