@@ -50,9 +50,9 @@ constexpr int64_t kBlockN = 64;  // keys per tile (multiple of 2 x the widest ve
 // of the L1 sets and evict each other.
 constexpr int64_t kLdS = kBlockN + 16;  // score/probability rows
 // Everything a query block needs, fixed for one (batch, kv head).
-struct Ctx {
+struct Ctx : AttentionShape {
   const AttentionArgs* a = nullptr;
-  int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, Dp = 0, group = 1;
+  int64_t Dp = 0;
   int64_t ld = 0;               // row stride of the q and o blocks: Dp + 16
   int64_t kw = 0;               // panel width of the packed key/value tiles: 2 vectors
   int64_t ntiles = 0, nqblocks = 0;
@@ -387,29 +387,6 @@ using namespace detail;
 
 namespace {
 
-std::atomic<int64_t> g_scratch_allocations{0};
-
-// A grow-only aligned buffer: reallocated only when a call needs more than any before it.
-template <typename T>
-class GrowBuffer {
- public:
-  T* get(int64_t n) {
-    const size_t want = static_cast<size_t>(std::max<int64_t>(n, 1));
-    if (want > capacity_) {
-      data_ = hwy::AllocateAligned<T>(want);
-      FLUXRT_CHECK(data_ != nullptr, ErrorCode::OutOfMemory, "[attention] cannot allocate {} bytes of scratch",
-                   want * sizeof(T));
-      capacity_ = want;
-      g_scratch_allocations.fetch_add(1, std::memory_order_relaxed);
-    }
-    return data_.get();
-  }
-
- private:
-  hwy::AlignedFreeUniquePtr<T[]> data_;
-  size_t capacity_ = 0;
-};
-
 // Shared by the threads of one call; owned by the calling thread (concurrent callers on other
 // threads have their own).
 struct CallWorkspace {
@@ -430,7 +407,7 @@ struct ThreadScratch {
     if (!sc || want_ld > ld) {
       sc = std::make_unique<Scratch>(want_ld);
       ld = want_ld;
-      g_scratch_allocations.fetch_add(1, std::memory_order_relaxed);
+      scratch_allocation_count().fetch_add(1, std::memory_order_relaxed);
     }
     return *sc;
   }
@@ -442,7 +419,7 @@ ThreadScratch& thread_scratch() {
 
 }  // namespace
 
-int64_t attention_scratch_allocations() { return g_scratch_allocations.load(std::memory_order_relaxed); }
+int64_t attention_scratch_allocations() { return scratch_allocation_count().load(std::memory_order_relaxed); }
 
 const char* attention_target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();
@@ -488,15 +465,9 @@ void attention(const AttentionArgs& a, const AttentionCpuOptions& options, Atten
     return;
   }
   Ctx c;
+  static_cast<AttentionShape&>(c) = AttentionShape(a);
   c.a = &a;
-  c.B = a.q.size(0);
-  c.Lq = a.q.size(1);
-  c.H = a.q.size(2);
-  c.D = a.q.size(3);
-  c.Lk = a.k.size(1);
-  c.Hkv = a.k.size(2);
-  c.group = c.H / c.Hkv;
-  if (c.B == 0 || c.Lq == 0 || c.H == 0 || c.D == 0) return;
+  if (c.no_output()) return;
   // Chooses the target before any worker thread calls through the dispatch table.
   const int64_t lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(TargetLanes)());
   c.Dp = (c.D + 2 * lanes - 1) / (2 * lanes) * (2 * lanes);

@@ -219,32 +219,11 @@ std::shared_ptr<const Primitives> primitives_for(int64_t D, int64_t chunk, int64
   return p;
 }
 
-// A grow-only 64-byte aligned byte buffer.
-class Bytes {
- public:
-  char* get(size_t n) {
-    n = std::max<size_t>(n, 64);
-    if (n > capacity_) {
-      data_ = hwy::AllocateAligned<char>(n);
-      FLUXRT_CHECK(data_ != nullptr, ErrorCode::OutOfMemory,
-                   "[attention] cannot allocate {} bytes of scratch", n);
-      capacity_ = n;
-    }
-    return data_.get();
-  }
-  char* data() const { return data_.get(); }
-
- private:
-  hwy::AlignedFreeUniquePtr<char[]> data_;
-  size_t capacity_ = 0;
-};
-
 // What every work item of one call reads: the shapes, the prepared keys and values.
-struct Call {
+struct Call : AttentionShape {
   const AttentionArgs* a = nullptr;
   const AttentionCpuOptions* options = nullptr;
   std::shared_ptr<const Primitives> prims;
-  int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, group = 1;
   int64_t Lkp = 0, nchunks = 0, nqblocks = 0;
   size_t elt = 4;      // bytes per element of q, k, v, p in the compute type
   bool round = false;  // values rounded to bf16 (bf16 compute or its emulation)
@@ -286,7 +265,8 @@ double put_row(const Call& c, float* x, int64_t n, char* dst) {
 // One worker's buffers and the oneDNN memory objects over them, rebuilt for new primitives.
 struct ThreadState {
   std::shared_ptr<const Primitives> prims;
-  Bytes q, s, p, o, scratch;
+  GrowBuffer<char> q, p, scratch;  // q and p in the compute type
+  GrowBuffer<float> s, o;
   std::vector<float> m, l, row;
   dnnl::memory qmem, omem;
   dnnl::memory smem[2], pmem[2];  // full chunk, tail chunk
@@ -299,9 +279,9 @@ struct ThreadState {
     auto& eng = onednn::engine();
     const dt cdt = pr->cdt;
     char* qb = q.get(kBlockM * D * elt);
-    float* sb = reinterpret_cast<float*>(s.get(kBlockM * pr->chunk * sizeof(float)));
+    float* sb = s.get(kBlockM * pr->chunk);
     char* pb = p.get(kBlockM * pr->chunk * elt);
-    float* ob = reinterpret_cast<float*>(o.get(kBlockM * D * sizeof(float)));
+    float* ob = o.get(kBlockM * D);
     char* sp = scratch.get(pr->scratch_bytes);
     m.assign(kBlockM, 0.0f);
     l.assign(kBlockM, 0.0f);
@@ -384,10 +364,10 @@ void prepare_chunk(Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t kv
 // Every key chunk for the block in ts.q with row maxima ts.m: O = P·V and l = row sums of P.
 void block_pass(const Call& c, ThreadState& ts, int64_t slot) {
   const int64_t D = c.D;
-  float* o = reinterpret_cast<float*>(ts.o.data());
+  float* o = ts.o.data();
   std::fill(o, o + kBlockM * D, 0.0f);
   std::fill(ts.l.begin(), ts.l.end(), 0.0f);
-  const float* s = reinterpret_cast<const float*>(ts.s.data());
+  const float* s = ts.s.data();
   char* p = ts.p.data();
   for (int64_t ch = 0; ch < c.nchunks; ++ch) {
     const int64_t w = c.width(ch);
@@ -407,7 +387,7 @@ void block_pass(const Call& c, ThreadState& ts, int64_t slot) {
 // probabilities are then all 0).
 void exact_maxima(const Call& c, ThreadState& ts, int64_t slot) {
   std::fill(ts.m.begin(), ts.m.end(), -std::numeric_limits<float>::infinity());
-  const float* s = reinterpret_cast<const float*>(ts.s.data());
+  const float* s = ts.s.data();
   for (int64_t ch = 0; ch < c.nchunks; ++ch) {
     const int64_t w = c.width(ch);
     const int i = w == c.prims->chunk ? 0 : 1;
@@ -472,7 +452,7 @@ void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int6
     block_pass(c, ts, slot);
   }
 
-  const float* o = reinterpret_cast<const float*>(ts.o.data());
+  const float* o = ts.o.data();
   for (int64_t r = 0; r < bm; ++r) {
     const float inv = ts.l[r] > 0 ? 1.0f / ts.l[r] : 0.0f;
     for (int64_t k = 0; k < D; ++k) row[k] = o[r * D + k] * inv;
@@ -482,7 +462,9 @@ void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int6
 
 // Shared per-call buffers, owned by the calling thread and grown to the largest call.
 struct CallWorkspace {
-  Bytes k_rows, v_rows, k_chunks, v_chunks, maskadd, chunk_masked, chunk_kmax;
+  GrowBuffer<char> k_rows, v_rows, k_chunks, v_chunks;  // in the compute type / oneDNN layouts
+  GrowBuffer<float> maskadd, chunk_kmax;
+  GrowBuffer<uint8_t> chunk_masked;
 };
 CallWorkspace& call_workspace() {
   thread_local CallWorkspace ws;
@@ -551,16 +533,10 @@ void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options
   FLUXRT_CHECK(attention_onednn_supports(a), ErrorCode::Unsupported,
                "[attention] the oneDNN path has no causal mask or bias");
   Call c;
+  static_cast<AttentionShape&>(c) = AttentionShape(a);
   c.a = &a;
   c.options = &options;
-  c.B = a.q.size(0);
-  c.Lq = a.q.size(1);
-  c.H = a.q.size(2);
-  c.D = a.q.size(3);
-  c.Lk = a.k.size(1);
-  c.Hkv = a.k.size(2);
-  c.group = c.H / c.Hkv;
-  if (c.B == 0 || c.Lq == 0 || c.H == 0 || c.D == 0) return;
+  if (c.no_output()) return;
   if (c.Lk == 0) {  // nothing to attend to: zeros, as the SIMD path gives
     const std::vector<float> zeros(c.D, 0.0f);
     for (int64_t b = 0; b < c.B; ++b)
@@ -600,10 +576,10 @@ void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options
   char* v_rows = ws.v_rows.get(heads_per_round * rows_head);
   char* k_blocked = ws.k_chunks.get(heads_per_round * k_head);
   char* v_blocked = ws.v_chunks.get(heads_per_round * v_head);
-  c.maskadd = reinterpret_cast<float*>(ws.maskadd.get(c.Lkp * sizeof(float)));
-  uint8_t* chunk_masked = reinterpret_cast<uint8_t*>(ws.chunk_masked.get(c.nchunks));
+  c.maskadd = ws.maskadd.get(c.Lkp);
+  uint8_t* chunk_masked = ws.chunk_masked.get(c.nchunks);
   c.chunk_masked = chunk_masked;
-  c.chunk_kmax = reinterpret_cast<float*>(ws.chunk_kmax.get(heads_per_round * c.nchunks * sizeof(float)));
+  c.chunk_kmax = ws.chunk_kmax.get(heads_per_round * c.nchunks);
   auto& eng = onednn::engine();
   c.k_rows.resize(heads_per_round);
   c.v_rows.resize(heads_per_round);

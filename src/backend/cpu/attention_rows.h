@@ -1,16 +1,65 @@
 #pragma once
 // Row helpers shared by the two CPU attention implementations (attention_cpu.cpp, the SIMD
-// kernel; attention_onednn.cpp, the matmul-primitive one): strided [B, L, H, D] row loads and
-// stores in f32, RoPE in f32, and the fixed-maximum acceptance window both apply.
+// kernel; attention_onednn.cpp, the matmul-primitive one): the call's shape, their grow-only
+// scratch buffers, strided [B, L, H, D] row loads and stores in f32, RoPE in f32, and the
+// fixed-maximum acceptance window both apply.
+#include <hwy/aligned_allocator.h>
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 
 #include "backend/args/attention.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace fluxrt::backend::cpu::detail {
+
+// q [B, Lq, H, D], k and v [B, Lk, Hkv, D]; `group` query heads share a kv head.
+struct AttentionShape {
+  int64_t B = 0, Lq = 0, Lk = 0, H = 0, Hkv = 0, D = 0, group = 1;
+  AttentionShape() = default;
+  explicit AttentionShape(const AttentionArgs& a)
+      : B(a.q.size(0)),
+        Lq(a.q.size(1)),
+        Lk(a.k.size(1)),
+        H(a.q.size(2)),
+        Hkv(a.k.size(2)),
+        D(a.q.size(3)),
+        group(a.q.size(2) / a.k.size(2)) {}
+  bool no_output() const { return B == 0 || Lq == 0 || H == 0 || D == 0; }
+};
+
+// Scratch allocations of both implementations, process-wide (attention_scratch_allocations()).
+inline std::atomic<int64_t>& scratch_allocation_count() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
+// A grow-only aligned buffer: reallocated only when a call needs more than any before it.
+template <typename T>
+class GrowBuffer {
+ public:
+  T* get(int64_t n) {
+    const size_t want = static_cast<size_t>(std::max<int64_t>(n, 1));
+    if (want > capacity_) {
+      data_ = hwy::AllocateAligned<T>(want);
+      FLUXRT_CHECK(data_ != nullptr, ErrorCode::OutOfMemory,
+                   "[attention] cannot allocate {} bytes of scratch", want * sizeof(T));
+      capacity_ = want;
+      scratch_allocation_count().fetch_add(1, std::memory_order_relaxed);
+    }
+    return data_.get();
+  }
+  T* data() const { return data_.get(); }  // what the last get() returned
+
+ private:
+  hwy::AlignedFreeUniquePtr<T[]> data_;
+  size_t capacity_ = 0;
+};
 
 constexpr double kLog2e = 1.4426950408889634;
 // Fixed-maximum acceptance window for l_i = sum_j 2^(s_ij - m_i): l_i >= 2^-60 proves the bound
