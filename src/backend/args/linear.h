@@ -39,4 +39,14 @@ struct LinearArgs {
   Tensor gate;
 };
 
+// `a` restricted to output columns [n0, n0 + n): y, and a gated call's residual and gate, sliced
+// along; x and the weight unchanged. For backends that run one weight as several column groups.
+inline LinearArgs column_slice(const LinearArgs& a, int64_t n0, int64_t n) {
+  LinearArgs s = a;
+  s.y = a.y.slice(1, n0, n0 + n);
+  if (a.residual.defined()) s.residual = a.residual.slice(1, n0, n0 + n);
+  if (a.gate.defined()) s.gate = a.gate.reshape({a.gate.numel()}).slice(0, n0, n0 + n);
+  return s;
+}
+
 }  // namespace fluxrt::backend

@@ -29,16 +29,8 @@ struct MatmulPart {
   std::unique_ptr<onednn::MatmulLinear> matmul;
 };
 
-// The arguments of part `p`: y, the gate and the residual restricted to its columns.
-LinearArgs part_args(const LinearArgs& a, const MatmulPart& p) {
-  LinearArgs s = a;
-  s.y = a.y.slice(1, p.n0, p.n0 + p.n);
-  if (a.gate.defined()) {
-    s.gate = a.gate.reshape({a.gate.numel()}).slice(0, p.n0, p.n0 + p.n);
-    s.residual = a.residual.slice(1, p.n0, p.n0 + p.n);
-  }
-  return s;
-}
+// The arguments of part `p`.
+LinearArgs part_args(const LinearArgs& a, const MatmulPart& p) { return column_slice(a, p.n0, p.n); }
 
 struct CpuLinearState {
   CpuLinearImpl impl = CpuLinearImpl::Packed;

@@ -141,8 +141,13 @@ struct Int8Scratch {
   std::vector<int8_t> q;
   std::vector<float> scales, acc;
 };
-Int8Scratch& int8_scratch() {
+// Sized for M rows of K inputs and N outputs (blocks of kInt8RowsPerCall rows).
+Int8Scratch& int8_scratch(int64_t M, int64_t N, int64_t K) {
   thread_local Int8Scratch s;
+  const int64_t block = std::min(M, kInt8RowsPerCall);
+  if (s.q.size() < static_cast<size_t>(M * K)) s.q.resize(static_cast<size_t>(M * K));
+  if (s.scales.size() < static_cast<size_t>(M)) s.scales.resize(static_cast<size_t>(M));
+  if (s.acc.size() < static_cast<size_t>(block * N)) s.acc.resize(static_cast<size_t>(block * N));
   return s;
 }
 
@@ -261,11 +266,8 @@ void int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
   const int64_t M = a.x.size(0), N = w.n, K = w.k;
   if (M == 0) return;
   onednn::sync_threads();
-  Int8Scratch& s = int8_scratch();
-  if (s.q.size() < static_cast<size_t>(M * K)) s.q.resize(static_cast<size_t>(M * K));
-  if (s.scales.size() < static_cast<size_t>(M)) s.scales.resize(static_cast<size_t>(M));
+  Int8Scratch& s = int8_scratch(M, N, K);
   const int64_t block = std::min(M, kInt8RowsPerCall);
-  if (s.acc.size() < static_cast<size_t>(block * N)) s.acc.resize(static_cast<size_t>(block * N));
   quantize_rows_int8(a.x, s.q.data(), s.scales.data());
 
   const bool gated = a.gate.defined();
@@ -300,14 +302,11 @@ void int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
 }
 
 void plan_int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
-  const int64_t M = a.x.size(0), N = w.n, K = w.k;
+  const int64_t M = a.x.size(0);
   if (M == 0) return;
   onednn::sync_threads();
-  Int8Scratch& s = int8_scratch();
+  (void)int8_scratch(M, w.n, w.k);
   const int64_t block = std::min(M, kInt8RowsPerCall);
-  if (s.q.size() < static_cast<size_t>(M * K)) s.q.resize(static_cast<size_t>(M * K));
-  if (s.scales.size() < static_cast<size_t>(M)) s.scales.resize(static_cast<size_t>(M));
-  if (s.acc.size() < static_cast<size_t>(block * N)) s.acc.resize(static_cast<size_t>(block * N));
   w.entry(block);
   if (M % block != 0) w.entry(M % block);
 }

@@ -92,12 +92,10 @@ void onednn_quant_linear(const LinearArgs& a, const QuantLinearCpu& w) {
       if (rows_bf16)
         convert(rows + r * k, DType::F32, rows_bf16 + r * k, DType::BF16, static_cast<size_t>(k));
     }
-    part.y = a.y.narrow(1, n0, c);
-    if (a.residual.defined()) part.residual = a.residual.narrow(1, n0, c);
-    if (a.gate.defined()) part.gate = a.gate.narrow(0, n0, c);
+    const LinearArgs cols = column_slice(part, n0, c);
     const void* weights = rows_bf16 ? static_cast<const void*>(rows_bf16) : rows;
     onednn::MatmulLinear& m = c == chunk ? *mm.chunk : *mm.tail;
-    m.run_with(part, weights, w.bias ? w.bias.get() + n0 : nullptr);
+    m.run_with(cols, weights, w.bias ? w.bias.get() + n0 : nullptr);
   }
 }
 
@@ -113,11 +111,7 @@ void plan_quant_linear_cpu(const LinearArgs& a, const QuantLinearCpu& w) {
   for (int64_t n0 : {int64_t{0}, q.rows - q.rows % chunk}) {
     const int64_t c = std::min(chunk, q.rows - n0);
     if (c <= 0) continue;
-    LinearArgs part = a;
-    part.y = a.y.narrow(1, n0, c);
-    if (a.residual.defined()) part.residual = a.residual.narrow(1, n0, c);
-    if (a.gate.defined()) part.gate = a.gate.narrow(0, n0, c);
-    (c == chunk ? *mm.chunk : *mm.tail).plan(part);
+    (c == chunk ? *mm.chunk : *mm.tail).plan(column_slice(a, n0, c));
   }
 }
 
