@@ -118,6 +118,24 @@ TEST(QuantizeModel, TypesWithoutAGgmlIdAreRefusedByName) {
   }
 }
 
+// The bundled demo model at its own defaults (64x64, 50 steps, CFG 4, seed 3), and its image
+// from the folder's bf16 weights: what the quantized runs below are compared with.
+struct DemoDefaults {
+  fs::path folder = fs::path(kData) / ".." / ".." / "models" / "demo";
+  pipelines::PipelineOptions options;
+  pipelines::GenerateRequest request;
+  io::Image bf16;
+  DemoDefaults() {
+    options.load_vae_encoder = false;
+    request.prompts = {"a red circle on a blue background"};
+    request.seed = 3;
+    request.width = request.height = 64;
+    request.num_steps = 50;
+    request.guidance_scale = 4.0f;
+    bf16 = pipelines::Flux2KleinPipeline::load(folder, options)->generate(request).images.at(0);
+  }
+};
+
 // The bundled demo model's transformer quantized by `fluxrt quantize` and run from the GGUF with
 // the demo folder's other components (whose transformer/config.json gives the file its RoPE axes):
 // the image of its own 64x64 / 50-step defaults against the folder's bf16 image, same seed. The
@@ -125,16 +143,11 @@ TEST(QuantizeModel, TypesWithoutAGgmlIdAreRefusedByName) {
 // 576) are not whole 256-value super-blocks, so the K types quantize only single_blocks.*.linear2
 // (768 columns) and time_in (256) and the rest in their fallback type, as llama.cpp would.
 TEST(QuantizeModel, DemoModelImagesAgainstBf16) {
-  const fs::path demo = fs::path(kData) / ".." / ".." / "models" / "demo";
-  pipelines::PipelineOptions options;
-  options.load_vae_encoder = false;
-  pipelines::GenerateRequest request;
-  request.prompts = {"a red circle on a blue background"};
-  request.seed = 3;
-  request.width = request.height = 64;
-  request.num_steps = 50;
-  request.guidance_scale = 4.0f;
-  const io::Image bf16 = pipelines::Flux2KleinPipeline::load(demo, options)->generate(request).images.at(0);
+  const DemoDefaults demo_defaults;
+  const fs::path& demo = demo_defaults.folder;
+  const pipelines::PipelineOptions& options = demo_defaults.options;
+  const pipelines::GenerateRequest& request = demo_defaults.request;
+  const io::Image& bf16 = demo_defaults.bf16;
   for (QuantType type :
        {QuantType::Q8_0, QuantType::Q6_K, QuantType::Q5_K, QuantType::Q4_K, QuantType::Q4_0}) {
     SCOPED_TRACE(std::string(quant_name(type)));
@@ -162,16 +175,11 @@ TEST(QuantizeModel, DemoModelImagesAgainstBf16) {
 // Q8_0 GGUF, held to the q8_0 target SSIM >= 0.97 (measured 0.996 on an AVX2 CPU, where the
 // weights keep 7 bits: linear_int8_cpu.h).
 TEST(QuantizeModel, DemoModelW8A8AgainstBf16) {
-  const fs::path demo = fs::path(kData) / ".." / ".." / "models" / "demo";
-  pipelines::PipelineOptions options;
-  options.load_vae_encoder = false;
-  pipelines::GenerateRequest request;
-  request.prompts = {"a red circle on a blue background"};
-  request.seed = 3;
-  request.width = request.height = 64;
-  request.num_steps = 50;
-  request.guidance_scale = 4.0f;
-  const io::Image bf16 = pipelines::Flux2KleinPipeline::load(demo, options)->generate(request).images.at(0);
+  const DemoDefaults demo_defaults;
+  const fs::path& demo = demo_defaults.folder;
+  const pipelines::PipelineOptions& options = demo_defaults.options;
+  const pipelines::GenerateRequest& request = demo_defaults.request;
+  const io::Image& bf16 = demo_defaults.bf16;
   const fs::path file = temp_file("demo");
   quantize_model({demo.string(), QuantType::Q8_0, file.string()});
   setenv("FLUXRT_LINEAR_IMPL", "w8a8", 1);
