@@ -5,7 +5,8 @@
 // both softmax modes (the fixed Cauchy-Schwarz maximum, the forced exact maximum) are timed; the
 // "auto" column marks what attention() picks on this machine.
 //
-//   bench_attention [--quick] [--skip-peak]   (--quick: L = 1536 only, H = 24)
+//   bench_attention [--quick] [--skip-peak] [--impl simd|onednn] [--long]
+//   (--quick: L = 1536 only, H = 24; --long: L = 4608 only; --impl: time only that one)
 #include <fmt/format.h>
 
 #include <cmath>
@@ -64,10 +65,17 @@ backend::AttentionArgs make_args(int64_t H, int64_t L) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, skip_peak = false;
+  bool quick = false, skip_peak = false, long_only = false;
+  std::string only_impl;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     skip_peak = skip_peak || std::strcmp(argv[i], "--skip-peak") == 0;
+    long_only = long_only || std::strcmp(argv[i], "--long") == 0;
+    if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) only_impl = argv[++i];
+  }
+  if (!only_impl.empty() && only_impl != "simd" && only_impl != "onednn") {
+    fmt::print(stderr, "bench_attention: --impl takes simd or onednn, not '{}'\n", only_impl);
+    return 2;
   }
   fmt::print("{}\nattention SIMD target: {}\n", bench::machine_line(), backend::cpu::attention_target_name());
   bench::GemmPeak peak;
@@ -80,6 +88,7 @@ int main(int argc, char** argv) {
   std::vector<Shape4> shapes = {{"klein-4B", 24, 1536}, {"klein-4B", 24, 4608}, {"klein-9B", 32, 1536},
                                 {"klein-9B", 32, 4608}};
   if (quick) shapes = {{"klein-4B", 24, 1536}};
+  if (long_only) shapes = {{"klein-4B", 24, 4608}, {"klein-9B", 32, 4608}};
   bench::Table table({"shape", "implementation", "auto", "softmax", "min ms", "median ms", "GFLOP/s (min)",
                       "of peak", "fallback blocks"});
   for (const Shape4& s : shapes) {
@@ -89,6 +98,8 @@ int main(int argc, char** argv) {
     for (backend::cpu::AttentionCpuImpl impl :
          {backend::cpu::AttentionCpuImpl::Simd, backend::cpu::AttentionCpuImpl::OneDnn})
       for (bool online : {false, true}) {
+        const bool is_simd = impl == backend::cpu::AttentionCpuImpl::Simd;
+        if (!only_impl.empty() && (only_impl == "simd") != is_simd) continue;
         backend::cpu::AttentionCpuOptions opt;
         opt.impl = impl;
         opt.force_online = online;
