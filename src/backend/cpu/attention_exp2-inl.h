@@ -24,7 +24,12 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<hwy::HWY_NAMESPACE::ScalableTag<float>> Atten
   static_assert(kDegree == 7 || kDegree == 4, "degree 7 (f32) or 4 (bf16)");
   const hn::RebindToSigned<decltype(d)> di;
   x = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
-  const auto n = hn::Round(x);
+  // Adding 1.5 * 2^23 rounds x to the nearest integer, ties to even as Round does, and leaves n
+  // in the low mantissa bits of t, so neither a round nor a float-to-int conversion (with its
+  // overflow fix-up on x86) is needed: 2 instructions instead of 6 on AVX-512.
+  const auto magic = hn::Set(d, 12582912.0f);
+  const auto t = hn::Add(x, magic);
+  const auto n = hn::Sub(t, magic);
   const auto f = hn::Sub(x, n);
   hn::Vec<decltype(d)> p;
   if constexpr (kDegree == 7) {
@@ -40,7 +45,8 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<hwy::HWY_NAMESPACE::ScalableTag<float>> Atten
   p = hn::MulAdd(p, f, hn::Set(d, 2.4022650695910071e-01f));
   p = hn::MulAdd(p, f, hn::Set(d, 6.9314718055994531e-01f));
   p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  // bits(t) = bits(1.5 * 2^23) + n, whose set bits all sit at 22 and above: shifted out.
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127)));
   return hn::Mul(p, hn::BitCast(d, bits));
 }
 

@@ -32,31 +32,60 @@ enum ProbabilityStore : int {
 HWY_BEFORE_NAMESPACE();
 namespace fluxrt::backend::cpu::HWY_NAMESPACE {
 
-// p_j = 2^(c s_j - m + maskadd_j) for j < n (a multiple of the vector length), stored as `store`
+// p_j = 2^(c s_j - m + maskadd_j) for j < n (a multiple of the vector length), stored as kStore
 // says; returns the sum of the stored values, so the weights P·V applies sum to exactly l.
-float ExpRow(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
-             void* HWY_RESTRICT p, int store) {
+// One instantiation per store and mask so that the loop carries no branch.
+template <int kStore, bool kMasked>
+float ExpRowT(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
+              void* HWY_RESTRICT p) {
   const DF d;
+  const hn::RebindToUnsigned<DF> du;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const VF vc = hn::Set(d, c), vneg_m = hn::Set(d, -m);
   VF sum = hn::Zero(d);
   for (int64_t j = 0; j < n; j += N) {
     VF x = hn::MulAdd(hn::LoadU(d, s + j), vc, vneg_m);
-    if (maskadd) x = hn::Add(x, hn::LoadU(d, maskadd + j));
-    if (store == detail::kStoreF32) {
+    if constexpr (kMasked) x = hn::Add(x, hn::LoadU(d, maskadd + j));
+    if constexpr (kStore == detail::kStoreF32) {
       const VF e = AttentionExp2<7>(d, x);
       hn::StoreU(e, d, static_cast<float*>(p) + j);
       sum = hn::Add(sum, e);
     } else {
-      const VF e = RoundTo<hwy::bfloat16_t>(d, AttentionExp2<4>(d, x));
-      if (store == detail::kStoreBf16)
-        StoreF(d, e, static_cast<hwy::bfloat16_t*>(p) + j);
-      else
+      // AttentionExp2 clamps its argument (a NaN becomes -127), so e is finite and >= 0 and
+      // round-to-nearest-even to bf16 is one integer add of 0x7FFF plus the kept bit's parity.
+      const auto bits = hn::BitCast(du, AttentionExp2<4>(d, x));
+      const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+      const auto rounded = hn::Add(bits, hn::Add(odd, hn::Set(du, 0x7FFFu)));
+      const VF e = hn::BitCast(d, hn::And(rounded, hn::Set(du, 0xFFFF0000u)));
+      if constexpr (kStore == detail::kStoreBf16) {
+        const hn::Rebind<uint16_t, DF> du16;
+        hn::StoreU(hn::TruncateTo(du16, hn::ShiftRight<16>(rounded)), du16,
+                   reinterpret_cast<uint16_t*>(static_cast<hwy::bfloat16_t*>(p) + j));
+      } else {
         hn::StoreU(e, d, static_cast<float*>(p) + j);
+      }
       sum = hn::Add(sum, e);
     }
   }
   return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+float ExpRow(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
+             void* HWY_RESTRICT p, int store) {
+  switch (store * 2 + (maskadd != nullptr)) {
+    case detail::kStoreF32 * 2:
+      return ExpRowT<detail::kStoreF32, false>(s, n, c, m, maskadd, p);
+    case detail::kStoreF32 * 2 + 1:
+      return ExpRowT<detail::kStoreF32, true>(s, n, c, m, maskadd, p);
+    case detail::kStoreF32AsBf16 * 2:
+      return ExpRowT<detail::kStoreF32AsBf16, false>(s, n, c, m, maskadd, p);
+    case detail::kStoreF32AsBf16 * 2 + 1:
+      return ExpRowT<detail::kStoreF32AsBf16, true>(s, n, c, m, maskadd, p);
+    case detail::kStoreBf16 * 2:
+      return ExpRowT<detail::kStoreBf16, false>(s, n, c, m, maskadd, p);
+    default:
+      return ExpRowT<detail::kStoreBf16, true>(s, n, c, m, maskadd, p);
+  }
 }
 
 // max_j (c s_j + maskadd_j) over j < n (a multiple of the vector length).
@@ -71,6 +100,77 @@ float MaxScaledRow(const float* HWY_RESTRICT s, int64_t n, float c, const float*
     mx = hn::Max(mx, x);
   }
   return hn::GetLane(hn::MaxOfLanes(d, mx));
+}
+
+// One q, k or v row for the primitives: n elements of src as f32, rotated by RoPE when cos is
+// given (`half_split`: pairs (j, j + n/2), else adjacent pairs), rounded to bf16 unless store is
+// kStoreF32, written to dst as store says; *norm2 gets the squared norm of what was written,
+// summed in f64. The rotation is rope_rotate_row's formula, so both attention implementations
+// rotate alike (to an f32 rounding where the compiler fuses a product and a sum). Returns false,
+// touching nothing, for a row off this target's vector grid; the caller then takes the scalar
+// helpers.
+template <typename T>
+bool PrepareRowT(const T* HWY_RESTRICT src, int64_t n, const float* HWY_RESTRICT cos,
+                 const float* HWY_RESTRICT sin, bool half_split, int store, void* HWY_RESTRICT dst,
+                 double* norm2) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)src, (void)n, (void)cos, (void)sin, (void)half_split, (void)store, (void)dst, (void)norm2;
+  return false;  // no pairs inside one lane, no f64 halves: the scalar helpers are this target
+#else
+  const DF d;
+  const hn::Half<DF> dh;
+  const hn::Rebind<double, decltype(dh)> dd;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), half = n / 2;
+  if (n % N != 0 || (cos != nullptr && half_split && half % N != 0)) return false;
+  auto acc = hn::Zero(dd);
+  auto finish = [&](int64_t j, VF y) {
+    if (store != detail::kStoreF32) y = RoundTo<hwy::bfloat16_t>(d, y);
+    if (store == detail::kStoreBf16)
+      StoreF(d, y, static_cast<hwy::bfloat16_t*>(dst) + j);
+    else
+      hn::StoreU(y, d, static_cast<float*>(dst) + j);
+    const auto lo = hn::PromoteTo(dd, hn::LowerHalf(dh, y));
+    const auto hi = hn::PromoteTo(dd, hn::UpperHalf(dh, y));
+    acc = hn::MulAdd(lo, lo, hn::MulAdd(hi, hi, acc));
+  };
+  if (cos == nullptr) {
+    for (int64_t j = 0; j < n; j += N) finish(j, LoadF(d, src + j));
+  } else if (half_split) {
+    for (int64_t j = 0; j < half; j += N) {
+      const VF xa = LoadF(d, src + j), xb = LoadF(d, src + j + half);
+      const VF c = hn::LoadU(d, cos + j), sn = hn::LoadU(d, sin + j);
+      finish(j, hn::Sub(hn::Mul(xa, c), hn::Mul(xb, sn)));
+      finish(j + half, hn::Add(hn::Mul(xb, c), hn::Mul(xa, sn)));
+    }
+  } else {
+    // Lanes (2i, 2i + 1) hold pair i: each table entry is widened to both lanes of its pair
+    // (u32 -> u64, then the copy shifted into the upper half), and with the odd lanes' sine
+    // negated y = x cos - swap(x) sin gives x_a cos - x_b sin and x_b cos + x_a sin.
+    const hn::Repartition<uint64_t, DF> d64;
+    const hn::Rebind<uint32_t, decltype(d64)> d32;
+    const hn::RebindToUnsigned<DF> du;
+    const auto odd_sign = hn::BitCast(d, hn::OddEven(hn::Set(du, 0x80000000u), hn::Zero(du)));
+    auto pairs = [&](const float* t, int64_t i) {
+      const auto w = hn::PromoteTo(d64, hn::LoadU(d32, reinterpret_cast<const uint32_t*>(t + i)));
+      return hn::BitCast(d, hn::Or(w, hn::ShiftLeft<32>(w)));
+    };
+    for (int64_t j = 0; j < n; j += N) {
+      const VF x = LoadF(d, src + j);
+      const VF c = pairs(cos, j / 2), sn = hn::Xor(pairs(sin, j / 2), odd_sign);
+      finish(j, hn::Sub(hn::Mul(x, c), hn::Mul(hn::Reverse2(d, x), sn)));
+    }
+  }
+  *norm2 = hn::GetLane(hn::SumOfLanes(dd, acc));
+  return true;
+#endif
+}
+
+bool PrepareRow(const void* HWY_RESTRICT src, bool src_bf16, int64_t n, const float* HWY_RESTRICT cos,
+                const float* HWY_RESTRICT sin, bool half_split, int store, void* HWY_RESTRICT dst,
+                double* norm2) {
+  if (src_bf16)
+    return PrepareRowT(static_cast<const hwy::bfloat16_t*>(src), n, cos, sin, half_split, store, dst, norm2);
+  return PrepareRowT(static_cast<const float*>(src), n, cos, sin, half_split, store, dst, norm2);
 }
 
 size_t Lanes() { return hn::Lanes(DF()); }
@@ -105,6 +205,7 @@ namespace fluxrt::backend::cpu {
 HWY_EXPORT(ExpRow);
 HWY_EXPORT(MaxScaledRow);
 HWY_EXPORT(Lanes);
+HWY_EXPORT(PrepareRow);
 
 using namespace detail;
 
@@ -119,6 +220,8 @@ constexpr int64_t kKeyAlign = 64;  // keys are padded to a multiple of this (mas
 // value chunks) is ~0.9 MB at D = 128 in bf16, inside a 1-2 MB L2, and each call is ~17 MFLOP,
 // large enough that the per-call overhead of a primitive stays small.
 constexpr int64_t kChunk = 1024;
+// How many rows ahead a row loop asks for the rows it will read or write (prefetch_row).
+constexpr int64_t kPrefetchRows = 8;
 
 // The primitives of one (head dim, chunk width, compute type).
 struct ChunkPrimitives {
@@ -262,6 +365,24 @@ double put_row(const Call& c, float* x, int64_t n, char* dst) {
   return norm2;
 }
 
+// Row `offset` of t (q, k or v), rotated when cos is given, into dst in the compute type (through
+// `row`, D floats of scratch, where the vector path does not apply); returns the squared norm of
+// what was stored.
+double prepare_row(const Call& c, const Tensor& t, int64_t offset, const float* cos, const float* sin,
+                   float* row, char* dst) {
+  const AttentionArgs& a = *c.a;
+  const bool half_split = a.rope == RopeLayout::HalfSplit;
+  double norm2 = 0;
+  if ((t.dtype() == DType::BF16 || t.dtype() == DType::F32) &&
+      HWY_DYNAMIC_DISPATCH(PrepareRow)(static_cast<const char*>(t.raw_data()) + offset * t.element_size(),
+                                       t.dtype() == DType::BF16, c.D, cos, sin, half_split, c.store, dst,
+                                       &norm2))
+    return norm2;
+  load_row(t, offset, row, c.D);
+  if (cos != nullptr) rope_rotate_row(row, c.D, a.rope, cos, sin);
+  return put_row(c, row, c.D, dst);
+}
+
 // One worker's buffers and the oneDNN memory objects over them, rebuilt for new primitives.
 struct ThreadState {
   std::shared_ptr<const Primitives> prims;
@@ -328,8 +449,17 @@ void prepare_chunk(Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t kv
   char* krows = c.k_rows[slot] + j0 * D * c.elt;
   char* vrows = c.v_rows[slot] + j0 * D * c.elt;
   float kmax = 0;
+  const int64_t visible_end = std::min(j0 + w, c.Lk);
+  for (int64_t j = j0; j < std::min(j0 + kPrefetchRows, visible_end); ++j) {
+    prefetch_row(a.k, off4(a.k, b, j, kvh), D);
+    prefetch_row(a.v, off4(a.v, b, j, kvh), D);
+  }
   for (int64_t jj = 0; jj < w; ++jj) {
     const int64_t j = j0 + jj;
+    if (j + kPrefetchRows < visible_end) {
+      prefetch_row(a.k, off4(a.k, b, j + kPrefetchRows, kvh), D);
+      prefetch_row(a.v, off4(a.v, b, j + kPrefetchRows, kvh), D);
+    }
     char* kdst = krows + jj * D * c.elt;
     char* vdst = vrows + jj * D * c.elt;
     if (j >= c.Lk) {
@@ -337,13 +467,12 @@ void prepare_chunk(Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t kv
       std::memset(vdst, 0, D * c.elt);
       continue;
     }
-    load_row(a.k, off4(a.k, b, j, kvh), row, D);
-    if (a.rope != RopeLayout::None)
-      rope_rotate_row(row, D, a.rope, rope_table_row(a.rope_cos, b, j), rope_table_row(a.rope_sin, b, j));
-    const double norm2 = put_row(c, row, D, kdst);
+    const bool rope = a.rope != RopeLayout::None;
+    const double norm2 =
+        prepare_row(c, a.k, off4(a.k, b, j, kvh), rope ? rope_table_row(a.rope_cos, b, j) : nullptr,
+                    rope ? rope_table_row(a.rope_sin, b, j) : nullptr, row, kdst);
     if (c.maskadd[j] == 0.0f) kmax = std::max(kmax, static_cast<float>(std::sqrt(norm2)));
-    load_row(a.v, off4(a.v, b, j, kvh), row, D);
-    put_row(c, row, D, vdst);
+    prepare_row(c, a.v, off4(a.v, b, j, kvh), nullptr, nullptr, row, vdst);
   }
   c.chunk_kmax[slot * c.nchunks + ch] = kmax;
   auto& eng = onednn::engine();
@@ -416,6 +545,7 @@ void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int6
   char* q = ts.q.data();
   float* row = ts.row.data();
   const float kmax = c.kmax[slot];
+  for (int64_t r = 0; r < bm; ++r) prefetch_row(a.q, off4(a.q, b, i0 + r, h), D);
   for (int64_t r = 0; r < kBlockM; ++r) {
     char* qdst = q + r * D * c.elt;
     if (r >= bm) {  // zero rows: finite scores, probabilities that land in discarded output rows
@@ -424,14 +554,13 @@ void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int6
       continue;
     }
     const int64_t i = i0 + r;
-    load_row(a.q, off4(a.q, b, i, h), row, D);
-    if (a.rope != RopeLayout::None) {
-      const int64_t pos = i + c.q_pos_offset;
-      rope_rotate_row(row, D, a.rope, rope_table_row(qcos, b, pos), rope_table_row(qsin, b, pos));
-    }
+    const bool rope = a.rope != RopeLayout::None;
+    const int64_t pos = i + c.q_pos_offset;
+    const double norm2 =
+        prepare_row(c, a.q, off4(a.q, b, i, h), rope ? rope_table_row(qcos, b, pos) : nullptr,
+                    rope ? rope_table_row(qsin, b, pos) : nullptr, row, qdst);
     // The bound in log2 units: |c| |q_i| max_j |k_j| >= c q_i·k_j for every visible j.
-    ts.m[r] =
-        static_cast<float>(std::fabs(static_cast<double>(c.c)) * std::sqrt(put_row(c, row, D, qdst)) * kmax);
+    ts.m[r] = static_cast<float>(std::fabs(static_cast<double>(c.c)) * std::sqrt(norm2) * kmax);
   }
 
   ++n->blocks;
@@ -453,7 +582,10 @@ void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int6
   }
 
   const float* o = ts.o.data();
+  for (int64_t r = 0; r < std::min(bm, kPrefetchRows); ++r)
+    prefetch_row(a.out, off4(a.out, b, i0 + r, h), D, true);
   for (int64_t r = 0; r < bm; ++r) {
+    if (r + kPrefetchRows < bm) prefetch_row(a.out, off4(a.out, b, i0 + r + kPrefetchRows, h), D, true);
     const float inv = ts.l[r] > 0 ? 1.0f / ts.l[r] : 0.0f;
     for (int64_t k = 0; k < D; ++k) row[k] = o[r * D + k] * inv;
     store_row(a.out, off4(a.out, b, i0 + r, h), row, D);

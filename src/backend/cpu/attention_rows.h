@@ -97,6 +97,20 @@ inline int64_t off4(const Tensor& t, int64_t b, int64_t l, int64_t h) {
   return b * t.stride(0) + l * t.stride(1) + h * t.stride(2);
 }
 
+// Asks for the cache lines of n elements of a row ahead of their use. Rows of one head are
+// H * D elements apart, one 4 KiB page or more: the hardware prefetchers, which stay inside a
+// page, never follow them, so without this every row load waits for memory on its own.
+inline void prefetch_row(const Tensor& t, int64_t offset, int64_t n, bool for_write = false) {
+  const char* base = static_cast<const char*>(t.raw_data()) + offset * static_cast<int64_t>(t.element_size());
+  const int64_t bytes = n * static_cast<int64_t>(t.element_size());
+  for (int64_t o = 0; o < bytes; o += 64) {
+    if (for_write)
+      __builtin_prefetch(base + o, 1);
+    else
+      __builtin_prefetch(base + o, 0);
+  }
+}
+
 // Row `pos` of a [L, D/2] or [B, L, D/2] f32 table.
 inline const float* rope_table_row(const Tensor& t, int64_t b, int64_t pos) {
   const float* base = t.data<float>();
