@@ -103,8 +103,9 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
       part.n0 = n0;
       part.n = std::min(width, N - n0);
       const Tensor b = bias.defined() ? bias.reshape({N}).slice(0, n0, n0 + part.n) : Tensor();
+      // A group writes its columns of the full-width y in place: prepared for that row stride.
       part.matmul = std::make_unique<onednn::MatmulLinear>(
-          parts <= 1 ? weight : weight.slice(0, n0, n0 + part.n), b, compute);
+          parts <= 1 ? weight : weight.slice(0, n0, n0 + part.n), b, compute, parts <= 1 ? 0 : N);
       state->matmul.push_back(std::move(part));
     }
   }

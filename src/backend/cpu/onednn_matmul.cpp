@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -30,7 +33,7 @@ dnnl::memory::desc plain_2d(int64_t rows, int64_t cols, dt type, int64_t ld) {
 
 }  // namespace
 
-MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute)
+MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride)
     : n_(weight.size(0)), k_(weight.size(1)), compute_(compute) {
   auto& eng = engine();
   sync_threads();
@@ -40,7 +43,7 @@ MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compu
   dnnl::memory::desc w_plain({k_, n_}, cdt, dnnl::memory::dims{w.stride(1), w.stride(0)});
   dnnl::memory::desc w_any({k_, n_}, cdt, tag::any);
   dnnl::memory::desc src({kPrepareRows, k_}, cdt, tag::ab);
-  dnnl::memory::desc dst({kPrepareRows, n_}, dt::f32, tag::ab);
+  const dnnl::memory::desc dst = plain_2d(kPrepareRows, n_, dt::f32, y_row_stride > 0 ? y_row_stride : n_);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, dst), eng);
   impl_ = pd.impl_info_str();
   weights_ = dnnl::memory(pd.weights_desc(), eng);
@@ -182,7 +185,19 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   e.impl = p.pd.impl_info_str();
   e.gate_outside = gate_outside;
   if (p.own_weights) {
-    FLUXRT_LOG_WARN("[linear] oneDNN needs a second weight layout for M={} (K={}, N={})", m, k_, n_);
+    // Once per shape and process, not once per layer of that shape.
+    static std::mutex warned_mutex;
+    static std::set<std::tuple<int64_t, int64_t, int64_t>> warned;
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(warned_mutex);
+      first = warned.emplace(m, k_, n_).second;
+    }
+    if (first)
+      FLUXRT_LOG_WARN(
+          "[linear] oneDNN needs a second weight layout for M={} (K={}, N={}): a second copy of "
+          "those weights is kept",
+          m, k_, n_);
     e.weights = dnnl::memory(p.pd.weights_desc(), eng);
     dnnl::reorder(weights_, e.weights).execute(stream(), weights_, e.weights);
     stream().wait();

@@ -17,7 +17,11 @@ namespace fluxrt::backend::onednn {
 class MatmulLinear {
  public:
   // weight [N, K] any float dtype, converted once to `compute` (f32 or bf16); bias [N] or undefined.
-  MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute);
+  // y_row_stride: the row stride of the y it will write (0: N, a y of its own). oneDNN's layout
+  // choice depends on it: a column group of a wider y (linear_cpu.cpp) written into place gets
+  // plain weights on AMX, where a dense y gets blocked ones, so the weights are prepared for the
+  // stride they will be used with instead of being reordered a second time at the first call.
+  MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride = 0);
 
   void run(const LinearArgs& args);
 
