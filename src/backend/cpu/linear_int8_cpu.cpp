@@ -112,6 +112,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -138,7 +139,7 @@ using tag = dnnl::memory::format_tag;
 // Grow-only per-thread buffers of the calling thread: the quantized x, its scales, the f32
 // temporary of one block of rows.
 struct Int8Scratch {
-  std::vector<int8_t> q;
+  std::vector<int8_t> q, padded;  // padded: one block's rows, zero-filled to the primitive's M
   std::vector<float> scales, acc;
 };
 // Sized for M rows of K inputs and N outputs (blocks of kInt8RowsPerCall rows).
@@ -162,6 +163,7 @@ struct Int8LinearCpu {
   struct Entry {
     dnnl::matmul prim;
     dnnl::memory weights;  // `weights`, or a copy in the layout this M wants
+    int64_t rows = 0;      // the M prim computes: this M, or kInt8RowsPerCall (rows zero-padded)
   };
   mutable std::mutex mutex;
   mutable std::map<int64_t, Entry> entries;  // by M
@@ -188,15 +190,24 @@ struct Int8LinearCpu {
     } catch (const dnnl::error&) {
       fixed = false;
     }
-    if (fixed) {
-      e.weights = weights;
-    } else {  // this M wants another weight layout: one more copy, in that layout
-      pd = plan(m, dnnl::memory::desc({k, n}, dt::s8, tag::any));
-      FLUXRT_LOG_WARN("[linear] oneDNN int8 needs a second weight layout for M={} (K={}, N={})", m, k, n);
-      e.weights = dnnl::memory(pd.weights_desc(), onednn::engine());
-      dnnl::memory from = weights;  // a handle copy: reorder::execute takes non-const memories
-      dnnl::reorder(from, e.weights).execute(onednn::stream(), from, e.weights);
-      onednn::stream().wait();
+    e.rows = m;
+    e.weights = weights;
+    if (!fixed) {  // this M wants another weight layout: one more copy, in that layout
+      dnnl::memory second;
+      try {
+        pd = plan(m, dnnl::memory::desc({k, n}, dt::s8, tag::any));
+        second = dnnl::memory(pd.weights_desc(), onednn::engine());
+        dnnl::memory from = weights;  // a handle copy: reorder::execute takes non-const memories
+        dnnl::reorder(from, second).execute(onednn::stream(), from, second);
+        onednn::stream().wait();
+        FLUXRT_LOG_WARN("[linear] oneDNN int8 needs a second weight layout for M={} (K={}, N={})", m, k, n);
+        e.weights = second;
+      } catch (const dnnl::error&) {
+        // No reorder between the two blocked layouts (on AMX they carry different s8
+        // compensations): run the prepared M on these rows padded with zero rows instead.
+        pd = plan(kInt8RowsPerCall, weights.get_desc());
+        e.rows = kInt8RowsPerCall;
+      }
     }
     onednn::check_implementation("linear int8", pd.impl_info_str(),
                                  fmt::format("s8 M={} K={} N={}", m, k, n));
@@ -285,8 +296,15 @@ void int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
   for (int64_t r0 = 0; r0 < M; r0 += block) {
     const int64_t rows = std::min(block, M - r0);
     const Int8LinearCpu::Entry& e = w.entry(rows);
-    const dnnl::memory src(dnnl::memory::desc({rows, K}, dt::s8, tag::ab), eng, s.q.data() + r0 * K);
-    const dnnl::memory dst(dnnl::memory::desc({rows, N}, dt::f32, tag::ab), eng, s.acc.data());
+    int8_t* q = s.q.data() + r0 * K;
+    if (e.rows > rows) {  // zero rows after ours; their results land in acc rows never read
+      s.padded.assign(static_cast<size_t>(e.rows * K), 0);
+      std::memcpy(s.padded.data(), q, static_cast<size_t>(rows * K));
+      q = s.padded.data();
+      if (s.acc.size() < static_cast<size_t>(e.rows * N)) s.acc.resize(static_cast<size_t>(e.rows * N));
+    }
+    const dnnl::memory src(dnnl::memory::desc({e.rows, K}, dt::s8, tag::ab), eng, q);
+    const dnnl::memory dst(dnnl::memory::desc({e.rows, N}, dt::f32, tag::ab), eng, s.acc.data());
     e.prim.execute(onednn::stream(),
                    {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, dst}});
     onednn::stream().wait();
@@ -305,10 +323,12 @@ void plan_int8_linear_cpu(const LinearArgs& a, const Int8LinearCpu& w) {
   const int64_t M = a.x.size(0);
   if (M == 0) return;
   onednn::sync_threads();
-  (void)int8_scratch(M, w.n, w.k);
+  Int8Scratch& s = int8_scratch(M, w.n, w.k);
   const int64_t block = std::min(M, kInt8RowsPerCall);
-  w.entry(block);
-  if (M % block != 0) w.entry(M % block);
+  int64_t widest = w.entry(block).rows;
+  if (M % block != 0) widest = std::max(widest, w.entry(M % block).rows);
+  if (s.acc.size() < static_cast<size_t>(widest * w.n)) s.acc.resize(static_cast<size_t>(widest * w.n));
+  if (widest > block) s.padded.reserve(static_cast<size_t>(widest * w.k));
 }
 
 std::string describe_int8_linear_cpu(const Int8LinearCpu& w) {
