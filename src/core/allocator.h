@@ -11,7 +11,14 @@ inline constexpr size_t kTensorAlignment = 64;
 void* aligned_alloc_bytes(size_t bytes, size_t alignment = kTensorAlignment);
 void aligned_free(void* ptr);
 
-// Bytes currently held by tensor allocations, and the high-water mark (for the timing report).
+// Freed blocks of 1 MiB and more are kept for reuse by the next allocation of the same size (up
+// to 1 GiB in all; an allocation that fails releases them and retries). These free them now and
+// say how many bytes that was, and how many bytes are kept.
+size_t release_cached_host_blocks();
+size_t host_bytes_cached();
+
+// Bytes currently held by tensor allocations (not counting the kept free blocks), and the
+// high-water mark (for the timing report).
 size_t host_bytes_in_use();
 size_t host_bytes_peak();
 void reset_host_bytes_peak();

@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/allocator.h"
+
 namespace fluxrt::pipelines {
 
 // A component for the duration of one pipeline stage: either borrowed from the resident set or
@@ -15,6 +17,15 @@ class ComponentLease {
  public:
   explicit ComponentLease(const T* resident) : ptr_(resident) {}
   explicit ComponentLease(std::unique_ptr<T> owned) : owned_(std::move(owned)), ptr_(owned_.get()) {}
+  ComponentLease(ComponentLease&&) noexcept = default;
+  ComponentLease& operator=(ComponentLease&&) noexcept = default;
+  // An owned component's blocks go back to the OS, not into the allocator's block cache: low
+  // memory means the next stage gets that memory.
+  ~ComponentLease() {
+    if (!owned_) return;
+    owned_.reset();
+    release_cached_host_blocks();
+  }
   const T* operator->() const { return ptr_; }
   const T& operator*() const { return *ptr_; }
 

@@ -39,6 +39,32 @@ TEST(Allocator, ImpossibleSizeIsOutOfMemory) {
   }
 }
 
+TEST(Allocator, LargeFreedBlocksAreReusedAndReleasable) {
+  release_cached_host_blocks();
+  const size_t bytes = size_t{3} << 20, in_use = host_bytes_in_use();
+  void* p = aligned_alloc_bytes(bytes);
+  static_cast<char*>(p)[bytes - 1] = 1;  // the block is writable to its end
+  aligned_free(p);
+  EXPECT_EQ(host_bytes_in_use(), in_use);  // a kept block is not in use
+  EXPECT_EQ(host_bytes_cached(), bytes);
+  void* q = aligned_alloc_bytes(bytes);  // the same size: the kept block
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(host_bytes_cached(), 0u);
+  EXPECT_EQ(host_bytes_in_use(), in_use + bytes);
+  void* r = aligned_alloc_bytes(bytes + 4096);  // another size: a block of its own
+  EXPECT_NE(r, q);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r) % kTensorAlignment, 0u);
+  aligned_free(q);
+  aligned_free(r);
+  EXPECT_EQ(host_bytes_cached(), 2 * bytes + 4096);
+  EXPECT_EQ(release_cached_host_blocks(), 2 * bytes + 4096);
+  EXPECT_EQ(host_bytes_cached(), 0u);
+  // Small blocks and over-aligned ones go straight back to the C library.
+  aligned_free(aligned_alloc_bytes(1000));
+  aligned_free(aligned_alloc_bytes(bytes, 4096));
+  EXPECT_EQ(host_bytes_cached(), 0u);
+}
+
 TEST(Allocator, ReportsRss) { EXPECT_GT(process_peak_rss_bytes(), 0u); }
 
 TEST(Threads, SetAndGet) {
