@@ -18,10 +18,11 @@ namespace fluxrt::backend {
 namespace {
 
 // Widest weight one oneDNN matmul gets: wider ones are split into column groups of at most this
-// many output features, each its own matmul writing its columns of y. On an AMX Xeon (issue 27)
-// 3072 -> 9216 ran at 107% of the 4096^3 peak but 3072 -> 18432 at 66% and 3072 -> 27648 at 70%;
-// split, those are two and three 3072 -> 9216 matmuls.
-constexpr int64_t kMaxMatmulColumns = 9216;
+// many output features, each its own matmul writing its columns of y. On the AMX Xeon (issue 27,
+// bench_gemm, one weight copy per layer) 3072 -> 18432 whole ran at 101-107% of the 4096^3 peak
+// for M = 256..1536, and 3072 -> 27648 whole at 67% for M = 1536; as two 13824-column groups
+// (oneDNN's gemm:jit, as a group's y rows are strided) 100-105% for M = 768..1536.
+constexpr int64_t kMaxMatmulColumns = 18432;
 
 // One column group [n0, n0 + n) of a oneDNN-prepared weight.
 struct MatmulPart {
