@@ -79,11 +79,12 @@ void* aligned_alloc_bytes(size_t bytes, size_t alignment) {
   size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   if (rounded == 0) rounded = alignment;
   const bool cacheable = rounded >= kCachedMinBytes && alignment <= kTensorAlignment;
+  // Every kept block has the same alignment, so any of them serves any request it is kept for.
+  const size_t block_alignment = cacheable ? kTensorAlignment : alignment;
   void* ptr = cacheable ? take_cached(rounded) : nullptr;
   const bool fresh = ptr == nullptr;
-  if (!ptr && posix_memalign(&ptr, cacheable ? kTensorAlignment : alignment, rounded) != 0) ptr = nullptr;
-  if (!ptr && release_cached_host_blocks() > 0 &&
-      posix_memalign(&ptr, cacheable ? kTensorAlignment : alignment, rounded) != 0)
+  if (!ptr && posix_memalign(&ptr, block_alignment, rounded) != 0) ptr = nullptr;
+  if (!ptr && release_cached_host_blocks() > 0 && posix_memalign(&ptr, block_alignment, rounded) != 0)
     ptr = nullptr;
   if (ptr == nullptr) {
     fail(ErrorCode::OutOfMemory, "out of host memory: could not allocate {} bytes ({:.2f} GiB)",

@@ -200,7 +200,8 @@ struct Int8LinearCpu {
         dnnl::memory from = weights;  // a handle copy: reorder::execute takes non-const memories
         dnnl::reorder(from, second).execute(onednn::stream(), from, second);
         onednn::stream().wait();
-        FLUXRT_LOG_WARN("[linear] oneDNN int8 needs a second weight layout for M={} (K={}, N={})", m, k, n);
+        if (onednn::first_report(fmt::format("linear int8 second layout|{}|{}|{}", m, k, n)))
+          FLUXRT_LOG_WARN("[linear] oneDNN int8 needs a second weight layout for M={} (K={}, N={})", m, k, n);
         e.weights = second;
       } catch (const dnnl::error&) {
         // No reorder between the two blocked layouts (on AMX they carry different s8

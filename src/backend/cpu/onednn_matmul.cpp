@@ -5,9 +5,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
-#include <set>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -185,15 +182,7 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   e.impl = p.pd.impl_info_str();
   e.gate_outside = gate_outside;
   if (p.own_weights) {
-    // Once per shape and process, not once per layer of that shape.
-    static std::mutex warned_mutex;
-    static std::set<std::tuple<int64_t, int64_t, int64_t>> warned;
-    bool first = false;
-    {
-      std::lock_guard<std::mutex> lock(warned_mutex);
-      first = warned.emplace(m, k_, n_).second;
-    }
-    if (first)
+    if (first_report(fmt::format("linear second layout|{}|{}|{}", m, k_, n_)))
       FLUXRT_LOG_WARN(
           "[linear] oneDNN needs a second weight layout for M={} (K={}, N={}): a second copy of "
           "those weights is kept",

@@ -119,6 +119,11 @@ std::mutex g_reported_mutex;
 std::set<std::string> g_reported;
 }  // namespace
 
+bool first_report(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_reported_mutex);
+  return g_reported.insert(key).second;
+}
+
 void check_implementation(std::string_view op, std::string_view impl, const std::string& shape) {
   if (!is_reference_impl(impl)) return;
   g_reference_count.fetch_add(1);
@@ -128,8 +133,7 @@ void check_implementation(std::string_view op, std::string_view impl, const std:
          "forbids it",
          op, impl, shape, isa_name());
   }
-  std::lock_guard<std::mutex> lock(g_reported_mutex);
-  if (g_reported.insert(fmt::format("{}|{}|{}", op, shape, impl)).second) {
+  if (first_report(fmt::format("{}|{}|{}", op, shape, impl))) {
     FLUXRT_LOG_WARN(
         "[{}] oneDNN runs {} on its reference implementation '{}' (ISA {}): expect it to be very slow", op,
         shape, impl, isa_name());

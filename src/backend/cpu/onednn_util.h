@@ -48,6 +48,10 @@ bool is_reference_impl(std::string_view impl);
 // descriptors, and a VAE decode then runs for minutes instead of seconds.
 void check_implementation(std::string_view op, std::string_view impl, const std::string& shape);
 
+// True the first time this process reports `key` (a warning's shape, say), false after: one log
+// line per shape, not one per layer of that shape.
+bool first_report(const std::string& key);
+
 // How many primitives check_implementation saw on a reference implementation in this process
 // (tests assert it stays 0).
 int reference_primitive_count();
