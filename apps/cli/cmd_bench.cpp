@@ -66,6 +66,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
          "transformer: also time a synthetic rank-R LoRA on every linear, merged into the weights and as "
          "per-request branches")
       ->check(CLI::Range(0, 1024));
+  cmd->add_flag(
+      "--op-times", options.op_times,
+      "transformer: run one more step with every kernel call timed and print where it went, by op and shape");
   return cmd;
 }
 
@@ -92,6 +95,7 @@ int run_bench(const BenchOptions& options) {
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;
   request.lora_rank = options.lora_rank;
+  request.op_times = options.op_times;
   if (options.component == "pipeline") return runtime::bench_pipeline(request);
   if (options.component == "transformer") return runtime::bench_transformer(request);
   if (options.component == "text-encoder") return runtime::bench_text_encoder(request);

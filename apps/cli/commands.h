@@ -34,6 +34,7 @@ struct BenchOptions {
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
   int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
+  bool op_times = false;        // transformer: one more step with every kernel call timed
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error

@@ -1,9 +1,12 @@
 #include "nn/attention.h"
 
+#include "ops/kernel_timing.h"
+
 namespace fluxrt::nn {
 
 Tensor split_heads(const Tensor& t, int64_t heads, int64_t head_dim) {
   if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
+  const ops::TimedRegion timed("split_heads copy");
   return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
 }
 

@@ -1,6 +1,7 @@
 #include "ops/elementwise.h"
 
 #include "ops/dispatch.h"
+#include "ops/kernel_timing.h"
 #include "ops/op_utils.h"
 
 namespace fluxrt::ops {
@@ -199,6 +200,7 @@ Tensor embedding(const Tensor& table, const Tensor& ids, DType out_dtype) {
 }
 
 Tensor concat(const std::vector<Tensor>& xs, int dim) {
+  const TimedRegion timed("concat");
   FLUXRT_CHECK(!xs.empty(), ErrorCode::InvalidArgument, "[concat] no tensors");
   const Tensor& first = xs[0];
   detail::check_defined(first, "concat", "xs[0]");

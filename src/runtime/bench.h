@@ -35,6 +35,9 @@ struct BenchRequest {
   // bench transformer: > 0 also times a synthetic rank-R LoRA on every linear, merged into the
   // weights (f32 math, one layer at a time) and as unmerged per-request branches (steps rerun).
   int lora_rank = 0;
+  // bench transformer: one more step after the timed ones with every kernel call timed
+  // (ops::ScopedKernelTiming), printed as a table by op and shape.
+  bool op_times = false;
 };
 
 // --weights as a type: nothing for "bf16" (dense), F8E4M3 for "fp8", else the GGUF type named

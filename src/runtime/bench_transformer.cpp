@@ -26,6 +26,7 @@
 #include "models/synthetic_weights.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
+#include "ops/kernel_timing.h"
 #include "runtime/bench.h"
 
 #if __has_include("runtime/bench_common.h")
@@ -223,6 +224,45 @@ void bench_lora(const BenchRequest& r, const BenchModel& model, double scale, do
               lora_min_s * 1e3, base_min_s * 1e3, 100.0 * (lora_min_s - base_min_s) / base_min_s);
 }
 
+// --op-times: one more step with every kernel call timed, printed by op and shape. The GEMMs and
+// attention are the FLOP-counted work; everything else (norms, activations, residuals, the ops
+// layer's copies) is what a step spends between them.
+void bench_op_times(const BenchModel& model, const BenchRequest& r, double peak) {
+  std::vector<ops::KernelTime> times;
+  double step_s = 0;
+  {
+    ops::ScopedKernelTiming timing(r.device);
+    const double w0 = wall_seconds();
+    model.step(0.5f);
+    ops::synchronize(r.device);
+    step_s = wall_seconds() - w0;
+    times = timing.times();
+  }
+  double matrix_s = 0, other_s = 0;
+  for (const ops::KernelTime& t : times) (t.matrix ? matrix_s : other_s) += t.seconds;
+  const double outside_s = std::max(0.0, step_s - matrix_s - other_s);
+  std::printf("\nop times: one more step, %.1f ms%s\n", step_s * 1e3,
+              model.full_flops != model.flops ? " (of the timed 1+1 blocks, not scaled)" : "");
+  std::printf("  %-44s %6s %10s %7s %9s %7s\n", "op", "calls", "ms", "% step", "GFLOP/s", "% peak");
+  for (const ops::KernelTime& t : times) {
+    std::printf("  %-44s %6lld %10.2f %6.1f%%", t.op.c_str(), static_cast<long long>(t.calls),
+                t.seconds * 1e3, 100.0 * t.seconds / step_s);
+    if (t.flops > 0 && t.seconds > 0) {
+      const double g = t.flops / t.seconds / 1e9;
+      std::printf(" %9.1f", g);
+      if (peak > 0) std::printf(" %6.1f%%", 100.0 * g / peak);
+    }
+    std::printf("\n");
+  }
+  std::printf("  GEMMs and attention: %.1f ms = %.1f%% of the step\n", matrix_s * 1e3,
+              100.0 * matrix_s / step_s);
+  std::printf("  other kernels and timed copies: %.1f ms = %.1f%%\n", other_s * 1e3,
+              100.0 * other_s / step_s);
+  std::printf("  outside the kernels (views, allocation, untimed copies): %.1f ms = %.1f%%\n",
+              outside_s * 1e3, 100.0 * outside_s / step_s);
+  std::printf("  non-GEMM share of the step: %.1f%%\n", 100.0 * (step_s - matrix_s) / step_s);
+}
+
 }  // namespace
 
 int bench_transformer(const BenchRequest& r) {
@@ -327,6 +367,7 @@ int bench_transformer(const BenchRequest& r) {
   else
     std::printf("peak RSS: %.2f GiB\n", peak_rss);
 
+  if (r.op_times) bench_op_times(model, r, peak);
   if (r.lora_rank > 0) bench_lora(r, model, scale, full_params / model.params, min_s, tag);
 
   if (!r.json_path.empty()) {
