@@ -3,18 +3,27 @@
 // linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
 //
 //   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|w8a8|all] [--only NAME]
+//              [--copies C] [--gated 0|1]
+//
+// --copies C prepares C copies of each weight and calls them in turn, so that with C copies
+// larger than the last-level cache the weights stream from memory as in a model step (one copy:
+// after the first run a layer's weights may sit in a large L3). --gated 1 runs the FLUX gated
+// residual epilogue (y += gate * x W^T, y as its own residual), as the proj, mlp-out and linear2
+// layers do in a step.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "backend/cpu/linear_cpu.h"
-#include "runtime/bench_common.h"
 #include "core/threads.h"
+#include "runtime/bench_common.h"
 
 using namespace fluxrt;
 
@@ -46,12 +55,16 @@ int main(int argc, char** argv) {
   int threads = 2, runs = 5;
   int64_t m = 1536;
   std::string impl = "all", only;
+  int copies = 1;
+  bool gated = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--m")) m = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--impl")) impl = argv[i + 1];
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];  // layers whose name contains this
+    if (!std::strcmp(argv[i], "--copies")) copies = std::max(1, std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--gated")) gated = std::atoi(argv[i + 1]) != 0;
   }
   set_num_threads(threads);
   std::printf("%s\n", bench::machine_line().c_str());
@@ -82,15 +95,29 @@ int main(int argc, char** argv) {
       for (auto& e : v) e = dist(rng);
       x = Tensor::from_vector(v, {m, s.k}, DType::BF16);
     }
-    Tensor y = Tensor::empty({m, s.n}, DType::BF16);
+    Tensor y = Tensor::zeros({m, s.n}, DType::BF16);
+    // A small gate keeps the residual finite over the runs.
+    const Tensor gate = Tensor::full({s.n}, DType::BF16, 1e-3);
     const double flops = 2.0 * m * s.k * s.n;
     for (const auto& [iname, ikind] : impls) {
-      auto p = backend::prepare_linear_cpu_with(w, Tensor(), ikind);
+      std::vector<std::shared_ptr<backend::PreparedLinear>> prepared;
+      for (int c = 0; c < copies; ++c)
+        prepared.push_back(backend::prepare_linear_cpu_with(w, Tensor(), ikind));
+      const auto& p = prepared.front();
       backend::LinearArgs args;
       args.x = x;
-      args.w = p.get();
       args.y = y;
-      const bench::Timing t = bench::time_runs([&] { backend::linear_cpu(args); }, 1, runs, 15.0);
+      if (gated) {
+        args.residual = y;
+        args.gate = gate;
+      }
+      size_t next = 0;
+      const bench::Timing t = bench::time_runs(
+          [&] {
+            args.w = prepared[next++ % prepared.size()].get();
+            backend::linear_cpu(args);
+          },
+          copies, std::max(runs, copies), 15.0);
       const double gf = flops / t.min_s / 1e9;
       if (iname == "auto") {
         total_flops += flops;
