@@ -1,8 +1,10 @@
 #include "core/allocator.h"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +36,13 @@ std::unordered_map<void*, Block>& sizes() {
 // that was 6% of a klein step.
 constexpr size_t kCachedMinBytes = size_t{1} << 20;
 constexpr size_t kCacheCapBytes = size_t{1} << 30;
+
+// Blocks of at least this size start on a huge-page boundary and are advised to use huge pages:
+// on the AMX Xeon (THP "madvise") a klein-4B step at 256x256 took 4606 ms with 4 KiB pages and
+// 4511 ms with THP forced on for every allocation (4409-4539 ms with this advice). Smaller blocks keep 4 KiB
+// pages, where a huge page would be mostly empty.
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugeMinBytes = size_t{4} << 20;
 
 struct BlockCache {
   std::mutex mutex;
@@ -79,8 +88,9 @@ void* aligned_alloc_bytes(size_t bytes, size_t alignment) {
   size_t rounded = (bytes + alignment - 1) / alignment * alignment;
   if (rounded == 0) rounded = alignment;
   const bool cacheable = rounded >= kCachedMinBytes && alignment <= kTensorAlignment;
-  // Every kept block has the same alignment, so any of them serves any request it is kept for.
-  const size_t block_alignment = cacheable ? kTensorAlignment : alignment;
+  const bool huge = cacheable && rounded >= kHugeMinBytes;
+  // Kept blocks of one size have one alignment, so any of them serves any request it is kept for.
+  const size_t block_alignment = huge ? kHugePageBytes : cacheable ? kTensorAlignment : alignment;
   void* ptr = cacheable ? take_cached(rounded) : nullptr;
   const bool fresh = ptr == nullptr;
   if (!ptr && posix_memalign(&ptr, block_alignment, rounded) != 0) ptr = nullptr;
@@ -94,6 +104,7 @@ void* aligned_alloc_bytes(size_t bytes, size_t alignment) {
   // forward's kernel planning pass (which allocates every activation and writes none) takes that
   // one-time work out of the first step.
   if (cacheable && fresh) {
+    if (huge) advise_huge_pages(ptr, rounded);
     volatile char* page = static_cast<char*>(ptr);
     for (size_t off = 0; off < rounded; off += 4096) page[off] = 0;
   }
@@ -119,6 +130,18 @@ void aligned_free(void* ptr) {
   g_in_use.fetch_sub(block.bytes);
   if (block.cacheable && put_cached(ptr, block.bytes)) return;
   std::free(ptr);
+}
+
+void advise_huge_pages(void* ptr, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  const uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#else
+  (void)ptr;
+  (void)bytes;
+#endif
 }
 
 size_t release_cached_host_blocks() {

@@ -11,6 +11,12 @@ inline constexpr size_t kTensorAlignment = 64;
 void* aligned_alloc_bytes(size_t bytes, size_t alignment = kTensorAlignment);
 void aligned_free(void* ptr);
 
+// Asks the OS to back the 2 MiB-aligned pages of [ptr, ptr + bytes) with transparent huge
+// pages (Linux MADV_HUGEPAGE), before they are first written. Weights and activations are read
+// in streams of hundreds of MB per step; with 4 KiB pages every 4 KiB of them is a TLB miss.
+// A hint: does nothing where the OS has no such pages or refuses them.
+void advise_huge_pages(void* ptr, size_t bytes);
+
 // Freed blocks of 1 MiB and more are kept for reuse by the next allocation of the same size (up
 // to 1 GiB in all; an allocation that fails releases them and retries). These free them now and
 // say how many bytes that was, and how many bytes are kept.

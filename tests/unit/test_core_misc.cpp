@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -63,6 +67,51 @@ TEST(Allocator, LargeFreedBlocksAreReusedAndReleasable) {
   aligned_free(aligned_alloc_bytes(1000));
   aligned_free(aligned_alloc_bytes(bytes, 4096));
   EXPECT_EQ(host_bytes_cached(), 0u);
+}
+
+// Huge pages are only granted where the system allows them: "never" in the THP setting, or no
+// such setting (not Linux), leaves the alignment to check.
+bool transparent_huge_pages_allowed() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string setting;
+  std::getline(f, setting);
+  return !setting.empty() && setting.find("[never]") == std::string::npos;
+}
+
+// AnonHugePages of the mapping holding `p`, in kB, from /proc/self/smaps (-1 when not found).
+long anon_huge_kb_at(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      inside = addr >= lo && addr < hi;
+      continue;
+    }
+    long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) return kb;
+  }
+  return -1;
+}
+
+TEST(Allocator, LargeBlocksStartOnHugePagesAndAskForThem) {
+  release_cached_host_blocks();
+  const size_t bytes = size_t{8} << 20;
+  void* p = aligned_alloc_bytes(bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u);
+  void* small = aligned_alloc_bytes(size_t{3} << 20);  // below 4 MiB: 4 KiB pages, 64-byte alignment
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % kTensorAlignment, 0u);
+  if (transparent_huge_pages_allowed()) {
+    // Faulted in at allocation after the advice: at least one huge page backs the block (the
+    // kernel may fall back to small pages when memory is fragmented, not for all of 8 MiB).
+    EXPECT_GE(anon_huge_kb_at(p), 2048) << "no huge page behind an 8 MiB block";
+  }
+  advise_huge_pages(small, 100);  // a range without a whole huge page: nothing to do
+  aligned_free(p);
+  aligned_free(small);
+  release_cached_host_blocks();
 }
 
 TEST(Allocator, ReportsRss) { EXPECT_GT(process_peak_rss_bytes(), 0u); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_util.h"
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -44,6 +45,8 @@ MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compu
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, dst), eng);
   impl_ = pd.impl_info_str();
   weights_ = dnnl::memory(pd.weights_desc(), eng);
+  advise_huge_pages(weights_.get_data_handle(),
+                    pd.weights_desc().get_size());  // before the reorder writes it
   dnnl::memory src_mem(w_plain, eng, const_cast<void*>(w.raw_data()));
   dnnl::reorder(src_mem, weights_).execute(stream(), src_mem, weights_);
   stream().wait();
@@ -188,6 +191,7 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
           "those weights is kept",
           m, k_, n_);
     e.weights = dnnl::memory(p.pd.weights_desc(), eng);
+    advise_huge_pages(e.weights.get_data_handle(), p.pd.weights_desc().get_size());
     dnnl::reorder(weights_, e.weights).execute(stream(), weights_, e.weights);
     stream().wait();
   } else {
