@@ -278,6 +278,35 @@ Tensor Tensor::squeeze(int d) const {
   return t;
 }
 
+Tensor Tensor::unflatten(int d, int64_t outer, int64_t inner) const {
+  const int w = wrap_dim(d);
+  FLUXRT_CHECK(outer >= 0 && inner >= 0 && outer * inner == shape_[w] && dim() < kMaxDims,
+               ErrorCode::InvalidArgument, "unflatten({}, [{}, {}]) of {}", d, outer, inner, str());
+  Tensor t = *this;
+  t.shape_[w] = inner;
+  t.shape_.insert(w, outer);
+  t.strides_.insert(w, strides_[w] * inner);
+  return t;
+}
+
+bool Tensor::can_merge(int d) const {
+  const int w = wrap_dim(d);
+  if (w + 1 >= dim()) return false;
+  return shape_[w] == 1 || shape_[w + 1] == 1 || strides_[w] == shape_[w + 1] * strides_[w + 1];
+}
+
+Tensor Tensor::merge(int d) const {
+  FLUXRT_CHECK(can_merge(d), ErrorCode::InvalidArgument, "merge({}) of {} with strides {} needs a copy", d,
+               str(), strides_.str());
+  const int w = wrap_dim(d);
+  Tensor t = *this;
+  t.strides_[w] = shape_[w + 1] == 1 ? strides_[w] : strides_[w + 1];
+  t.shape_[w] = shape_[w] * shape_[w + 1];
+  t.shape_.erase(w + 1);
+  t.strides_.erase(w + 1);
+  return t;
+}
+
 Tensor Tensor::expand(const Shape& shape) const {
   FLUXRT_CHECK(shape.size() >= dim(), ErrorCode::InvalidArgument, "expand {} to {}", str(),
                shape.str());

@@ -99,6 +99,13 @@ class Tensor {
   Tensor unsqueeze(int d) const;
   Tensor squeeze(int d) const;
   Tensor expand(const Shape& shape) const;        // broadcast size-1 dims with stride 0
+  // Dimension d of extent outer * inner as two, [outer, inner]: a view for any strides (torch's
+  // unflatten), e.g. a column slice [B, L, H*d] of a fused projection as heads [B, L, H, d].
+  Tensor unflatten(int d, int64_t outer, int64_t inner) const;
+  // Dimensions d and d + 1 as one when the layout allows it without a copy (stride(d) ==
+  // size(d + 1) * stride(d + 1), or either extent is 1): e.g. [B, L] rows of a column slice.
+  bool can_merge(int d) const;
+  Tensor merge(int d) const;  // InvalidArgument when !can_merge(d)
   // The same host memory (same strides) labelled with another host device, cpu <-> cpu:N: no copy,
   // since the placement-check devices are host memory. InvalidArgument for a non-host device.
   Tensor host_view_on(Device device) const;

@@ -11,19 +11,32 @@ bool is_gemm_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d ==
 
 // [..., C] as a 2-D [rows, C] with unit column stride: a 2-D view as is, leading dims collapsed
 // when the layout allows, else a contiguous copy (inputs only).
+// [..., C] with unit column stride as [rows, C] without a copy, when its leading dims merge (a
+// contiguous tensor, or a column slice of one: rows of one stride); undefined when they do not.
+Tensor rows_view(const Tensor& t) {
+  if (t.dim() == 0 || t.stride(-1) != 1) return Tensor();
+  if (t.dim() == 1) return t.unsqueeze(0);
+  Tensor r = t;
+  while (r.dim() > 2) {
+    if (!r.can_merge(0)) return Tensor();
+    r = r.merge(0);
+  }
+  return r;
+}
+
 Tensor as_rows(const Tensor& t) {
-  if (t.dim() == 2 && t.stride(1) == 1) return t;
-  Tensor c = t.stride(-1) == 1 ? t : t.contiguous();
-  return c.reshape({-1, c.size(-1)});
+  Tensor r = rows_view(t);
+  if (r.defined()) return r;
+  return t.contiguous().reshape({-1, t.size(-1)});
 }
 
 // Outputs must be written in place: only views are allowed.
 Tensor output_rows(const Tensor& y, const char* what) {
-  if (y.dim() == 2 && y.stride(1) == 1) return y;
-  FLUXRT_CHECK(y.is_contiguous(), ErrorCode::InvalidArgument,
-               "[linear] {} must be contiguous (or 2-D with unit column stride), got strides {}", what,
-               y.strides().str());
-  return y.view({-1, y.size(-1)});
+  Tensor r = rows_view(y);
+  FLUXRT_CHECK(r.defined(), ErrorCode::InvalidArgument,
+               "[linear] {} must be rows of one stride with unit column stride, got {} with strides {}", what,
+               y.shape().str(), y.strides().str());
+  return r;
 }
 
 Shape out_shape(const Tensor& x, int64_t n) {

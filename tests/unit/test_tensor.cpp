@@ -92,6 +92,34 @@ TEST(Tensor, UnsqueezeSqueezeExpand) {
   EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{3, 1}));
 }
 
+TEST(Tensor, UnflattenAndMergeAreViewsOfStridedSlices) {
+  // A column slice of a fused [2, 3, 10] projection: columns 2..8 as 3 heads of 2.
+  Tensor fused = arange(60).view({2, 3, 10});
+  Tensor slice = fused.narrow(2, 2, 6);
+  Tensor heads = slice.unflatten(2, 3, 2);  // [2, 3, 3, 2]
+  EXPECT_EQ(heads.shape(), (Shape{2, 3, 3, 2}));
+  EXPECT_EQ(heads.storage(), fused.storage());
+  EXPECT_EQ(heads.strides(), (Dims{30, 10, 2, 1}));
+  EXPECT_EQ(heads.item({1, 2, 1, 0}), 1 * 30 + 2 * 10 + 2 + 1 * 2);
+  EXPECT_EQ(heads.item({0, 1, 2, 1}), 10 + 2 + 2 * 2 + 1);
+  EXPECT_THROW(slice.unflatten(2, 4, 2), Error);  // 8 != 6
+  EXPECT_EQ(arange(6).unflatten(-1, 2, 3).shape(), (Shape{2, 3}));
+
+  // Its rows [2, 3] merge into 6 rows of stride 10; its columns cannot merge with them.
+  ASSERT_TRUE(slice.can_merge(0));
+  Tensor rows = slice.merge(0);
+  EXPECT_EQ(rows.shape(), (Shape{6, 6}));
+  EXPECT_EQ(rows.strides(), (Dims{10, 1}));
+  EXPECT_EQ(rows.item({4, 5}), 1 * 30 + 1 * 10 + 2 + 5);
+  EXPECT_FALSE(slice.can_merge(1));
+  EXPECT_THROW(slice.merge(1), Error);
+  EXPECT_FALSE(slice.can_merge(2));  // no dimension after the last
+  // Rows of a slice along dim 1 do not merge across the batch; an extent of 1 always does.
+  EXPECT_FALSE(fused.narrow(1, 1, 2).can_merge(0));
+  EXPECT_TRUE(fused.narrow(0, 1, 1).narrow(1, 1, 2).can_merge(0));
+  EXPECT_EQ(fused.narrow(0, 1, 1).narrow(1, 1, 2).merge(0).item({1, 3}), 30 + 20 + 3);
+}
+
 TEST(Tensor, ConvertAndCopyStrided) {
   Tensor t = arange(8).view({2, 4});
   Tensor b = t.to(DType::BF16);
