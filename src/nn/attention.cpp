@@ -1,11 +1,12 @@
 #include "nn/attention.h"
 
+#include "core/error.h"
 #include "ops/kernel_timing.h"
 
 namespace fluxrt::nn {
 
 Tensor split_heads(const Tensor& t, int64_t heads, int64_t head_dim) {
-  if (t.is_contiguous()) return t.view({t.size(0), t.size(1), heads, head_dim});
+  if (t.dim() == 3 && t.stride(2) == 1) return t.unflatten(2, heads, head_dim);
   const ops::TimedRegion timed("split_heads copy");
   return t.contiguous().view({t.size(0), t.size(1), heads, head_dim});
 }
@@ -23,6 +24,13 @@ QkvHeads QkNormAttention::project(const Tensor& x) const { return heads_of(to_q(
 
 Tensor QkNormAttention::operator()(const Tensor& x, const ops::AttentionOptions& options) const {
   return to_out(attend(project(x), options));  // [B, L, D]
+}
+
+void attend_into(const QkvHeads& qkv, const ops::AttentionOptions& options, const Tensor& out) {
+  FLUXRT_CHECK(out.dim() == 3 && qkv.q.dim() == 4 && out.size(2) == qkv.q.size(2) * qkv.q.size(3),
+               ErrorCode::InvalidArgument, "[attention] out {} does not hold the heads of q {}", out.str(),
+               qkv.q.str());
+  ops::attention_into(qkv.q, qkv.k, qkv.v, options, out.unflatten(2, qkv.q.size(2), qkv.q.size(3)));
 }
 
 Tensor attend(const QkvHeads& qkv, const ops::AttentionOptions& options) {

@@ -12,8 +12,8 @@
 
 namespace fluxrt::nn {
 
-/// t [B, L, H*d] (contiguous last dim) as [B, L, H, d]; strided rows (a column slice of a fused
-/// projection) cost one copy.
+/// t [B, L, H*d] as [B, L, H, d]: a view when the last dim is contiguous, strided rows (a column
+/// slice of a fused projection) included; a copy otherwise.
 Tensor split_heads(const Tensor& t, int64_t heads, int64_t head_dim);
 
 /// Per-head RMSNorm weights of q and k (diffusers norm_q / norm_k, transformers q_norm / k_norm).
@@ -47,5 +47,8 @@ struct QkNormAttention {
 
 /// ops::attention over heads, merged back: [B, Lq, H*d].
 Tensor attend(const QkvHeads& qkv, const ops::AttentionOptions& options);
+/// The same into a preallocated out [B, L, H*d] of q's dtype (unit column stride, any row stride:
+/// the attention columns of a FLUX single block's [attention ; MLP] buffer).
+void attend_into(const QkvHeads& qkv, const ops::AttentionOptions& options, const Tensor& out);
 
 }  // namespace fluxrt::nn

@@ -28,6 +28,10 @@ struct Mlp {
   /// The activation alone, for an input projection computed elsewhere (FLUX.2 single blocks take
   /// it from linear1's columns): pre [..., M] (plain) or [..., 2M] (gated, a first) -> [..., M].
   Tensor activate(const Tensor& pre) const;
+  /// hidden() and activate() into a preallocated out [..., M] of x's dtype (unit column stride,
+  /// any row stride: the MLP columns of a FLUX single block's [attention ; MLP] buffer).
+  void hidden_into(const Tensor& x, const Tensor& out) const;
+  void activate_into(const Tensor& pre, const Tensor& out) const;
   /// out(hidden(x)): [..., D] -> [..., D].
   Tensor operator()(const Tensor& x) const;
 };

@@ -106,7 +106,8 @@ void attention_into(const AttentionArgs& args) {
   require_kernel(table.attention, "attention", table)(args);
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+void attention_into(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                    const Tensor& out) {
   check_4d(q, "q");
   AttentionArgs a;
   a.q = q;
@@ -127,9 +128,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
     a.bias = options.bias.to(DType::F32);
     while (a.bias.dim() < 4) a.bias = a.bias.unsqueeze(0);  // PyTorch broadcasting from the left
   }
-  a.out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  a.out = out;
   attention_into(a);
-  return a.out;
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+  check_4d(q, "q");
+  Tensor out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  attention_into(q, k, v, options, out);
+  return out;
 }
 
 }  // namespace fluxrt::ops

@@ -26,6 +26,11 @@ struct AttentionOptions {
 // q [B, Lq, H, D], k/v [B, Lk, Hkv, D] (H % Hkv == 0) -> out [B, Lq, H, D] in q's dtype.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// The same into a preallocated out [B, Lq, H, D] of q's dtype: unit last stride, any other strides
+// (heads of a column slice of a wider buffer).
+void attention_into(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options,
+                    const Tensor& out);
+
 // Validates fully formed args (out preallocated) and runs the kernel of q's device.
 void attention_into(const backend::AttentionArgs& args);
 

@@ -45,14 +45,26 @@ Tensor binary_op(const Tensor& a, const Tensor& b, BinaryOp op, const char* name
   return y;
 }
 
-Tensor glu_op(const Tensor& gate, const Tensor& up, GluActivation act, const char* name) {
+// act(gate) * up, both [..., M], into `out` when given (gate's shape and dtype, on its device,
+// unit column stride, any leading strides: a column slice of a wider buffer), else a new tensor.
+Tensor glu_op(const Tensor& gate, const Tensor& up, GluActivation act, const char* name,
+              const Tensor& out = Tensor()) {
   detail::check_float(gate, name, "gate");
   detail::check_float(up, name, "up");
   detail::check_same_device(gate, up, name);
   FLUXRT_CHECK(gate.shape() == up.shape() && gate.dtype() == up.dtype(), ErrorCode::InvalidArgument,
                "[{}] gate {} and up {} must match", name, gate.str(), up.str());
   const Tensor g = detail::rows_ready(gate), u = detail::rows_ready(up);
-  Tensor y = detail::empty_like(g);
+  Tensor y = out;
+  if (y.defined()) {
+    detail::check_on_device(y, gate.device(), name, "y");
+    FLUXRT_CHECK(
+        y.shape() == gate.shape() && y.dtype() == gate.dtype() && (y.stride(-1) == 1 || y.size(-1) == 1),
+        ErrorCode::InvalidArgument, "[{}] y {} must be {} with a unit column stride", name, y.str(),
+        gate.str());
+  } else {
+    y = detail::empty_like(g);
+  }
   if (y.numel() == 0) return y;
   const auto& k = kernels_for(gate);
   if (k.glu) {
@@ -61,7 +73,9 @@ Tensor glu_op(const Tensor& gate, const Tensor& up, GluActivation act, const cha
   }
   note_fallback(name, k);
   Tensor h = act == GluActivation::Silu ? silu(g) : gelu_tanh(g);
-  return mul(h, u);
+  if (!out.defined()) return mul(h, u);
+  y.copy_from(mul(h, u));
+  return y;
 }
 
 }  // namespace
@@ -114,6 +128,22 @@ Tensor gated_gelu(const Tensor& gate, const Tensor& up) {
 }
 
 Tensor silu_mul(const Tensor& gate, const Tensor& up) { return glu_op(gate, up, GluActivation::Silu, "silu_mul"); }
+
+void swiglu_into(const Tensor& x, const Tensor& y) {
+  detail::check_float(x, "swiglu", "x");
+  FLUXRT_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, ErrorCode::InvalidArgument,
+               "[swiglu] last dim of {} must be even (gate and up halves)", x.shape().str());
+  const int64_t m = x.size(-1) / 2;
+  glu_op(x.narrow(-1, 0, m), x.narrow(-1, m, m), GluActivation::Silu, "swiglu", y);
+}
+
+void gated_gelu_into(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  glu_op(gate, up, GluActivation::GeluTanh, "gated_gelu", y);
+}
+
+void silu_mul_into(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  glu_op(gate, up, GluActivation::Silu, "silu_mul", y);
+}
 
 namespace {
 

@@ -27,6 +27,12 @@ Tensor swiglu(const Tensor& x);
 Tensor gated_gelu(const Tensor& gate, const Tensor& up);
 // act(gate) * up for two separate tensors (SiLU: Qwen3's silu(gate_proj) * up_proj).
 Tensor silu_mul(const Tensor& gate, const Tensor& up);
+// The three above into a preallocated y [..., M] of the input dtype: unit column stride, any
+// leading strides (a column slice of a wider buffer, e.g. the [attention ; MLP] input of a FLUX
+// single block, so no concat copies it there).
+void swiglu_into(const Tensor& x, const Tensor& y);
+void gated_gelu_into(const Tensor& gate, const Tensor& up, const Tensor& y);
+void silu_mul_into(const Tensor& gate, const Tensor& up, const Tensor& y);
 
 // FLUX gated residual x + gate * y, gate [B, D] broadcast over L; x, y [B, L, D].
 Tensor gated_residual(const Tensor& x, const Tensor& gate, const Tensor& y);

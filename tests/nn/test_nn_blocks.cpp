@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/kernel_table.h"
+#include "core/error.h"
 #include "nn/attention.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -131,6 +132,16 @@ TEST_P(NnQkNormAttention, MatchesPlainOps) {
   const QkvHeads projected = attn.project(x);
   EXPECT_TRUE(all_close(from_columns.q, projected.q, TolClass::ModuleGolden));
   EXPECT_TRUE(all_close(from_columns.v, projected.v, TolClass::ModuleGolden));
+
+  // attend_into the first columns of a wider buffer (a FLUX single block's [attention ; MLP]) =
+  // attend(), the other columns untouched.
+  const int64_t width = c.heads * hd;
+  Tensor buffer = Tensor::full({B, L, width + 5}, DType::F32, 7.0);
+  attend_into(projected, opt, buffer.narrow(2, 0, width));
+  EXPECT_TRUE(all_close(buffer.narrow(2, 0, width), attend(projected, opt), TolClass::Exact));
+  EXPECT_TRUE(
+      all_close(buffer.narrow(2, width, 5), Tensor::full({B, L, 5}, DType::F32, 7.0), TolClass::Exact));
+  EXPECT_THROW(attend_into(projected, opt, buffer.narrow(2, 0, width - 1)), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -139,12 +150,18 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{4, 2, ops::RmsRounding::BeforeWeight, true, true}),  // Qwen3
     [](const auto& info) { return info.index == 0 ? std::string("flux") : std::string("qwen3"); });
 
-TEST(NnQkNormAttention, SplitHeadsCopiesStridedColumns) {
+TEST(NnQkNormAttention, SplitHeadsOfStridedColumnsIsAView) {
   const Tensor t = random_normal({2, 3, 24}, DType::F32, 1);
   const Tensor cols = t.narrow(2, 8, 8);  // strided rows
   const Tensor h = split_heads(cols, 2, 4);
   ASSERT_EQ(h.shape(), (Shape{2, 3, 2, 4}));
+  EXPECT_EQ(h.storage(), t.storage());  // no copy
   EXPECT_TRUE(all_close(h, cols.contiguous().view({2, 3, 2, 4}), TolClass::Exact));
+  // A last dim that is not contiguous is copied.
+  const Tensor transposed = t.narrow(2, 0, 6).transpose(1, 2);  // [2, 6, 3], last stride 24
+  const Tensor ht = split_heads(transposed, 3, 1);
+  EXPECT_NE(ht.storage(), t.storage());
+  EXPECT_TRUE(all_close(ht, transposed.contiguous().view({2, 6, 3, 1}), TolClass::Exact));
 }
 
 class NnMlp : public ::testing::TestWithParam<int> {};
@@ -194,6 +211,13 @@ TEST_P(NnMlp, MatchesPlainOps) {
   ASSERT_EQ(y.shape(), (Shape{B, L, D}));
   EXPECT_TRUE(all_close(y, plain(), TolClass::Exact));
   EXPECT_TRUE(all_close(y, on_ref(plain), TolClass::ModuleGolden));
+
+  // hidden_into the last columns of a wider buffer (a FLUX single block's [attention ; MLP]) =
+  // hidden(), the other columns untouched.
+  Tensor buffer = Tensor::full({B, L, 3 + M}, DType::F32, 7.0);
+  mlp.hidden_into(x, buffer.narrow(2, 3, M));
+  EXPECT_TRUE(all_close(buffer.narrow(2, 3, M), mlp.hidden(x), TolClass::Exact));
+  EXPECT_TRUE(all_close(buffer.narrow(2, 0, 3), Tensor::full({B, L, 3}, DType::F32, 7.0), TolClass::Exact));
 }
 
 std::string mlp_case_name(const ::testing::TestParamInfo<int>& info) {
@@ -213,6 +237,18 @@ TEST(NnMlp, ActivateOnColumnsOfAFusedProjection) {
   mlp.kind = MlpKind::GatedGeluTanh;
   EXPECT_TRUE(all_close(mlp.activate(cols), ops::gated_gelu(cols.narrow(2, 0, 16), cols.narrow(2, 16, 16)),
                         TolClass::Exact));
+  // activate_into columns of another buffer, for both gated kinds and a plain one.
+  for (MlpKind kind : {MlpKind::SwiGlu, MlpKind::GatedGeluTanh}) {
+    mlp.kind = kind;
+    Tensor buffer = Tensor::zeros({2, 3, 20}, DType::F32);
+    mlp.activate_into(cols, buffer.narrow(2, 4, 16));
+    EXPECT_TRUE(all_close(buffer.narrow(2, 4, 16), mlp.activate(cols), TolClass::Exact));
+    EXPECT_THROW(mlp.activate_into(cols, buffer.narrow(2, 4, 15)), Error);  // wrong width
+  }
+  mlp.kind = MlpKind::QuickGelu;
+  Tensor buffer = Tensor::zeros({2, 3, 40}, DType::F32);
+  mlp.activate_into(cols, buffer.narrow(2, 8, 32));
+  EXPECT_TRUE(all_close(buffer.narrow(2, 8, 32), mlp.activate(cols), TolClass::Exact));
 }
 
 }  // namespace

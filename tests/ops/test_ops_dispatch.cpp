@@ -84,6 +84,20 @@ TEST(Fallback, ComposedVersionsMatchRef) {
   for (size_t i = 0; i < r.size(); ++i) EXPECT_TRUE(all_close(f[i], r[i], TolClass::Norm)) << "op " << i;
 }
 
+TEST(Fallback, GluIntoAStridedOutputWithAndWithoutTheKernel) {
+  StrictGuard strict(false);
+  const Tensor x = random_normal({2, 3, 32}, DType::F32, 5);
+  const Tensor expected = ops::swiglu(x);
+  for (const backend::KernelTable* table : {&backend::cpu_kernels(), &cpu_without_fusions()}) {
+    ops::ScopedKernelTable scope(*table);
+    Tensor buffer = Tensor::zeros({2, 3, 21}, DType::F32);
+    ops::swiglu_into(x, buffer.narrow(2, 5, 16));
+    EXPECT_TRUE(all_close(buffer.narrow(2, 5, 16), expected, TolClass::Elementwise)) << table->name;
+    EXPECT_TRUE(all_close(buffer.narrow(2, 0, 5), Tensor::zeros({2, 3, 5}, DType::F32), TolClass::Exact));
+    EXPECT_THROW(ops::swiglu_into(x, buffer.narrow(2, 5, 16).to(DType::BF16)), Error);  // dtype
+  }
+}
+
 TEST(Fallback, StrictModeRefusesFallbacks) {
   StrictGuard strict(true);
   ops::ScopedKernelTable scope(cpu_without_fusions());

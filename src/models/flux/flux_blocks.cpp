@@ -37,23 +37,25 @@ void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
 void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
                        const ops::AttentionOptions& attention, float eps) {
   const nn::QkNormAttention& a = blk.attn;
+  const int64_t d = a.heads * a.head_dim, m = blk.linear2.in_features() - d;
   const Tensor n = nn::adaln(x, mod, eps);  // [B, L, D]
-  nn::QkvHeads qkv;                         // [B, L, H, d] x 3
-  Tensor mlp;                               // [B, L, M]
+  // linear2's input [attention ; MLP], written in place by both (no concat copies it).
+  const Tensor cat = Tensor::empty({x.size(0), x.size(1), d + m}, x.dtype(), x.device());  // [B, L, D + M]
+  nn::QkvHeads qkv;                                                                        // [B, L, H, d] x 3
   if (blk.linear1) {
     // FLUX.2: q, k, v and the MLP input in one GEMM.
-    const int64_t d = a.heads * a.head_dim;
     const Tensor h = blk.linear1(n);  // [B, L, 3D + 2M]
-    qkv = a.heads_of(h.narrow(2, 0, d), h.narrow(2, d, d), h.narrow(2, 2 * d, d));
-    mlp = blk.mlp.activate(h.narrow(2, 3 * d, h.size(2) - 3 * d));
+    // q and k are normalised out of h's columns; v is copied out so that h, the widest
+    // activation of the block, is freed before the attention.
+    qkv = a.heads_of(h.narrow(2, 0, d), h.narrow(2, d, d), h.narrow(2, 2 * d, d).contiguous());
+    blk.mlp.activate_into(h.narrow(2, 3 * d, h.size(2) - 3 * d), cat.narrow(2, d, m));
   } else {
     // FLUX.1: separate GEMMs on row views of linear1.
     qkv = a.project(n);
-    mlp = blk.mlp.hidden(n);
+    blk.mlp.hidden_into(n, cat.narrow(2, d, m));
   }
-  const Tensor attn = nn::attend(qkv, attention);    // [B, L, D]
-  const Tensor cat = ops::concat({attn, mlp}, 2);    // [B, L, D + M]
-  blk.linear2.add_gated_residual(cat, mod.gate, x);  // x += gate * out
+  nn::attend_into(qkv, attention, cat.narrow(2, 0, d));
+  blk.linear2.add_gated_residual(cat, mod.gate, x);  // x += gate * linear2([attn ; mlp])
 }
 
 }  // namespace fluxrt::models
