@@ -3,19 +3,20 @@
 // linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
 //
 //   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|w8a8|all] [--only NAME]
-//              [--copies C] [--gated 0|1]
+//              [--copies C] [--gated 0|1] [--shape KxN]
 //
 // --copies C prepares C copies of each weight and calls them in turn, so that with C copies
 // larger than the last-level cache the weights stream from memory as in a model step (one copy:
 // after the first run a layer's weights may sit in a large L3). --gated 1 runs the FLUX gated
 // residual epilogue (y += gate * x W^T, y as its own residual), as the proj, mlp-out and linear2
-// layers do in a step.
+// layers do in a step. --shape KxN times that one shape instead of klein's layers.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   int64_t m = 1536;
   std::string impl = "all", only;
   int copies = 1;
+  std::string shape;
   bool gated = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];  // layers whose name contains this
     if (!std::strcmp(argv[i], "--copies")) copies = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--gated")) gated = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--shape")) shape = argv[i + 1];
   }
   set_num_threads(threads);
   std::printf("%s\n", bench::machine_line().c_str());
@@ -81,10 +84,20 @@ int main(int argc, char** argv) {
   if (impl == "all" || impl == "w8a8") impls.push_back({"w8a8", backend::CpuLinearImpl::W8A8});
 
   // "/cpu-s" columns: flops per CPU-second of the process, robust to other jobs on the machine.
-  bench::Table table({"layer", "M x K x N", "impl", "weights", "min ms", "median ms", "GFLOP/s", "% peak",
-                      "GFLOP/cpu-s", "% peak/cpu-s"});
+  bench::Table table({"layer", "M x K x N", "impl", "weights", "kernel", "min ms", "median ms", "GFLOP/s",
+                      "% peak", "GFLOP/cpu-s", "% peak/cpu-s"});
   double total_flops = 0, total_s_auto = 0;
-  for (const LayerShape& s : kKleinShapes) {
+  std::vector<LayerShape> shapes(std::begin(kKleinShapes), std::end(kKleinShapes));
+  long long custom_k = 0, custom_n = 0;
+  if (!shape.empty()) {
+    if (std::sscanf(shape.c_str(), "%lldx%lld", &custom_k, &custom_n) != 2 || custom_k <= 0 ||
+        custom_n <= 0) {
+      std::fprintf(stderr, "bench_gemm: --shape %s: expected KxN, e.g. 12288x3072\n", shape.c_str());
+      return 1;
+    }
+    shapes = {{"custom", custom_k, custom_n}};
+  }
+  for (const LayerShape& s : shapes) {
     if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     const Tensor w = random_tensor(s, DType::BF16, 1, true);
     Tensor x = Tensor::empty({m, s.k}, DType::BF16);
@@ -124,8 +137,9 @@ int main(int argc, char** argv) {
         total_s_auto += t.min_s;
       }
       table.add({s.name, fmt::format("{}x{}x{}", m, s.k, s.n), iname, backend::describe_linear_cpu(*p),
-                 fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-                 fmt::format("{:.1f}", gf), fmt::format("{:.0f}%", 100.0 * gf / peak.gflops),
+                 backend::linear_cpu_kernel_for(args), fmt::format("{:.1f}", t.min_s * 1e3),
+                 fmt::format("{:.1f}", t.median_s * 1e3), fmt::format("{:.1f}", gf),
+                 fmt::format("{:.0f}%", 100.0 * gf / peak.gflops),
                  fmt::format("{:.1f}", flops / t.min_cpu_s / 1e9),
                  fmt::format("{:.0f}%", 100.0 * flops / t.min_cpu_s / 1e9 / peak.gflops_per_core)});
     }
