@@ -51,6 +51,13 @@ std::vector<LinearCase> cases() {
   v.push_back({33, 48, 27648, DType::BF16, "gated_inplace"});
   v.push_back({9, 40, 20000, DType::F32, "strided_bias_silu_gated"});
   v.push_back({9, 40, 20000, DType::F16, "gated"});
+  // Deeper than one bf16 oneDNN matmul's deepest (4096) where the CPU has bf16 matmul: K slices
+  // summed in f32 with the epilogue on the last, two and three slices (multiples of 64 but the
+  // last), every epilogue and strided rows (elsewhere the whole K, the same check).
+  v.push_back({19, 8292, 40, DType::BF16, "strided_bias_silu_gated"});
+  v.push_back({9, 4160, 72, DType::BF16, "gated_inplace"});
+  v.push_back({5, 12288, 48, DType::BF16, "bias_gelu"});
+  v.push_back({3, 9216, 16, DType::F16, "gated"});
   return v;
 }
 
@@ -78,6 +85,26 @@ TEST(LinearOneDnn, WideWeightsSplitIntoColumnGroups) {
   EXPECT_NE(desc(27648).find("2 column groups of 13824"), std::string::npos) << desc(27648);
   EXPECT_NE(desc(20000).find("2 column groups of 10048"), std::string::npos) << desc(20000);
   EXPECT_NE(desc(40000).find("3 column groups of 13376"), std::string::npos) << desc(40000);
+}
+
+// bf16 oneDNN linears deeper than 4096 run as equal slices of K (multiples of 64) where the CPU
+// has bf16 matmul (its f32 fallback and f32 weights keep the whole depth).
+TEST(LinearOneDnn, DeepBf16WeightsSplitIntoSlicesOfK) {
+  const auto desc = [](int64_t k, DType dtype) {
+    return backend::describe_linear_cpu(*backend::prepare_linear_cpu_with(
+        Tensor::zeros({16, k}, dtype), Tensor(), backend::CpuLinearImpl::OneDnn));
+  };
+  EXPECT_EQ(desc(4096, DType::BF16).find("slices of K"), std::string::npos) << desc(4096, DType::BF16);
+  EXPECT_EQ(desc(12288, DType::F32).find("slices of K"), std::string::npos) << desc(12288, DType::F32);
+  if (!backend::cpu_native_bf16()) {
+    EXPECT_EQ(desc(12288, DType::BF16).find("slices of K"), std::string::npos) << desc(12288, DType::BF16);
+    GTEST_SKIP() << "no bf16 matmul on this CPU: the slices are not used (the conformance cases still run)";
+  }
+  EXPECT_NE(desc(12288, DType::BF16).find("3 slices of K 4096"), std::string::npos)
+      << desc(12288, DType::BF16);
+  EXPECT_NE(desc(9216, DType::BF16).find("3 slices of K 3072"), std::string::npos) << desc(9216, DType::BF16);
+  EXPECT_NE(desc(8292, DType::BF16).find("3 slices of K 2816"), std::string::npos) << desc(8292, DType::BF16);
+  EXPECT_NE(desc(4160, DType::BF16).find("2 slices of K 2112"), std::string::npos) << desc(4160, DType::BF16);
 }
 
 // Every oneDNN matmul executes with its calling thread's one scratchpad (user mode), grown to the

@@ -24,9 +24,24 @@ namespace {
 // (oneDNN's gemm:jit, as a group's y rows are strided) 100-105% for M = 768..1536.
 constexpr int64_t kMaxMatmulColumns = 18432;
 
+// Deepest bf16 weight one oneDNN matmul gets: deeper ones run as equal slices of K of at most this
+// depth, each its own matmul adding into an f32 [M, N] sum, the last one applying the layer's
+// bias, activation and gated residual to the whole sum (onednn::MatmulLinear::Partial). With the
+// weights streaming from memory as in a model step (AMX Xeon, bench_gemm --shape 12288x3072
+// --copies 16 --gated 1), M = 256 / 768 / 1536 / 4096 took 21.1 / 52.3 / 94.1 / 253.7 ms whole
+// and 19.5 / 41.5 / 77.3 / 194.1 ms as three slices (docs/cpu.md, "Deep linears"); slices of 2048
+// or 3072 were no better.
+constexpr int64_t kMaxMatmulDepth = 4096;
+
 // One column group [n0, n0 + n) of a oneDNN-prepared weight.
 struct MatmulPart {
   int64_t n0 = 0, n = 0;
+  std::unique_ptr<onednn::MatmulLinear> matmul;
+};
+
+// One slice [k0, k0 + k) of the depth of a oneDNN-prepared weight deeper than kMaxMatmulDepth.
+struct DepthSlice {
+  int64_t k0 = 0, k = 0;
   std::unique_ptr<onednn::MatmulLinear> matmul;
 };
 
@@ -37,6 +52,8 @@ struct CpuLinearState {
   CpuLinearImpl impl = CpuLinearImpl::Packed;
   gemm::PackedWeights packed;
   std::vector<MatmulPart> matmul;  // one part, or column groups of a weight wider than kMaxMatmulColumns
+  std::vector<DepthSlice>
+      depth;  // instead of `matmul`: the slices of a bf16 weight deeper than kMaxMatmulDepth
   std::shared_ptr<QuantLinearCpu> quant;  // set for a weight kept quantized (impl unused)
   std::shared_ptr<Int8LinearCpu> int8;    // set for W8A8 (impl unused)
 };
@@ -69,6 +86,38 @@ CpuLinearImpl choose(const Tensor& weight, CpuLinearImpl requested) {
   return gemm::packed_gemm_supported() ? CpuLinearImpl::Packed : CpuLinearImpl::OneDnn;
 }
 
+using Partial = onednn::MatmulLinear::Partial;
+
+// The arguments of depth slice `i` of `slices` and how it joins the f32 partial sum `sum`: the
+// slices before the last write (the first) or add their x_s W_s^T into it; the last computes y.
+LinearArgs slice_args(const LinearArgs& a, const std::vector<DepthSlice>& slices, size_t i, const Tensor& sum,
+                      Partial* partial) {
+  LinearArgs s = a;
+  s.x = a.x.slice(1, slices[i].k0, slices[i].k0 + slices[i].k);
+  if (i + 1 == slices.size()) {
+    *partial = Partial::Finish;
+    return s;
+  }
+  *partial = i == 0 ? Partial::None : Partial::Accumulate;
+  s.y = sum;
+  s.activation = Activation::None;
+  s.gate = Tensor();
+  s.residual = Tensor();
+  return s;
+}
+
+void run_depth_slices(const LinearArgs& a, const std::vector<DepthSlice>& slices, bool plan_only) {
+  const Tensor sum = Tensor::empty({a.x.size(0), a.w->out_features()}, DType::F32);  // [M, N]
+  for (size_t i = 0; i < slices.size(); ++i) {
+    Partial partial = Partial::None;
+    const LinearArgs s = slice_args(a, slices, i, sum, &partial);
+    if (plan_only)
+      slices[i].matmul->plan(s, partial);
+    else
+      slices[i].matmul->run(s, partial, sum);
+  }
+}
+
 }  // namespace
 
 bool cpu_native_bf16() { return onednn::native_bf16(); }
@@ -95,8 +144,25 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
     state->packed = gemm::pack_weights(weight, bias);
   } else {
     const DType compute = weight.dtype() == DType::BF16 && onednn::native_bf16() ? DType::BF16 : DType::F32;
-    const int64_t N = weight.size(0);
+    const int64_t N = weight.size(0), K = weight.size(1);
     const int64_t parts = (N + kMaxMatmulColumns - 1) / kMaxMatmulColumns;
+    if (parts <= 1 && compute == DType::BF16 && K > kMaxMatmulDepth) {
+      const int64_t slices = (K + kMaxMatmulDepth - 1) / kMaxMatmulDepth;
+      // Equal slices, multiples of 64 (a whole number of oneDNN's K blocks) except the last.
+      const int64_t depth = ((K + slices - 1) / slices + 63) / 64 * 64;
+      for (int64_t k0 = 0; k0 < K; k0 += depth) {
+        DepthSlice slice;
+        slice.k0 = k0;
+        slice.k = std::min(depth, K - k0);
+        const bool last = k0 + slice.k == K;  // the bias joins the sum once, in the epilogue
+        // A slice reads its columns of x in place (rows K apart): prepared for that row stride.
+        slice.matmul = std::make_unique<onednn::MatmulLinear>(weight.slice(1, k0, k0 + slice.k),
+                                                              last ? bias : Tensor(), compute, 0, K);
+        state->depth.push_back(std::move(slice));
+      }
+      p->state = state;
+      return p;
+    }
     // Equal groups, multiples of 64 columns (oneDNN's widest N block) except the last.
     const int64_t width = parts <= 1 ? N : ((N + parts - 1) / parts + 63) / 64 * 64;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
@@ -175,6 +241,8 @@ void linear_cpu(const LinearArgs& a) {
   }
   if (state->impl == CpuLinearImpl::Packed) {
     gemm::packed_gemm(a.x, state->packed, a.activation, a.residual, a.gate, a.y);
+  } else if (!state->depth.empty()) {
+    run_depth_slices(a, state->depth, false);
   } else if (state->matmul.size() == 1) {
     state->matmul[0].matmul->run(a);
   } else {
@@ -194,6 +262,10 @@ void plan_linear_cpu(const LinearArgs& a) {
     return;
   }
   if (state->impl == CpuLinearImpl::Packed) return;  // no per-shape state
+  if (!state->depth.empty()) {
+    run_depth_slices(a, state->depth, true);  // also allocates (faults in) the partial sum
+    return;
+  }
   for (const MatmulPart& part : state->matmul)
     part.matmul->plan(state->matmul.size() == 1 ? a : part_args(a, part));
 }
@@ -204,6 +276,20 @@ std::string linear_cpu_kernel_for(const LinearArgs& a) {
   if (state->quant) return state->quant->onednn() ? "onednn-dequant-chunks" : "packed-avx2-dequant";
   if (state->int8) return "onednn-int8:" + int8_linear_impl(*state->int8);
   if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
+  if (!state->depth.empty()) {
+    const Tensor sum = Tensor::empty({a.x.size(0), a.w->out_features()}, DType::F32);
+    std::string impl;
+    for (size_t i = 0; i < state->depth.size(); ++i) {
+      Partial partial = Partial::None;
+      const std::string one = "onednn:" + state->depth[i].matmul->impl_for(
+                                              slice_args(a, state->depth, i, sum, &partial), partial);
+      if (impl.empty())
+        impl = one;
+      else if (one != impl && impl.find(" / " + one) == std::string::npos)
+        impl += " / " + one;  // a reference kernel in any slice shows
+    }
+    return impl;
+  }
   std::string impl = "onednn:" + state->matmul[0].matmul->impl_for(
                                      state->matmul.size() == 1 ? a : part_args(a, state->matmul[0]));
   for (size_t i = 1; i < state->matmul.size(); ++i) {
@@ -221,6 +307,14 @@ std::string describe_linear_cpu(const PreparedLinear& prepared) {
   if (state->impl == CpuLinearImpl::Packed)
     return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
                        state->packed.bytes() / 1e6);
+  if (!state->depth.empty()) {
+    size_t bytes = 0;
+    for (const DepthSlice& slice : state->depth) bytes += slice.matmul->weight_bytes();
+    return fmt::format("onednn matmul {} ({}, {:.1f} MB, {} slices of K {})",
+                       dtype_name(state->depth[0].matmul->compute_dtype()),
+                       state->depth[0].matmul->impl_name(), bytes / 1e6, state->depth.size(),
+                       state->depth[0].k);
+  }
   size_t bytes = 0;
   for (const MatmulPart& part : state->matmul) bytes += part.matmul->weight_bytes();
   const std::string split = state->matmul.size() > 1 ? fmt::format(", {} column groups of {}",

@@ -31,7 +31,8 @@ dnnl::memory::desc plain_2d(int64_t rows, int64_t cols, dt type, int64_t ld) {
 
 }  // namespace
 
-MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride)
+MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride,
+                           int64_t x_row_stride)
     : n_(weight.size(0)), k_(weight.size(1)), compute_(compute) {
   auto& eng = engine();
   sync_threads();
@@ -40,7 +41,7 @@ MatmulLinear::MatmulLinear(const Tensor& weight, const Tensor& bias, DType compu
   const Tensor w = weight.dtype() == compute ? weight : weight.to(compute);
   dnnl::memory::desc w_plain({k_, n_}, cdt, dnnl::memory::dims{w.stride(1), w.stride(0)});
   dnnl::memory::desc w_any({k_, n_}, cdt, tag::any);
-  dnnl::memory::desc src({kPrepareRows, k_}, cdt, tag::ab);
+  const dnnl::memory::desc src = plain_2d(kPrepareRows, k_, cdt, x_row_stride > 0 ? x_row_stride : k_);
   const dnnl::memory::desc dst = plain_2d(kPrepareRows, n_, dt::f32, y_row_stride > 0 ? y_row_stride : n_);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w_any, dst), eng);
   impl_ = pd.impl_info_str();
@@ -113,12 +114,18 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
 
-  const auto [m, lda, ldy, ldr, act, gated, residual_is_y, sdt, ddt] = key;
+  const auto [m, lda, ldy, ldr, act, gated, residual_is_y, sdt, ddt, partial_int] = key;
+  const auto partial = static_cast<Partial>(partial_int);
   auto& eng = engine();
   dnnl::memory::desc src = plain_2d(m, k_, static_cast<dt>(sdt), lda);
   dnnl::memory::desc dst = plain_2d(m, n_, static_cast<dt>(ddt), ldy);
   auto attr_for = [&](bool with_gate) {
     dnnl::post_ops po;
+    // The partial sum of the K slices before this one: added to the accumulators (with the bias)
+    // before the activation, so the layer's epilogue sees the whole sum.
+    if (partial == Partial::Finish)
+      po.append_binary(dnnl::algorithm::binary_add, plain_2d(m, n_, dt::f32, n_));
+    if (partial == Partial::Accumulate) po.append_sum(1.0f);
     if (act == static_cast<int>(Activation::GeluTanh)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     if (act == static_cast<int>(Activation::Silu)) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
     if (with_gate) {
@@ -177,7 +184,10 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   }
   check_implementation(
       "linear", p.pd.impl_info_str(),
-      fmt::format("{} M={} K={} N={}{}", dtype_name(compute_), m, k_, n_, gated ? " gated" : ""));
+      fmt::format("{} M={} K={} N={}{}{}", dtype_name(compute_), m, k_, n_, gated ? " gated" : "",
+                  partial == Partial::Accumulate ? " accumulate"
+                  : partial == Partial::Finish   ? " finish"
+                                                 : ""));
   Entry e;
   g_entries_created.fetch_add(1, std::memory_order_relaxed);
   e.prim = dnnl::matmul(p.pd);
@@ -200,16 +210,23 @@ MatmulLinear::Entry& MatmulLinear::entry(const Key& key) {
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
-MatmulLinear::Key MatmulLinear::key_for(const LinearArgs& a, int64_t x_stride, bool direct, bool residual_is_y,
-                                        int64_t residual_stride) const {
+MatmulLinear::Key MatmulLinear::key_for(const LinearArgs& a, int64_t x_stride, bool direct,
+                                        bool residual_is_y, int64_t residual_stride, Partial partial) const {
   const bool gated = a.gate.defined();
   const DType ydt = direct ? a.y.dtype() : DType::F32;
-  return Key{a.x.size(0), x_stride, direct ? a.y.stride(0) : n_, gated && !residual_is_y ? residual_stride : 0,
-             static_cast<int>(a.activation), gated, residual_is_y, static_cast<int>(to_dnnl(compute_)),
-             static_cast<int>(to_dnnl(ydt))};
+  return Key{a.x.size(0),
+             x_stride,
+             direct ? a.y.stride(0) : n_,
+             gated && !residual_is_y ? residual_stride : 0,
+             static_cast<int>(a.activation),
+             gated,
+             residual_is_y,
+             static_cast<int>(to_dnnl(compute_)),
+             static_cast<int>(to_dnnl(ydt)),
+             static_cast<int>(partial)};
 }
 
-const MatmulLinear::Entry& MatmulLinear::entry_for(const LinearArgs& a) {
+const MatmulLinear::Entry& MatmulLinear::entry_for(const LinearArgs& a, Partial partial) {
   sync_threads();
   const bool direct = a.y.dtype() == DType::F32 || a.y.dtype() == compute_;
   const bool gated = a.gate.defined();
@@ -219,22 +236,29 @@ const MatmulLinear::Entry& MatmulLinear::entry_for(const LinearArgs& a) {
   const int64_t x_stride = a.x.dtype() == compute_ ? a.x.stride(0) : k_;
   const DType ydt = direct ? a.y.dtype() : DType::F32;
   const int64_t r_stride = gated && a.residual.dtype() != ydt ? n_ : (gated ? a.residual.stride(0) : 0);
-  return entry(key_for(a, x_stride, direct, residual_is_y, r_stride));
+  return entry(key_for(a, x_stride, direct, residual_is_y, r_stride, partial));
 }
 
-std::string MatmulLinear::impl_for(const LinearArgs& a) {
-  const Entry& e = entry_for(a);
+std::string MatmulLinear::impl_for(const LinearArgs& a, Partial partial) {
+  const Entry& e = entry_for(a, partial);
   return e.gate_outside ? e.impl + " + gate outside" : e.impl;
 }
 
-void MatmulLinear::plan(const LinearArgs& a) {
-  const Entry& e = entry_for(a);
+void MatmulLinear::plan(const LinearArgs& a, Partial partial) {
+  const Entry& e = entry_for(a, partial);
   if (e.scratchpad.get_size() > 0) thread_scratchpad(e.scratchpad.get_size());
 }
 
-void MatmulLinear::run(const LinearArgs& a) {
+void MatmulLinear::run(const LinearArgs& a, Partial partial, const Tensor& sum) {
   FLUXRT_CHECK(!per_call_weights_, ErrorCode::Internal, "[linear] run without the per-call weights");
-  run_impl(a, nullptr, nullptr);
+  FLUXRT_CHECK(partial != Partial::Accumulate || (a.y.dtype() == DType::F32 && !a.gate.defined() &&
+                                                  a.activation == Activation::None && !bias_),
+               ErrorCode::Internal, "[linear] a partial sum accumulates in f32 without bias or epilogue");
+  FLUXRT_CHECK(
+      partial != Partial::Finish || (sum.defined() && sum.dtype() == DType::F32 && sum.is_contiguous() &&
+                                     sum.size(0) == a.x.size(0) && sum.size(1) == n_),
+      ErrorCode::Internal, "[linear] the partial sum must be a contiguous f32 [M, N]");
+  run_impl(a, nullptr, nullptr, partial, sum);
 }
 
 void MatmulLinear::run_with(const LinearArgs& a, const void* weights, const float* bias) {
@@ -242,10 +266,11 @@ void MatmulLinear::run_with(const LinearArgs& a, const void* weights, const floa
   const dnnl::memory w(weights_.get_desc(), engine(), const_cast<void*>(weights));
   const dnnl::memory b =
       bias_ ? dnnl::memory(bias_.get_desc(), engine(), const_cast<float*>(bias)) : dnnl::memory();
-  run_impl(a, &w, bias_ ? &b : nullptr);
+  run_impl(a, &w, bias_ ? &b : nullptr, Partial::None, Tensor());
 }
 
-void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, const dnnl::memory* bias) {
+void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, const dnnl::memory* bias,
+                            Partial partial, const Tensor& sum) {
   sync_threads();
   auto& eng = engine();
   // oneDNN wants src in the compute dtype; other inputs are converted (a copy of x, O(M*K)).
@@ -263,7 +288,7 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
                     residual.dtype() == y.dtype();
     if (!residual_is_y && residual.dtype() != y.dtype()) residual = residual.to(y.dtype());
   }
-  Entry& e = entry(key_for(a, x.stride(0), direct, residual_is_y, gated ? residual.stride(0) : 0));
+  Entry& e = entry(key_for(a, x.stride(0), direct, residual_is_y, gated ? residual.stride(0) : 0, partial));
 
   dnnl::memory src_mem(plain_2d(m, k_, to_dnnl(x.dtype()), x.stride(0)), eng, const_cast<void*>(x.raw_data()));
   dnnl::memory dst_mem(plain_2d(m, n_, to_dnnl(y.dtype()), y.stride(0)), eng, y.raw_data());
@@ -273,6 +298,11 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
   if (e.scratchpad.get_size() > 0)
     args.emplace(DNNL_ARG_SCRATCHPAD,
                  dnnl::memory(e.scratchpad, eng, thread_scratchpad(e.scratchpad.get_size())));
+  dnnl::memory sum_mem;
+  if (partial == Partial::Finish) {  // post-op 0 (attr_for): the slices before this one
+    sum_mem = dnnl::memory(plain_2d(m, n_, dt::f32, n_), eng, const_cast<void*>(sum.raw_data()));
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, sum_mem);
+  }
   if (e.gate_outside) {
     run_gate_outside(e, args, m, a.gate, residual, y);
     if (!direct) {
@@ -284,7 +314,7 @@ void MatmulLinear::run_impl(const LinearArgs& a, const dnnl::memory* weights, co
   std::vector<float> gate;
   dnnl::memory gate_mem, res_mem;
   if (gated) {
-    int index = a.activation == Activation::None ? 0 : 1;
+    int index = (a.activation == Activation::None ? 0 : 1) + (partial == Partial::Finish ? 1 : 0);
     gate.resize(static_cast<size_t>(n_));
     const Tensor g = a.gate.contiguous();
     convert(g.raw_data(), g.dtype(), gate.data(), DType::F32, static_cast<size_t>(n_));

@@ -21,9 +21,18 @@ class MatmulLinear {
   // choice depends on it: a column group of a wider y (linear_cpu.cpp) written into place gets
   // plain weights on AMX, where a dense y gets blocked ones, so the weights are prepared for the
   // stride they will be used with instead of being reordered a second time at the first call.
-  MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride = 0);
+  // x_row_stride: the same for the rows of x it will read (0: K), e.g. a slice of K of a deeper x.
+  MatmulLinear(const Tensor& weight, const Tensor& bias, DType compute, int64_t y_row_stride = 0,
+               int64_t x_row_stride = 0);
 
-  void run(const LinearArgs& args);
+  // How a call's result joins a partial sum: a deep layer runs as slices of K (linear_cpu.cpp),
+  // each a MatmulLinear of its own. None: y = epilogue(x W^T + b) as usual (also the first slice,
+  // into an f32 [M, N] sum of its own). Accumulate: y += x W^T (y the f32 sum; no bias, activation
+  // or gate). Finish: y = epilogue(sum + x W^T + b), `sum` [M, N] f32 contiguous added first, with
+  // args' activation and gated residual after it, one rounding to y's dtype.
+  enum class Partial { None, Accumulate, Finish };
+
+  void run(const LinearArgs& args, Partial partial = Partial::None, const Tensor& sum = Tensor());
 
   // Weights given per call instead of prepared once: a quantized weight dequantized a chunk of
   // rows at a time (linear_quant_cpu.h). W [n, k] row-major in `compute` and the f32 bias [n]
@@ -38,10 +47,10 @@ class MatmulLinear {
   // for a call with these arguments; with " + gate outside" appended when the gated residual is
   // applied after an activation-only primitive because oneDNN would have picked its reference
   // kernel. Builds and caches the primitive exactly as run() would (the data is not read).
-  std::string impl_for(const LinearArgs& args);
+  std::string impl_for(const LinearArgs& args, Partial partial = Partial::None);
   // impl_for, and the calling thread's scratchpad grown to what that primitive needs: all of a
   // call's one-time work, ahead of the call.
-  void plan(const LinearArgs& args);
+  void plan(const LinearArgs& args, Partial partial = Partial::None);
 
   DType compute_dtype() const { return compute_; }
   size_t weight_bytes() const { return weights_.get_desc().get_size(); }
@@ -58,17 +67,20 @@ class MatmulLinear {
     std::string impl;  // impl_info_str of `prim`
     dnnl::memory::desc scratchpad;  // what `prim` needs (user mode: the calling thread's shared buffer)
   };
-  // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int>;
+  // M, lda, ldy, ldr, activation, gated, residual-is-y, src dtype, dst dtype, Partial
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool, int, int, int>;
   Entry& entry(const Key& key);
-  const Entry& entry_for(const LinearArgs& args);  // the cache entry run() would use for args
+  // the cache entry run() would use for args
+  const Entry& entry_for(const LinearArgs& args, Partial partial);
   // The cache key of a call: x in the compute dtype (converted when it is not), y direct or
   // through an f32 temporary, the residual aliasing y or not. Mirrors run()'s conversions.
-  Key key_for(const LinearArgs& args, int64_t x_stride, bool direct, bool residual_is_y, int64_t residual_stride) const;
+  Key key_for(const LinearArgs& args, int64_t x_stride, bool direct, bool residual_is_y,
+              int64_t residual_stride, Partial partial) const;
   void run_gate_outside(Entry& e, std::unordered_map<int, dnnl::memory>& args, int64_t m, const Tensor& gate,
                         const Tensor& residual, const Tensor& y);
   MatmulLinear(int64_t n, int64_t k, bool with_bias, DType compute);  // with_weights_per_call
-  void run_impl(const LinearArgs& args, const dnnl::memory* weights, const dnnl::memory* bias);
+  void run_impl(const LinearArgs& args, const dnnl::memory* weights, const dnnl::memory* bias,
+                Partial partial, const Tensor& sum);
 
   int64_t n_, k_;
   DType compute_;
