@@ -18,11 +18,13 @@ namespace fluxrt::backend {
 namespace {
 
 // Widest weight one oneDNN matmul gets: wider ones are split into column groups of at most this
-// many output features, each its own matmul writing its columns of y. On the AMX Xeon (issue 27,
-// bench_gemm, one weight copy per layer) 3072 -> 18432 whole ran at 101-107% of the 4096^3 peak
-// for M = 256..1536, and 3072 -> 27648 whole at 67% for M = 1536; as two 13824-column groups
-// (oneDNN's gemm:jit, as a group's y rows are strided) 100-105% for M = 768..1536.
-constexpr int64_t kMaxMatmulColumns = 18432;
+// many output features, each its own matmul writing its columns of y (oneDNN's gemm:jit, as a
+// group's y rows are strided). Measured with the weights streaming from memory as in a step (AMX
+// Xeon, bench_gemm --copies 4, 2 threads): 3072 -> 18432 at M = 256 / 512 / 768 / 1536 / 4608 took
+// 32.1 / 61.0 / 85.3 / 173.1 / 409.3 ms whole (brgemm) and 29.1 / 44.9 / 65.1 / 118.4 / 369.4 ms
+// as two groups; 3072 -> 27648 as three groups of 9216 was as fast as two of 13824 or faster.
+// (From cache, without --copies, whole read faster: the 480 MiB L3 holds one layer.)
+constexpr int64_t kMaxMatmulColumns = 9216;
 
 // Deepest bf16 weight one oneDNN matmul gets: deeper ones run as equal slices of K of at most this
 // depth, each its own matmul adding into an f32 [M, N] sum, the last one applying the layer's
