@@ -5,11 +5,13 @@
 // both softmax modes (the fixed Cauchy-Schwarz maximum, the forced exact maximum) are timed; the
 // "auto" column marks what attention() picks on this machine.
 //
-//   bench_attention [--quick] [--skip-peak] [--impl simd|onednn] [--long]
-//   (--quick: L = 1536 only, H = 24; --long: L = 4608 only; --impl: time only that one)
+//   bench_attention [--quick] [--skip-peak] [--impl simd|onednn] [--long] [--length L]
+//   (--quick: L = 1536 only, H = 24; --long: L = 4608 only; --length: that L only, H = 24, e.g.
+//   768 = 512 text + 256 image tokens at 256^2; --impl: time only that one)
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,9 +19,9 @@
 
 #include "backend/args/attention.h"
 #include "backend/cpu/attention_cpu.h"
-#include "runtime/bench_common.h"
 #include "core/tensor.h"
 #include "ops/rope.h"
+#include "runtime/bench_common.h"
 
 namespace {
 
@@ -67,11 +69,17 @@ backend::AttentionArgs make_args(int64_t H, int64_t L) {
 int main(int argc, char** argv) {
   bool quick = false, skip_peak = false, long_only = false;
   std::string only_impl;
+  int64_t length = 0;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     skip_peak = skip_peak || std::strcmp(argv[i], "--skip-peak") == 0;
     long_only = long_only || std::strcmp(argv[i], "--long") == 0;
     if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) only_impl = argv[++i];
+    if (std::strcmp(argv[i], "--length") == 0 && i + 1 < argc) length = std::atoll(argv[++i]);
+  }
+  if (length < 0 || length > 65536) {
+    fmt::print(stderr, "bench_attention: --length takes 1..65536, not {}\n", length);
+    return 2;
   }
   if (!only_impl.empty() && only_impl != "simd" && only_impl != "onednn") {
     fmt::print(stderr, "bench_attention: --impl takes simd or onednn, not '{}'\n", only_impl);
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
                                 {"klein-9B", 32, 4608}};
   if (quick) shapes = {{"klein-4B", 24, 1536}};
   if (long_only) shapes = {{"klein-4B", 24, 4608}, {"klein-9B", 32, 4608}};
+  if (length > 0) shapes = {{"klein-4B", 24, length}};
   bench::Table table({"shape", "implementation", "auto", "softmax", "min ms", "median ms", "GFLOP/s (min)",
                       "of peak", "fallback blocks"});
   for (const Shape4& s : shapes) {
