@@ -164,7 +164,9 @@ TEST(QuantizeModel, DemoModelImagesAgainstBf16) {
         "%s\n",
         std::string(quant_name(type)).c_str(), r.quantized, r.tensors, r.fallback,
         std::string(quant_name(r.fallback_type)).c_str(), r.rel_l2_mean, r.rel_l2_max, d.str().c_str());
-    if (type == QuantType::Q8_0) EXPECT_GE(d.ssim, 0.97) << d.str();
+    if (type == QuantType::Q8_0) {
+      EXPECT_GE(d.ssim, 0.97) << d.str();
+    }
     EXPECT_GT(d.max_abs, 0) << "the quantized weights were widened back";
     fs::remove(file);
   }
