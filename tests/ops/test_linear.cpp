@@ -44,8 +44,8 @@ std::vector<LinearCase> cases() {
   // test_linear_slow.cpp).
   v.push_back({24, 3072, 3072, DType::BF16, "bias_gelu"});
   v.push_back({24, 3072, 3072, DType::F32, ""});
-  // Wider than one oneDNN matmul's widest (9216 columns): two, five and three column groups, and
-  // groups of 6720 with a narrower last one, with every epilogue slicing along.
+  // Wider than one oneDNN matmul's widest (4608 columns): 4, 9 and 6 column groups, and groups of
+  // 4032 with a narrower last one, with every epilogue slicing along.
   v.push_back({20, 64, 18432, DType::F32, "bias_gelu"});
   v.push_back({7, 32, 40000, DType::F32, "bias_gelu"});
   v.push_back({33, 48, 27648, DType::BF16, "gated_inplace"});
@@ -74,18 +74,19 @@ INSTANTIATE_TEST_SUITE_P(Cpu, LinearConformance, ::testing::Combine(::testing::V
                          });
 
 // GELU-tanh and SiLU over a wide range, including where exp overflows or underflows in f32.
-// oneDNN linears wider than 9216 columns run as equal column groups (multiples of 64).
+// oneDNN linears wider than 4608 columns run as equal column groups (multiples of 64).
 TEST(LinearOneDnn, WideWeightsSplitIntoColumnGroups) {
   const auto desc = [](int64_t n) {
     return backend::describe_linear_cpu(*backend::prepare_linear_cpu_with(
         Tensor::zeros({n, 32}, DType::F32), Tensor(), backend::CpuLinearImpl::OneDnn));
   };
   EXPECT_EQ(desc(3072).find("column groups"), std::string::npos) << desc(3072);
-  EXPECT_EQ(desc(9216).find("column groups"), std::string::npos) << desc(9216);
-  EXPECT_NE(desc(18432).find("2 column groups of 9216"), std::string::npos) << desc(18432);
-  EXPECT_NE(desc(27648).find("3 column groups of 9216"), std::string::npos) << desc(27648);
-  EXPECT_NE(desc(20000).find("3 column groups of 6720"), std::string::npos) << desc(20000);
-  EXPECT_NE(desc(40000).find("5 column groups of 8000"), std::string::npos) << desc(40000);
+  EXPECT_EQ(desc(4608).find("column groups"), std::string::npos) << desc(4608);
+  EXPECT_NE(desc(9216).find("2 column groups of 4608"), std::string::npos) << desc(9216);
+  EXPECT_NE(desc(18432).find("4 column groups of 4608"), std::string::npos) << desc(18432);
+  EXPECT_NE(desc(27648).find("6 column groups of 4608"), std::string::npos) << desc(27648);
+  EXPECT_NE(desc(20000).find("5 column groups of 4032"), std::string::npos) << desc(20000);
+  EXPECT_NE(desc(40000).find("9 column groups of 4480"), std::string::npos) << desc(40000);
 }
 
 // bf16 oneDNN linears deeper than 4096 run as equal slices of K (multiples of 64) where the CPU

@@ -17,14 +17,17 @@
 namespace fluxrt::backend {
 namespace {
 
-// Widest weight one oneDNN matmul gets: wider ones are split into column groups of at most this
-// many output features, each its own matmul writing its columns of y (oneDNN's gemm:jit, as a
-// group's y rows are strided). Measured with the weights streaming from memory as in a step (AMX
-// Xeon, bench_gemm --copies 4, 2 threads): 3072 -> 18432 at M = 256 / 512 / 768 / 1536 / 4608 took
-// 32.1 / 61.0 / 85.3 / 173.1 / 409.3 ms whole (brgemm) and 29.1 / 44.9 / 65.1 / 118.4 / 369.4 ms
-// as two groups; 3072 -> 27648 as three groups of 9216 was as fast as two of 13824 or faster.
-// (From cache, without --copies, whole read faster: the 480 MiB L3 holds one layer.)
-constexpr int64_t kMaxMatmulColumns = 9216;
+// Widest weight one oneDNN matmul gets: wider ones are split into equal column groups of at most
+// this many output features, each its own matmul writing its columns of y (oneDNN's gemm:jit, as
+// a group's y rows are strided). Measured with the weights streaming from memory as in a step
+// (AMX Xeon, bench_gemm --copies, 2 threads), ms at M = 256 / 768 / 1536 / 4608:
+//   3072 -> 18432: whole (brgemm) 32.1 / 85.3 / 173.1 / 409.3, groups of 9216 29.9 / 63.0 /
+//                  116.3 / 371.4, of 4608 28.3 / 59.8 / 107.8 / 349.3 (of 3072: 29.5 / 62.5 / 115.0)
+//   3072 -> 27648: groups of 9216 42.9 / 91.1 / 177.3 / 551.8, of 4608 42.4 / 89.1 / 160.9 / 520.7
+// and at M = 512 the text encoders' and FLUX.1's widest, whole -> groups of 4608: 2560 -> 9728
+// 21.0 -> 19.4, 4096 -> 10240 40.5 -> 31.4, 3072 -> 12288 37.7 -> 30.0. (From cache, without
+// --copies, one brgemm read faster: the 480 MiB L3 holds a layer.)
+constexpr int64_t kMaxMatmulColumns = 4608;
 
 // Deepest bf16 weight one oneDNN matmul gets: deeper ones run as equal slices of K of at most this
 // depth, each its own matmul adding into an f32 [M, N] sum, the last one applying the layer's
