@@ -38,27 +38,44 @@ constexpr int64_t kMaxMatmulColumns = 4608;
 // or 3072 were no better.
 constexpr int64_t kMaxMatmulDepth = 4096;
 
-// One column group [n0, n0 + n) of a oneDNN-prepared weight.
+// One part [start, start + size) of a oneDNN-prepared weight: a column group (of N) or a slice
+// of the depth (of K).
 struct MatmulPart {
-  int64_t n0 = 0, n = 0;
+  int64_t start = 0, size = 0;
   std::unique_ptr<onednn::MatmulLinear> matmul;
 };
 
-// One slice [k0, k0 + k) of the depth of a oneDNN-prepared weight deeper than kMaxMatmulDepth.
-struct DepthSlice {
-  int64_t k0 = 0, k = 0;
-  std::unique_ptr<onednn::MatmulLinear> matmul;
-};
+// The size of the parts `total` is split into, at most `max_size` each: equal, multiples of 64
+// (oneDNN's widest block) except the last; `total` itself when it fits.
+int64_t equal_part_size(int64_t total, int64_t max_size) {
+  const int64_t parts = (total + max_size - 1) / max_size;
+  return parts <= 1 ? total : ((total + parts - 1) / parts + 63) / 64 * 64;
+}
 
-// The arguments of part `p`.
-LinearArgs part_args(const LinearArgs& a, const MatmulPart& p) { return column_slice(a, p.n0, p.n); }
+// The arguments of column group `p`.
+LinearArgs part_args(const LinearArgs& a, const MatmulPart& p) { return column_slice(a, p.start, p.size); }
+
+// `joined` and one more part's kernel: a part whose kernel differs (a reference kernel in any
+// part) shows, each kernel once.
+void add_kernel(std::string& joined, const std::string& one) {
+  if (joined.empty())
+    joined = one;
+  else if (one != joined && joined.find(" / " + one) == std::string::npos)
+    joined += " / " + one;
+}
+
+size_t weight_bytes(const std::vector<MatmulPart>& parts) {
+  size_t bytes = 0;
+  for (const MatmulPart& part : parts) bytes += part.matmul->weight_bytes();
+  return bytes;
+}
 
 struct CpuLinearState {
   CpuLinearImpl impl = CpuLinearImpl::Packed;
   gemm::PackedWeights packed;
   std::vector<MatmulPart> matmul;  // one part, or column groups of a weight wider than kMaxMatmulColumns
-  std::vector<DepthSlice>
-      depth;  // instead of `matmul`: the slices of a bf16 weight deeper than kMaxMatmulDepth
+  std::vector<MatmulPart>
+      depth;  // instead of `matmul`: the K slices of a bf16 weight deeper than kMaxMatmulDepth
   std::shared_ptr<QuantLinearCpu> quant;  // set for a weight kept quantized (impl unused)
   std::shared_ptr<Int8LinearCpu> int8;    // set for W8A8 (impl unused)
 };
@@ -95,10 +112,10 @@ using Partial = onednn::MatmulLinear::Partial;
 
 // The arguments of depth slice `i` of `slices` and how it joins the f32 partial sum `sum`: the
 // slices before the last write (the first) or add their x_s W_s^T into it; the last computes y.
-LinearArgs slice_args(const LinearArgs& a, const std::vector<DepthSlice>& slices, size_t i, const Tensor& sum,
+LinearArgs slice_args(const LinearArgs& a, const std::vector<MatmulPart>& slices, size_t i, const Tensor& sum,
                       Partial* partial) {
   LinearArgs s = a;
-  s.x = a.x.slice(1, slices[i].k0, slices[i].k0 + slices[i].k);
+  s.x = a.x.slice(1, slices[i].start, slices[i].start + slices[i].size);
   if (i + 1 == slices.size()) {
     *partial = Partial::Finish;
     return s;
@@ -111,7 +128,7 @@ LinearArgs slice_args(const LinearArgs& a, const std::vector<DepthSlice>& slices
   return s;
 }
 
-void run_depth_slices(const LinearArgs& a, const std::vector<DepthSlice>& slices, bool plan_only) {
+void run_depth_slices(const LinearArgs& a, const std::vector<MatmulPart>& slices, bool plan_only) {
   const Tensor sum = Tensor::empty({a.x.size(0), a.w->out_features()}, DType::F32);  // [M, N]
   for (size_t i = 0; i < slices.size(); ++i) {
     Partial partial = Partial::None;
@@ -150,34 +167,31 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
   } else {
     const DType compute = weight.dtype() == DType::BF16 && onednn::native_bf16() ? DType::BF16 : DType::F32;
     const int64_t N = weight.size(0), K = weight.size(1);
-    const int64_t parts = (N + kMaxMatmulColumns - 1) / kMaxMatmulColumns;
-    if (parts <= 1 && compute == DType::BF16 && K > kMaxMatmulDepth) {
-      const int64_t slices = (K + kMaxMatmulDepth - 1) / kMaxMatmulDepth;
-      // Equal slices, multiples of 64 (a whole number of oneDNN's K blocks) except the last.
-      const int64_t depth = ((K + slices - 1) / slices + 63) / 64 * 64;
+    const int64_t width = equal_part_size(N, kMaxMatmulColumns);
+    const bool split_n = width < N;
+    if (!split_n && compute == DType::BF16 && K > kMaxMatmulDepth) {
+      const int64_t depth = equal_part_size(K, kMaxMatmulDepth);
       for (int64_t k0 = 0; k0 < K; k0 += depth) {
-        DepthSlice slice;
-        slice.k0 = k0;
-        slice.k = std::min(depth, K - k0);
-        const bool last = k0 + slice.k == K;  // the bias joins the sum once, in the epilogue
+        MatmulPart slice;
+        slice.start = k0;
+        slice.size = std::min(depth, K - k0);
+        const bool last = k0 + slice.size == K;  // the bias joins the sum once, in the epilogue
         // A slice reads its columns of x in place (rows K apart): prepared for that row stride.
-        slice.matmul = std::make_unique<onednn::MatmulLinear>(weight.slice(1, k0, k0 + slice.k),
+        slice.matmul = std::make_unique<onednn::MatmulLinear>(weight.slice(1, k0, k0 + slice.size),
                                                               last ? bias : Tensor(), compute, 0, K);
         state->depth.push_back(std::move(slice));
       }
       p->state = state;
       return p;
     }
-    // Equal groups, multiples of 64 columns (oneDNN's widest N block) except the last.
-    const int64_t width = parts <= 1 ? N : ((N + parts - 1) / parts + 63) / 64 * 64;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
       MatmulPart part;
-      part.n0 = n0;
-      part.n = std::min(width, N - n0);
-      const Tensor b = bias.defined() ? bias.reshape({N}).slice(0, n0, n0 + part.n) : Tensor();
+      part.start = n0;
+      part.size = std::min(width, N - n0);
+      const Tensor b = bias.defined() ? bias.reshape({N}).slice(0, n0, n0 + part.size) : Tensor();
       // A group writes its columns of the full-width y in place: prepared for that row stride.
       part.matmul = std::make_unique<onednn::MatmulLinear>(
-          parts <= 1 ? weight : weight.slice(0, n0, n0 + part.n), b, compute, parts <= 1 ? 0 : N);
+          split_n ? weight.slice(0, n0, n0 + part.size) : weight, b, compute, split_n ? N : 0);
       state->matmul.push_back(std::move(part));
     }
   }
@@ -286,21 +300,14 @@ std::string linear_cpu_kernel_for(const LinearArgs& a) {
     std::string impl;
     for (size_t i = 0; i < state->depth.size(); ++i) {
       Partial partial = Partial::None;
-      const std::string one = "onednn:" + state->depth[i].matmul->impl_for(
-                                              slice_args(a, state->depth, i, sum, &partial), partial);
-      if (impl.empty())
-        impl = one;
-      else if (one != impl && impl.find(" / " + one) == std::string::npos)
-        impl += " / " + one;  // a reference kernel in any slice shows
+      const LinearArgs s = slice_args(a, state->depth, i, sum, &partial);
+      add_kernel(impl, "onednn:" + state->depth[i].matmul->impl_for(s, partial));
     }
     return impl;
   }
-  std::string impl = "onednn:" + state->matmul[0].matmul->impl_for(
-                                     state->matmul.size() == 1 ? a : part_args(a, state->matmul[0]));
-  for (size_t i = 1; i < state->matmul.size(); ++i) {
-    const std::string other = "onednn:" + state->matmul[i].matmul->impl_for(part_args(a, state->matmul[i]));
-    if (other != impl) impl += " / " + other;  // a reference kernel in any part shows
-  }
+  std::string impl;
+  for (const MatmulPart& part : state->matmul)
+    add_kernel(impl, "onednn:" + part.matmul->impl_for(state->matmul.size() == 1 ? a : part_args(a, part)));
   return impl;
 }
 
@@ -312,22 +319,14 @@ std::string describe_linear_cpu(const PreparedLinear& prepared) {
   if (state->impl == CpuLinearImpl::Packed)
     return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
                        state->packed.bytes() / 1e6);
-  if (!state->depth.empty()) {
-    size_t bytes = 0;
-    for (const DepthSlice& slice : state->depth) bytes += slice.matmul->weight_bytes();
-    return fmt::format("onednn matmul {} ({}, {:.1f} MB, {} slices of K {})",
-                       dtype_name(state->depth[0].matmul->compute_dtype()),
-                       state->depth[0].matmul->impl_name(), bytes / 1e6, state->depth.size(),
-                       state->depth[0].k);
-  }
-  size_t bytes = 0;
-  for (const MatmulPart& part : state->matmul) bytes += part.matmul->weight_bytes();
-  const std::string split = state->matmul.size() > 1 ? fmt::format(", {} column groups of {}",
-                                                                   state->matmul.size(), state->matmul[0].n)
-                                                     : "";
-  return fmt::format("onednn matmul {} ({}, {:.1f} MB{})",
-                     dtype_name(state->matmul[0].matmul->compute_dtype()),
-                     state->matmul[0].matmul->impl_name(), bytes / 1e6, split);
+  const bool sliced = !state->depth.empty();
+  const std::vector<MatmulPart>& parts = sliced ? state->depth : state->matmul;
+  const std::string split = sliced ? fmt::format(", {} slices of K {}", parts.size(), parts[0].size)
+                            : parts.size() > 1
+                                ? fmt::format(", {} column groups of {}", parts.size(), parts[0].size)
+                                : "";
+  return fmt::format("onednn matmul {} ({}, {:.1f} MB{})", dtype_name(parts[0].matmul->compute_dtype()),
+                     parts[0].matmul->impl_name(), weight_bytes(parts) / 1e6, split);
 }
 
 }  // namespace fluxrt::backend
