@@ -39,8 +39,8 @@ constexpr size_t kCacheCapBytes = size_t{1} << 30;
 
 // Blocks of at least this size start on a huge-page boundary and are advised to use huge pages:
 // on the AMX Xeon (THP "madvise") a klein-4B step at 256x256 took 4606 ms with 4 KiB pages and
-// 4511 ms with THP forced on for every allocation (4409-4539 ms with this advice). Smaller blocks keep 4 KiB
-// pages, where a huge page would be mostly empty.
+// 4511 ms with THP forced on for every allocation (4409-4539 ms with this advice). Smaller blocks
+// keep 4 KiB pages, where a huge page would be mostly empty.
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 constexpr size_t kHugeMinBytes = size_t{4} << 20;
 
