@@ -2,7 +2,7 @@
 // FLUX.2-klein-4B step (M = 1536 tokens: 1024 image + 512 text at 512x512) through the CPU
 // linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
 //
-//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|packed|onednn|w8a8|all] [--only NAME]
+//   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|amx|packed|onednn|w8a8|all] [--only NAME]
 //              [--copies C] [--gated 0|1] [--shape KxN]
 //
 // --copies C prepares C copies of each weight and calls them in turn, so that with C copies
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/linear_cpu.h"
 #include "core/threads.h"
 #include "runtime/bench_common.h"
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::pair<std::string, backend::CpuLinearImpl>> impls;
   if (impl == "all" || impl == "auto") impls.push_back({"auto", backend::CpuLinearImpl::Auto});
+  // amx where the CPU has the tile unit (elsewhere the choice falls back to the default).
+  if ((impl == "all" && backend::gemm::amx_gemm_supported()) || impl == "amx")
+    impls.push_back({"amx", backend::CpuLinearImpl::Amx});
   if (impl == "all" || impl == "packed") impls.push_back({"packed", backend::CpuLinearImpl::Packed});
   if (impl == "all" || impl == "onednn") impls.push_back({"onednn", backend::CpuLinearImpl::OneDnn});
   if (impl == "all" || impl == "w8a8") impls.push_back({"w8a8", backend::CpuLinearImpl::W8A8});

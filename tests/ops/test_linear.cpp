@@ -1,4 +1,5 @@
-// Linear conformance: both CPU implementations (oneDNN matmul and the packed AVX2 GEMM) against
+// Linear conformance: the CPU implementations (oneDNN matmul, the packed AVX2 GEMM, and the AMX
+// GEMM where the CPU has it; f32 and f16 weights take the default path under "amx") against
 // the f64 reference, f32/bf16/f16, odd and tile-boundary shapes, epilogues (bias, GELU-tanh, SiLU,
 // gated residual, in place), strided rows; plus the ops front end (leading dims, errors).
 #include <gtest/gtest.h>
@@ -6,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/gemm_packed.h"
 #include "backend/cpu/onednn_matmul.h"
 #include "ops/dispatch.h"
@@ -18,6 +20,7 @@ namespace {
 std::vector<std::string> impls() {
   std::vector<std::string> v{"onednn"};
   if (backend::gemm::packed_gemm_supported()) v.push_back("packed");
+  if (backend::gemm::amx_gemm_supported()) v.push_back("amx");
   return v;
 }
 
@@ -33,6 +36,12 @@ std::vector<LinearCase> cases() {
                               {97, 512, 513}, {193, 300, 1025}};
   for (auto* d : tiles)
     for (DType dt : {DType::F32, DType::BF16}) v.push_back({d[0], d[1], d[2], dt, ""});
+  // Tile boundaries of the AMX GEMM: 32-row blocks and 32-column panels, K steps of 32, tasks of
+  // 256 columns x up to 512 rows, passes of K 512.
+  const int64_t amx_tiles[][3] = {{31, 31, 31},   {32, 32, 32},    {33, 33, 33},    {1, 544, 257},
+                                  {511, 96, 255}, {513, 513, 256}, {64, 1000, 289}, {1025, 64, 40}};
+  for (auto* d : amx_tiles) v.push_back({d[0], d[1], d[2], DType::BF16, ""});
+  v.push_back({513, 520, 300, DType::BF16, "strided_bias_silu_gated"});
   // Epilogues and layouts.
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     for (const char* var : {"bias", "gelu", "silu", "bias_gelu", "gated", "gated_inplace", "strided",
@@ -135,6 +144,34 @@ TEST(LinearOneDnn, MatmulsShareTheThreadsScratchpad) {
   run_all();
   EXPECT_EQ(backend::onednn::matmul_scratchpad_allocations() - start, first);
   RecordProperty("scratchpad_allocations", static_cast<int>(first));
+}
+
+// The AMX GEMM takes f32 and f16 activations against bf16 weights (rounded to bf16 as it packs
+// them, as oneDNN's bf16 matmul does) and writes any output dtype, each through the epilogue.
+TEST(LinearAmx, MixedActivationAndOutputDtypes) {
+  if (!backend::gemm::amx_gemm_supported()) GTEST_SKIP() << "no AMX on this CPU";
+  const Tensor w = random_normal({300, 200}, DType::BF16, 11, 0.0, 0.07);
+  const Tensor b = random_normal({300}, DType::F32, 12);
+  const auto p = backend::prepare_linear_cpu_with(w, b, backend::CpuLinearImpl::Amx);
+  const auto r = backend::prepare_linear_ref(w, b);
+  for (DType xdt : {DType::F32, DType::F16, DType::BF16}) {
+    for (DType ydt : {DType::F32, DType::F16, DType::BF16}) {
+      // The ref sees the activations as the AMX GEMM multiplies them: rounded to bf16.
+      const Tensor x = random_normal({70, 200}, xdt, 13);
+      backend::LinearArgs a;
+      a.x = x;
+      a.w = p.get();
+      a.activation = backend::Activation::GeluTanh;
+      a.y = Tensor::empty({70, 300}, ydt);
+      backend::linear_cpu(a);
+      backend::LinearArgs ra = a;
+      ra.x = x.to(DType::BF16).to(DType::F32);
+      ra.w = r.get();
+      ra.y = Tensor::empty({70, 300}, DType::F32);
+      backend::linear_ref(ra);
+      EXPECT_TRUE(all_close(a.y, ra.y, TolClass::Gemm)) << dtype_name(xdt) << " -> " << dtype_name(ydt);
+    }
+  }
 }
 
 TEST(LinearActivations, ExtremeInputs) {

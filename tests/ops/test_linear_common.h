@@ -27,6 +27,7 @@ inline std::string linear_case_name(const std::string& impl, const LinearCase& c
 }
 
 inline backend::CpuLinearImpl impl_named(const std::string& name) {
+  if (name == "amx") return backend::CpuLinearImpl::Amx;
   return name == "packed" ? backend::CpuLinearImpl::Packed : backend::CpuLinearImpl::OneDnn;
 }
 

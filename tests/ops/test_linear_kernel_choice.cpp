@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/linear_cpu.h"
 #include "backend/cpu/onednn_util.h"
 #include "support/random_tensor.h"
@@ -133,6 +134,25 @@ TEST(LinearKernelChoice, PackedWeightsReportThePackedKernel) {
   a.y = Tensor::empty({5, 64}, DType::BF16);
   const std::string kernel = backend::linear_cpu_kernel_for(a);
   EXPECT_TRUE(kernel == "packed-avx2" || kernel.rfind("onednn:", 0) == 0) << kernel;  // onednn where unsupported
+}
+
+// bf16 weights take the AMX GEMM by default exactly where the CPU and OS have the tile unit; f32
+// weights stay on oneDNN, and asking for the AMX GEMM with f32 weights gets the default.
+TEST(LinearKernelChoice, Bf16WeightsTakeTheAmxGemmWhereTheCpuHasIt) {
+  const auto kernel = [](DType dt, backend::CpuLinearImpl impl) {
+    const auto p = backend::prepare_linear_cpu_with(Tensor::zeros({64, 96}, dt), Tensor(), impl);
+    backend::LinearArgs a;
+    a.x = Tensor::empty({5, 96}, dt);
+    a.w = p.get();
+    a.y = Tensor::empty({5, 64}, dt);
+    return backend::linear_cpu_kernel_for(a);
+  };
+  const bool amx = backend::gemm::amx_gemm_supported();
+  EXPECT_EQ(kernel(DType::BF16, backend::CpuLinearImpl::Auto) == "amx-bf16", amx);
+  EXPECT_EQ(kernel(DType::BF16, backend::CpuLinearImpl::Amx) == "amx-bf16", amx);
+  EXPECT_EQ(kernel(DType::F32, backend::CpuLinearImpl::Amx).rfind("onednn:", 0), 0u);
+  EXPECT_EQ(kernel(DType::BF16, backend::CpuLinearImpl::OneDnn).rfind("onednn:", 0), 0u);
+  if (!amx) GTEST_SKIP() << "no AMX here: the default for bf16 weights is oneDNN or the packed GEMM";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/gemm_packed.h"
 #include "backend/cpu/linear_int8_cpu.h"
 #include "backend/cpu/linear_quant_cpu.h"
@@ -73,6 +74,7 @@ size_t weight_bytes(const std::vector<MatmulPart>& parts) {
 struct CpuLinearState {
   CpuLinearImpl impl = CpuLinearImpl::Packed;
   gemm::PackedWeights packed;
+  gemm::AmxWeights amx;
   std::vector<MatmulPart> matmul;  // one part, or column groups of a weight wider than kMaxMatmulColumns
   std::vector<MatmulPart>
       depth;  // instead of `matmul`: the K slices of a bf16 weight deeper than kMaxMatmulDepth
@@ -94,16 +96,22 @@ CpuLinearImpl impl_from_env() {
   if (s == "onednn") return CpuLinearImpl::OneDnn;
   if (s == "packed") return CpuLinearImpl::Packed;
   if (s == "w8a8") return CpuLinearImpl::W8A8;
+  if (s == "amx") return CpuLinearImpl::Amx;
   return CpuLinearImpl::Auto;
 }
 
 CpuLinearImpl choose(const Tensor& weight, CpuLinearImpl requested) {
   if (requested == CpuLinearImpl::W8A8) return CpuLinearImpl::W8A8;
   if (requested == CpuLinearImpl::Packed && !gemm::packed_gemm_supported()) return CpuLinearImpl::OneDnn;
+  // The AMX GEMM packs bf16 weights only; asked for elsewhere, the default applies.
+  if (requested == CpuLinearImpl::Amx && (weight.dtype() != DType::BF16 || !gemm::amx_gemm_supported()))
+    requested = CpuLinearImpl::Auto;
   if (requested != CpuLinearImpl::Auto) return requested;
   // f32 weights: oneDNN's f32 matmul reorders them at no extra memory cost.
   if (weight.dtype() == DType::F32) return CpuLinearImpl::OneDnn;
-  // bf16 (or f16) weights: oneDNN bf16 where the CPU has it, else our kernel keeps them 16-bit.
+  // bf16 (or f16) weights: our tile GEMM where the CPU has AMX, oneDNN bf16 where it has bf16
+  // without tiles, else our AVX2 kernel keeps them 16-bit.
+  if (weight.dtype() == DType::BF16 && gemm::amx_gemm_supported()) return CpuLinearImpl::Amx;
   if (weight.dtype() == DType::BF16 && onednn::native_bf16()) return CpuLinearImpl::OneDnn;
   return gemm::packed_gemm_supported() ? CpuLinearImpl::Packed : CpuLinearImpl::OneDnn;
 }
@@ -162,7 +170,9 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
     }
     state->impl = choose(weight, CpuLinearImpl::Auto);  // no JIT int8 matmul here
   }
-  if (state->impl == CpuLinearImpl::Packed) {
+  if (state->impl == CpuLinearImpl::Amx) {
+    state->amx = gemm::pack_weights_amx(weight, bias);
+  } else if (state->impl == CpuLinearImpl::Packed) {
     state->packed = gemm::pack_weights(weight, bias);
   } else {
     const DType compute = weight.dtype() == DType::BF16 && onednn::native_bf16() ? DType::BF16 : DType::F32;
@@ -258,7 +268,9 @@ void linear_cpu(const LinearArgs& a) {
     int8_linear_cpu(a, *state->int8);
     return;
   }
-  if (state->impl == CpuLinearImpl::Packed) {
+  if (state->impl == CpuLinearImpl::Amx) {
+    gemm::amx_gemm(a.x, state->amx, a.activation, a.residual, a.gate, a.y);
+  } else if (state->impl == CpuLinearImpl::Packed) {
     gemm::packed_gemm(a.x, state->packed, a.activation, a.residual, a.gate, a.y);
   } else if (!state->depth.empty()) {
     run_depth_slices(a, state->depth, false);
@@ -281,6 +293,10 @@ void plan_linear_cpu(const LinearArgs& a) {
     return;
   }
   if (state->impl == CpuLinearImpl::Packed) return;  // no per-shape state
+  if (state->impl == CpuLinearImpl::Amx) {
+    gemm::amx_gemm_plan(a.x.size(0), state->amx);  // the scratch, allocated and faulted in now
+    return;
+  }
   if (!state->depth.empty()) {
     run_depth_slices(a, state->depth, true);  // also allocates (faults in) the partial sum
     return;
@@ -294,6 +310,7 @@ std::string linear_cpu_kernel_for(const LinearArgs& a) {
   FLUXRT_CHECK(state != nullptr, ErrorCode::InvalidArgument, "[linear] weight was not prepared by the CPU backend");
   if (state->quant) return state->quant->onednn() ? "onednn-dequant-chunks" : "packed-avx2-dequant";
   if (state->int8) return "onednn-int8:" + int8_linear_impl(*state->int8);
+  if (state->impl == CpuLinearImpl::Amx) return "amx-bf16";
   if (state->impl == CpuLinearImpl::Packed) return "packed-avx2";
   if (!state->depth.empty()) {
     const Tensor sum = Tensor::empty({a.x.size(0), a.w->out_features()}, DType::F32);
@@ -316,6 +333,8 @@ std::string describe_linear_cpu(const PreparedLinear& prepared) {
   if (!state) return "unprepared";
   if (state->quant) return describe_quant_linear_cpu(*state->quant);
   if (state->int8) return describe_int8_linear_cpu(*state->int8);
+  if (state->impl == CpuLinearImpl::Amx)
+    return fmt::format("amx-bf16 (tile panels, {:.1f} MB)", state->amx.bytes() / 1e6);
   if (state->impl == CpuLinearImpl::Packed)
     return fmt::format("packed-avx2 ({} panels, {:.1f} MB)", dtype_name(state->packed.dtype),
                        state->packed.bytes() / 1e6);
