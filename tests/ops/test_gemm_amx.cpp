@@ -2,6 +2,7 @@
 // the tile instructions emulated in C++ (amx_gemm_emulated) against the f64 reference; on a CPU
 // with AMX, the real instructions against both. test_linear.cpp
 // runs the real one through linear_cpu where the CPU has it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -81,8 +82,7 @@ AmxRun run_case(const AmxCase& c, Gemm gemm) {
 }
 
 std::string case_name(const AmxCase& c) {
-  return "M" + std::to_string(c.m) + "_K" + std::to_string(c.k) + "_N" + std::to_string(c.n) +
-         (c.variant.empty() ? "" : "_" + c.variant);
+  return fmt::format("M{}_K{}_N{}{}{}", c.m, c.k, c.n, c.variant.empty() ? "" : "_", c.variant);
 }
 
 // Shapes across every boundary of the blocking: 32-row blocks, 32-column panels, K steps of 32
