@@ -12,6 +12,7 @@
 #include "core/allocator.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/threads.h"
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -298,15 +299,6 @@ void pack_activation_block(const Tensor& x, int64_t r0, int64_t k_pad, uint16_t*
 
 }  // namespace
 
-bool amx_gemm_supported() {
-#ifdef FLUXRT_AMX_X86
-  static const bool ok = tiles_granted();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 AmxWeights pack_weights_amx(const Tensor& weight, const Tensor& bias) {
   FLUXRT_CHECK(weight.dim() == 2 && weight.dtype() == DType::BF16, ErrorCode::InvalidArgument,
                "[linear] the AMX GEMM packs bf16 [N, K] weights, got {} {}", dtype_name(weight.dtype()),
@@ -456,6 +448,58 @@ void amx_gemm_with(const Tensor& x, const AmxWeights& w, Activation act, const T
 }
 
 }  // namespace
+
+namespace {
+
+#ifdef FLUXRT_AMX_X86
+// Once per process, before the first use: one product with every part of the blocking that a
+// small call reaches (two row blocks, a partial panel, odd K, bias and GELU) on the instructions
+// and on the emulation. The instruction sequence was reviewed against the SDM and GCC's
+// intrinsics and the rest tested through the emulation; should a CPU or hypervisor still
+// disagree, bf16 linears keep oneDNN instead of drawing wrong images.
+bool tile_unit_agrees() {
+  const int64_t m = 40, k = 75, n = 48;
+  const Tensor x = Tensor::empty({m, k}, DType::BF16), w = Tensor::empty({n, k}, DType::BF16);
+  const Tensor bias = Tensor::empty({n}, DType::F32);
+  uint32_t state = 12345;
+  const auto next = [&state] {  // a small LCG: values in [-1, 1), bf16-exact
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int>(state >> 24) - 128) / 128.0f;
+  };
+  for (int64_t i = 0; i < m * k; ++i) x.data<uint16_t>()[i] = f32_to_bf16(next());
+  for (int64_t i = 0; i < n * k; ++i) w.data<uint16_t>()[i] = f32_to_bf16(next() * 0.125f);
+  for (int64_t i = 0; i < n; ++i) bias.data<float>()[i] = next();
+  const AmxWeights packed = pack_weights_amx(w, bias);
+  const Tensor hw = Tensor::empty({m, n}, DType::F32), emu = Tensor::empty({m, n}, DType::F32);
+  try {
+    amx_gemm_with<HardwareTiles>(x, packed, Activation::GeluTanh, Tensor(), Tensor(), hw);
+    amx_gemm_with<EmulatedTiles>(x, packed, Activation::GeluTanh, Tensor(), Tensor(), emu);
+  } catch (const Error& e) {
+    FLUXRT_LOG_WARN("[linear] the AMX GEMM's self-check failed ({}); bf16 linears use oneDNN", e.what());
+    return false;
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < m * n; ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(hw.data<float>()[i] - emu.data<float>()[i])));
+  if (worst <= 1e-4) return true;
+  FLUXRT_LOG_WARN(
+      "[linear] the AMX tile unit disagrees with its emulation here (max difference {:.3g}); "
+      "bf16 linears use oneDNN",
+      worst);
+  return false;
+}
+#endif
+
+}  // namespace
+
+bool amx_gemm_supported() {
+#ifdef FLUXRT_AMX_X86
+  static const bool ok = tiles_granted() && tile_unit_agrees();
+  return ok;
+#else
+  return false;
+#endif
+}
 
 void amx_gemm(const Tensor& x, const AmxWeights& w, Activation act, const Tensor& residual,
               const Tensor& gate, const Tensor& y) {

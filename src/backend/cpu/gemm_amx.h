@@ -29,8 +29,9 @@ namespace fluxrt::backend::gemm {
 inline constexpr int64_t kAmxPanelColumns = 32;  // output columns per packed weight panel
 inline constexpr int64_t kAmxDepthStep = 32;     // K per tile product (bf16 pairs x 16)
 
-// True when the CPU has AMX-TILE and AMX-BF16, the OS enables the tile state, and the process
-// was granted it (Linux asks for it once per process: arch_prctl ARCH_REQ_XCOMP_PERM). Checked
+// True when the CPU has AMX-TILE and AMX-BF16, the OS enables the tile state, the process was
+// granted it (Linux asks for it once per process: arch_prctl ARCH_REQ_XCOMP_PERM), and a small
+// product on the tile unit agrees with the emulation below (else a warning, and false). Checked
 // once; false on other systems.
 bool amx_gemm_supported();
 
