@@ -14,11 +14,10 @@
 #include "backend/ref/linear_ref.h"
 #include "support/compare.h"
 #include "support/random_tensor.h"
+#include "test_linear_common.h"  // has()
 
 namespace fluxrt::test {
 namespace {
-
-bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 struct AmxCase {
   int64_t m, k, n;

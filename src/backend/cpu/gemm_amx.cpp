@@ -60,14 +60,17 @@ std::shared_ptr<void> allocate_shared(size_t bytes) {
 struct Workspace {
   std::unique_ptr<void, AllocatorFree> activations, worker;
   size_t activation_bytes = 0, worker_bytes = 0;
-  void* get(std::unique_ptr<void, AllocatorFree>& buf, size_t& have, size_t want) {
-    if (want > have) {
-      buf.reset();
-      buf.reset(aligned_alloc_bytes(want));
-      std::memset(buf.get(), 0, want);
-      have = want;
-    }
-    return buf.get();
+  static void grow(std::unique_ptr<void, AllocatorFree>& buf, size_t& have, size_t want) {
+    if (want <= have) return;
+    buf.reset();
+    buf.reset(aligned_alloc_bytes(want));
+    std::memset(buf.get(), 0, want);
+    have = want;
+  }
+  // Grows the packed activations and the workers' scratch to at least these sizes.
+  void reserve(size_t activation_bytes_wanted, size_t worker_bytes_wanted) {
+    grow(activations, activation_bytes, activation_bytes_wanted);
+    grow(worker, worker_bytes, worker_bytes_wanted);
   }
 };
 Workspace& workspace() {
@@ -343,9 +346,7 @@ AmxWeights pack_weights_amx(const Tensor& weight, const Tensor& bias) {
   if (bias.defined()) {
     const int64_t n_pad = p.panels * kAmxPanelColumns;
     p.bias = std::static_pointer_cast<float>(allocate_shared(static_cast<size_t>(n_pad) * sizeof(float)));
-    std::fill(p.bias.get(), p.bias.get() + n_pad, 0.0f);
-    const Tensor b = bias.contiguous();
-    convert(b.raw_data(), b.dtype(), p.bias.get(), DType::F32, static_cast<size_t>(n));
+    padded_vector_f32(bias, n, n_pad, p.bias.get());
   }
   return p;
 }
@@ -392,9 +393,8 @@ void amx_gemm_with(const Tensor& x, const AmxWeights& w, Activation act, const T
   const int64_t n_pad = w.panels * kAmxPanelColumns;
   std::vector<float> gate_pad;
   if (gate.defined()) {
-    gate_pad.assign(static_cast<size_t>(n_pad), 0.0f);
-    const Tensor g = gate.contiguous();
-    convert(g.raw_data(), g.dtype(), gate_pad.data(), DType::F32, static_cast<size_t>(n));
+    gate_pad.resize(static_cast<size_t>(n_pad));
+    padded_vector_f32(gate, n, n_pad, gate_pad.data());
   }
   const EpilogueCtx epilogue{w.bias.get(), gate.defined() ? gate_pad.data() : nullptr, act, &residual, &y};
 
@@ -402,8 +402,9 @@ void amx_gemm_with(const Tensor& x, const AmxWeights& w, Activation act, const T
   const CallShape shape = call_shape(m, w, threads);
   const int64_t task_rows = shape.task_rows, row_tasks = shape.row_tasks, tasks = shape.tasks;
   Workspace& ws = workspace();
-  auto* packed = static_cast<uint16_t*>(ws.get(ws.activations, ws.activation_bytes, shape.activation_bytes));
-  char* workers = static_cast<char*>(ws.get(ws.worker, ws.worker_bytes, shape.worker_stride * threads));
+  ws.reserve(shape.activation_bytes, shape.worker_stride * threads);
+  auto* packed = static_cast<uint16_t*>(ws.activations.get());
+  char* workers = static_cast<char*>(ws.worker.get());
   const size_t worker_stride = shape.worker_stride;
   const size_t block_floats = shape.block_floats, row_floats = shape.row_floats;
   const auto* weights = static_cast<const uint16_t*>(w.buffer.get());
@@ -517,9 +518,7 @@ void amx_gemm_plan(int64_t m, const AmxWeights& w) {
   if (m <= 0 || w.n == 0) return;
   const int threads = num_threads();
   const CallShape shape = call_shape(m, w, threads);
-  Workspace& ws = workspace();
-  ws.get(ws.activations, ws.activation_bytes, shape.activation_bytes);
-  ws.get(ws.worker, ws.worker_bytes, shape.worker_stride * threads);
+  workspace().reserve(shape.activation_bytes, shape.worker_stride * threads);
 }
 
 void amx_gemm_emulated(const Tensor& x, const AmxWeights& w, Activation act, const Tensor& residual,

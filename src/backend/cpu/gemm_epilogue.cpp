@@ -2,9 +2,21 @@
 // target attributes so the rest of the build keeps its baseline ISA.
 #include "backend/cpu/gemm_epilogue.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/dtype.h"
+
+namespace fluxrt::backend::gemm {
+
+// Plain code, needed on every CPU (the weight packers run anywhere).
+void padded_vector_f32(const Tensor& v, int64_t n, int64_t n_pad, float* dst) {
+  const Tensor c = v.contiguous();
+  convert(c.raw_data(), c.dtype(), dst, DType::F32, static_cast<size_t>(n));
+  std::fill(dst + n, dst + n_pad, 0.0f);
+}
+
+}  // namespace fluxrt::backend::gemm
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -25,6 +25,10 @@ struct EpilogueCtx {
 void epilogue_block(const EpilogueCtx& e, float* c, int64_t ldc, int64_t i0, int64_t mc, int64_t j0,
                     int64_t nc, float* row);
 
+// The first n values of a bias or gate vector v (any dtype, any stride) as f32 into
+// dst[0, n_pad), zeros past n: the padded form EpilogueCtx reads.
+void padded_vector_f32(const Tensor& v, int64_t n, int64_t n_pad, float* dst);
+
 // n values of dtype dt at src as f32 into dst, and back (round to nearest even for bf16).
 void load_row_f32(const void* src, DType dt, int64_t n, float* dst);
 void store_row_f32(const float* src, DType dt, int64_t n, void* dst);

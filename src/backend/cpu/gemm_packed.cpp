@@ -260,9 +260,7 @@ PackedWeights pack_weights(const Tensor& weight, const Tensor& bias) {
     const int64_t n_pad = p.panels * kNr;
     p.bias = std::shared_ptr<float>(static_cast<float*>(aligned_alloc_bytes(static_cast<size_t>(n_pad) * 4)),
                                     AlignedFree{});
-    std::fill(p.bias.get(), p.bias.get() + n_pad, 0.0f);
-    const Tensor b = bias.contiguous();
-    convert(b.raw_data(), b.dtype(), p.bias.get(), DType::F32, static_cast<size_t>(n));
+    padded_vector_f32(bias, n, n_pad, p.bias.get());
   }
   return p;
 }
@@ -279,9 +277,8 @@ void packed_gemm(const Tensor& x, const PackedWeights& w, Activation act, const 
   const int64_t n_pad = w.panels * kNr;
   std::vector<float> gate_pad;
   if (gate.defined()) {
-    gate_pad.assign(static_cast<size_t>(n_pad), 0.0f);
-    const Tensor g = gate.contiguous();
-    convert(g.raw_data(), g.dtype(), gate_pad.data(), DType::F32, static_cast<size_t>(n));
+    gate_pad.resize(static_cast<size_t>(n_pad));
+    padded_vector_f32(gate, n, n_pad, gate_pad.data());
   }
   const EpilogueCtx ectx{w.bias.get(), gate.defined() ? gate_pad.data() : nullptr, act, &residual, &y};
 
