@@ -12,7 +12,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(FLUXRT_LAYERS fluxrt_core fluxrt_io fluxrt_tokenizers fluxrt_backend_ref fluxrt_backend_cpu
-    fluxrt_backend_cuda fluxrt_ops fluxrt_nn fluxrt_models fluxrt_pipelines fluxrt_runtime)
+    fluxrt_backend_cuda fluxrt_ops fluxrt_nn fluxrt_models fluxrt_pipelines fluxrt_runtime fluxrt_frontend)
 set(_objects)
 set(_deps)
 foreach(_layer ${FLUXRT_LAYERS})
@@ -66,7 +66,7 @@ file(RELATIVE_PATH FLUXRT_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig
 configure_file(${CMAKE_SOURCE_DIR}/cmake/fluxrt.pc.in ${CMAKE_BINARY_DIR}/fluxrt.pc @ONLY)
 install(FILES ${CMAKE_BINARY_DIR}/fluxrt.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-# The command, and what it finds next to itself in <prefix>/share/fluxrt (runtime/run_config.h:
+# The command, and what it finds next to itself in <prefix>/share/fluxrt (runtime/model_resolution.h:
 # install_share_dir): the presets and the bundled demo model.
 install(TARGETS fluxrt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/configs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/fluxrt/configs)

@@ -4,6 +4,7 @@
 // and generates, fluxrt::write_run_images writes; this file only turns flags into settings and
 // prints. Progress goes to stderr, the written paths and the timing report to stdout. Ctrl-C stops
 // between steps and writes nothing (main maps ErrorCode::Cancelled to exit code 130).
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <chrono>
@@ -12,12 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "commands.h"
 #include "fluxrt/engine.h"
 #include "fluxrt/run.h"
 #include "progress.h"
+#include "request_flags.h"
 
 namespace fluxrt::cli {
 namespace {
@@ -59,51 +59,26 @@ RunSettings settings_from(const GenerateOptions& o) {
   if (given(o, "--model")) s.model = o.model;
   if (given(o, "--components")) s.components = o.components;
   if (given(o, "--text-encoder")) s.text_encoder = o.text_encoder;
-  if (given(o, "--size")) s.size = o.size;
-  if (given(o, "--steps")) s.steps = o.steps;
-  if (given(o, "--guidance")) s.guidance = o.guidance;
-  if (given(o, "--seed")) s.seed = o.seed;
-  if (given(o, "--max-sequence-length")) s.max_sequence_length = o.max_sequence_length;
   if (given(o, "--dtype")) s.dtype = o.dtype;
   if (given(o, "--device")) s.device = o.device;
   if (given(o, "--threads")) s.threads = o.threads;
   if (given(o, "--low-memory")) s.low_memory = o.low_memory;
-  if (given(o, "--batch")) s.images_per_prompt = o.batch;
   if (given(o, "--out")) s.out_dir = o.out_dir;
   if (given(o, "--filename")) s.filename_pattern = o.filename;
-  if (given(o, "--negative-prompt")) s.negative_prompt = o.negative_prompt;
   if (given(o, "--init-image")) s.init_image = o.init_image;
-  if (given(o, "--strength")) s.strength = o.strength;
-  if (given(o, "--true-cfg")) s.true_cfg = o.true_cfg;
   if (given(o, "--vae-tiling")) s.vae_tiling = o.vae_tiling;
   if (given(o, "--config")) s.preset = o.config;
   if (given(o, "--prompt")) s.prompt = o.prompt;
   if (given(o, "--prompts-file")) s.prompts_file = o.prompts_file;
   if (!o.profile_path.empty()) s.profile = o.profile_path;
+  s.fields = o.fields;
   s.reference_images = o.images;
-  s.loras = o.loras;
+  if (!o.loras.empty()) {
+    s.loras.emplace();
+    for (const std::string& text : o.loras) s.loras->push_back(parse_lora_text(text));
+  }
   s.cuda_graphs = o.cuda_graphs;
   return s;
-}
-
-// With img2img, what runs of the schedule (the steps may be the model's, so this comes after the
-// load, still before anything runs).
-std::string img2img_message(const Run& run, const Engine& engine) {
-  const ModelDefaults defaults = engine.defaults();
-  const int steps = run.request.steps.value_or(defaults.steps);
-  const float strength = run.request.strength.value_or(defaults.img2img_strength.value_or(0.6f));
-  int steps_run = 0;
-  try {
-    steps_run = engine.plan(run.request).steps_run;
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::InvalidArgument) throw;
-    throw Error(e.code(),
-                fmt::format("--init-image with --strength {} and {} steps runs no denoising step (raise "
-                            "--strength or --steps)",
-                            strength, steps));
-  }
-  return fmt::format("img2img from {}: strength {}, {} of {} steps run", run.init_image, strength, steps_run,
-                     steps);
 }
 
 }  // namespace
@@ -125,33 +100,21 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       "a single text-encoder file (.gguf in llama.cpp names, e.g. a Qwen3 or T5-XXL GGUF, or .safetensors) "
       "used instead of the folder's klein Qwen3 / FLUX.1 T5; the tokenizer still comes from the folder");
   cmd->add_option("--prompt,-p", o.prompt, "the prompt (may be empty)");
-  cmd->add_option("--negative-prompt", o.negative_prompt,
-                  "negative prompt (klein base variants with CFG; FLUX.1 with --true-cfg > 1)");
   cmd->add_option("--prompts-file", o.prompts_file, "one prompt per line; each line is a prompt of the batch");
   cmd->add_option("--image,-i", o.images, "reference image (PNG, JPEG or WebP); repeat for several")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option(
       "--init-image", o.init_image,
       "FLUX.1 img2img: start from this PNG, JPEG or WebP (resized to --size, default the model's)");
-  cmd->add_option("--strength", o.strength,
-                  "FLUX.1 img2img: how far the init image is noised, in (0, 1] (default 0.6); about steps x "
-                  "strength steps run");
+  add_request_field_flags(*cmd, o.fields);
   CLI::Option* lora =
       cmd->add_option("--lora", o.loras,
                       "LoRA file merged into the transformer, FILE or FILE:STRENGTH (default 1, negative "
                       "allowed); repeat for several (docs/lora.md)");
   lora->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--true-cfg", o.true_cfg,
-                  "FLUX.1 true classifier-free guidance scale; used when > 1 with --negative-prompt (two forwards "
-                  "per step)");
-  cmd->add_option("--vae-tiling", o.vae_tiling, "VAE decode/encode in tiles: auto (by memory, default), on or off")
+  cmd->add_option("--vae-tiling", o.vae_tiling,
+                  "VAE decode/encode in tiles: auto (by memory, default), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd->add_option("--steps", o.steps, "denoising steps (default: preset, else the model's)");
-  cmd->add_option("--guidance", o.guidance, "guidance scale (base variants; default: preset, else the model's)");
-  cmd->add_option("--size", o.size, "WxH, multiples of 2 x the VAE factor: 16 for FLUX, 8 for the demo model (default: preset, else reference image, else the model's)");
-  cmd->add_option("--seed", o.seed, "noise seed (default: preset, else random; printed and stored in the PNG)");
-  cmd->add_option("--batch,-n", o.batch, "images per prompt");
-  cmd->add_option("--max-sequence-length", o.max_sequence_length, "text tokens, e.g. 512 (default) or 256");
   cmd->add_option("--threads", o.threads, "worker threads (0 = all cores)");
   cmd->add_option("--out,-o", o.out_dir, "output folder (default: preset, else outputs)");
   cmd->add_option("--filename", o.filename,
@@ -174,6 +137,10 @@ namespace {
 int generate_and_write(const GenerateOptions& o) {
   Stopwatch command;
   const Run run = resolve_run(settings_from(o));
+  if (!run.prompt_given)
+    throw Error(ErrorCode::InvalidArgument,
+                "no prompt: give --prompt \"...\" (may be empty), --prompts-file or prompts: in a preset",
+                "prompts");
   install_sigint_handler();
 
   ProgressReporter progress(detect_progress_style(stderr, o.quiet), stderr);
@@ -183,18 +150,20 @@ int generate_and_write(const GenerateOptions& o) {
                                run.request.seed, run.seed_was_random ? " (random)" : "", run.images(),
                                run.images() == 1 ? "" : "s"));
   for (const std::string& note : run.notes) progress.message("note: " + note);
+  if (run.request.init_image)
+    progress.message(fmt::format("img2img from {}: strength {}, {} of {} steps run", run.init_image,
+                                 run.plan.strength.value_or(0), run.plan.steps_run, run.plan.steps));
 
-  std::optional<Engine> engine(std::in_place, run.model, run.engine);
+  std::optional<Engine> engine(std::in_place, run);
   const std::optional<LoadTimings> cold_load = engine->load_timings();
   throw_if_cancelled();
   std::optional<LoadTimings> warm_load;
   if (o.reload) {
     engine.reset();
-    engine.emplace(run.model, run.engine);
+    engine.emplace(run);
     warm_load = engine->load_timings();
     throw_if_cancelled();
   }
-  if (run.request.init_image) progress.message(img2img_message(run, *engine));
 
   Callbacks callbacks;
   callbacks.cancel = g_cancel;

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "fluxrt/run.h"
+#include "request_flags.h"
 #include "server/server.h"
 
 namespace fluxrt::cli {
@@ -65,7 +66,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--vae-tiling", o.vae_tiling, "auto, on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_flag("--cuda-graphs", o.cuda_graphs, "on cuda:N: replay the denoising step as a CUDA graph");
-  cmd->add_option("--config,-c", o.config, "run preset whose size, steps and guidance are the defaults");
+  cmd->add_option("--config,-c", o.config,
+                  "run preset whose request fields (size, steps, ...) are the defaults");
+  add_request_field_flags(*cmd, o.fields);
   cmd->add_option("--lora-dir", o.lora_dir,
                   "folder of LoRA .safetensors files that requests may name in 'loras' (docs/server.md)");
   cmd->add_option("--lora", o.loras,
@@ -75,7 +78,8 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
 }
 
 int run_serve(const ServeOptions& o) {
-  // The model and engine settings exactly as `fluxrt generate` resolves them.
+  // The model, the engine and the requests' defaults exactly as `fluxrt generate` resolves them
+  // (no --model: the bundled demo model and its preset).
   RunSettings settings;
   if (given(o, "--model")) settings.model = o.model;
   if (given(o, "--components")) settings.components = o.components;
@@ -86,18 +90,23 @@ int run_serve(const ServeOptions& o) {
   if (given(o, "--low-memory")) settings.low_memory = o.low_memory;
   if (given(o, "--vae-tiling")) settings.vae_tiling = o.vae_tiling;
   if (given(o, "--config")) settings.preset = o.config;
-  settings.loras = o.loras;
+  if (!o.loras.empty()) {
+    settings.loras.emplace();
+    for (const std::string& text : o.loras) settings.loras->push_back(parse_lora_text(text));
+  }
+  settings.fields = o.fields;
   settings.cuda_graphs = o.cuda_graphs;
-  settings.prompt = "";
-  settings.seed = 0;
-  const Run run = resolve_run(settings);
+  settings.writes_images = false;
+  auto run = std::make_shared<Run>(resolve_run(settings));
+  // A server's requests may bring images (/v1/images/edits): it keeps the VAE encoder.
+  run->engine.vae_encoder = true;
 
   server::ServerOptions s;
-  s.model = run.model;
-  s.engine = run.engine;
-  // resolve_run loads the VAE encoder only when its own request has images; a server's later
-  // requests may (/v1/images/edits), so it keeps the encoder.
-  s.engine.vae_encoder = true;
+  s.model = run->model;
+  s.engine = run->engine;
+  // The engine on the model as resolved above, not resolved a second time.
+  s.engine_factory = [run] { return std::make_unique<Engine>(*run); };
+  s.request_defaults = run->request;
   s.host = o.host;
   s.port = o.port;
   s.api_key = o.api_key;
@@ -114,10 +123,6 @@ int run_serve(const ServeOptions& o) {
   s.max_body_bytes = size_t(o.max_body_mb) << 20;
   s.max_upload_pixels = o.max_upload_pixels;
   s.lora_dir = o.lora_dir;
-  s.default_width = run.request.width;
-  s.default_height = run.request.height;
-  s.default_steps = run.request.steps;
-  s.default_guidance = run.request.guidance;
 
   // Blocked in every thread (the server's threads inherit the mask), taken here by sigwait: the
   // drain then runs on this thread, not in a signal handler.
@@ -130,12 +135,13 @@ int run_serve(const ServeOptions& o) {
   server::ImageServer server(s);
   server.start();
   std::fprintf(stderr, "fluxrt serve: listening on http://%s:%d (%s), loading %s\n", s.host.c_str(),
-               server.port(), s.api_key.empty() ? "no API key" : "API key required", run.model.c_str());
+               server.port(), s.api_key.empty() ? "no API key" : "API key required", run->model.c_str());
   std::fflush(stderr);
+  for (const std::string& note : run->notes) std::fprintf(stderr, "fluxrt serve: note: %s\n", note.c_str());
   std::thread loader_report([&] {
     try {
       server.wait_until_loaded();
-      std::fprintf(stderr, "fluxrt serve: model loaded (%s); ready\n", run.variant.c_str());
+      std::fprintf(stderr, "fluxrt serve: model loaded (%s); ready\n", run->variant.c_str());
     } catch (const Error& e) {
       std::fprintf(stderr, "fluxrt: error: %s\n", e.what());
       std::fflush(stderr);

@@ -2,8 +2,8 @@
 // Subcommands of the `fluxrt` executable. Each registers its options on the CLI11 app and runs
 // only when parsed; the work itself lives in the libraries, a command only prints.
 #include <CLI/CLI.hpp>
-
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fluxrt::cli {
@@ -43,17 +43,15 @@ int run_bench(const BenchOptions& options);  // throws fluxrt::Error
 // flag overrides the preset only when it is on the command line (docs/cli.md).
 struct GenerateOptions {
   CLI::App* command = nullptr;
-  std::string model, prompt, negative_prompt, prompts_file, size, dtype, device, out_dir, config, profile_path,
-      filename;
+  std::string model, prompt, prompts_file, dtype, device, out_dir, config, profile_path, filename;
   std::vector<std::string> images;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], repeatable
   std::string components;  // with --model FILE: the pipeline folder of the other components
   std::string text_encoder;            // a .gguf / .safetensors file instead of the folder's Qwen3 / T5
   std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
-  float strength = 0, true_cfg = 0;    // FLUX.1 img2img strength; FLUX.1 true CFG scale
-  int steps = 0, batch = 0, max_sequence_length = 0, threads = 0;
-  float guidance = 0;
-  uint64_t seed = 0;
+  // The request fields given (--steps, --size, ...: fluxrt/request_fields.h), as (key, text).
+  std::vector<std::pair<std::string, std::string>> fields;
+  int threads = 0;
   bool low_memory = false, quiet = false, warmup = false, reload = false, cuda_graphs = false;
 };
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
@@ -66,6 +64,8 @@ struct ServeOptions {
                                                max_size = "2048x2048", dtype, device, vae_tiling, config,
                                                lora_dir;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], merged at load
+  // Defaults for the requests' unset fields (--steps, --size, ...), as (key, text).
+  std::vector<std::pair<std::string, std::string>> fields;
   int port = 8080, max_queue = 32, max_batch = 1, batch_window_ms = 0, max_images = 4, threads = 0,
       max_body_mb = 64;
   uint64_t max_upload_pixels = 4096ull * 4096ull;

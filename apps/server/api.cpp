@@ -13,6 +13,7 @@
 #include <random>
 
 #include "fluxrt/image.h"
+#include "fluxrt/request_fields.h"
 #include "image_probe.h"
 
 namespace fluxrt::server {
@@ -106,6 +107,19 @@ class Fields {
     throw bad(name, "must be true or false");
   }
 
+  // A request field's value as the field table takes it (fluxrt/request_fields.h): JSON strings and
+  // numbers, or a form field's text; anything else is a 400 naming the field.
+  FieldValue field_value(const std::string& name) const {
+    if (!json_) return *text(name);
+    const json& v = (*json_)[name];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      return std::to_string(v.get<uint64_t>());  // a seed past int64, read in full from text
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) return v.get<double>();
+    throw bad(name, "must be a string or a number");
+  }
+
   static HttpError bad(const std::string& name, const std::string& what) {
     return HttpError(400, "'" + name + "' " + what, name, "invalid_value");
   }
@@ -169,8 +183,9 @@ namespace {
 std::string checked_text(const Fields& f, const std::string& name, const ApiLimits& limits) {
   std::string s = *f.string(name);
   if (!valid_utf8(s)) throw Fields::bad(name, "is not valid UTF-8");
-  if (utf8_length(s) > size_t(limits.max_prompt_chars))
-    throw Fields::bad(name, "is longer than " + std::to_string(limits.max_prompt_chars) + " characters");
+  if (utf8_length(s) > size_t(limits.model.max_prompt_chars))
+    throw Fields::bad(name,
+                      "is longer than " + std::to_string(limits.model.max_prompt_chars) + " characters");
   if (s.find('\0') != std::string::npos) throw Fields::bad(name, "contains a NUL character");
   return s;
 }
@@ -181,32 +196,30 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
-// "WxH" with both sides multiples of the model's factor within the limits, or "auto".
-void parse_size(const std::string& size, const ApiLimits& limits, GenerateRequest& request) {
-  if (size == "auto") return;
-  const size_t x = size.find('x');
-  int w = 0, h = 0;
-  auto number = [](std::string_view s, int* out) {
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-    return ec == std::errc() && end == s.data() + s.size() && !s.empty() && s[0] != '-' && s[0] != '+';
-  };
-  if (x == std::string::npos || !number(std::string_view(size).substr(0, x), &w) ||
-      !number(std::string_view(size).substr(x + 1), &h))
-    throw Fields::bad("size", "must be \"auto\" or \"WIDTHxHEIGHT\", e.g. \"1024x1024\"");
-  const int m = limits.size_multiple;
-  if (w < m || h < m || w % m != 0 || h % m != 0)
-    throw Fields::bad("size", "must have a width and a height that are positive multiples of " +
-                                  std::to_string(m) + " (got " + size + ")");
-  if (w > limits.max_width || h > limits.max_height)
+// The request fields of the field table by their API names (num_inference_steps, guidance_scale,
+// ...), set over the defaults with the model's bounds; n within this server's --max-images. A seed
+// not given (or -1) is drawn at random, as the OpenAI API has none.
+void parse_request_fields(const Fields& f, const ApiLimits& limits, GenerateRequest& request) {
+  RequestLimits bounds = limits.model;
+  bounds.max_images_per_prompt = std::min(bounds.max_images_per_prompt, limits.max_images);
+  bool seed_given = false;
+  for (const RequestField& field : request_fields()) {
+    if (!f.has(field.api)) continue;
+    const FieldValue value = f.field_value(field.api);
+    // "auto": the preset's size, else the model's (edits: the first image's).
+    if (field.type == FieldType::Size && value == FieldValue(std::string("auto"))) continue;
+    seed_given = seed_given || field.type == FieldType::Seed;
+    try {
+      set_request_field(request, field, value, bounds, std::string("'") + field.api + "'");
+    } catch (const Error& e) {
+      throw HttpError(400, e.what(), field.api, "invalid_value");
+    }
+  }
+  if (!seed_given) set_request_field(request, *find_request_field("seed"), int64_t{-1}, bounds, "seed");
+  if (f.has("size") && request.width &&
+      (*request.width > limits.max_width || *request.height > limits.max_height))
     throw Fields::bad("size", "is over this server's limit of " + std::to_string(limits.max_width) + "x" +
-                                  std::to_string(limits.max_height) + " (got " + size + ")");
-  request.width = w;
-  request.height = h;
-}
-
-uint64_t random_seed() {
-  std::random_device device;
-  return (uint64_t(device()) << 32) ^ device();
+                                  std::to_string(limits.max_height) + " (got " + *f.string("size") + ")");
 }
 
 // `loras`: [{"name": "style", "strength": 0.8}, "other", ...]; a bare name has strength 1.
@@ -253,21 +266,22 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
   ImageRequest r;
   r.edit = edit;
   if (!f.has("prompt")) throw HttpError(400, "'prompt' is required", "prompt", "missing_required_parameter");
+  // The preset's settings under the request's own; its prompts, images and seed are not the
+  // request's.
+  r.request = limits.defaults;
   r.request.prompts = {checked_text(f, "prompt", limits)};
+  r.request.reference_images.clear();
+  r.request.reference_image_names.clear();
+  r.request.init_image.reset();
+  r.request.init_image_name.clear();
+  r.request.loras.clear();
   if (auto model = f.string("model")) {
     const auto& ids = limits.model_ids;
     if (std::find(ids.begin(), ids.end(), *model) == ids.end())
       throw HttpError(400, "unknown model '" + *model + "'; this server runs " + join(ids), "model",
                       "model_not_found");
   }
-  r.request.images_per_prompt = int(f.integer("n", 1, limits.max_images).value_or(1));
-  if (limits.default_width && limits.default_height) {
-    r.request.width = limits.default_width;
-    r.request.height = limits.default_height;
-  }
-  // "auto" is what an unsized request gets: the preset's size (the demo model's 64x64), else the
-  // model's; parse_size leaves those as they are.
-  if (auto size = f.string("size")) parse_size(*size, limits, r.request);
+  parse_request_fields(f, limits, r.request);
   if (auto format = f.string("response_format")) {
     if (*format != "b64_json" && *format != "url")
       throw Fields::bad("response_format", "must be \"b64_json\" or \"url\"");
@@ -284,27 +298,6 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
   if (auto user = f.string("user")) r.user = *user;
   r.stream = f.boolean("stream").value_or(false);
   r.partial_images = int(f.integer("partial_images", 0, 3).value_or(0));
-
-  // The extras SGLang and vLLM-Omni take at the top level. seed -1 is "random" (A1111, sd.cpp).
-  if (auto seed = f.integer("seed", -1, std::numeric_limits<int64_t>::max()); seed && *seed >= 0)
-    r.request.seed = uint64_t(*seed);
-  else
-    r.request.seed = random_seed();
-  if (auto steps = f.integer("num_inference_steps", 1, limits.max_steps))
-    r.request.steps = int(*steps);
-  else if (limits.default_steps)
-    r.request.steps = limits.default_steps;
-  if (auto g = f.number("guidance_scale", 0, 100))
-    r.request.guidance = float(*g);
-  else if (limits.default_guidance)
-    r.request.guidance = limits.default_guidance;
-  if (f.has("negative_prompt")) r.request.negative_prompt = checked_text(f, "negative_prompt", limits);
-  if (auto len = f.integer("max_sequence_length", 1, 4096)) r.request.max_sequence_length = int(*len);
-  if (auto cfg = f.number("true_cfg_scale", 0, 100)) {
-    if (!limits.flux1)
-      throw Fields::bad("true_cfg_scale", "is for FLUX.1 models; this server runs a FLUX.2 model");
-    r.request.true_cfg = float(*cfg);
-  }
   r.loras = parse_loras(f, limits);
   return r;
 }
@@ -359,29 +352,27 @@ ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits)
     }
   if (images.empty())
     throw HttpError(400, "'image' is required (a file part)", "image", "missing_required_parameter");
-  const int most = limits.flux1 ? 1 : limits.max_reference_images;
+  // The family's inputs: reference images (klein), or one init image (FLUX.1 img2img).
+  const bool init_image = limits.model.max_reference_images == 0 && limits.model.init_image;
+  const int most = init_image ? 1 : limits.model.max_reference_images;
+  if (most == 0)
+    throw HttpError(400, "this model takes no images; use /v1/images/generations", "image", "invalid_value");
   if (int(images.size()) > most)
     throw HttpError(400,
                     "'image' takes at most " + std::to_string(most) +
-                        (limits.flux1 ? " image (the init image) " : " images ") + "with this model; got " +
+                        (init_image ? " image (the init image) " : " images ") + "with this model; got " +
                         std::to_string(images.size()),
                     "image", "invalid_value");
   for (const Part* p : images) {
     Image image = decode_upload(*p, limits);
     const std::string name = p->filename.empty() ? p->name : p->filename;
-    if (limits.flux1) {
+    if (init_image) {
       r.request.init_image = std::move(image);
       r.request.init_image_name = name;
     } else {
       r.request.reference_images.push_back(std::move(image));
       r.request.reference_image_names.push_back(name);
     }
-  }
-  if (auto strength = fields.number("strength", 0, 1)) {
-    if (!limits.flux1)
-      throw Fields::bad("strength", "is for FLUX.1 img2img; this server runs a FLUX.2 model");
-    if (*strength <= 0) throw Fields::bad("strength", "must be above 0");
-    r.request.strength = float(*strength);
   }
   // Unsized edits take the first image's size (the engine's rule), which must fit the limits too.
   if (!fields.has("size") || *fields.string("size") == "auto") {

@@ -16,19 +16,15 @@ namespace fluxrt::server {
 
 // What the checks need to know about the server and the loaded model.
 struct ApiLimits {
-  int max_width = 2048, max_height = 2048;
-  int max_images = 4;  // n
-  int max_prompt_chars = 32000;
-  int max_steps = 500;
-  int max_reference_images = 4;
+  int max_width = 2048, max_height = 2048;  // --max-size: this server's, within the model's
+  int max_images = 4;                       // n, within the model's images per prompt
   uint64_t max_upload_pixels = 4096ull * 4096ull;
-  int size_multiple = 16;              // the model's (ModelDefaults::size_multiple)
-  bool flux1 = false;                  // FLUX.1 takes an init image and true CFG; klein reference images
+  RequestLimits model;                 // the model's (Engine::limits): bounds and inputs taken
   std::vector<std::string> model_ids;  // what `model` may name
   std::vector<std::string> output_formats{"png", "jpeg", "webp"};  // the encoders built in
-  // Server-side defaults for unset fields (the run preset's, as `fluxrt generate` uses them).
-  std::optional<int> default_width, default_height, default_steps;
-  std::optional<float> default_guidance;
+  // What a request starts from: the run preset's and flags' fields as `fluxrt generate` uses them
+  // (fluxrt::Run::request); the request's own fields go over it, its unset ones stay the model's.
+  GenerateRequest defaults;
   // `loras` (names in --lora-dir): refused with a 400 when the server has no LoRA folder.
   bool loras = false;
   int max_loras = 8;

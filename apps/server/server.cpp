@@ -25,6 +25,7 @@
 #include "api.h"
 #include "connection.h"
 #include "fluxrt/image.h"
+#include "fluxrt/request_fields.h"
 #include "http_error.h"
 #include "image_probe.h"
 #include "image_store.h"
@@ -110,25 +111,14 @@ void send_error(httplib::Response& res, const HttpError& e) {
   res.set_content(error_body(e.status(), e.what(), e.param(), e.code()), "application/json");
 }
 
-// The request parameter of this API that an engine error's GenerateRequest field comes from
-// (Error::field), so a refusal found only when the engine looks at the request still names it.
+// The request parameter of this API that an engine error's field comes from (Error::field: a key
+// of the field table, or an input outside it), so a refusal found only when the engine looks at
+// the request still names it.
 std::string param_of_field(const std::string& field) {
-  static const std::pair<const char*, const char*> kParams[] = {
-      {"prompts", "prompt"},
-      {"negative_prompt", "negative_prompt"},
-      {"images_per_prompt", "n"},
-      {"size", "size"},
-      {"steps", "num_inference_steps"},
-      {"guidance", "guidance_scale"},
-      {"true_cfg", "true_cfg_scale"},
-      {"max_sequence_length", "max_sequence_length"},
-      {"reference_images", "image"},
-      {"init_image", "image"},
-      {"strength", "strength"},
-      {"loras", "loras"},
-  };
-  for (const auto& [from, to] : kParams)
-    if (field == from) return to;
+  if (const RequestField* f = find_request_field(field)) return f->api;
+  if (field == "prompts") return "prompt";
+  if (field == "reference_images" || field == "init_image") return "image";
+  if (field == "loras") return "loras";
   return "";
 }
 
@@ -263,7 +253,6 @@ void ImageServer::Impl::load() {
     engine_ = options_.engine_factory ? options_.engine_factory()
                                       : std::make_unique<Engine>(options_.model, options_.engine);
     const ModelInfo info = engine_->info();
-    const ModelDefaults d = engine_->defaults();
     std::string path = info.path.empty() ? engine_->model() : info.path;
     while (path.size() > 1 && path.back() == '/') path.pop_back();
     std::string stem = path.substr(path.find_last_of('/') + 1);
@@ -274,20 +263,14 @@ void ImageServer::Impl::load() {
     l.max_width = options_.max_width;
     l.max_height = options_.max_height;
     l.max_images = options_.max_images;
-    l.max_prompt_chars = options_.max_prompt_chars;
-    l.max_steps = options_.max_steps;
     l.max_upload_pixels = options_.max_upload_pixels;
-    l.size_multiple = d.size_multiple;
-    l.flux1 = info.family == "flux.1";
+    l.model = engine_->limits();
     l.model_ids = {model_id_};
     if (engine_->model() != model_id_) l.model_ids.push_back(engine_->model());
     if (info.variant != "custom" && info.variant != "unknown" && info.variant != model_id_)
       l.model_ids.push_back(info.variant);
     l.output_formats = output_formats();
-    l.default_width = options_.default_width;
-    l.default_height = options_.default_height;
-    l.default_steps = options_.default_steps;
-    l.default_guidance = options_.default_guidance;
+    l.defaults = options_.request_defaults;
     if (!options_.lora_dir.empty()) {
       loras_ = std::make_unique<LoraDirectory>(options_.lora_dir, info.family);
       l.loras = true;

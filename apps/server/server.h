@@ -39,16 +39,14 @@ struct ServerOptions {
   // "" refuses `loras`.
   std::string lora_dir;
 
-  // Unset request fields: these (the run preset's, as `fluxrt generate` has them), else the model's.
-  std::optional<int> default_width, default_height, default_steps;
-  std::optional<float> default_guidance;
+  // What every request starts from (fluxrt::Run::request: the run preset's and the flags' fields,
+  // as `fluxrt generate` has them); its unset fields are the model's.
+  GenerateRequest request_defaults;
 
   size_t max_body_bytes = size_t(64) << 20;
   size_t max_header_bytes = size_t(16) << 10;  // all header lines together
   int max_parts = 16;                          // multipart parts of an edit
   uint64_t max_upload_pixels = 4096ull * 4096ull;
-  int max_prompt_chars = 32000;
-  int max_steps = 500;
   std::chrono::seconds url_ttl{3600};     // response_format url: how long an image is kept
   size_t url_max_images = 256;            // and how many at most
   int http_threads = 0;                   // 0: max_queue + max_batch + 16

@@ -24,10 +24,13 @@
 #include "fluxrt/error.h"
 #include "fluxrt/image.h"
 #include "fluxrt/model_info.h"
+#include "fluxrt/request.h"
 #include "fluxrt/timing.h"
 #include "fluxrt/version.h"
 
 namespace fluxrt {
+
+struct Run;  // fluxrt/run.h
 
 // The dtype of the weights as used, the activations and the latents. BF16 is the checkpoints' own
 // (zero-copy on the CPU); F32 converts at load and is slower, closest to an f32 reference.
@@ -35,13 +38,6 @@ enum class Precision { BF16, F32 };
 
 // VAE decode/encode in tiles: Auto tiles when the whole image would not fit in memory.
 enum class VaeTiling { Auto, On, Off };
-
-// A LoRA file (.safetensors in the diffusers/PEFT, kohya, BFL/ComfyUI, fal, musubi or XLabs key
-// scheme: docs/lora.md) and its strength (1 = as trained; negative subtracts it).
-struct Lora {
-  std::string path;
-  float strength = 1.0f;
-};
 
 struct EngineOptions {
   // "cpu", "cuda" / "cuda:N" (builds with CUDA), or "cpu:N" (N >= 1: the CPU posing as another
@@ -74,38 +70,6 @@ struct EngineOptions {
   std::optional<std::string> text_encoder;
   // LoRAs merged into the transformer's weights at load (W + s B A in f32, rounded once), for
   // every request. A file that does not fit the model fails the constructor.
-  std::vector<Lora> loras;
-};
-
-struct GenerateRequest {
-  // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order
-  // (diffusers' prompt list + num_images_per_prompt). An empty prompt is allowed.
-  std::vector<std::string> prompts{""};
-  // The klein base variants (guidance > 1) and FLUX.1 true CFG; "" is diffusers' default.
-  std::string negative_prompt;
-  int images_per_prompt = 1;
-  // Unset: the first reference image's size, else the model's (ModelDefaults). Multiples of
-  // ModelDefaults::size_multiple.
-  std::optional<int> width, height;
-  std::optional<int> steps;       // denoising steps of the schedule; unset: the model's
-  std::optional<float> guidance;  // guidance scale; unset: the model's (unused by distilled klein)
-  // FLUX.1 only: true classifier-free guidance with negative_prompt when > 1 (two forwards per
-  // step). A field the model family cannot honour is an InvalidArgument, never dropped.
-  std::optional<float> true_cfg;
-  uint64_t seed = 0;  // the noise, drawn as torch.randn would on a CPU generator with this seed
-  std::optional<int> max_sequence_length;  // text tokens; unset: the model's (512; schnell 256)
-  // FLUX.2 klein: images to edit or combine, encoded by the VAE and attended to.
-  std::vector<Image> reference_images;
-  // FLUX.1 img2img: start from this image (resized to the output size), noised by `strength` in
-  // (0, 1] (unset: 0.6); about steps x strength steps run.
-  std::optional<Image> init_image;
-  std::optional<float> strength;
-  // What the metadata records for the images above (file names, say); may be left empty.
-  std::vector<std::string> reference_image_names;
-  std::string init_image_name;
-  // LoRAs for this request only, on top of the Engine's: applied unmerged (a low-rank branch next
-  // to each touched projection) and removed after the request. Only requests with the same list
-  // batch together (batch_key).
   std::vector<Lora> loras;
 };
 
@@ -203,31 +167,10 @@ struct GenerateResult {
   float guidance = 0;
   bool used_cfg = false;  // two forwards per step (klein base with guidance > 1, FLUX.1 true CFG)
   int graph_steps = 0;    // steps that replayed a recorded graph (EngineOptions::cuda_graphs)
+  // Settings of the request that changed nothing for this model (RequestPlan::notes).
+  std::vector<std::string> notes;
   // This call: run timings, the engine's load as cold_load, total_s the call's wall time.
   TimingReport timing;
-};
-
-// The model's own defaults: what a request's unset fields become.
-struct ModelDefaults {
-  int steps = 0;
-  float guidance = 0;
-  int width = 0, height = 0;
-  int max_sequence_length = 0;
-  int size_multiple = 16;  // widths and heights are multiples of this (2 x the VAE's factor)
-
-  std::optional<float> img2img_guidance;  // FLUX.1 img2img only
-  std::optional<float> img2img_strength;  // FLUX.1 img2img only
-};
-
-// What generate would run for a request: its unset fields resolved.
-struct RequestPlan {
-  int width = 0, height = 0;
-  int steps = 0;      // the schedule's length
-  int steps_run = 0;  // denoising steps that run (img2img: the schedule's tail)
-  float guidance = 0;
-  int max_sequence_length = 0;
-  std::optional<float> strength;  // img2img
-  int images = 0;
 };
 
 class Engine {
@@ -238,6 +181,9 @@ class Engine {
   // parallel; in low-memory mode nothing is loaded until a request). Error NotFound / Format /
   // Unsupported / InvalidArgument / OutOfMemory naming what is wrong.
   explicit Engine(const std::string& model, const EngineOptions& options = {});
+  // The model and options of a resolved run (fluxrt/run.h), which has resolved the model already:
+  // it is not resolved again.
+  explicit Engine(const Run& run);
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
@@ -256,17 +202,21 @@ class Engine {
   // so check requests before batching them. One request is the same as generate.
   std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests,
                                              const Callbacks& callbacks = {});
-  // What must agree for requests to share a batch, as a string: size, steps, guidance, true CFG,
-  // text length (with the model's defaults filled in), the request's LoRAs and the negative
-  // prompt. "" for a request that cannot join a batch (reference images, an init image).
+  // What must agree for requests to share a batch, as a string: the plan's size, steps, guidance,
+  // CFG, text length, the request's LoRAs and the negative prompt CFG uses. "" for a request that
+  // cannot join a batch (reference images, an init image). Throws as plan does for a request the
+  // model refuses.
   std::string batch_key(const GenerateRequest& request) const;
 
-  // The request's unset fields as generate would resolve them, and the steps that run, without
-  // running anything (to show or check before queueing). InvalidArgument when img2img's strength
-  // leaves no denoising step; the size, memory and field checks happen in generate.
+  // The request's unset fields as generate resolves them and its values checked against limits()
+  // and the memory, without running anything (to show or check before queueing): the one plan
+  // generate runs. InvalidArgument (Error::field() naming the field) or OutOfMemory when generate
+  // would refuse the request.
   RequestPlan plan(const GenerateRequest& request) const;
 
   ModelDefaults defaults() const;
+  // What a request may ask of this model (the bounds plan checks, the inputs its family takes).
+  RequestLimits limits() const;
   // The model as given to the constructor, and its variant in words.
   const std::string& model() const;
   const std::string& variant() const;

@@ -31,10 +31,10 @@ class Error : public std::runtime_error {
   // linked to the shared libfluxrt catches the exceptions the library throws.
   ~Error() override;
   ErrorCode code() const { return code_; }
-  // For a rejected request: the GenerateRequest member at fault ("reference_images",
-  // "init_image", "strength", "steps", "guidance", "true_cfg", "max_sequence_length",
-  // "images_per_prompt", "prompts", "loras", or "size" for width and height together), so a front end
-  // can name its own parameter (the server's `param`). Empty when the error is about no one field.
+  // For a rejected request: the field at fault, by its key in the request field table
+  // (fluxrt/request_fields.h: "steps", "size", "batch", ...) or "prompts", "reference_images",
+  // "init_image", "loras" for the inputs outside it, so a front end can name its own parameter
+  // (the server's `param`). Empty when the error is about no one field.
   const std::string& field() const { return field_; }
 
  private:

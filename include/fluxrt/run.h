@@ -1,60 +1,74 @@
 #pragma once
-// A run stated the way `fluxrt generate` states it: settings as flags give them, over a YAML run
-// preset (configs/*.yaml, docs/cli.md), over the model's defaults; PNG files written into a
-// folder under a file-name pattern, each with its settings as text chunks. resolve_run checks
-// everything before any weight is loaded, so a bad input costs one line and writes nothing; the
-// Engine then runs the request it made. Messages name the command's flags (--size, --batch, ...).
-// A front end with its own request format (a server) uses Engine and GenerateRequest directly.
+// The settings resolver every front end uses: what a user states (`fluxrt generate` or
+// `fluxrt serve` flags, Python's from_pretrained keywords) over a YAML run preset (configs/*.yaml,
+// docs/cli.md) over the model's defaults, resolved once into the engine options and the request:
+// the preset merged once, the model resolved once (Engine(run) takes it as resolved), the images
+// read, and the request planned against the model's limits, all before any weight is loaded, so
+// a bad input costs one line and writes nothing. Then, for `fluxrt generate`, the PNG files
+// written into a folder under a file-name pattern, each with its settings as text chunks.
 //
-//   fluxrt::RunSettings settings;  settings.prompt = "a red circle";  settings.seed = 7;
+//   fluxrt::RunSettings settings;
+//   settings.prompt = "a red circle";
+//   settings.fields = {{"seed", "7"}, {"steps", "4"}};   // by key, fluxrt/request_fields.h
 //   fluxrt::Run run = fluxrt::resolve_run(settings);
-//   fluxrt::Engine engine(run.model, run.engine);
+//   fluxrt::Engine engine(run);
 //   fluxrt::GenerateResult result = engine.generate(run.request);
 //   for (const std::string& path : fluxrt::write_run_images(run, result)) std::puts(path.c_str());
+//
+// A value given as a flag is named by the flag (--size, --batch, ...), a preset's by file, line and
+// key; what the model's plan refuses names the request field by its key (Error::field()).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fluxrt/engine.h"
 
 namespace fluxrt {
 
+class ResolvedModel;  // the model as resolved (opaque), handed from Run to Engine
+
 // Every field optional: unset falls back to the preset, then to the model's default.
 struct RunSettings {
-  std::optional<std::string> model;       // folder, .safetensors file or hub repo id; else the bundled demo
-  std::optional<std::string> components;  // with a .safetensors model: its pipeline folder
+  // The model and how to open it.
+  std::optional<std::string>
+      model;  // folder, .safetensors / .gguf file or hub repo id; else the bundled demo
+  std::optional<std::string> components;    // with a single-file model: its pipeline folder
   std::optional<std::string> text_encoder;  // EngineOptions::text_encoder: a GGUF / .safetensors encoder
-
   // A preset name under configs/ (or $FLUXRT_CONFIG_DIR) or a .yaml file. Unset: default.yaml
-  // when shipped, with demo.yaml over it when no model is named anywhere.
+  // when shipped, with demo.yaml over it when no model is named anywhere. "none": no preset.
   std::optional<std::string> preset;
-  std::optional<std::string> prompt;
-  std::optional<std::string> prompts_file;  // one prompt per line, each a prompt of the batch
-  std::optional<std::string> negative_prompt;
-  std::vector<std::string> reference_images;  // PNG files
-  std::optional<std::string> init_image;      // PNG file (FLUX.1 img2img)
-  std::optional<std::string> size;            // "WxH"
-  std::optional<int> steps;
-  std::optional<float> guidance;
-  std::optional<float> strength;
-  std::optional<float> true_cfg;
-  std::optional<uint64_t> seed;  // unset: the preset's, else random
-  std::optional<int> images_per_prompt;
-  std::optional<int> max_sequence_length;
   std::optional<std::string> dtype;       // "bf16" or "f32"
   std::optional<std::string> device;      // "cpu", "cuda", "cuda:N", "cpu:N"
   std::optional<std::string> vae_tiling;  // "auto", "on" or "off"
   std::optional<int> threads;
   std::optional<bool> low_memory;
   bool cuda_graphs = false;
+  // Merged into the transformer at load (EngineOptions::loras); given, they replace the preset's
+  // `loras:` list.
+  std::optional<std::vector<Lora>> loras;
+
+  // The request: its fields by key as text (fluxrt/request_fields.h: {"steps", "4"}, {"size",
+  // "512x512"}, {"seed", "random"}), in order; a key given twice takes the last.
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompts_file;    // one prompt per line, each a prompt of the batch
+  std::vector<std::string> reference_images;  // image files (klein)
+  std::optional<std::string> init_image;      // an image file (FLUX.1 img2img)
+
+  // Where `fluxrt generate` writes.
   std::optional<std::string> out_dir;  // default: the preset's, else "outputs"
   // {seed} {index} {prompt_index} {image_index} {width} {height} {steps}; ".png" appended
   std::optional<std::string> filename_pattern;
   std::optional<std::string> profile;  // a JSON timing report file: checked here, written by the caller
-  // --lora FILE[:STRENGTH], in order; given, they replace the preset's `loras:` list. Merged into
-  // the transformer at load (EngineOptions::loras).
-  std::vector<std::string> loras;
+
+  // `fluxrt generate` writes images: the output folder and the file-name pattern are checked. A
+  // front end that does not (a server, a binding) sets false.
+  bool writes_images = true;
+  // The RAM the size check compares against; 0: the machine's physical RAM (tests set a small one).
+  size_t ram_limit_bytes = 0;
 };
 
 // A resolved, checked run.
@@ -63,21 +77,33 @@ struct Run {
   std::string variant;      // "FLUX.2-klein-4B (distilled)", ...
   std::string preset;       // the preset file used; "" for none
   EngineOptions engine;     // low_memory decided (on when the components do not fit together)
-  GenerateRequest request;  // images read; unset fields left to the model
+  // The request the settings state, images read; its unset fields are the model's (a front end
+  // with requests of its own, the server, takes it as the defaults its requests start from).
+  GenerateRequest request;
+  bool prompt_given = false;  // a prompt from the settings or the preset (`prompt` is "" otherwise)
   bool seed_was_random = false;
+  RequestPlan plan;                // the request as the model will run it
+  RequestLimits limits;            // the model's
   std::string init_image;          // the init image's path, "" without img2img
   std::vector<std::string> notes;  // settings given without effect, modes chosen: for the user
   std::string out_dir;
   std::string filename_pattern;
+  std::shared_ptr<const ResolvedModel> resolved;  // for Engine(run)
 
   int images() const { return static_cast<int>(request.prompts.size()) * request.images_per_prompt; }
 };
 
 // Merges the settings over the preset, resolves the model, reads the prompts file, reference and
-// init images, checks sizes (against the RAM, with the weights' sizes from the checkpoint
-// headers), text, the output folder, the file-name pattern and the profile path. Loads no
-// weights, writes nothing. Error with a one-line message on the first problem.
+// init images, plans the request (sizes against the RAM, with the weights' sizes from the
+// checkpoint headers; text; the model's limits), checks the output folder, the file-name pattern
+// and the profile path. Loads no weights, writes nothing. Error with a one-line message on the
+// first problem.
 Run resolve_run(const RunSettings& settings);
+
+// "FILE[:STRENGTH]" (`--lora`): the strength after the last ':' when that parses as a finite number
+// (negative allowed), else the whole text is the file with strength 1. InvalidArgument for an
+// empty file name.
+Lora parse_lora_text(const std::string& text);
 
 // Writes every image of `result` as a PNG with its metadata_text into run.out_dir (created when
 // missing), named by run.filename_pattern; a name already taken gets -1, -2, ... so nothing is

@@ -9,26 +9,34 @@ def encode_png(width: int, height: int, rgb: bytes, text: list[tuple[str, str]])
 def inspect_lora(path: str) -> dict[str, Any]: ...
 
 class Request:
+    # The request fields of fluxrt/request_fields.h (num_inference_steps, guidance_scale, ...) are
+    # set through Engine.set_field, which checks them against the model's limits.
     prompts: list[str]
-    negative_prompt: str
     images_per_prompt: int
     width: int | None
     height: int | None
-    steps: int | None
-    guidance: float | None
-    true_cfg: float | None
     seed: int
-    max_sequence_length: int | None
-    strength: float | None
     loras: list[tuple[str, float]]
     def __init__(self) -> None: ...
     def add_reference_image(self, width: int, height: int, rgb: bytes, name: str = "") -> None: ...
     def set_init_image(self, width: int, height: int, rgb: bytes, name: str = "") -> None: ...
 
+class Run:
+    model: str
+    variant: str
+    preset: str
+    notes: list[str]
+    @property
+    def request(self) -> Request: ...
+
+def resolve_run(model: str | None = None, preset: str | None = None, device: str = "cpu",
+                precision: str = "bf16", threads: int | None = None, low_memory: bool | None = None,
+                components: str | None = None, vae_encoder: bool = True,
+                loras: list[tuple[str, float]] = ..., text_encoder: str | None = None) -> Run: ...
+
 class Engine:
-    def __init__(self, model: str, device: str = "cpu", precision: str = "bf16", threads: int | None = None,
-                 low_memory: bool | None = None, components: str | None = None,
-                 vae_encoder: bool = True, loras: list[tuple[str, float]] = ...) -> None: ...
+    def __init__(self, run: Run) -> None: ...
+    def set_field(self, request: Request, name: str, value: str | int | float) -> None: ...
     def generate(self, requests: list[Request], batch: bool = True,
                  on_step: Callable[[int, int, float, float, float, float], Any] | None = None
                  ) -> list[dict[str, Any]]: ...

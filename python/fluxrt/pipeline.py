@@ -21,7 +21,6 @@ from ._progress import make_bar
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "f32", "f32": "f32", "fp32": "f32", "float": "f32"}
 _DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32"}
-_DEMO_SIZE = (64, 64)
 
 
 def bundled_demo_model() -> str:
@@ -29,6 +28,12 @@ def bundled_demo_model() -> str:
     # Not resolved: in the build tree the .py files are links to the sources, and the demo model's
     # link sits next to them.
     return str(Path(__file__).parent / "models" / "demo")
+
+
+def _bundled_preset(name: str) -> str:
+    """A run preset shipped inside the package (configs/ of the source tree, as `fluxrt generate`
+    reads them), e.g. the demo model's size."""
+    return str(Path(__file__).parent / "configs" / f"{name}.yaml")
 
 
 @dataclass
@@ -97,13 +102,12 @@ class FluxPipeline(LoraLoaderMixin):
     may be called from several threads (calls run one at a time); the GIL is released while the
     engine works."""
 
-    def __init__(self, engine: _fluxrt.Engine, default_size: tuple[int, int] | None = None,
-                 open_options: dict[str, Any] | None = None) -> None:
-        self._engine = engine
-        self._default_size = default_size  # (height, width) over the model's own
-        self._open_options = open_options or {}  # the Engine's keyword arguments, for to()
+    def __init__(self, run: _fluxrt.Run, open_options: dict[str, Any]) -> None:
+        self._resolved = run  # the resolved settings: the model, and the preset's request defaults
+        self._engine = _fluxrt.Engine(run)
+        self._open_options = open_options  # resolve_run's keyword arguments, for to() and fuse_lora
         self._progress_bar_config: dict[str, Any] = {}
-        self._info: dict[str, Any] = json.loads(engine.info_json())
+        self._info: dict[str, Any] = json.loads(self._engine.info_json())
         self._init_loras()
 
     @classmethod
@@ -111,26 +115,29 @@ class FluxPipeline(LoraLoaderMixin):
                         dtype: Any = "bfloat16", device: str = "cpu", threads: int | None = None,
                         low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
                         torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None,
-                        text_encoder: str | os.PathLike[str] | None = None) -> FluxPipeline:
+                        text_encoder: str | os.PathLike[str] | None = None,
+                        preset: str | os.PathLike[str] | None = None) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
-        downloaded. No argument: the bundled demo model. ``torch_dtype`` is accepted for
-        diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM.
-        ``loras``: LoRA files merged into the weights at load, each a path or (path, strength).
-        ``text_encoder``: one file (a GGUF in llama.cpp's names, weights kept quantized, or a
-        .safetensors) used instead of the folder's klein Qwen3 / FLUX.1 T5."""
+        downloaded. No argument: the bundled demo model, at the size its preset says (as
+        ``fluxrt generate`` runs it). ``torch_dtype`` is accepted for diffusers' spelling of
+        ``dtype``. ``low_memory=None`` lets the engine decide from the RAM. ``loras``: LoRA files
+        merged into the weights at load, each a path or (path, strength). ``text_encoder``: one
+        file (a GGUF in llama.cpp's names, weights kept quantized, or a .safetensors) used instead
+        of the folder's klein Qwen3 / FLUX.1 T5. ``preset``: a `fluxrt generate` run preset (a name
+        under configs/ or a .yaml file) whose size, steps, guidance, ... a call's unset arguments
+        take (docs/cli.md)."""
         demo = pretrained_model_name_or_path is None
-        model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
-        precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
-        options = dict(precision=precision, threads=threads, low_memory=low_memory,
-                       components=None if components is None else os.fspath(components), vae_encoder=vae_encoder,
-                       loras=lora_list(loras),
+        if preset is None:
+            preset = _bundled_preset("demo") if demo else "none"
+        options = dict(model=bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path),
+                       preset=os.fspath(preset), device=device,
+                       precision=_dtype_of(dtype if torch_dtype is None else torch_dtype), threads=threads,
+                       low_memory=low_memory, components=None if components is None else os.fspath(components),
+                       vae_encoder=vae_encoder, loras=lora_list(loras),
                        text_encoder=None if text_encoder is None else os.fspath(text_encoder))
-        engine = _fluxrt.Engine(model, device=device, **options)
-        # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
-        # model (configs/demo.yaml); its config's sample size would give 512x512 noise.
-        return cls(engine, default_size=_DEMO_SIZE if demo else None, open_options=options)
+        return cls(_fluxrt.resolve_run(**options), options)
 
     # What the model is: `fluxrt info`'s data (variant, components, parameter counts, dtypes).
     @property
@@ -151,10 +158,14 @@ class FluxPipeline(LoraLoaderMixin):
 
     @property
     def defaults(self) -> dict[str, Any]:
-        """What unset arguments become: steps, guidance, width, height, max_sequence_length, ..."""
+        """What unset arguments become: steps, guidance, width, height, max_sequence_length, ...
+        (the preset's, else the model's)."""
         defaults = self._engine.defaults()
-        if self._default_size is not None:
-            defaults["height"], defaults["width"] = self._default_size
+        preset = self._resolved.request
+        for key in ("steps", "guidance", "width", "height", "max_sequence_length"):
+            value = getattr(preset, key, None)
+            if value is not None:
+                defaults[key] = value
         return defaults
 
     def set_progress_bar_config(self, **kwargs: Any) -> None:
@@ -165,14 +176,14 @@ class FluxPipeline(LoraLoaderMixin):
         """Moves the pipeline to ``device`` by opening the model again there, with the options it
         was opened with (no-op when it is there)."""
         if device != self.device:
-            self._engine = _fluxrt.Engine(self._engine.model, device=device, **self._open_options)
-            self._info = json.loads(self._engine.info_json())
+            self._reopen(device=device)
         return self
 
     def _reopen(self, **changes: Any) -> None:
-        """Opens the model again, on the same device, with some open options changed (fuse_lora)."""
+        """Opens the model again with some open options changed (to(), fuse_lora)."""
         options = dict(self._open_options, **changes)
-        self._engine = _fluxrt.Engine(self._engine.model, device=self.device, **options)
+        self._resolved = _fluxrt.resolve_run(**options)
+        self._engine = _fluxrt.Engine(self._resolved)
         self._open_options = options
         self._info = json.loads(self._engine.info_json())
 
@@ -217,18 +228,27 @@ class FluxPipeline(LoraLoaderMixin):
             raise InvalidArgumentError(
                 f"num_images_per_prompt must be a positive int, got {images_per_prompt!r}")
         count = len(prompts) * int(images_per_prompt)
-        if self._default_size is not None and image is None:  # with images: their size
-            height = self._default_size[0] if height is None else height
-            width = self._default_size[1] if width is None else width
+        fields = {"negative_prompt": negative_prompt, "num_inference_steps": steps, "guidance_scale": guidance,
+                  "true_cfg_scale": true_cfg, "strength": strength, "max_sequence_length": max_sequence_length}
 
         def request(prompts_: list[str], per_prompt: int, seed: int) -> _fluxrt.Request:
-            r = _fluxrt.Request()
+            r = self._resolved.request  # a copy: the preset's settings, if any
             r.prompts = prompts_
             r.images_per_prompt = per_prompt
             r.seed = seed
-            r.negative_prompt = negative_prompt or ""
-            r.width, r.height, r.steps, r.guidance = width, height, steps, guidance
-            r.true_cfg, r.strength, r.max_sequence_length = true_cfg, strength, max_sequence_length
+            if image is None:  # with images the first one's size
+                r.width = r.width if width is None else width
+                r.height = r.height if height is None else height
+            else:
+                r.width, r.height = width, height
+            # The engine checks each value against the model's limits, as the server does.
+            for name, value in fields.items():
+                if value is not None:
+                    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                        value = int(value)
+                    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+                        value = float(value)
+                    self._engine.set_field(r, name, value)
             r.loras = loras
             self._add_images(r, image)
             return r

@@ -23,6 +23,8 @@
 #include "fluxrt/image.h"
 #include "fluxrt/lora.h"
 #include "fluxrt/model_info.h"
+#include "fluxrt/request_fields.h"
+#include "fluxrt/run.h"
 #include "fluxrt/timing.h"
 
 namespace py = pybind11;
@@ -161,30 +163,50 @@ py::dict defaults_dict(const fluxrt::ModelDefaults& d) {
   return out;
 }
 
-std::unique_ptr<fluxrt::Engine> open_engine(const std::string& model, const std::string& device,
-                                            const std::string& precision, std::optional<int> threads,
-                                            std::optional<bool> low_memory,
-                                            std::optional<std::string> components, bool vae_encoder,
-                                            const std::vector<std::pair<std::string, float>>& loras,
-                                            std::optional<std::string> text_encoder) {
-  fluxrt::EngineOptions options;
-  options.device = device;
-  if (precision == "bf16") {
-    options.precision = fluxrt::Precision::BF16;
-  } else if (precision == "f32") {
-    options.precision = fluxrt::Precision::F32;
-  } else {
+// The run from_pretrained states, resolved as `fluxrt generate` resolves its flags (the settings
+// resolver: a preset's defaults, the model resolved once, the memory check), so Engine(run) opens
+// the model without resolving it again.
+fluxrt::Run resolve(std::optional<std::string> model, std::optional<std::string> preset,
+                    const std::string& device, const std::string& precision, std::optional<int> threads,
+                    std::optional<bool> low_memory, std::optional<std::string> components, bool vae_encoder,
+                    const std::vector<std::pair<std::string, float>>& loras,
+                    std::optional<std::string> text_encoder) {
+  fluxrt::RunSettings s;
+  s.model = std::move(model);
+  s.preset = std::move(preset);
+  s.device = device;
+  s.dtype = precision;
+  if (precision != "bf16" && precision != "f32")
     throw fluxrt::Error(fluxrt::ErrorCode::InvalidArgument,
                         "precision must be \"bf16\" or \"f32\", got \"" + precision + "\"");
+  s.threads = threads;
+  s.low_memory = low_memory;
+  s.components = std::move(components);
+  s.text_encoder = std::move(text_encoder);
+  s.loras.emplace();
+  for (const auto& [path, strength] : loras) s.loras->push_back({path, strength});
+  s.writes_images = false;
+  py::gil_scoped_release release;  // reads checkpoint headers: let other threads run
+  fluxrt::Run run = fluxrt::resolve_run(s);
+  run.engine.vae_encoder = vae_encoder;
+  return run;
+}
+
+// A Python value as the field table takes it (numbers already made int or float by the caller).
+fluxrt::FieldValue field_value(const py::handle& value, const std::string& name) {
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (!py::isinstance<py::bool_>(value) && py::isinstance<py::int_>(value)) {
+    try {
+      return value.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      return py::str(value).cast<std::string>();  // past int64: the field reads it in full from text
+    }
   }
-  options.threads = threads;
-  options.low_memory = low_memory;
-  options.components = std::move(components);
-  options.text_encoder = std::move(text_encoder);
-  options.vae_encoder = vae_encoder;
-  for (const auto& [path, strength] : loras) options.loras.push_back({path, strength});
-  py::gil_scoped_release release;  // loading takes seconds: let other threads run
-  return std::make_unique<fluxrt::Engine>(model, options);
+  if (py::isinstance<py::float_>(value)) return value.cast<double>();
+  throw fluxrt::Error(fluxrt::ErrorCode::InvalidArgument,
+                      name + " must be a number or a string, got " +
+                          py::str(value.get_type().attr("__name__")).cast<std::string>(),
+                      name);
 }
 
 }  // namespace
@@ -240,16 +262,10 @@ PYBIND11_MODULE(_fluxrt, m) {
   py::class_<fluxrt::GenerateRequest>(m, "Request")
       .def(py::init<>())
       .def_readwrite("prompts", &fluxrt::GenerateRequest::prompts)
-      .def_readwrite("negative_prompt", &fluxrt::GenerateRequest::negative_prompt)
       .def_readwrite("images_per_prompt", &fluxrt::GenerateRequest::images_per_prompt)
       .def_readwrite("width", &fluxrt::GenerateRequest::width)
       .def_readwrite("height", &fluxrt::GenerateRequest::height)
-      .def_readwrite("steps", &fluxrt::GenerateRequest::steps)
-      .def_readwrite("guidance", &fluxrt::GenerateRequest::guidance)
-      .def_readwrite("true_cfg", &fluxrt::GenerateRequest::true_cfg)
       .def_readwrite("seed", &fluxrt::GenerateRequest::seed)
-      .def_readwrite("max_sequence_length", &fluxrt::GenerateRequest::max_sequence_length)
-      .def_readwrite("strength", &fluxrt::GenerateRequest::strength)
       .def_property(
           "loras",
           [](const fluxrt::GenerateRequest& r) {
@@ -279,12 +295,39 @@ PYBIND11_MODULE(_fluxrt, m) {
           },
           py::arg("width"), py::arg("height"), py::arg("rgb"), py::arg("name") = "");
 
+  py::class_<fluxrt::Run>(m, "Run")
+      .def_readonly("model", &fluxrt::Run::model)
+      .def_readonly("variant", &fluxrt::Run::variant)
+      .def_readonly("preset", &fluxrt::Run::preset)
+      .def_readonly("notes", &fluxrt::Run::notes)
+      .def_property_readonly(
+          "request", [](const fluxrt::Run& r) { return r.request; },
+          "a copy of the request the preset states: what a call's unset arguments become");
+  m.def("resolve_run", &resolve, py::arg("model") = std::nullopt, py::arg("preset") = std::nullopt,
+        py::arg("device") = "cpu", py::arg("precision") = "bf16", py::arg("threads") = std::nullopt,
+        py::arg("low_memory") = std::nullopt, py::arg("components") = std::nullopt,
+        py::arg("vae_encoder") = true, py::arg("loras") = std::vector<std::pair<std::string, float>>{},
+        py::arg("text_encoder") = std::nullopt,
+        "the settings resolver of fluxrt generate: a preset's defaults, the model resolved once "
+        "(fluxrt/run.h)");
+
   py::class_<fluxrt::Engine>(m, "Engine")
-      .def(py::init(&open_engine), py::arg("model"), py::arg("device") = "cpu", py::arg("precision") = "bf16",
-           py::arg("threads") = std::nullopt, py::arg("low_memory") = std::nullopt,
-           py::arg("components") = std::nullopt, py::arg("vae_encoder") = true,
-           py::arg("loras") = std::vector<std::pair<std::string, float>>{},
-           py::arg("text_encoder") = std::nullopt)
+      .def(py::init([](const fluxrt::Run& run) {
+             py::gil_scoped_release release;  // loading takes seconds: let other threads run
+             return std::make_unique<fluxrt::Engine>(run);
+           }),
+           py::arg("run"))
+      .def(
+          "set_field",
+          [](const fluxrt::Engine& e, fluxrt::GenerateRequest& r, const std::string& api,
+             const py::handle& value) {
+            const fluxrt::RequestField* field = fluxrt::find_request_field_by_api(api);
+            if (field == nullptr)
+              throw fluxrt::Error(fluxrt::ErrorCode::InvalidArgument, "no request field named " + api);
+            fluxrt::set_request_field(r, *field, field_value(value, api), e.limits(), api);
+          },
+          py::arg("request"), py::arg("name"), py::arg("value"),
+          "sets a request field by its API name (num_inference_steps, ...) within this model's limits")
       .def("generate", &generate, py::arg("requests"), py::arg("batch") = true,
            py::arg("on_step") = py::none(),
            "runs the requests (one batch when `batch` and they share a batch key); one result dict per call")
@@ -302,6 +345,8 @@ PYBIND11_MODULE(_fluxrt, m) {
             d["max_sequence_length"] = p.max_sequence_length;
             d["strength"] = p.strength;
             d["images"] = p.images;
+            d["cfg"] = p.cfg;
+            d["notes"] = p.notes;
             return d;
           },
           py::arg("request"))

@@ -53,6 +53,12 @@ bool is_valid_utf8(std::string_view text, size_t* bad_pos) {
   return true;
 }
 
+size_t utf8_length(std::string_view text) {
+  size_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 std::string escape_for_message(std::string_view text, size_t max_bytes) {
   std::string out;
   const bool cut = text.size() > max_bytes;

@@ -11,6 +11,9 @@ namespace fluxrt::io {
 // (when given) receives the offset of the first byte of the first invalid sequence.
 bool is_valid_utf8(std::string_view text, size_t* bad_pos = nullptr);
 
+// Code points in valid UTF-8 text (bytes that do not continue a sequence).
+size_t utf8_length(std::string_view text);
+
 // Escapes control bytes, backslashes, quotes and invalid UTF-8 (\n, \\, \", \xff); valid
 // multi-byte characters pass through. Texts longer than `max_bytes` are cut with "...".
 std::string escape_for_message(std::string_view text, size_t max_bytes = 200);

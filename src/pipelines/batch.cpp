@@ -6,39 +6,23 @@
 
 namespace fluxrt::pipelines {
 
-std::vector<int64_t> images_per_prompt(const GenerateRequest& request) {
-  FLUXRT_CHECK_FIELD(!request.prompts.empty(), ErrorCode::InvalidArgument, "prompts", "generate: no prompts");
-  std::vector<int64_t> repeats;
-  if (request.prompt_repeats.empty()) {
-    FLUXRT_CHECK_FIELD(request.images_per_prompt >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
-                       "generate: images_per_prompt {} < 1", request.images_per_prompt);
-    repeats.assign(request.prompts.size(), request.images_per_prompt);
-  } else {
-    FLUXRT_CHECK(request.prompt_repeats.size() == request.prompts.size(), ErrorCode::InvalidArgument,
-                 "generate: prompt_repeats has {} entries for {} prompts", request.prompt_repeats.size(),
-                 request.prompts.size());
-    for (const int n : request.prompt_repeats) {
-      FLUXRT_CHECK(n >= 1, ErrorCode::InvalidArgument, "generate: prompt_repeats holds {} < 1", n);
-      repeats.push_back(n);
+CallBatch call_batch(const std::vector<PlannedRequest>& batch) {
+  FLUXRT_CHECK(!batch.empty(), ErrorCode::InvalidArgument, "generate: no requests");
+  CallBatch out;
+  for (const PlannedRequest& planned : batch) {
+    const fluxrt::GenerateRequest& r = *planned.request;
+    FLUXRT_CHECK_FIELD(!r.prompts.empty(), ErrorCode::InvalidArgument, "prompts", "generate: no prompts");
+    FLUXRT_CHECK_FIELD(r.images_per_prompt >= 1, ErrorCode::InvalidArgument, "batch",
+                       "generate: images_per_prompt {} < 1", r.images_per_prompt);
+    const int64_t images = static_cast<int64_t>(r.prompts.size()) * r.images_per_prompt;
+    for (const std::string& prompt : r.prompts) {
+      out.prompts.push_back(prompt);
+      out.repeats.push_back(r.images_per_prompt);
     }
+    if (batch.size() > 1) out.noise_groups.push_back({r.seed, images});
+    out.images += images;
   }
-  if (!request.noise_groups.empty()) {
-    const int64_t images = std::accumulate(repeats.begin(), repeats.end(), int64_t{0});
-    int64_t covered = 0;
-    for (const GenerateRequest::NoiseGroup& g : request.noise_groups) {
-      FLUXRT_CHECK(g.images >= 1, ErrorCode::InvalidArgument, "generate: a noise group of {} images",
-                   g.images);
-      covered += g.images;
-    }
-    FLUXRT_CHECK(covered == images, ErrorCode::InvalidArgument,
-                 "generate: the noise groups cover {} images of a batch of {}", covered, images);
-  }
-  return repeats;
-}
-
-int64_t batch_size(const GenerateRequest& request) {
-  const std::vector<int64_t> repeats = images_per_prompt(request);
-  return std::accumulate(repeats.begin(), repeats.end(), int64_t{0});
+  return out;
 }
 
 Tensor repeat_rows(const Tensor& x, const std::vector<int64_t>& repeats) {
@@ -61,12 +45,11 @@ Tensor broadcast_batch(const Tensor& x, int64_t batch) {
   return x.expand(shape).contiguous();
 }
 
-Tensor draw_noise(const GenerateRequest& request, const Shape& shape, DType dtype,
-                  TorchGenerator& generator) {
-  if (request.noise_groups.empty()) return randn_tensor(shape, dtype, generator);
+Tensor draw_noise(const CallBatch& batch, const Shape& shape, DType dtype, TorchGenerator& generator) {
+  if (batch.noise_groups.empty()) return randn_tensor(shape, dtype, generator);
   Tensor noise = Tensor::empty(shape, dtype);
   int64_t first = 0;
-  for (const GenerateRequest::NoiseGroup& g : request.noise_groups) {
+  for (const CallBatch::NoiseGroup& g : batch.noise_groups) {
     Shape part = shape;
     part[0] = g.images;
     TorchGenerator own(g.seed);

@@ -15,13 +15,13 @@ Tensor combine_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale) {
   return ops::add(v_neg, ops::scale(diff, scale));
 }
 
-void check_cancel(const GenerateRequest& request, const char* who, const char* where) {
-  if (request.cancel && request.cancel->load(std::memory_order_relaxed))
+void check_cancel(const CallContext& call, const char* who, const char* where) {
+  if (call.cancel && call.cancel->load(std::memory_order_relaxed))
     fail(ErrorCode::Cancelled, "{}: cancelled {}", who, where);
 }
 
 DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& model) {
-  const GenerateRequest& request = *loop.request;
+  const CallContext& call = *loop.call;
   const Schedule& schedule = *loop.schedule;
   const int steps = schedule.num_steps();
   const bool guided = loop.guidance_scale.has_value();
@@ -40,7 +40,7 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
   }
   Stopwatch total;
   for (int i = loop.first_step; i < steps; ++i) {
-    check_cancel(request, loop.who, "between denoising steps");
+    check_cancel(call, loop.who, "between denoising steps");
     Stopwatch step_watch;
     // timestep = t.expand(B).to(latents.dtype) / 1000
     const Tensor timestep = Tensor::full({loop.batch}, loop.latent_dtype,
@@ -61,9 +61,8 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
       if (velocity.size(1) != latents.size(1)) velocity = velocity.narrow(1, 0, latents.size(1)).contiguous();
     const Tensor velocity = guided ? combine_guidance(v[0], v[1], *loop.guidance_scale) : v[0];
     const int step = i - loop.first_step + 1;
-    const bool preview =
-        request.on_preview && std::find(request.preview_steps.begin(), request.preview_steps.end(), step) !=
-                                  request.preview_steps.end();
+    const bool preview = call.on_preview && std::find(call.preview_steps.begin(), call.preview_steps.end(),
+                                                      step) != call.preview_steps.end();
     std::vector<io::Image> previews;
     if (preview && loop.previewer && loop.previewer->ready())
       previews = loop.previewer->preview(predicted_clean_latents(latents, velocity, schedule.sigmas[i]),
@@ -71,11 +70,11 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
     latents = euler_step(latents, velocity, schedule, i);
     // A step's time is the device's: the Euler step no longer downloads, so wait here, only
     // when someone reads the time (no per-step synchronisation otherwise).
-    if (prof || request.on_step) ops::synchronize(loop.device);
+    if (prof || call.on_step) ops::synchronize(loop.device);
     const double seconds = step_watch.seconds();
     if (prof) prof->add(kSpanDenoiseStep, seconds);
-    if (preview) request.on_preview(step, std::move(previews));
-    if (request.on_step) request.on_step(step, steps - loop.first_step, seconds, schedule.timesteps[i]);
+    if (preview) call.on_preview(step, std::move(previews));
+    if (call.on_step) call.on_step(step, steps - loop.first_step, seconds, schedule.timesteps[i]);
   }
   if (prof) prof->add(kSpanDenoiseTotal, total.seconds());
   // Back for the next request of this shape only after a whole loop.

@@ -41,7 +41,7 @@ struct DenoiseLoop {
   StepGraphCache* graph_cache = nullptr;
   Device device = Device::cpu();
   Profiler* profiler = nullptr;              // kSpanDenoiseStep per step, kSpanDenoiseTotal
-  const GenerateRequest* request = nullptr;  // its on_step, cancel and previews
+  const CallContext* call = nullptr;         // its on_step, cancel and previews
   // For the request's previews: the colour map and the token grid (rows x columns, raster order)
   // with the output size the previews are scaled to.
   const LatentPreviewer* previewer = nullptr;
@@ -54,8 +54,8 @@ struct DenoiseLoop {
 // rounds to that dtype, the Python-float scale is applied in f32.
 Tensor combine_guidance(const Tensor& v_pos, const Tensor& v_neg, float scale);
 
-// Throws Error(Cancelled) "<who>: cancelled <where>" when the request's cancel flag is set.
-void check_cancel(const GenerateRequest& request, const char* who, const char* where);
+// Throws Error(Cancelled) "<who>: cancelled <where>" when the call's cancel flag is set.
+void check_cancel(const CallContext& call, const char* who, const char* where);
 
 struct DenoiseOutcome {
   Tensor latents;       // [B, L, C] after the last step, on the device

@@ -47,6 +47,7 @@ struct Flux1Pipeline::Impl {
   models::Flux1Config transformer_config;
   models::Flux1VaeConfig vae_config;
   ResidentWeights weights;  // from the checkpoint headers (a folder's; synthetic: 0)
+  ModelFacts facts;         // from the above (make_facts), what plan_request reads
 
   // Resident components (all null in low-memory mode).
   std::unique_ptr<models::Flux1Transformer> transformer;
@@ -64,6 +65,9 @@ struct Flux1Pipeline::Impl {
   static Impl from_variant(const std::string& variant, const std::filesystem::path& clip_tokenizer_dir,
                            const std::filesystem::path& t5_tokenizer_dir, const PipelineOptions& options,
                            uint64_t seed);
+
+  // The facts the configs above give (Flux1Pipeline's describe).
+  ModelFacts make_facts() const;
 
   // Loads the components (each on its own thread with options.parallel_load).
   void load_resident();

@@ -224,6 +224,7 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::load(const std::filesystem::path& 
                                                    const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
   if (!options.low_memory) impl->load_resident();
+  impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
 
@@ -233,59 +234,100 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
                                                         const PipelineOptions& options, uint64_t seed) {
   auto impl = std::make_unique<Impl>(Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
   if (!options.low_memory) impl->load_resident();
+  impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
 
 const PipelineKind& Flux1Pipeline::kind() const { return flux1_kind(); }
 const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
-RequestDefaults Flux1Pipeline::request_defaults() const {
-  const Flux1ModelDefaults& d = impl_->defaults;
-  RequestDefaults r;
-  r.num_steps = d.num_steps;
-  r.guidance_scale = d.guidance_scale;
-  r.width = d.width;
-  r.height = d.height;
-  r.max_sequence_length = d.max_sequence_length;
-  r.img2img_guidance_scale = d.img2img_guidance_scale;
-  r.img2img_strength = d.img2img_strength;
-  return r;
+const ModelFacts& Flux1Pipeline::facts() const { return impl_->facts; }
+
+ModelFacts Flux1Pipeline::Impl::make_facts() const {
+  ModelFacts f;
+  f.vae_scale_factor = vae_config.spatial_factor();
+  f.defaults.steps = defaults.num_steps;
+  f.defaults.guidance = defaults.guidance_scale;
+  f.defaults.width = defaults.width;
+  f.defaults.height = defaults.height;
+  f.defaults.max_sequence_length = defaults.max_sequence_length;
+  f.defaults.size_multiple = 2 * f.vae_scale_factor;
+  f.defaults.img2img_guidance = defaults.img2img_guidance_scale;
+  f.defaults.img2img_strength = defaults.img2img_strength;
+  f.limits.size_multiple = f.defaults.size_multiple;
+  f.limits.max_sequence_length = 512;  // T5's limit in FluxPipeline
+  f.limits.init_image = true;
+  f.limits.true_cfg = true;
+  f.weights = weights;
+  f.guidance_embedded = defaults.guidance_distilled;
+  return f;
 }
+
+ModelFacts Flux1Pipeline::describe(const std::filesystem::path& model_root, const PipelineOptions& options) {
+  return Impl::from_folder(model_root, options).make_facts();
+}
+
+// FluxPipeline / FluxImg2ImgPipeline.__call__'s defaults and rules: img2img's own guidance and
+// strength defaults and the steps its strength trims; true CFG only with true_cfg > 1 and a
+// negative prompt given (even an empty one), as diffusers' do_true_cfg.
+fluxrt::RequestPlan Flux1Pipeline::plan_for(const fluxrt::GenerateRequest& r, const ModelFacts& facts) {
+  const fluxrt::ModelDefaults& d = facts.defaults;
+  const bool img2img = r.init_image.has_value();
+  fluxrt::RequestPlan plan;
+  plan.width = r.width.value_or(d.width);
+  plan.height = r.height.value_or(d.height);
+  plan.steps = plan.steps_run = r.steps.value_or(d.steps);
+  plan.guidance = r.guidance.value_or(img2img && d.img2img_guidance ? *d.img2img_guidance : d.guidance);
+  plan.max_sequence_length = r.max_sequence_length.value_or(d.max_sequence_length);
+  if (img2img) {
+    plan.strength = r.strength.value_or(d.img2img_strength.value_or(0.6f));
+    plan.steps_run = plan.steps - flux1_img2img_start_index(plan.steps, *plan.strength);
+  }
+  const bool true_cfg_asked = r.true_cfg && *r.true_cfg > 1.0f;
+  plan.cfg = true_cfg_asked && r.negative_prompt.has_value();
+  if (plan.cfg) {
+    plan.true_cfg = r.true_cfg;
+    plan.negative_prompt = *r.negative_prompt;
+  }
+  if (true_cfg_asked && !r.negative_prompt)
+    plan.notes.push_back(
+        fmt::format("true_cfg {} has no effect without a negative prompt (as in diffusers)", *r.true_cfg));
+  if (r.negative_prompt && !plan.cfg)
+    plan.notes.push_back(
+        "the negative prompt has no effect on FLUX.1 without true_cfg > 1 (as in diffusers)");
+  if (r.guidance && !facts.guidance_embedded)
+    plan.notes.push_back(
+        fmt::format("guidance {} has no effect: this FLUX.1 model has no guidance embedding "
+                    "(schnell); true_cfg with a negative prompt guides it",
+                    *r.guidance));
+  return plan;
+}
+
 const models::Flux1Config& Flux1Pipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux1Pipeline::options() const { return impl_->options; }
 int Flux1Pipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
 const ResidentWeights& Flux1Pipeline::resident_weights() const { return impl_->weights; }
 
-GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
+GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_requests,
+                                       const CallContext& call) {
   Impl& m = *impl_;
   Profiler* prof = m.options.profiler;
-  const bool img2img = request.init_image.has_value();
 
-  // 1. check inputs
-  const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
-  FLUXRT_CHECK(!img2img || request.noise_groups.empty(), ErrorCode::InvalidArgument,
-               "generate: noise groups (batched requests) are for text to image, not img2img");
-  FLUXRT_CHECK_FIELD(request.reference_images.empty(), ErrorCode::InvalidArgument, "reference_images",
-                     "generate: FLUX.1 takes no reference images (use init_image for img2img)");
-  // strength means something only for img2img; without an init image it would be dropped silently.
-  FLUXRT_CHECK_FIELD(img2img || !request.strength, ErrorCode::InvalidArgument, "strength",
-                     "generate: strength is for img2img and needs init_image");
-  const int steps = request.num_steps.value_or(m.defaults.num_steps);
-  FLUXRT_CHECK_FIELD(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "steps",
-                     "generate: num_steps {} not in [1, 1000]", steps);
-  const float guidance =
-      request.guidance_scale.value_or(img2img ? m.defaults.img2img_guidance_scale : m.defaults.guidance_scale);
-  FLUXRT_CHECK_FIELD(std::isfinite(guidance), ErrorCode::InvalidArgument, "guidance",
-                     "generate: guidance_scale is not finite");
-  const float cfg_scale = request.true_cfg_scale.value_or(1.0f);
-  FLUXRT_CHECK_FIELD(std::isfinite(cfg_scale), ErrorCode::InvalidArgument, "true_cfg",
-                     "generate: true_cfg_scale is not finite");
-  const bool do_true_cfg = cfg_scale > 1.0f;
-  const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
-  FLUXRT_CHECK_FIELD(max_len >= 1 && max_len <= 512, ErrorCode::InvalidArgument, "max_sequence_length",
-                     "generate: max_sequence_length {} not in [1, 512] (FLUX.1 T5 limit)", max_len);
-  const int64_t batch = batch_size(request);
-  const int height = request.height.value_or(m.defaults.height);
-  const int width = request.width.value_or(m.defaults.width);
+  // 1. check inputs: the plan (plan_request) has resolved and checked every setting; the call's
+  // requests share it (Engine::batch_key), so the first one's is the call's.
+  const CallBatch calls = call_batch(batch_requests);
+  const fluxrt::GenerateRequest& request = *batch_requests.front().request;
+  const fluxrt::RequestPlan& plan = batch_requests.front().plan;
+  const bool img2img = request.init_image.has_value();
+  FLUXRT_CHECK(!img2img || batch_requests.size() == 1, ErrorCode::InvalidArgument,
+               "generate: batched requests are for text to image, not img2img");
+  const int steps = plan.steps;
+  const float guidance = plan.guidance;
+  const bool do_true_cfg = plan.cfg;
+  const float cfg_scale = plan.true_cfg.value_or(1.0f);
+  const int max_len = plan.max_sequence_length;
+  const int64_t batch = calls.images;
+  const int height = plan.height;
+  const int width = plan.width;
   const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
   validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale,
                 MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
@@ -293,10 +335,10 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
   const Shape noise_shape =
       flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4, vae_scale);
-  if (request.initial_latents) {
+  if (call.initial_latents) {
     FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument, "generate: initial_latents and init_image are exclusive");
-    FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
-                 "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),
+    FLUXRT_CHECK(call.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
+                 "generate: initial_latents has shape {}, expected {}", call.initial_latents->shape().str(),
                  noise_shape.str());
   }
   int t_start = 0;
@@ -304,10 +346,11 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   if (img2img) {
     FLUXRT_CHECK_FIELD(m.options.load_vae_encoder, ErrorCode::InvalidArgument, "init_image",
                        "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
-    t_start = flux1_img2img_start_index(steps, request.strength.value_or(m.defaults.img2img_strength));
-    init_pixels = flux1_preprocess_init_image(*request.init_image, width, height);  // [1, 3, H, W] f32
+    t_start = flux1_img2img_start_index(steps, *plan.strength);
+    const io::Image init = image_of_request(*request.init_image, "init image", "init_image");
+    init_pixels = flux1_preprocess_init_image(init, width, height);  // [1, 3, H, W] f32
   }
-  check_cancel(request, kWho, "before text encoding");
+  check_cancel(call, kWho, "before text encoding");
 
   // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
   Tensor prompt_embeds, pooled, negative_embeds, negative_pooled;
@@ -333,18 +376,18 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     auto encode = [&](const std::vector<std::string>& prompts, Tensor& embeds, Tensor& pool) {
       {
         ScopedTimer clip_span(prof, kSpanTextEncodingClip);
-        pool = repeat_rows(encoders->pooled(prompts, clip_with_loras.get()), repeats);  // [B, 768]
+        pool = repeat_rows(encoders->pooled(prompts, clip_with_loras.get()), calls.repeats);  // [B, 768]
         ops::synchronize(m.options.device);  // each span ends when the device has finished
       }
       ScopedTimer t5_span(prof, kSpanTextEncodingT5);
-      embeds = repeat_rows(t5.embed(prompts, max_len).embeds, repeats);  // [B, L, 4096]
+      embeds = repeat_rows(t5.embed(prompts, max_len).embeds, calls.repeats);  // [B, L, 4096]
       ops::synchronize(m.options.device);
     };
-    encode(request.prompts, prompt_embeds, pooled);
+    encode(calls.prompts, prompt_embeds, pooled);
     if (do_true_cfg) {
       // diffusers passes the one negative prompt for a batch of prompts only as a list of equal
       // length; a single string is broadcast the same way here.
-      encode(std::vector<std::string>(request.prompts.size(), request.negative_prompt), negative_embeds,
+      encode(std::vector<std::string>(calls.prompts.size(), plan.negative_prompt), negative_embeds,
              negative_pooled);
     }
   }
@@ -372,8 +415,8 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     shape[0] = batch;
     image_latents = image_latents.expand(shape).contiguous();  // [B, 16, h, w]
   }
-  Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
-                                         : draw_noise(request, noise_shape, dtype, generator);
+  Tensor noise = call.initial_latents ? call.initial_latents->to(dtype).contiguous()
+                                      : draw_noise(calls, noise_shape, dtype, generator);
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]
@@ -385,7 +428,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
   if (!m.transformer_config.guidance) result.guidance_scale = 0.0f;
 
   // 6. denoising loop
-  check_cancel(request, kWho, "before denoising");
+  check_cancel(call, kWho, "before denoising");
   {
     auto transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
@@ -403,7 +446,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     if (do_true_cfg) loop.guidance_scale = cfg_scale;
     loop.device = m.options.device;
     loop.profiler = prof;
-    loop.request = &request;
+    loop.call = &call;
     loop.who = kWho;
     loop.previewer = &m.previewer;
     loop.grid_h = lh / 2;  // a token is a 2x2 latent patch
@@ -439,7 +482,7 @@ GenerateResult Flux1Pipeline::generate(const GenerateRequest& request) {
     latents = std::move(denoised.latents);
     result.graph_steps = denoised.graph_steps;
   }
-  check_cancel(request, kWho, "before VAE decode");
+  check_cancel(call, kWho, "before VAE decode");
 
   // 7. unpack, z / scaling + shift, decode, 8-bit conversion
   const Tensor final_latents = flux1_unpack_latents(latents, lh, lw);  // [B, 16, h, w] on the device

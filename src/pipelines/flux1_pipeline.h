@@ -17,7 +17,7 @@
 // It takes the request / result / options types every pipeline takes (pipelines/pipeline.h)
 // and records the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
 // same way; inside kSpanTextEncoding it also records CLIP-L and T5-XXL apart (kSpanTextEncodingClip / T5).
-// Fields that mean nothing for FLUX.1 (reference_images) are refused with a one-line error.
+// Fields that mean nothing for FLUX.1 (reference_images) are refused by plan_request.
 //
 //   auto pipe = Flux1Pipeline::load("models/flux1-schnell", {});
 //   GenerateRequest req; req.prompts = {"a red circle"}; req.seed = 7;
@@ -68,21 +68,25 @@ class Flux1Pipeline final : public Pipeline {
   ~Flux1Pipeline() override;
 
   const PipelineKind& kind() const override;
-  GenerateResult generate(const GenerateRequest& request) override;
-  RequestDefaults request_defaults() const override;
+  const ModelFacts& facts() const override;
+  using Pipeline::generate;
+  GenerateResult generate(const std::vector<PlannedRequest>& batch, const CallContext& call) override;
+  // PipelineKind::describe and ::plan of FLUX.1.
+  static ModelFacts describe(const std::filesystem::path& model_root, const PipelineOptions& options);
+  static fluxrt::RequestPlan plan_for(const fluxrt::GenerateRequest& request, const ModelFacts& facts);
 
   const Flux1ModelDefaults& defaults() const;
   const models::Flux1Config& transformer_config() const;
   const PipelineOptions& options() const override;
   // diffusers' vae_scale_factor, 2 ** (len(vae.config.block_out_channels) - 1): 8 for FLUX.1's VAE.
-  int vae_scale_factor() const override;
+  int vae_scale_factor() const;
   // InvalidArgument (one line) when a size is not a positive multiple of 2 x vae_scale_factor,
   // OutOfMemory when the activations of a batch plus memory.weight_bytes (the weights resident at
   // the same time) would not fit in the RAM (memory.ram_bytes, default the machine's).
   static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
                             const MemoryCheck& memory = {});
   // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
-  const ResidentWeights& resident_weights() const override;
+  const ResidentWeights& resident_weights() const;
 
   struct Impl;
 

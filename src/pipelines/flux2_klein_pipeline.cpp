@@ -19,6 +19,7 @@
 #include "pipelines/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/request_plan.h"
 #include "pipelines/spans.h"
 #include "pipelines/step_graph.h"
 
@@ -118,6 +119,7 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::load(const std::filesyst
                                                              const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
   if (!options.low_memory) impl->load_resident();
+  impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
 
@@ -126,82 +128,125 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::str
                                                                   const PipelineOptions& options, uint64_t seed) {
   auto impl = std::make_unique<Impl>(Impl::from_variant(variant, tokenizer_dir, options, seed));
   if (!options.low_memory) impl->load_resident();
+  impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
 
 const PipelineKind& Flux2KleinPipeline::kind() const { return flux2_klein_kind(); }
 const KleinModelDefaults& Flux2KleinPipeline::defaults() const { return impl_->defaults; }
-RequestDefaults Flux2KleinPipeline::request_defaults() const {
-  const KleinModelDefaults& d = impl_->defaults;
-  RequestDefaults r;
-  r.num_steps = d.num_steps;
-  r.guidance_scale = d.guidance_scale;
-  r.width = d.width;
-  r.height = d.height;
-  r.max_sequence_length = d.max_sequence_length;
-  return r;
+const ModelFacts& Flux2KleinPipeline::facts() const { return impl_->facts; }
+
+ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
+  ModelFacts f;
+  f.vae_scale_factor = vae_config.spatial_factor();
+  f.defaults.steps = defaults.num_steps;
+  f.defaults.guidance = defaults.guidance_scale;
+  f.defaults.width = defaults.width;
+  f.defaults.height = defaults.height;
+  f.defaults.max_sequence_length = defaults.max_sequence_length;
+  f.defaults.size_multiple = 2 * f.vae_scale_factor;
+  f.limits.size_multiple = f.defaults.size_multiple;
+  f.limits.max_sequence_length = 4096;  // Qwen3 reads far more; the prompt template is what matters
+  f.limits.max_reference_images = 4;    // BFL's limit for klein
+  f.weights = weights;
+  f.cfg = !defaults.is_distilled;
+  return f;
 }
+
+ModelFacts Flux2KleinPipeline::describe(const std::filesystem::path& model_root,
+                                        const PipelineOptions& options) {
+  return Impl::from_folder(model_root, options).make_facts();
+}
+
+// Flux2KleinPipeline.__call__'s defaults and rules: the size of the first reference image, CFG
+// for the base variants only (guidance > 1), the negative prompt "" when none is given.
+fluxrt::RequestPlan Flux2KleinPipeline::plan_for(const fluxrt::GenerateRequest& r, const ModelFacts& facts) {
+  const fluxrt::ModelDefaults& d = facts.defaults;
+  fluxrt::RequestPlan plan;
+  plan.width = d.width;
+  plan.height = d.height;
+  if (!r.reference_images.empty()) {
+    const fluxrt::Image& first = r.reference_images.front();
+    reference_run_size(first.width, first.height, facts.vae_scale_factor, &plan.width, &plan.height);
+  }
+  plan.width = r.width.value_or(plan.width);
+  plan.height = r.height.value_or(plan.height);
+  plan.steps = plan.steps_run = r.steps.value_or(d.steps);
+  plan.guidance = r.guidance.value_or(d.guidance);
+  plan.max_sequence_length = r.max_sequence_length.value_or(d.max_sequence_length);
+  plan.cfg = facts.cfg && plan.guidance > 1.0f;  // do_classifier_free_guidance
+  if (plan.cfg) plan.negative_prompt = r.negative_prompt.value_or("");
+  if (r.guidance && !facts.cfg)
+    plan.notes.push_back(
+        fmt::format("guidance {} has no effect: distilled klein models run without guidance", *r.guidance));
+  if (r.negative_prompt && !plan.cfg)
+    plan.notes.push_back(facts.cfg
+                             ? "the negative prompt has no effect without CFG (guidance > 1)"
+                             : "the negative prompt has no effect: distilled klein models run without CFG");
+  return plan;
+}
+
 const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
 const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
 int Flux2KleinPipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
 const ResidentWeights& Flux2KleinPipeline::resident_weights() const { return impl_->weights; }
 
-GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
+GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& batch_requests,
+                                            const CallContext& call) {
   Impl& m = *impl_;
   Profiler* prof = m.options.profiler;
 
-  // 1. check inputs
-  const std::vector<int64_t> repeats = images_per_prompt(request);  // per prompt
-  // FLUX.1-only fields: Flux2KleinPipeline has no img2img and no separate true-CFG scale, and
-  // ignoring them would silently give another image than the one asked for.
-  FLUXRT_CHECK_FIELD(
-      !request.init_image, ErrorCode::InvalidArgument, "init_image",
-      "generate: init_image (img2img) is FLUX.1 only; FLUX.2 klein conditions on reference images instead");
-  FLUXRT_CHECK_FIELD(!request.strength, ErrorCode::InvalidArgument, "strength",
-                     "generate: strength is FLUX.1 img2img only; FLUX.2 klein has no img2img");
-  FLUXRT_CHECK_FIELD(
-      !request.true_cfg_scale, ErrorCode::InvalidArgument, "true_cfg",
-      "generate: true_cfg_scale is FLUX.1 only; FLUX.2 klein base variants take guidance_scale for CFG");
-  const int steps = request.num_steps.value_or(m.defaults.num_steps);
-  FLUXRT_CHECK_FIELD(steps >= 1 && steps <= 1000, ErrorCode::InvalidArgument, "steps",
-                     "generate: num_steps {} not in [1, 1000]", steps);
-  const float guidance = request.guidance_scale.value_or(m.defaults.guidance_scale);
-  FLUXRT_CHECK_FIELD(std::isfinite(guidance), ErrorCode::InvalidArgument, "guidance",
-                     "generate: guidance_scale is not finite");
-  const int max_len = request.max_sequence_length.value_or(m.defaults.max_sequence_length);
-  FLUXRT_CHECK_FIELD(max_len >= 1 && max_len <= 4096, ErrorCode::InvalidArgument, "max_sequence_length",
-                     "generate: max_sequence_length {} not in [1, 4096]", max_len);
-  const int64_t batch = batch_size(request);
-  const bool cfg = guidance > 1.0f && !m.defaults.is_distilled;  // do_classifier_free_guidance
+  // 1. check inputs: the plan (plan_request) has resolved and checked every setting; the call's
+  // requests share it (Engine::batch_key), so the first one's is the call's.
+  const CallBatch calls = call_batch(batch_requests);
+  const fluxrt::GenerateRequest& request = *batch_requests.front().request;
+  const fluxrt::RequestPlan& plan = batch_requests.front().plan;
+  FLUXRT_CHECK(batch_requests.size() == 1 || request.reference_images.empty(), ErrorCode::Internal,
+               "generate: a call of several requests with reference images");
+  const int steps = plan.steps;
+  const float guidance = plan.guidance;
+  const int max_len = plan.max_sequence_length;
+  const int64_t batch = calls.images;
+  const bool cfg = plan.cfg;                                      // do_classifier_free_guidance
   const int vae_scale = m.vae_config.spatial_factor();            // self.vae_scale_factor
 
   // 4. reference images: preprocessing first, so a bad image fails before any heavy work; the
   // first one gives the default output size.
   std::vector<Tensor> ref_pixels;
-  for (size_t r = 0; r < request.reference_images.size(); ++r) ref_pixels.push_back(preprocess_reference_image(request.reference_images[r], 2 * vae_scale));
+  for (size_t r = 0; r < request.reference_images.size(); ++r) {
+    const io::Image image = image_of_request(request.reference_images[r],
+                                             fmt::format("reference image {}", r + 1), "reference_images");
+    ref_pixels.push_back(preprocess_reference_image(image, 2 * vae_scale));
+  }
   FLUXRT_CHECK_FIELD(
       ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument, "reference_images",
       "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
-  int height = request.height.value_or(ref_pixels.empty() ? m.defaults.height : static_cast<int>(ref_pixels[0].size(2)));
-  int width = request.width.value_or(ref_pixels.empty() ? m.defaults.width : static_cast<int>(ref_pixels[0].size(3)));
+  const int height = plan.height, width = plan.width;
+  // The plan sized the run from the first image as the preprocessing crops it.
+  FLUXRT_CHECK(request.width || ref_pixels.empty() ||
+                   (ref_pixels[0].size(2) == height && ref_pixels[0].size(3) == width),
+               ErrorCode::Internal, "generate: the plan's size {}x{} is not the reference image's {}x{}",
+               width, height, ref_pixels.empty() ? 0 : ref_pixels[0].size(3),
+               ref_pixels.empty() ? 0 : ref_pixels[0].size(2));
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
                     vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
   const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
   const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
-  if (request.initial_latents) {
-    FLUXRT_CHECK(request.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
-                 "generate: initial_latents has shape {}, expected {}", request.initial_latents->shape().str(),
+  if (call.initial_latents) {
+    FLUXRT_CHECK(call.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
+                 "generate: initial_latents has shape {}, expected {}", call.initial_latents->shape().str(),
                  noise_shape.str());
   }
-  check_cancel(request, kWho, "before text encoding");
+  check_cancel(call, kWho, "before text encoding");
 
   // 3. prompt embeddings (encode_prompt), repeated per image; the negative branch for CFG.
   Tensor prompt_embeds, negative_embeds;
   {
     ComponentLease<models::KleinPromptEmbedder> embedder = m.embedder_lease();
     ScopedTimer span(prof, kSpanTextEncoding);
-    prompt_embeds = repeat_rows(embedder->embed(request.prompts, max_len).embeds, repeats);
-    if (cfg) negative_embeds = broadcast_batch(embedder->embed({request.negative_prompt}, max_len).embeds, batch);
+    prompt_embeds = repeat_rows(embedder->embed(calls.prompts, max_len).embeds, calls.repeats);
+    if (cfg)
+      negative_embeds = broadcast_batch(embedder->embed({plan.negative_prompt}, max_len).embeds, batch);
     ops::synchronize(m.options.device);  // the span ends when the device has finished
   }
   const Tensor text_ids = klein_text_ids(prompt_embeds.size(1));
@@ -210,8 +255,8 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
   // 5. noise: one torch CPU generator for the whole batch (or per noise group), in the
   // prompt-embedding dtype.
   TorchGenerator generator(request.seed);
-  const Tensor noise = request.initial_latents ? request.initial_latents->to(dtype).contiguous()
-                                               : draw_noise(request, noise_shape, dtype, generator);
+  const Tensor noise = call.initial_latents ? call.initial_latents->to(dtype).contiguous()
+                                            : draw_noise(calls, noise_shape, dtype, generator);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(pack_latents(noise), m.options.device);  // [B, Li, 128]
   Tensor latent_ids = klein_image_ids(lh, lw);
@@ -258,7 +303,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     if (cfg) loop.guidance_scale = guidance;
     loop.device = m.options.device;
     loop.profiler = prof;
-    loop.request = &request;
+    loop.call = &call;
     loop.who = kWho;
     loop.previewer = &m.previewer;
     loop.grid_h = lh;
@@ -293,7 +338,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     latents = std::move(denoised.latents);
     result.graph_steps = denoised.graph_steps;
   }
-  check_cancel(request, kWho, "before VAE decode");
+  check_cancel(call, kWho, "before VAE decode");
 
   // unpack, BN-denormalise, unpatchify, decode, 8-bit conversion
   const Tensor final_latents = unpack_latents(latents, lh, lw);  // [B, 128, h, w] on the device

@@ -73,8 +73,12 @@ class Flux2KleinPipeline final : public Pipeline {
   ~Flux2KleinPipeline() override;
 
   const PipelineKind& kind() const override;
-  GenerateResult generate(const GenerateRequest& request) override;
-  RequestDefaults request_defaults() const override;
+  const ModelFacts& facts() const override;
+  using Pipeline::generate;
+  GenerateResult generate(const std::vector<PlannedRequest>& batch, const CallContext& call) override;
+  // PipelineKind::describe and ::plan of FLUX.2 klein.
+  static ModelFacts describe(const std::filesystem::path& model_root, const PipelineOptions& options);
+  static fluxrt::RequestPlan plan_for(const fluxrt::GenerateRequest& request, const ModelFacts& facts);
 
   const KleinModelDefaults& defaults() const;
   const models::Flux2Config& transformer_config() const;
@@ -82,7 +86,7 @@ class Flux2KleinPipeline final : public Pipeline {
   // diffusers' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1), from the folder's
   // vae/config.json (8 for the released klein VAE; the demo model's 3-level VAE: 4). Sizes are
   // multiples of 2 x this; one latent token covers that many pixels per side.
-  int vae_scale_factor() const override;
+  int vae_scale_factor() const;
   // Throws InvalidArgument (one line) when a size is not a positive multiple of 2 x
   // vae_scale_factor (at most io::kMaxImageSide) or the batch is < 1, OutOfMemory when the
   // estimated activations plus memory.weight_bytes (the weights resident at the same time) exceed
@@ -92,7 +96,7 @@ class Flux2KleinPipeline final : public Pipeline {
   static void validate_size(int width, int height, int batch, int vae_scale_factor = 8,
                             const MemoryCheck& memory = {});
   // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
-  const ResidentWeights& resident_weights() const override;
+  const ResidentWeights& resident_weights() const;
 
   struct Impl;
 

@@ -41,6 +41,7 @@ struct Flux2KleinPipeline::Impl {
   models::Qwen3Config text_config;  // synthetic only (a folder's encoder reads its own config.json)
   models::Flux2VaeConfig vae_config;
   ResidentWeights weights;  // from the checkpoint headers (a folder's; synthetic: 0)
+  ModelFacts facts;         // from the above (make_facts), what plan_request reads
 
   // Resident components (all null in low-memory mode).
   std::unique_ptr<models::Flux2Transformer> transformer;
@@ -58,6 +59,8 @@ struct Flux2KleinPipeline::Impl {
   static Impl from_variant(const std::string& variant, const std::filesystem::path& tokenizer_dir,
                            const PipelineOptions& options, uint64_t seed);
   static void set_tiny_configs(Impl& m);
+  // The facts the configs above give (Flux2KleinPipeline's describe).
+  ModelFacts make_facts() const;
 
   // Loads the three components (concurrently with options.parallel_load).
   void load_resident();

@@ -86,8 +86,8 @@ void check_image_size(int width, int height, int batch, int vae_scale_factor) {
   FLUXRT_CHECK_FIELD(width <= io::kMaxImageSide && height <= io::kMaxImageSide, ErrorCode::InvalidArgument,
                      "size", "image size {}x{}: at most {} pixels per side", width, height,
                      io::kMaxImageSide);
-  FLUXRT_CHECK_FIELD(batch >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
-                     "batch of {} images: need at least 1", batch);
+  FLUXRT_CHECK_FIELD(batch >= 1, ErrorCode::InvalidArgument, "batch", "batch of {} images: need at least 1",
+                     batch);
 }
 
 }  // namespace fluxrt::pipelines

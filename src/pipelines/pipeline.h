@@ -6,11 +6,13 @@
 //
 //   const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);   // null: not ours
 //   std::unique_ptr<Pipeline> pipe = kind->load(model_root, options);
-//   GenerateResult out = pipe->generate(request);
+//   GenerateResult out = pipe->generate(request);   // the public fluxrt::GenerateRequest
 //
-// The request, result and options types every pipeline takes are here too. Fields a family cannot
-// honour (FLUX.1's init image and true CFG on klein, reference images on FLUX.1) are refused by
-// that family's generate with a one-line InvalidArgument, never dropped.
+// A pipeline takes the public request itself with its plan (pipelines/request_plan.h: the one
+// place that fills in defaults and checks a request against the model's limits), so a request
+// field crosses no translation between the engine and the model. Fields a family cannot honour
+// (FLUX.1's init image and true CFG on klein, reference images on FLUX.1) are refused there with a
+// one-line InvalidArgument, never dropped.
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/timer.h"
+#include "fluxrt/request.h"
 #include "io/image.h"
 #include "io/model_discovery.h"
 #include "models/lora/lora_delta.h"
@@ -76,49 +79,24 @@ struct PipelineOptions {
 // schedule's timestep it ran at (diffusers' t: sigma x num_train_timesteps).
 using StepCallback = std::function<void(int step, int num_steps, double step_seconds, float timestep)>;
 
-struct GenerateRequest {
-  // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order,
-  // exactly like diffusers' prompt list + num_images_per_prompt. An empty prompt is allowed.
-  std::vector<std::string> prompts{""};
-  std::string negative_prompt;  // base variants only (CFG); "" is diffusers' default negative
-  int images_per_prompt = 1;
-  std::optional<int> width, height;  // default: first reference image's size, else the model's
-  std::optional<int> num_steps;
-  std::optional<float> guidance_scale;
-  std::optional<int> max_sequence_length;  // 512 (default) or 256 etc.
-  uint64_t seed = 0;
-  // Reference images (RGB or RGBA 8-bit), preprocessed as Flux2ImageProcessor does.
-  std::vector<io::Image> reference_images;
-  // Optional: replace the noise draw (tests / custom noise); shape [B, 128, H/(2f), W/(2f)]
-  // (FLUX.1: [B, 16, H/f, W/f]), f the VAE's vae_scale_factor (8 for the released models).
+// One request of a pipeline call with its plan (plan_request): the pipelines read the request's
+// inputs (prompts, images, LoRAs, seed) and take every setting from the plan, never from the
+// request's unset fields. The requests of one call share everything Engine::batch_key compares.
+struct PlannedRequest {
+  const fluxrt::GenerateRequest* request = nullptr;
+  fluxrt::RequestPlan plan;
+};
+
+// What a call carries besides its requests: hooks for the engine, and for tests a replacement of
+// the noise.
+struct CallContext {
+  // Replaces the noise draw: shape [B, 128, H/(2f), W/(2f)] (FLUX.1: [B, 16, H/f, W/f]), f the
+  // VAE's vae_scale_factor (8 for the released models), B the call's images.
   std::optional<Tensor> initial_latents;
-  // FLUX.1 only (FluxPipeline / FluxImg2ImgPipeline): true classifier-free guidance with
-  // negative_prompt when > 1 (diffusers' default 1: off); img2img from an RGB 8-bit init image
-  // with strength in [0, 1] (diffusers' default 0.6). The klein pipeline refuses them
-  // (InvalidArgument naming the field), FLUX.1 refuses reference_images and strength without
-  // init_image: a field a pipeline cannot honour is an error, never silently dropped.
-  std::optional<float> true_cfg_scale;
-  std::optional<io::Image> init_image;
-  std::optional<float> strength;
-  // LoRAs for this request only: attached to the transformer's linears unmerged (low-rank side
-  // branches) for the denoising loop and detached after it. Such a request runs its steps eagerly
-  // (no step-graph replay: a kept graph holds no branches).
-  std::vector<models::LoraSpec> loras;
-  // Several requests as one batch (runtime::Engine::generate_batch; pipelines/batch.h).
-  // prompt_repeats[p]: the images of prompts[p] (empty: images_per_prompt each). noise_groups:
-  // runs of consecutive images whose noise one generator seeded with the group's seed draws, as
-  // that request alone would (empty: one generator with `seed` for the whole batch). Text to
-  // image only: FLUX.1 img2img refuses noise groups.
-  std::vector<int> prompt_repeats;
-  struct NoiseGroup {
-    uint64_t seed = 0;
-    int64_t images = 0;
-  };
-  std::vector<NoiseGroup> noise_groups;
   StepCallback on_step;
   const std::atomic<bool>* cancel = nullptr;  // checked between steps; throws Error(Cancelled)
   // Previews (pipelines/latent_preview.h): after each step named in preview_steps (1-based, of
-  // the steps that run), on_preview gets one rough RGB image per image of the batch, before
+  // the steps that run), on_preview gets one rough RGB image per image of the call, before
   // on_step; an empty list until the pipeline has finished an image to fit its colours from.
   std::vector<int> preview_steps;
   std::function<void(int step, std::vector<io::Image> previews)> on_preview;
@@ -134,14 +112,18 @@ struct GenerateResult {
   Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
 };
 
-// A request's unset fields as a family fills them in, in one shape for every family.
-struct RequestDefaults {
-  int num_steps = 0;
-  float guidance_scale = 0;
-  int width = 0, height = 0;
-  int max_sequence_length = 0;
-  std::optional<float> img2img_guidance_scale;  // families with img2img only
-  std::optional<float> img2img_strength;
+// What a family reads from a model before loading any weight: enough to resolve and check a
+// request (plan_request) and to size it against the memory.
+struct ModelFacts {
+  fluxrt::ModelDefaults defaults;
+  fluxrt::RequestLimits limits;
+  int vae_scale_factor = 8;        // diffusers' vae_scale_factor; sizes are multiples of twice this
+  ResidentWeights weights;         // from the checkpoint headers (0 for synthetic pipelines)
+  bool cfg = false;                // guidance > 1 runs classifier-free guidance (klein base)
+  bool guidance_embedded = false;  // the guidance value goes into the transformer (FLUX.1 dev)
+  std::string variant;             // in words: "FLUX.2-klein-base-4B", ...
+  // What the model's files said that a user should hear (two sources disagreeing, say).
+  std::vector<std::string> notes;
 };
 
 struct PipelineKind;
@@ -150,14 +132,15 @@ class Pipeline {
  public:
   virtual ~Pipeline() = default;
   virtual const PipelineKind& kind() const = 0;
-  virtual GenerateResult generate(const GenerateRequest& request) = 0;
-  virtual RequestDefaults request_defaults() const = 0;
+  virtual const ModelFacts& facts() const = 0;
   virtual const PipelineOptions& options() const = 0;
-  // diffusers' vae_scale_factor, 2 ** (levels - 1) of the folder's VAE; sizes are multiples of
-  // twice this.
-  virtual int vae_scale_factor() const = 0;
-  // The weights this pipeline keeps resident (from the checkpoint headers; 0 for synthetic ones).
-  virtual const ResidentWeights& resident_weights() const = 0;
+  // Runs one call: the batch's images in request order.
+  virtual GenerateResult generate(const std::vector<PlannedRequest>& batch, const CallContext& call) = 0;
+
+  // plan_request with this pipeline's facts and memory (its resident weights, the machine's RAM).
+  fluxrt::RequestPlan plan(const fluxrt::GenerateRequest& request) const;
+  // One request, planned here (tests and benchmarks; the engine plans before it calls).
+  GenerateResult generate(const fluxrt::GenerateRequest& request, const CallContext& call = {});
 };
 
 enum class PipelineFamily { Flux2Klein, Flux1 };
@@ -173,15 +156,18 @@ struct PipelineKind {
   // The folder component PipelineOptions::text_encoder_file replaces ("text_encoder" for klein's
   // Qwen3, "text_encoder_2" for FLUX.1's T5: the large encoder).
   const char* text_encoder_component = "";
-  bool reference_images = false;               // GenerateRequest::reference_images
-  bool img2img = false;                        // GenerateRequest::init_image and strength
-  bool true_cfg = false;                       // GenerateRequest::true_cfg_scale
   // Whether a single transformer checkpoint of this family (io::detect_variant) runs here.
   bool (*takes_transformer)(const io::VariantInfo& transformer) = nullptr;
   // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
   // (components resident unless options.low_memory).
   std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
                                     const PipelineOptions& options) = nullptr;
+  // What a folder of this kind (resolved by io::resolve_model) says about the model before any
+  // weight is loaded: its defaults, limits, VAE factor and weights (the same facts load gives).
+  ModelFacts (*describe)(const std::filesystem::path& model_root, const PipelineOptions& options) = nullptr;
+  // The family's part of plan_request (pipelines/request_plan.h), after the checks every family
+  // shares: its defaults and its rules (which settings take effect, the notes when one does not).
+  fluxrt::RequestPlan (*plan)(const fluxrt::GenerateRequest& request, const ModelFacts& facts) = nullptr;
   // The family's size check before anything is loaded (its validate_size).
   void (*validate_size)(int width, int height, int batch, int vae_scale_factor,
                         const MemoryCheck& memory) = nullptr;

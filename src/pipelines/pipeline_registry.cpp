@@ -16,7 +16,6 @@ PipelineKind make_flux2_klein_kind() {
   k.pipeline_class = "Flux2KleinPipeline";
   k.weight_components = {"transformer", "text_encoder", "vae"};
   k.text_encoder_component = "text_encoder";
-  k.reference_images = true;
   // FLUX.2 dev is another pipeline (Mistral text encoder), which fluxrt does not run.
   k.takes_transformer = [](const io::VariantInfo& info) {
     return info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev;
@@ -25,6 +24,8 @@ PipelineKind make_flux2_klein_kind() {
               const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux2KleinPipeline::load(root, options);
   };
+  k.describe = &Flux2KleinPipeline::describe;
+  k.plan = &Flux2KleinPipeline::plan_for;
   k.validate_size = &Flux2KleinPipeline::validate_size;
   return k;
 }
@@ -37,13 +38,13 @@ PipelineKind make_flux1_kind() {
   k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
   k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
   k.text_encoder_component = "text_encoder_2";
-  k.img2img = true;
-  k.true_cfg = true;
   k.takes_transformer = [](const io::VariantInfo& info) { return info.family == io::ModelFamily::Flux1; };
   k.load = [](const std::filesystem::path& root,
               const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux1Pipeline::load(root, options);
   };
+  k.describe = &Flux1Pipeline::describe;
+  k.plan = &Flux1Pipeline::plan_for;
   k.validate_size = &Flux1Pipeline::validate_size;
   return k;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/public_image.h"
 #include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -203,6 +204,14 @@ Tensor preprocess_reference_image(const io::Image& image, int multiple_of) {
     }
   }
   return out;
+}
+
+io::Image image_of_request(const fluxrt::Image& image, const std::string& what, const char* field) {
+  try {
+    return io::from_public(image, what.c_str());
+  } catch (const Error& e) {
+    throw Error(e.code(), e.what(), field);
+  }
 }
 
 }  // namespace fluxrt::pipelines

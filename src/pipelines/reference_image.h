@@ -8,8 +8,10 @@
 // un-premultiplied afterwards. resize_lanczos_like_pil reproduces that arithmetic, so results
 // equal PIL's except where a coefficient's double rounding lands on the other side of .5.
 #include <cstdint>
+#include <string>
 
 #include "core/tensor.h"
+#include "fluxrt/image.h"
 #include "io/image.h"
 
 namespace fluxrt::pipelines {
@@ -30,5 +32,9 @@ void reference_target_size(int width, int height, int64_t target_area, int* out_
 // Flux2ImageProcessor.check_image_input: InvalidArgument (one line, naming `what`) when a side is
 // below 64 pixels or the aspect ratio exceeds 8:1.
 void check_reference_image(const io::Image& image, const char* what = "reference image");
+
+// A request's image (fluxrt::Image, RGB 8-bit) as the pipelines read it. A torn buffer is the
+// request at fault: InvalidArgument naming `what`, with Error::field() `field`.
+io::Image image_of_request(const fluxrt::Image& image, const std::string& what, const char* field);
 
 }  // namespace fluxrt::pipelines

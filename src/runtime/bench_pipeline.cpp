@@ -8,12 +8,11 @@
 // (text encoders made, used and freed before the transformer) and with the 19 double blocks
 // sharing one weight set and the 38 single blocks another (Flux1Config::shared_block_weights):
 // the same shapes, FLOPs and bytes streamed per block, about 1 GB resident; the header says so.
+#include <fmt/format.h>
 #include <time.h>
 
 #include <cstdio>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -24,7 +23,7 @@
 #include "pipelines/schedule.h"
 #include "runtime/bench.h"
 #include "runtime/bench_common.h"
-#include "runtime/generate_job.h"
+#include "runtime/model_resolution.h"
 #include "runtime/timing_report.h"
 
 namespace fluxrt::runtime {
@@ -50,13 +49,13 @@ LoopThroughput measure_peak(const BenchRequest& r) {
   return throughput;
 }
 
-pipelines::GenerateRequest bench_request(const BenchRequest& r) {
-  pipelines::GenerateRequest request;
+fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
+  fluxrt::GenerateRequest request;
   request.prompts = {"a photograph of a red fox sitting in fresh snow, morning light"};
   request.images_per_prompt = r.batch;
   request.width = r.width;
   request.height = r.height;
-  request.num_steps = r.steps;
+  request.steps = r.steps;
   request.max_sequence_length = r.max_sequence_length;
   request.seed = 0;
   return request;
@@ -65,17 +64,18 @@ pipelines::GenerateRequest bench_request(const BenchRequest& r) {
 // The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans
 // (and the timed one's replayed steps when the pipeline records them).
 template <typename Pipeline>
-pipelines::GenerateResult warm_up_and_run(Pipeline& pipe, const pipelines::GenerateRequest& request, bool warmup,
-                                          Profiler& profiler, TimingReport& report) {
+pipelines::GenerateResult warm_up_and_run(Pipeline& pipe, const fluxrt::GenerateRequest& request,
+                                          const pipelines::CallContext& call, bool warmup, Profiler& profiler,
+                                          TimingReport& report) {
   if (warmup) {
     Stopwatch warm;
-    pipe.generate(request);
+    pipe.generate(request, call);
     report.warmup = run_timings_from(profiler);
     report.warmup->total_s = warm.seconds();
     profiler.clear();
   }
   Stopwatch run_watch;
-  const pipelines::GenerateResult result = pipe.generate(request);
+  const pipelines::GenerateResult result = pipe.generate(request, call);
   report.run = run_timings_from(profiler);
   report.run.total_s = run_watch.seconds();
   if (pipe.options().cuda_graphs) report.run.graph_steps = result.graph_steps;
@@ -136,9 +136,10 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   }
   LoopThroughput throughput = measure_peak(r);
 
-  pipelines::GenerateRequest request = bench_request(r);
+  const fluxrt::GenerateRequest request = bench_request(r);
+  pipelines::CallContext call;
   double cpu_after_first = 0, cpu_after_last = 0;
-  request.on_step = [&](int step, int total, double seconds, float) {
+  call.on_step = [&](int step, int total, double seconds, float) {
     std::printf("  step %d/%d: %.1f ms (RSS %.2f GiB)\n", step, total, seconds * 1e3,
                 static_cast<double>(process_current_rss_bytes()) / (1 << 30));
     std::fflush(stdout);
@@ -156,7 +157,7 @@ int bench_flux1_pipeline(const BenchRequest& r) {
   report.images = r.batch;
   report.threads = num_threads();
   report.writes_images = false;
-  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
+  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
 
   const models::Flux1Config& config = pipe->transformer_config();
   // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
@@ -217,11 +218,12 @@ int bench_pipeline(const BenchRequest& r) {
               weights.c_str(), load.total_s, static_cast<double>(process_current_rss_bytes()) / (1 << 30));
   std::fflush(stdout);
 
-  pipelines::GenerateRequest request = bench_request(r);
+  const fluxrt::GenerateRequest request = bench_request(r);
+  pipelines::CallContext call;
   // Process CPU time from the end of step 1 to the end of the loop: steps 2..N, which is what the
   // per-CPU-second rate is computed over (step 1's start is not observable from here).
   double cpu_after_first = 0, cpu_after_last = 0;
-  request.on_step = [&](int step, int total, double seconds, float) {
+  call.on_step = [&](int step, int total, double seconds, float) {
     std::printf("  step %d/%d: %.1f ms\n", step, total, seconds * 1e3);
     std::fflush(stdout);
     if (step == 1) cpu_after_first = cpu_seconds();
@@ -240,7 +242,7 @@ int bench_pipeline(const BenchRequest& r) {
   report.cold_load = load;
   report.writes_images = false;
   profiler.clear();
-  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, r.warmup, profiler, report);
+  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
 
   const models::Flux2Config& config = pipe->transformer_config();
   // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.

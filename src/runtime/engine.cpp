@@ -10,9 +10,9 @@
 #include "core/threads.h"
 #include "io/public_image.h"
 #include "io/sha256.h"
-#include "pipelines/flux1_pipeline.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/pipeline.h"
+#include "pipelines/request_plan.h"
 #include "runtime/timing_report.h"
 
 namespace fluxrt::runtime {
@@ -39,8 +39,8 @@ bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype) {
   const pipelines::ResidentWeights weights = pipelines::pipeline_weight_bytes(
       pipeline.model.path, dtype, pipeline.transformer_file, pipeline.text_encoder_file);
   try {
-    check_run_size(pipeline, 128 * factor, 128 * factor, 1, factor,
-                   pipelines::MemoryCheck{weights.peak(false), 0, true});
+    pipeline.kind->validate_size(128 * factor, 128 * factor, 1, factor,
+                                 pipelines::MemoryCheck{weights.peak(false), 0, true});
     return false;
   } catch (const Error& e) {
     if (e.code() != ErrorCode::OutOfMemory) throw;
@@ -51,6 +51,9 @@ bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype) {
 }  // namespace
 
 Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
+    : Engine(model, resolve_pipeline(model, options.components, options.text_encoder), options) {}
+
+Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt::EngineOptions& options)
     : model_(model), options_(options), device_(Device::parse(options.device)) {
   options_.device = device_.str();
   dtype_ = options.precision == fluxrt::Precision::F32 ? DType::F32 : DType::BF16;
@@ -59,7 +62,7 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
                  *options.threads);
     set_num_threads(*options.threads);
   }
-  resolved_ = resolve_pipeline(model, options.components, options.text_encoder);
+  resolved_ = std::move(resolved);
   variant_ = variant_label(resolved_);
   if (!options_.low_memory) options_.low_memory = needs_low_memory(resolved_, dtype_);
 
@@ -87,42 +90,10 @@ Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
 
 Engine::~Engine() = default;
 
-fluxrt::ModelDefaults Engine::defaults() const {
-  const pipelines::RequestDefaults f = pipeline_->request_defaults();
-  fluxrt::ModelDefaults d;
-  d.steps = f.num_steps;
-  d.guidance = f.guidance_scale;
-  d.width = f.width;
-  d.height = f.height;
-  d.max_sequence_length = f.max_sequence_length;
-  d.size_multiple = 2 * pipeline_->vae_scale_factor();
-  d.img2img_guidance = f.img2img_guidance_scale;
-  d.img2img_strength = f.img2img_strength;
-  return d;
-}
-
+fluxrt::ModelDefaults Engine::defaults() const { return pipeline_->facts().defaults; }
+fluxrt::RequestLimits Engine::limits() const { return pipeline_->facts().limits; }
 fluxrt::RequestPlan Engine::plan(const fluxrt::GenerateRequest& request) const {
-  const fluxrt::ModelDefaults d = defaults();
-  const bool img2img = request.init_image.has_value();
-  fluxrt::RequestPlan plan;
-  plan.width = d.width;
-  plan.height = d.height;
-  if (pipeline_->kind().reference_images && !request.reference_images.empty()) {
-    const fluxrt::Image& first = request.reference_images.front();
-    reference_run_size(first.width, first.height, d.size_multiple / 2, &plan.width, &plan.height);
-  }
-  plan.width = request.width.value_or(plan.width);
-  plan.height = request.height.value_or(plan.height);
-  plan.steps = request.steps.value_or(d.steps);
-  plan.steps_run = plan.steps;
-  plan.guidance = request.guidance.value_or(img2img && d.img2img_guidance ? *d.img2img_guidance : d.guidance);
-  plan.max_sequence_length = request.max_sequence_length.value_or(d.max_sequence_length);
-  plan.images = static_cast<int>(request.prompts.size()) * request.images_per_prompt;
-  if (img2img && pipeline_->kind().img2img) {
-    plan.strength = request.strength.value_or(*d.img2img_strength);
-    plan.steps_run = plan.steps - pipelines::flux1_img2img_start_index(plan.steps, *plan.strength);
-  }
-  return plan;
+  return pipeline_->plan(request);
 }
 
 fluxrt::ModelInfo Engine::info() const {
@@ -131,67 +102,36 @@ fluxrt::ModelInfo Engine::info() const {
   return *info_;
 }
 
-pipelines::GenerateRequest Engine::pipeline_request(const fluxrt::GenerateRequest& request) const {
-  pipelines::GenerateRequest r;
-  r.prompts = request.prompts;
-  r.negative_prompt = request.negative_prompt;
-  r.images_per_prompt = request.images_per_prompt;
-  r.width = request.width;
-  r.height = request.height;
-  r.num_steps = request.steps;
-  r.guidance_scale = request.guidance;
-  r.max_sequence_length =
-      request.max_sequence_length.value_or(pipeline_->request_defaults().max_sequence_length);
-  r.seed = request.seed;
-  // A torn image buffer is the caller's request at fault: say which field.
-  auto image_of = [](const fluxrt::Image& image, const std::string& what, const char* field) {
-    try {
-      return io::from_public(image, what.c_str());
-    } catch (const Error& e) {
-      throw Error(e.code(), e.what(), field);
-    }
-  };
-  for (size_t i = 0; i < request.reference_images.size(); ++i)
-    r.reference_images.push_back(
-        image_of(request.reference_images[i], fmt::format("reference image {}", i + 1), "reference_images"));
-  if (request.init_image) r.init_image = image_of(*request.init_image, "init image", "init_image");
-  r.strength = request.strength;
-  r.true_cfg_scale = request.true_cfg;
-  for (const fluxrt::Lora& l : request.loras) r.loras.push_back({l.path, l.strength});
-  return r;
-}
-
-fluxrt::ImageMetadata Engine::image_metadata(const fluxrt::GenerateRequest& request,
-                                             const pipelines::GenerateRequest& ran,
+fluxrt::ImageMetadata Engine::image_metadata(const pipelines::PlannedRequest& planned,
                                              const pipelines::GenerateResult& result, int index) const {
+  const fluxrt::GenerateRequest& request = *planned.request;
+  const fluxrt::RequestPlan& plan = planned.plan;
   fluxrt::ImageMetadata m;
   m.prompt_index = index / request.images_per_prompt;
   m.image_index = index % request.images_per_prompt;
   m.prompt = request.prompts.at(static_cast<size_t>(m.prompt_index));
-  m.negative_prompt = request.negative_prompt;
+  m.negative_prompt = request.negative_prompt.value_or("");
   m.seed = request.seed;
   m.index = index;
-  m.count = static_cast<int>(request.prompts.size()) * request.images_per_prompt;
+  m.count = plan.images;
   m.steps = result.num_steps;
   m.scheduled_steps = result.schedule.num_steps();
   m.guidance = result.guidance_scale;
   m.width = result.width;
   m.height = result.height;
-  m.max_sequence_length = ran.max_sequence_length;
+  m.max_sequence_length = plan.max_sequence_length;
   m.model = model_;
   m.variant = variant_;
   m.dtype = std::string(dtype_name(dtype_));
   m.version = FLUXRT_VERSION_STRING;
   m.reference_images = request.reference_image_names;
   m.reference_images.resize(std::max(m.reference_images.size(), request.reference_images.size()));
-  // Only the families with img2img and true CFG (FLUX.1) take them; the others refuse both.
-  const pipelines::PipelineKind& kind = pipeline_->kind();
-  if (kind.img2img && request.init_image) {
+  if (request.init_image) {
     m.img2img = true;
     m.init_image = request.init_image_name;
-    m.strength = request.strength ? request.strength : pipeline_->request_defaults().img2img_strength;
+    m.strength = plan.strength;
   }
-  if (kind.true_cfg && result.used_cfg) m.true_cfg = request.true_cfg;
+  m.true_cfg = plan.true_cfg;
   for (const auto* list : {&options_.loras, &request.loras})
     for (const fluxrt::Lora& l : *list)
       m.loras.push_back({fs::path(l.path).filename().string(), l.strength, lora_hash(l.path)});
@@ -206,74 +146,51 @@ std::string Engine::lora_hash(const std::string& path) const {
 }
 
 std::string Engine::batch_key(const fluxrt::GenerateRequest& request) const {
-  // Reference and init images are per request inputs of the loop (tokens, the start latents).
-  if (!request.reference_images.empty() || request.init_image) return "";
-  const fluxrt::RequestPlan p = plan(request);
-  // The negative prompt last, with its length, so no prompt text can make two keys collide.
-  // The LoRA set before it: each path with its length, so no path can make two keys collide.
-  std::string loras;
-  for (const fluxrt::Lora& l : request.loras)
-    loras += fmt::format("{}:{}:{} ", l.path.size(), l.path, l.strength);
-  return fmt::format("{}x{} steps {} guidance {} true_cfg {} text {} loras [{}] negative {}:{}", p.width,
-                     p.height, p.steps, p.guidance,
-                     request.true_cfg ? fmt::format("{}", *request.true_cfg) : "unset", p.max_sequence_length,
-                     loras, request.negative_prompt.size(), request.negative_prompt);
+  return pipelines::batch_key(request, plan(request));
 }
 
 fluxrt::GenerateResult Engine::generate(const fluxrt::GenerateRequest& request,
                                         const fluxrt::Callbacks& callbacks) {
-  std::vector<fluxrt::GenerateResult> results = run({&request}, callbacks);
+  std::vector<fluxrt::GenerateResult> results = run({{&request, plan(request)}}, callbacks);
   return std::move(results.front());
 }
 
 std::vector<fluxrt::GenerateResult> Engine::generate_batch(
     const std::vector<fluxrt::GenerateRequest>& requests, const fluxrt::Callbacks& callbacks) {
   FLUXRT_CHECK(!requests.empty(), ErrorCode::InvalidArgument, "generate_batch: no requests");
-  std::vector<const fluxrt::GenerateRequest*> batch;
-  const std::string key = requests.size() > 1 ? batch_key(requests.front()) : std::string();
+  std::vector<pipelines::PlannedRequest> batch;
+  std::string key;
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests.size() > 1) {
-      FLUXRT_CHECK(
-          !key.empty() && batch_key(requests[i]) == key, ErrorCode::InvalidArgument,
-          "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
-          "guidance, true CFG, text length, LoRAs or negative prompt differ from request 1)",
-          i + 1);
-    }
-    batch.push_back(&requests[i]);
+    batch.push_back({&requests[i], plan(requests[i])});
+    if (requests.size() == 1) break;
+    const std::string own = pipelines::batch_key(requests[i], batch.back().plan);
+    if (i == 0) key = own;
+    FLUXRT_CHECK(
+        !own.empty() && own == key, ErrorCode::InvalidArgument,
+        "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
+        "guidance, CFG, text length, LoRAs or negative prompt differ from request 1)",
+        i + 1);
   }
   return run(batch, callbacks);
 }
 
-std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::GenerateRequest*>& requests,
+std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<pipelines::PlannedRequest>& batch,
                                                 const fluxrt::Callbacks& callbacks) {
   std::lock_guard<std::mutex> lock(generate_mutex_);
-  pipelines::GenerateRequest r = pipeline_request(*requests.front());
-  if (requests.size() > 1) {
-    // One prompt list; each request's images keep their own count and their own generator.
-    r.prompts.clear();
-    for (const fluxrt::GenerateRequest* q : requests) {
-      FLUXRT_CHECK_FIELD(q->images_per_prompt >= 1, ErrorCode::InvalidArgument, "images_per_prompt",
-                         "generate: images_per_prompt {} < 1", q->images_per_prompt);
-      for (const std::string& prompt : q->prompts) {
-        r.prompts.push_back(prompt);
-        r.prompt_repeats.push_back(q->images_per_prompt);
-      }
-      r.noise_groups.push_back({q->seed, static_cast<int64_t>(q->prompts.size()) * q->images_per_prompt});
-    }
-  }
-  r.cancel = callbacks.cancel.flag();
+  pipelines::CallContext call;
+  call.cancel = callbacks.cancel.flag();
   double elapsed = 0;
   // The pipeline hands a step's previews over just before that step's on_step.
   std::vector<fluxrt::Image> previews;
   if (callbacks.on_progress) {
     if (!callbacks.preview_steps.empty()) {
-      r.preview_steps = callbacks.preview_steps;
-      r.on_preview = [&](int, std::vector<io::Image> images) {
+      call.preview_steps = callbacks.preview_steps;
+      call.on_preview = [&](int, std::vector<io::Image> images) {
         previews.clear();
         for (io::Image& image : images) previews.push_back(io::to_public(std::move(image)));
       };
     }
-    r.on_step = [&](int step, int total, double seconds, float timestep) {
+    call.on_step = [&](int step, int total, double seconds, float timestep) {
       elapsed += seconds;
       fluxrt::Progress p;
       p.step = step;
@@ -290,15 +207,17 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
 
   profiler_.clear();
   Stopwatch watch;
-  pipelines::GenerateResult out = pipeline_->generate(r);
+  pipelines::GenerateResult out = pipeline_->generate(batch, call);
   RunTimings run = run_timings_from(profiler_);
   run.total_s = watch.seconds();
   if (options_.cuda_graphs) run.graph_steps = out.graph_steps;
 
   std::vector<fluxrt::GenerateResult> results;
   size_t first_image = 0;  // of this request in the batch's images
-  for (const fluxrt::GenerateRequest* q : requests) {
+  for (const pipelines::PlannedRequest& planned : batch) {
+    const fluxrt::GenerateRequest* q = planned.request;
     fluxrt::GenerateResult result;
+    result.notes = planned.plan.notes;
     result.width = out.width;
     result.height = out.height;
     result.steps = out.num_steps;
@@ -310,7 +229,7 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<const fluxrt::
                  "generate: the pipeline returned {} images for a batch of more", out.images.size());
     for (size_t i = 0; i < count; ++i) {
       fluxrt::GeneratedImage g;
-      g.metadata = image_metadata(*q, r, out, static_cast<int>(i));
+      g.metadata = image_metadata(planned, out, static_cast<int>(i));
       g.image = io::to_public(std::move(out.images[first_image + i]));
       result.images.push_back(std::move(g));
     }

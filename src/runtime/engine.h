@@ -19,13 +19,15 @@
 #include "core/timer.h"
 #include "fluxrt/engine.h"
 #include "pipelines/pipeline.h"
-#include "runtime/generate_job.h"
+#include "runtime/model_resolution.h"
 
 namespace fluxrt::runtime {
 
 class Engine {
  public:
   Engine(const std::string& model, const fluxrt::EngineOptions& options);
+  // A model the settings resolver has resolved already (its given spec is `model`).
+  Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt::EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -36,6 +38,7 @@ class Engine {
   std::string batch_key(const fluxrt::GenerateRequest& request) const;
   fluxrt::RequestPlan plan(const fluxrt::GenerateRequest& request) const;
   fluxrt::ModelDefaults defaults() const;
+  fluxrt::RequestLimits limits() const;
   const std::string& model() const { return model_; }
   const std::string& variant() const { return variant_; }
   fluxrt::ModelInfo info() const;
@@ -45,14 +48,10 @@ class Engine {
  private:
   // One pipeline call for the requests (more than one: a batch whose keys agree), each getting
   // its own result.
-  std::vector<fluxrt::GenerateResult> run(const std::vector<const fluxrt::GenerateRequest*>& requests,
+  std::vector<fluxrt::GenerateResult> run(const std::vector<pipelines::PlannedRequest>& batch,
                                           const fluxrt::Callbacks& callbacks);
-  // The request as the pipelines take it, with the text length the model defaults to filled in
-  // (so the metadata records the value used).
-  pipelines::GenerateRequest pipeline_request(const fluxrt::GenerateRequest& request) const;
   std::string lora_hash(const std::string& path) const;
-  fluxrt::ImageMetadata image_metadata(const fluxrt::GenerateRequest& request,
-                                       const pipelines::GenerateRequest& ran,
+  fluxrt::ImageMetadata image_metadata(const pipelines::PlannedRequest& planned,
                                        const pipelines::GenerateResult& result, int index) const;
 
   std::string model_;

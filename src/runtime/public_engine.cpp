@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include "fluxrt/engine.h"
+#include "fluxrt/run.h"
 #include "runtime/engine.h"
+#include "runtime/resolved_model.h"
 
 namespace fluxrt {
 
@@ -14,6 +16,9 @@ class Engine::Impl : public runtime::Engine {
 
 Engine::Engine(const std::string& model, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, options)) {}
+Engine::Engine(const Run& run)
+    : impl_(run.resolved ? std::make_unique<Impl>(run.model, run.resolved->pipeline, run.engine)
+                         : std::make_unique<Impl>(run.model, run.engine)) {}
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
@@ -28,6 +33,7 @@ std::vector<GenerateResult> Engine::generate_batch(const std::vector<GenerateReq
 std::string Engine::batch_key(const GenerateRequest& request) const { return impl_->batch_key(request); }
 RequestPlan Engine::plan(const GenerateRequest& request) const { return impl_->plan(request); }
 ModelDefaults Engine::defaults() const { return impl_->defaults(); }
+RequestLimits Engine::limits() const { return impl_->limits(); }
 const std::string& Engine::model() const { return impl_->model(); }
 const std::string& Engine::variant() const { return impl_->variant(); }
 ModelInfo Engine::info() const { return impl_->info(); }

@@ -1,7 +1,8 @@
 // The public API (include/fluxrt/) on the tiny test models: fluxrt::Engine renders exactly what
-// the pipelines render for the same request (it only translates), reports progress, stops on its
-// cancel token, serves several threads one call at a time with each call's own result, throws
-// fluxrt::Error with codes, and gives the metadata, defaults, plan and model info a front end shows.
+// the pipelines render for the same request (it hands the request over as it is), reports
+// progress, stops on its cancel token, serves several threads one call at a time with each call's
+// own result, throws fluxrt::Error with codes naming the request field, and gives the metadata,
+// defaults, plan (with its notes) and model info a front end shows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,13 +90,7 @@ TEST(Engine, KleinImagesAreThePipelinesBitForBit) {
 
   fluxrt::pipelines::PipelineOptions options;
   auto pipeline = fluxrt::pipelines::Flux2KleinPipeline::load(kKlein, options);
-  fluxrt::pipelines::GenerateRequest p;
-  p.prompts = r.prompts;
-  p.images_per_prompt = 2;
-  p.width = p.height = 64;
-  p.num_steps = 2;
-  p.seed = 7;
-  expect_same_images(got, pipeline->generate(p));
+  expect_same_images(got, pipeline->generate(r));
   EXPECT_EQ(got.width, 64);
   EXPECT_EQ(got.steps, 2);
   EXPECT_EQ(got.timing.images, 4);
@@ -124,17 +119,7 @@ TEST(Engine, KleinReferenceImageIsThePipelines) {
   EXPECT_TRUE(got.timing.run.has_reference_images);
 
   auto pipeline = fluxrt::pipelines::Flux2KleinPipeline::load(kKlein, {});
-  fluxrt::pipelines::GenerateRequest p;
-  p.prompts = r.prompts;
-  p.num_steps = 2;
-  p.seed = 3;
-  fluxrt::io::Image ref;
-  ref.width = 80;
-  ref.height = 64;
-  ref.channels = 3;
-  ref.pixels = r.reference_images[0].rgb;
-  p.reference_images = {ref};
-  expect_same_images(got, pipeline->generate(p));
+  expect_same_images(got, pipeline->generate(r));
 }
 
 TEST(Engine, Flux1TrueCfgAndImg2ImgAreThePipelines) {
@@ -154,21 +139,8 @@ TEST(Engine, Flux1TrueCfgAndImg2ImgAreThePipelines) {
   EXPECT_EQ(plan.steps_run, 3);
 
   auto pipeline = fluxrt::pipelines::Flux1Pipeline::load(kDev, {});
-  fluxrt::pipelines::GenerateRequest p;
-  p.prompts = r.prompts;
-  p.negative_prompt = "blurry";
-  p.true_cfg_scale = 2.0f;
-  p.width = p.height = 64;
-  p.num_steps = 4;
-  p.seed = 5;
-  p.strength = 0.75f;
-  fluxrt::io::Image init;
-  init.width = init.height = 64;
-  init.channels = 3;
-  init.pixels = r.init_image->rgb;
-  p.init_image = init;
-  p.max_sequence_length = engine.defaults().max_sequence_length;
-  expect_same_images(got, pipeline->generate(p));
+  EXPECT_EQ(pipeline->plan(r).max_sequence_length, engine.defaults().max_sequence_length);
+  expect_same_images(got, pipeline->generate(r));
 
   const fluxrt::TextChunks text = fluxrt::metadata_text(got.images[0].metadata);
   auto value = [&](const std::string& key) {
@@ -284,11 +256,15 @@ TEST(Engine, ErrorsNameTheRequestField) {
       {with([](auto& r) { r.width = 63; }), "size"},
       {with([](auto& r) { r.steps = 0; }), "steps"},
       {with([](auto& r) { r.guidance = std::nanf(""); }), "guidance"},
-      {with([](auto& r) { r.true_cfg = 2.0f; }), "true_cfg"},  // FLUX.1 only
+      {with([](auto& r) { r.true_cfg = 2.0f; }), "true_cfg"},    // FLUX.1 only
+      {with([](auto& r) { r.guidance = 101.0f; }), "guidance"},  // [0, 100]
+      {with([](auto& r) { r.negative_prompt = std::string("\xff"); }), "negative_prompt"},
+      // Four at most (BFL's limit for klein).
+      {with([](auto& r) { r.reference_images.assign(5, gradient(64, 64)); }), "reference_images"},
       {with([](auto& r) { r.strength = 0.5f; }), "strength"},  // FLUX.1 img2img only
       {with([](auto& r) { r.init_image = gradient(64, 64); }), "init_image"},
       {with([](auto& r) { r.max_sequence_length = 0; }), "max_sequence_length"},
-      {with([](auto& r) { r.images_per_prompt = 0; }), "images_per_prompt"},
+      {with([](auto& r) { r.images_per_prompt = 0; }), "batch"},  // the field table's key
       {with([](auto& r) { r.prompts.clear(); }), "prompts"},
       {with([](auto& r) { r.reference_images = {gradient(32, 64)}; }), "reference_images"},   // too small
       {with([](auto& r) { r.reference_images = {gradient(64, 640)}; }), "reference_images"},  // 10:1
@@ -311,6 +287,47 @@ TEST(Engine, ErrorsNameTheRequestField) {
   fluxrt::GenerateRequest refs;
   refs.reference_images = {gradient(64, 64)};
   EXPECT_EQ(field_of([&] { flux1.generate(refs); }), "reference_images");
+  fluxrt::GenerateRequest no_init;
+  no_init.strength = 0.5f;  // img2img's field without the init image
+  EXPECT_EQ(field_of([&] { flux1.plan(no_init); }), "strength");
+  fluxrt::GenerateRequest cfg;
+  cfg.true_cfg = 100.5f;
+  cfg.negative_prompt = "";
+  EXPECT_EQ(field_of([&] { flux1.plan(cfg); }), "true_cfg");
+}
+
+// FLUX.1 true CFG runs as diffusers' do_true_cfg: true_cfg > 1 and a negative prompt given, even
+// an empty one; otherwise one forward per step and a note saying what had no effect.
+TEST(Engine, Flux1TrueCfgNeedsANegativePrompt) {
+  fluxrt::Engine engine(kDev.string());
+  fluxrt::GenerateRequest r = small_request(5);
+  r.true_cfg = 2.0f;
+  fluxrt::RequestPlan plan = engine.plan(r);
+  EXPECT_FALSE(plan.cfg);
+  EXPECT_FALSE(plan.true_cfg.has_value());
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("true_cfg"), std::string::npos) << plan.notes[0];
+  const fluxrt::GenerateResult plain = engine.generate(r);
+  EXPECT_FALSE(plain.used_cfg);
+  EXPECT_EQ(plain.notes, plan.notes);
+  EXPECT_FALSE(plain.images[0].metadata.true_cfg.has_value());
+
+  r.negative_prompt = "";
+  plan = engine.plan(r);
+  EXPECT_TRUE(plan.cfg);
+  EXPECT_EQ(plan.true_cfg, std::optional<float>(2.0f));
+  EXPECT_EQ(plan.negative_prompt, "");
+  EXPECT_TRUE(plan.notes.empty());
+  const fluxrt::GenerateResult guided = engine.generate(r);
+  EXPECT_TRUE(guided.used_cfg);
+  EXPECT_EQ(guided.images[0].metadata.true_cfg, std::optional<float>(2.0f));
+  EXPECT_FALSE(guided.images[0].image.rgb == plain.images[0].image.rgb) << "true CFG changed nothing";
+
+  r.true_cfg = 1.0f;  // the "off" value with a negative prompt: no CFG, a note about the prompt
+  plan = engine.plan(r);
+  EXPECT_FALSE(plan.cfg);
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("negative prompt"), std::string::npos) << plan.notes[0];
 }
 
 TEST(Engine, MetadataRecordsWhatRan) {

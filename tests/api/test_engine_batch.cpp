@@ -103,24 +103,58 @@ TEST(EngineBatch, KeysSayWhatMayShareABatch) {
   explicit_default.max_sequence_length = engine.defaults().max_sequence_length;
   EXPECT_EQ(engine.batch_key(unset), engine.batch_key(explicit_default));
 
-  std::vector<fluxrt::GenerateRequest> differ(6, base);
+  std::vector<fluxrt::GenerateRequest> differ(4, base);
   differ[0].width = 128;
   differ[1].steps = 3;
   differ[2].guidance = 2.5f;
   differ[3].max_sequence_length = 16;
-  differ[4].negative_prompt = "x";
-  differ[5].true_cfg = 2.0f;
   for (size_t i = 0; i < differ.size(); ++i)
     EXPECT_NE(engine.batch_key(differ[i]), engine.batch_key(base)) << "field " << i;
-  // A negative prompt cannot forge another key by carrying a separator.
-  fluxrt::GenerateRequest a = base, b = base;
-  a.negative_prompt = "1:x";
-  b.negative_prompt = "x";
-  EXPECT_NE(engine.batch_key(a), engine.batch_key(b));
+  // A negative prompt without CFG (distilled klein) changes nothing, so it does not split a batch.
+  fluxrt::GenerateRequest unused_negative = base;
+  unused_negative.negative_prompt = "x";
+  EXPECT_EQ(engine.batch_key(unused_negative), engine.batch_key(base));
+  // A request the model refuses has no key: the plan's error, naming the field.
+  fluxrt::GenerateRequest refused = base;
+  refused.true_cfg = 2.0f;  // FLUX.1 only
+  try {
+    (void)engine.batch_key(refused);
+    ADD_FAILURE() << "a key for a request klein refuses";
+  } catch (const fluxrt::Error& e) {
+    EXPECT_EQ(e.code(), fluxrt::ErrorCode::InvalidArgument);
+    EXPECT_EQ(e.field(), "true_cfg");
+  }
 
   fluxrt::GenerateRequest with_reference = base;
   with_reference.reference_images.push_back(fluxrt::Image{16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)});
   EXPECT_EQ(engine.batch_key(with_reference), "");
+
+  // Where CFG runs (klein base at its default guidance 4), the negative prompt is part of the key.
+  fluxrt::Engine base_engine(kKleinBase.string());
+  fluxrt::GenerateRequest negative = base;
+  negative.negative_prompt = "x";
+  EXPECT_NE(base_engine.batch_key(negative), base_engine.batch_key(base));
+  // "" is the negative prompt CFG uses when none is given: the same key.
+  fluxrt::GenerateRequest empty_negative = base;
+  empty_negative.negative_prompt = "";
+  EXPECT_EQ(base_engine.batch_key(empty_negative), base_engine.batch_key(base));
+  // A negative prompt cannot forge another key by carrying a separator.
+  fluxrt::GenerateRequest a = base, b = base;
+  a.negative_prompt = "1:x";
+  b.negative_prompt = "x";
+  EXPECT_NE(base_engine.batch_key(a), base_engine.batch_key(b));
+
+  // FLUX.1 true CFG runs with true_cfg > 1 and a negative prompt: only then is it in the key.
+  fluxrt::Engine dev(kDev.string());
+  fluxrt::GenerateRequest true_cfg_alone = base, true_cfg = base, other_negative = base;
+  true_cfg_alone.true_cfg = 2.0f;
+  true_cfg.true_cfg = 2.0f;
+  true_cfg.negative_prompt = "";
+  other_negative.true_cfg = 2.0f;
+  other_negative.negative_prompt = "x";
+  EXPECT_EQ(dev.batch_key(true_cfg_alone), dev.batch_key(base));
+  EXPECT_NE(dev.batch_key(true_cfg), dev.batch_key(base));
+  EXPECT_NE(dev.batch_key(other_negative), dev.batch_key(true_cfg));
 }
 
 TEST(EngineBatch, RefusesRequestsThatDoNotAgree) {

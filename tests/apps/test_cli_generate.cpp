@@ -253,7 +253,7 @@ TEST_F(CliGenerate, ReferenceImagesInJpegAndWebp) {
 
 TEST_F(CliGenerate, BadInputsAreOneLineAndWriteNothing) {
   expect_one_line_error(generate("--prompt x --size 100x64"), "16");
-  expect_one_line_error(generate("--prompt x --size 64"), "WxH");
+  expect_one_line_error(generate("--prompt x --size 64"), "--size '64' must be WIDTHxHEIGHT");
   expect_one_line_error(generate("--prompt x --model " + quote((tmp_ / "nope").string())), "nope");
   std::ofstream(tmp_ / "broken.png") << "not a png at all";
   expect_one_line_error(generate("--prompt x --image " + quote((tmp_ / "broken.png").string())), "broken.png");

@@ -15,13 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "core/threads.h"
 #include "io/image.h"
+#include "io/public_image.h"
 #include "pipelines/flux1_pipeline.h"
 #include "support/image_compare.h"
 
@@ -103,7 +103,7 @@ class CliGenerateFlux1 : public ::testing::Test {
 };
 
 // In this process, with the CLI runs' single thread (f32 sums in the same order: bit-identical).
-fluxrt::pipelines::GenerateResult render_directly(const fluxrt::pipelines::GenerateRequest& request, bool img2img) {
+fluxrt::pipelines::GenerateResult render_directly(const fluxrt::GenerateRequest& request, bool img2img) {
   fluxrt::set_num_threads(1);
   fluxrt::pipelines::PipelineOptions options;
   options.dtype = fluxrt::DType::F32;
@@ -156,13 +156,13 @@ TEST_F(CliGenerateFlux1, InitImageRendersTheImg2ImgImage) {
   EXPECT_EQ(text.at("scheduled_steps"), "5");
   EXPECT_EQ(text.count("true_cfg"), 0u);
 
-  fluxrt::pipelines::GenerateRequest request;
+  fluxrt::GenerateRequest request;
   request.prompts = {"make it blue"};
   request.width = request.height = 64;
-  request.num_steps = 5;
+  request.steps = 5;
   request.seed = 21;
   request.max_sequence_length = 32;
-  request.init_image = fluxrt::io::to_rgb(fluxrt::io::read_png(kInitImage.string()));
+  request.init_image = fluxrt::io::to_public(fluxrt::io::read_png(kInitImage.string()));
   request.strength = 0.6f;
   const fluxrt::pipelines::GenerateResult direct = render_directly(request, true);
   EXPECT_EQ(direct.num_steps, 3);
@@ -219,12 +219,12 @@ TEST_F(CliGenerateFlux1, TrueCfgWithNegativePromptRendersTheDiffusersImage) {
       fluxrt::test::compare_images(mine, fluxrt::io::read_png((kGoldens / "dev_true_cfg_f32" / "image_0.png").string()));
   EXPECT_LE(golden.max_abs, 2) << golden.str();
 
-  fluxrt::pipelines::GenerateRequest request;
+  fluxrt::GenerateRequest request;
   request.prompts = {"a lighthouse at dusk"};
   request.negative_prompt = "blurry, dark";
-  request.true_cfg_scale = 4.0f;
+  request.true_cfg = 4.0f;
   request.width = request.height = 64;
-  request.num_steps = 3;
+  request.steps = 3;
   request.seed = 5;
   request.max_sequence_length = 48;
   const auto same = fluxrt::test::compare_images(mine, render_directly(request, false).images.at(0));
@@ -238,7 +238,7 @@ TEST_F(CliGenerateFlux1, TrueCfgWithoutNegativePromptIsIgnoredAsInDiffusers) {
                              " --prompt 'a lighthouse at dusk' --size 64x64 --steps 2 --seed 5 --max-sequence-length 16"
                              " --dtype f32 --threads 1 --out " + quote((tmp_ / "out").string());
   ASSERT_EQ(run(common + " --true-cfg 4"), 0) << err_;
-  EXPECT_NE(err_.find("--true-cfg 4 has no effect without --negative-prompt"), std::string::npos) << err_;
+  EXPECT_NE(err_.find("note: true_cfg 4 has no effect without a negative prompt"), std::string::npos) << err_;
   EXPECT_EQ(written_text().count("true_cfg"), 0u);  // recorded only when it ran
   const fluxrt::io::Image with_flag = written_image();
   ASSERT_EQ(run(common + " --vae-tiling off --quiet"), 0) << err_;
@@ -250,24 +250,25 @@ TEST_F(CliGenerateFlux1, BadFlux1FlagsAreOneLineErrorsBeforeLoading) {
   const std::string dev = "--model " + quote(kDev.string()) + " --prompt x --size 64x64 --steps 4 --quiet --out " +
                           quote((tmp_ / "out").string());
   const std::string init = " --init-image " + quote(kInitImage.string());
-  expect_one_line_error(run(dev + init + " --strength 0"), "--strength 0 must be in (0, 1]");
-  expect_one_line_error(run(dev + init + " --strength 1.5"), "must be in (0, 1]");
-  expect_one_line_error(run(dev + " --strength 0.5"), "--strength 0.5 needs --init-image");
+  expect_one_line_error(run(dev + init + " --strength 0"), "--strength 0 must be a number above 0 to 1");
+  expect_one_line_error(run(dev + init + " --strength 1.5"), "--strength 1.5 must be a number above 0 to 1");
+  expect_one_line_error(run(dev + " --strength 0.5"), "strength is for img2img and needs init_image");
   expect_one_line_error(run(dev + " --init-image " + quote((tmp_ / "missing.png").string())), "missing.png");
   std::ofstream(tmp_ / "not.png") << "not a png";
   expect_one_line_error(run(dev + " --init-image " + quote((tmp_ / "not.png").string())), "--init-image");
-  expect_one_line_error(run(dev + " --true-cfg -1"), "--true-cfg -1 must be a non-negative number");
+  expect_one_line_error(run(dev + " --true-cfg -1"), "--true-cfg -1 must be a number from 0 to 100");
   expect_one_line_error(run(dev + " --vae-tiling sometimes"), "--vae-tiling");
 
   const std::string klein = "--model " + quote(kKlein.string()) + " --prompt x --size 64x64 --steps 1 --quiet --out " +
                             quote((tmp_ / "out").string());
-  expect_one_line_error(run(klein + init), "--init-image is FLUX.1 img2img only");
-  expect_one_line_error(run(klein + " --strength 0.5"), "--strength is FLUX.1 img2img only");
-  expect_one_line_error(run(klein + " --true-cfg 3"), "--true-cfg is FLUX.1 only");
+  expect_one_line_error(run(klein + init), "init_image (img2img) is not for FLUX.2 klein models");
+  expect_one_line_error(run(klein + " --strength 0.5"),
+                        "strength is for img2img, which FLUX.2 klein models do not have");
+  expect_one_line_error(run(klein + " --true-cfg 3"), "true_cfg is not for FLUX.2 klein models");
 
   // A preset's key is checked the same way.
   std::ofstream(tmp_ / "p.yaml") << "strength: 0.5\n";
-  expect_one_line_error(run(dev + " --config " + quote((tmp_ / "p.yaml").string())), "needs --init-image");
+  expect_one_line_error(run(dev + " --config " + quote((tmp_ / "p.yaml").string())), "needs init_image");
 }
 
 // `fluxrt bench pipeline` on the FLUX.1 path (flux.1-tiny shapes, low-memory order): the whole

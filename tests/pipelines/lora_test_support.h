@@ -32,13 +32,13 @@ inline nlohmann::json lora_manifest() {
 inline const char* lora_dtype_dir(DType d) { return d == DType::F32 ? "f32" : "bf16"; }
 
 // dump_lora.py's prompt and seed, 64x64, 2 steps, 32 text tokens (dump_lora_text_encoder.py reuses them).
-inline pipelines::GenerateRequest lora_request(std::vector<models::LoraSpec> loras = {}) {
+inline fluxrt::GenerateRequest lora_request(std::vector<models::LoraSpec> loras = {}) {
   const nlohmann::json m = lora_manifest();
-  pipelines::GenerateRequest r;
+  fluxrt::GenerateRequest r;
   r.prompts = {m["prompt"].get<std::string>()};
   r.seed = m["seed"].get<uint64_t>();
   r.width = r.height = 64;
-  r.num_steps = 2;
+  r.steps = 2;
   r.max_sequence_length = 32;
   r.loras = std::move(loras);
   return r;

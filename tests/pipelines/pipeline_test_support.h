@@ -40,17 +40,19 @@ inline void expect_same_generation(const pipelines::GenerateResult& a, const pip
   EXPECT_EQ(0, std::memcmp(x.raw_data(), y.raw_data(), x.nbytes())) << "final latents differ";
 }
 
-// Runs `r` on two pipelines of `model` on `device` (Flux2KleinPipeline or Flux1Pipeline), one
+// Runs `r` (with `call`) on two pipelines of `model` on `device` (Flux2KleinPipeline or Flux1Pipeline), one
 // running every step directly and one recording them: the same generation, and the graph replays
 // the process made are the steps the result says replayed. Returns the graphed result.
 template <typename Pipeline>
 pipelines::GenerateResult expect_graphs_change_nothing(const std::filesystem::path& model, Device device,
-                                                       DType dtype, const pipelines::GenerateRequest& r) {
-  const pipelines::GenerateResult direct = Pipeline::load(model, options_on(device, dtype))->generate(r);
+                                                       DType dtype, const fluxrt::GenerateRequest& r,
+                                                       const pipelines::CallContext& call = {}) {
+  const pipelines::GenerateResult direct =
+      Pipeline::load(model, options_on(device, dtype))->generate(r, call);
   EXPECT_EQ(direct.graph_steps, 0);
   const int64_t replays_before = ops::device_graph_replays();
   const pipelines::GenerateResult graphed =
-      Pipeline::load(model, options_on(device, dtype, true))->generate(r);
+      Pipeline::load(model, options_on(device, dtype, true))->generate(r, call);
   expect_same_generation(direct, graphed);
   EXPECT_EQ(ops::device_graph_replays() - replays_before, graphed.graph_steps);
   return graphed;
@@ -61,8 +63,8 @@ pipelines::GenerateResult expect_graphs_change_nothing(const std::filesystem::pa
 // the Euler update stay on the device (on cpu:1 every copy into cpu memory is counted).
 struct StepDownloads {
   std::vector<uint64_t> at_step;
-  void attach(pipelines::GenerateRequest& r) {
-    r.on_step = [this](int, int, double, float) { at_step.push_back(device_to_host_copies()); };
+  void attach(pipelines::CallContext& call) {
+    call.on_step = [this](int, int, double, float) { at_step.push_back(device_to_host_copies()); };
   }
   void expect_none_between_steps() const {
     ASSERT_GE(at_step.size(), 2u) << "needs two steps or more";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../ops/cuda_test_util.h"  // FLUXRT_REQUIRE_GPU
+#include "io/public_image.h"
 #include "ops/device_graph.h"
 #include "ops/elementwise.h"
 #include "pipeline_test_support.h"
@@ -65,7 +66,7 @@ TEST(CudaStepGraph, DistilledReplaysMatchDirectBitwise) {
   r.prompts = {"a red circle", "stripes"};
   r.seed = 7;
   r.width = r.height = 128;
-  r.num_steps = 4;
+  r.steps = 4;
   r.max_sequence_length = 32;
   for (DType dtype : {DType::BF16, DType::F32}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -81,12 +82,12 @@ TEST(CudaStepGraph, CfgAndReferenceImageMatchDirectBitwise) {
   r.prompts = {"a cat"};
   r.seed = 3;
   r.width = r.height = 64;
-  r.num_steps = 3;
+  r.steps = 3;
   r.max_sequence_length = 32;
-  r.guidance_scale = 4.0f;
+  r.guidance = 4.0f;
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
-  r.reference_images = {ref};
+  r.reference_images = {io::to_public(ref)};
   const GenerateResult graphed = test::expect_graphs_change_nothing<Flux2KleinPipeline>(
       kData / "models" / "flux2-klein-base-tiny", kGpu, DType::BF16, r);
   EXPECT_TRUE(graphed.used_cfg);
@@ -102,7 +103,7 @@ TEST(CudaStepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
   auto graphed = Flux2KleinPipeline::load(model, test::options_on(kGpu, DType::BF16, true));
   GenerateRequest r;
   r.max_sequence_length = 32;
-  r.num_steps = 4;
+  r.steps = 4;
   for (int i = 0; i < 2; ++i) {
     r.prompts = {i == 0 ? "a red circle" : "blue stripes"};
     r.seed = 5 + i;
@@ -123,11 +124,11 @@ TEST(CudaStepGraph, Flux1DevWithTrueCfgMatchesDirectBitwise) {
   r.prompts = {"a small test"};
   r.width = 32;
   r.height = 48;
-  r.num_steps = 3;
+  r.steps = 3;
   r.max_sequence_length = 16;
   r.seed = 5;
   r.negative_prompt = "blurry";
-  r.true_cfg_scale = 2.0f;
+  r.true_cfg = 2.0f;
   const GenerateResult graphed =
       test::expect_graphs_change_nothing<Flux1Pipeline>(model, kGpu, DType::BF16, r);
   EXPECT_EQ(graphed.graph_steps, 2) << "a recording failed (see the warning above) or was skipped";

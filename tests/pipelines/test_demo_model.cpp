@@ -8,13 +8,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "backend/cpu/onednn_util.h"
 #include "core/strict_kernels.h"
 #include "io/image.h"
+#include "io/public_image.h"
 #include "pipelines/demo_model_classifier.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "support/image_compare.h"
@@ -54,13 +55,13 @@ std::unique_ptr<pipelines::Flux2KleinPipeline> load(DType dtype) {
 }
 
 io::Image render(pipelines::Flux2KleinPipeline& pipe, const Case& c) {
-  pipelines::GenerateRequest request;
+  fluxrt::GenerateRequest request;
   request.prompts = {c.prompt};
   request.seed = c.seed;
   request.width = 64;
   request.height = 64;
-  request.num_steps = c.steps;
-  request.guidance_scale = c.guidance;
+  request.steps = c.steps;
+  request.guidance = c.guidance;
   request.max_sequence_length = c.max_sequence_length;
   auto result = pipe.generate(request);
   EXPECT_TRUE(result.used_cfg);
@@ -99,18 +100,18 @@ TEST(DemoModel, RunsOnJitKernelsOnlyUnderStrictMode) {
     pipelines::PipelineOptions options;
     options.dtype = dtype;
     auto pipe = pipelines::Flux2KleinPipeline::load(kModel, options);
-    pipelines::GenerateRequest request;
+    fluxrt::GenerateRequest request;
     request.prompts = {"a red circle on a blue background"};
     request.seed = 5;
     request.width = 128;
     request.height = 128;
-    request.num_steps = 1;
-    request.guidance_scale = 4.0f;
+    request.steps = 1;
+    request.guidance = 4.0f;
     io::Image ref;
     ref.width = ref.height = 64;
     ref.channels = 3;
     ref.pixels.assign(64 * 64 * 3, 128);
-    request.reference_images = {ref};
+    request.reference_images = {io::to_public(ref)};
     EXPECT_NO_THROW({
       const auto result = pipe->generate(request);
       EXPECT_EQ(result.images.at(0).width, 128);

@@ -51,7 +51,7 @@ TEST(DemoModelQuality, DrawsAtLeastEightOfTenHeldOutPrompts) {
     auto pipe = pipelines::Flux2KleinPipeline::load(kModel, options);
     int agree = 0, seed = 0;
     for (const auto& p : kPrompts) {
-      pipelines::GenerateRequest request;
+      fluxrt::GenerateRequest request;
       request.prompts = {p.text};
       request.seed = static_cast<uint64_t>(seed++);
       request.width = 64;

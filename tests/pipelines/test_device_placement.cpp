@@ -14,14 +14,15 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "io/public_image.h"
 #include "models/vae/flux1_vae.h"
 #include "models/vae/flux2_vae.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "pipeline_test_support.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
-#include "pipeline_test_support.h"
 #include "support/vae_tiling.h"
 
 namespace fluxrt::pipelines {
@@ -46,7 +47,7 @@ GenerateRequest tiny_request(uint64_t seed) {
   r.seed = seed;
   r.width = 64;
   r.height = 64;
-  r.num_steps = 2;
+  r.steps = 2;
   r.max_sequence_length = 32;
   return r;
 }
@@ -238,9 +239,10 @@ void expect_generate_matches_cpu(const fs::path& model, const PipelineOptions& o
   auto dev = Pipeline::load(model, on_device);
   const GenerateResult want = cpu->generate(request);
   StepDownloads downloads;
-  if (no_step_copies) downloads.attach(request);
+  CallContext call;
+  if (no_step_copies) downloads.attach(call);
   GenerateResult got;
-  ASSERT_EQ("", error_of([&] { got = dev->generate(request); }));
+  ASSERT_EQ("", error_of([&] { got = dev->generate(request, call); }));
   test::expect_same_generation(want, got);
   EXPECT_EQ(got.final_latents.device(), Device::cpu()) << "final latents must come back to the host";
   if (no_step_copies) downloads.expect_none_between_steps();
@@ -264,10 +266,10 @@ TEST(PlacementKlein, GenerateOnCpu2MatchesCpuBitwise) {
 TEST(PlacementKlein, BaseVariantCfgAndReferenceImageOnCpu1MatchCpu) {
   GenerateRequest r = tiny_request(3);
   r.prompts = {"a cat"};
-  r.guidance_scale = 4.0f;
+  r.guidance = 4.0f;
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
-  r.reference_images = {ref};
+  r.reference_images = {io::to_public(ref)};
   expect_generate_matches_cpu<Flux2KleinPipeline>(kData / "models" / "flux2-klein-base-tiny",
                                                   options_on(kCheck, DType::F32), r, /*no_step_copies=*/true);
 }
@@ -276,10 +278,11 @@ TEST(PlacementKlein, DistilledBf16StepLoopMakesNoHostCopy) {
   const fs::path model = kData / "models" / "flux2-klein-tiny";
   auto dev = Flux2KleinPipeline::load(model, options_on(kCheck, DType::BF16));
   GenerateRequest r = tiny_request(9);
-  r.num_steps = 3;
+  r.steps = 3;
   StepDownloads downloads;
-  downloads.attach(r);
-  ASSERT_EQ("", error_of([&] { dev->generate(r); }));
+  CallContext call;
+  downloads.attach(call);
+  ASSERT_EQ("", error_of([&] { dev->generate(r, call); }));
   downloads.expect_none_between_steps();
 }
 
@@ -300,13 +303,13 @@ TEST(PlacementFlux1, DevAndSchnellOnCpu1MatchCpuBitwise) {
 TEST(PlacementFlux1, TrueCfgAndImg2ImgOnCpu1MatchCpu) {
   GenerateRequest r = tiny_request(13);
   r.prompts = {"a dog"};
-  r.true_cfg_scale = 2.0f;
+  r.true_cfg = 2.0f;
   r.negative_prompt = "blurry";
   io::Image init{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < init.pixels.size(); ++i) init.pixels[i] = static_cast<uint8_t>((i * 13) % 256);
-  r.init_image = init;
+  r.init_image = io::to_public(init);
   r.strength = 0.7f;
-  r.num_steps = 3;
+  r.steps = 3;
   expect_generate_matches_cpu<Flux1Pipeline>(kData / "models" / "flux1-dev-tiny", options_on(kCheck, DType::BF16), r,
                                              /*no_step_copies=*/true);
 }

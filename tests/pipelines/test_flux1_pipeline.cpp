@@ -155,7 +155,7 @@ GenerateRequest small_request() {
   r.prompts = {"a small test"};
   r.width = 32;
   r.height = 48;
-  r.num_steps = 2;
+  r.steps = 2;
   r.max_sequence_length = 16;
   r.seed = 3;
   return r;
@@ -245,7 +245,7 @@ TEST(Flux1PipelineTiny, TextEncodingSplitsIntoClipAndT5SubSpans) {
     GenerateRequest req = small_request();
     if (true_cfg) {
       req.negative_prompt = "blurry";
-      req.true_cfg_scale = 2.0f;
+      req.true_cfg = 2.0f;
     }
     Flux1Pipeline::load(kDev, options)->generate(req);
     const std::vector<ProfileEntry> entries = prof.entries();
@@ -275,13 +275,13 @@ TEST(Flux1PipelineTiny, SeedAndPromptChangeTheImageGuidanceOnlyMattersForDev) {
   req.seed = 4;
   EXPECT_NE(dev->generate(req).images[0].pixels, base);
   req.seed = 3;
-  req.guidance_scale = 9.0f;
+  req.guidance = 9.0f;
   EXPECT_NE(dev->generate(req).images[0].pixels, base);
 
   auto schnell = Flux1Pipeline::load(kSchnell, f32_options());
   GenerateRequest s = small_request();
   const auto s_base = schnell->generate(s).images[0].pixels;
-  s.guidance_scale = 9.0f;  // schnell has no guidance embedding: ignored, as diffusers does
+  s.guidance = 9.0f;  // schnell has no guidance embedding: ignored, as diffusers does
   const GenerateResult s_out = schnell->generate(s);
   EXPECT_EQ(s_out.images[0].pixels, s_base);
   EXPECT_EQ(s_out.guidance_scale, 0.0f);
@@ -292,21 +292,25 @@ TEST(Flux1PipelineTiny, InitialLatentsReplaceTheNoiseDraw) {
   GenerateRequest req = small_request();
   const GenerateResult drawn = dev->generate(req);
   TorchGenerator generator(3);
-  req.initial_latents = randn_tensor(flux1_noise_shape(1, 48, 32), DType::F32, generator);
-  EXPECT_EQ(dev->generate(req).images[0].pixels, drawn.images[0].pixels);
-  req.initial_latents = Tensor::zeros({1, 16, 4, 4}, DType::F32);
-  EXPECT_THROW(dev->generate(req), Error);
+  CallContext call;
+  call.initial_latents = randn_tensor(flux1_noise_shape(1, 48, 32), DType::F32, generator);
+  EXPECT_EQ(dev->generate(req, call).images[0].pixels, drawn.images[0].pixels);
+  call.initial_latents = Tensor::zeros({1, 16, 4, 4}, DType::F32);
+  EXPECT_THROW(dev->generate(req, call), Error);
 }
 
 TEST(Flux1PipelineTiny, BadRequestsAreOneLineErrors) {
   auto dev = Flux1Pipeline::load(kDev, f32_options());
-  auto expect_error = [&](GenerateRequest r, ErrorCode code) {
+  // The field at fault (Error::field(): the field-table key or the input's name) where given.
+  auto expect_error = [&](GenerateRequest r, ErrorCode code, const std::string& field = "",
+                          const CallContext& call = {}) {
     try {
-      dev->generate(r);
+      dev->generate(r, call);
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), code) << e.what();
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      if (!field.empty()) EXPECT_EQ(e.field(), field) << e.what();
     }
   };
   GenerateRequest r = small_request();
@@ -314,30 +318,38 @@ TEST(Flux1PipelineTiny, BadRequestsAreOneLineErrors) {
   expect_error(r, ErrorCode::InvalidArgument);
   r = small_request();
   r.prompts = {};
-  expect_error(r, ErrorCode::InvalidArgument);
+  expect_error(r, ErrorCode::InvalidArgument, "prompts");
   r = small_request();
-  r.num_steps = 0;
-  expect_error(r, ErrorCode::InvalidArgument);
+  r.steps = 0;
+  expect_error(r, ErrorCode::InvalidArgument, "steps");
   r = small_request();
   r.max_sequence_length = 513;
-  expect_error(r, ErrorCode::InvalidArgument);
+  expect_error(r, ErrorCode::InvalidArgument, "max_sequence_length");
   r = small_request();
-  r.reference_images.push_back(io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 0)});
-  expect_error(r, ErrorCode::InvalidArgument);
+  r.reference_images.push_back(fluxrt::Image{64, 64, std::vector<uint8_t>(64 * 64 * 3, 0)});
+  expect_error(r, ErrorCode::InvalidArgument, "reference_images");
   r = small_request();
-  r.init_image = io::Image{32, 48, 3, std::vector<uint8_t>(32 * 48 * 3, 0)};
+  r.init_image = fluxrt::Image{32, 48, std::vector<uint8_t>(32 * 48 * 3, 0)};
   r.strength = 2.0f;
-  expect_error(r, ErrorCode::InvalidArgument);
+  expect_error(r, ErrorCode::InvalidArgument, "strength");
   r = small_request();
   r.strength = 0.5f;  // img2img's field without an init image: refused, not dropped
-  expect_error(r, ErrorCode::InvalidArgument);
+  expect_error(r, ErrorCode::InvalidArgument, "strength");
+  r = small_request();
+  r.guidance = 101.0f;  // guidance and true_cfg are in [0, 100]
+  expect_error(r, ErrorCode::InvalidArgument, "guidance");
+  r = small_request();
+  r.true_cfg = -1.0f;
+  r.negative_prompt = "";
+  expect_error(r, ErrorCode::InvalidArgument, "true_cfg");
   r = small_request();
   r.prompts = {std::string("\xff\xfe bad utf8")};
-  expect_error(r, ErrorCode::InvalidArgument);
+  expect_error(r, ErrorCode::InvalidArgument, "prompts");
   r = small_request();
   std::atomic<bool> cancel{true};
-  r.cancel = &cancel;
-  expect_error(r, ErrorCode::Cancelled);
+  CallContext cancelled;
+  cancelled.cancel = &cancel;
+  expect_error(r, ErrorCode::Cancelled, "", cancelled);
 }
 
 TEST(Flux1PipelineTiny, FolderProblemsAreReported) {
@@ -356,16 +368,18 @@ TEST(Flux1PipelineTiny, FolderProblemsAreReported) {
 TEST(Flux1PipelineTiny, StepCallbackCountsTheStepsRunAfterImg2ImgTrimming) {
   auto dev = Flux1Pipeline::load(kDev, f32_options());
   GenerateRequest req = small_request();
-  req.num_steps = 5;
+  req.steps = 5;
   req.strength = 0.6f;
-  req.init_image = io::Image{32, 48, 3, std::vector<uint8_t>(32 * 48 * 3, 128)};
+  req.init_image = fluxrt::Image{32, 48, std::vector<uint8_t>(32 * 48 * 3, 128)};
   int calls = 0, last_total = 0;
-  req.on_step = [&](int step, int total, double, float) {
+  CallContext call;
+  call.on_step = [&](int step, int total, double, float) {
     ++calls;
     EXPECT_EQ(step, calls);
     last_total = total;
   };
-  const GenerateResult out = dev->generate(req);
+  EXPECT_EQ(dev->plan(req).steps_run, 3);  // the plan says what the loop runs
+  const GenerateResult out = dev->generate(req, call);
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(last_total, 3);
   EXPECT_EQ(out.num_steps, 3);

@@ -10,14 +10,13 @@
 // handling (img2img: posterior sample first, then the noise) is part of what is checked.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/image.h"
+#include "io/public_image.h"
 #include "io/safetensors.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/noise.h"
@@ -106,16 +106,17 @@ GenerateRequest request_for(const json& s) {
   r.images_per_prompt = s.value("images_per_prompt", 1);
   r.width = s["width"].get<int>();
   r.height = s["height"].get<int>();
-  r.num_steps = s["steps"].get<int>();
+  r.steps = s["steps"].get<int>();
   r.seed = s["seed"].get<uint64_t>();
-  if (s.contains("guidance")) r.guidance_scale = s["guidance"].get<float>();
+  if (s.contains("guidance")) r.guidance = s["guidance"].get<float>();
   if (s.contains("max_sequence_length")) r.max_sequence_length = s["max_sequence_length"].get<int>();
   if (s.contains("negative_prompt")) {
     r.negative_prompt = s["negative_prompt"].get<std::string>();
-    r.true_cfg_scale = s["true_cfg_scale"].get<float>();
+    r.true_cfg = s["true_cfg_scale"].get<float>();
   }
   if (s.contains("init_image")) {
-    r.init_image = io::read_png((kGolden / "inputs" / s["init_image"].get<std::string>()).string());
+    r.init_image =
+        io::to_public(io::read_png((kGolden / "inputs" / s["init_image"].get<std::string>()).string()));
     r.strength = s["strength"].get<float>();
   }
   return r;

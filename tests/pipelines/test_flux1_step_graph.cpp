@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/threads.h"
+#include "io/public_image.h"
 #include "ops/device_graph.h"
 #include "pipeline_test_support.h"
 #include "pipelines/flux1_pipeline.h"
@@ -31,7 +32,7 @@ GenerateRequest request(uint64_t seed, int steps) {
   r.prompts = {"a small test"};
   r.width = 32;
   r.height = 48;
-  r.num_steps = steps;
+  r.steps = steps;
   r.max_sequence_length = 16;
   r.seed = seed;
   return r;
@@ -56,7 +57,7 @@ TEST(Flux1StepGraph, DevAndSchnellReplayEveryStepAfterTheFirst) {
 TEST(Flux1StepGraph, TrueCfgReplaysBothForwards) {
   GenerateRequest r = request(5, 3);
   r.negative_prompt = "blurry";
-  r.true_cfg_scale = 2.0f;
+  r.true_cfg = 2.0f;
   const GenerateResult g =
       test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-dev-tiny", kCheck, DType::F32, r);
   EXPECT_TRUE(g.used_cfg);
@@ -67,7 +68,7 @@ TEST(Flux1StepGraph, Img2ImgStartsLaterAndStillReplays) {
   GenerateRequest r = request(6, 6);
   io::Image init{32, 48, 3, std::vector<uint8_t>(32 * 48 * 3)};
   for (size_t i = 0; i < init.pixels.size(); ++i) init.pixels[i] = static_cast<uint8_t>((i * 29) % 253);
-  r.init_image = init;
+  r.init_image = io::to_public(init);
   r.strength = 0.5f;
   const GenerateResult g =
       test::expect_graphs_change_nothing<Flux1Pipeline>(kModels / "flux1-dev-tiny", kCheck, DType::BF16, r);
@@ -83,18 +84,18 @@ TEST(Flux1StepGraph, KeptGraphReplaysEveryStepOfTheNextRequest) {
   auto graphed = Flux1Pipeline::load(model, test::options_on(kCheck, DType::BF16, true));
   GenerateRequest first = request(7, 3), second = request(8, 3);
   second.prompts = {"another prompt"};
-  second.guidance_scale = 5.0f;
+  second.guidance = 5.0f;
   second.width = 48;
   second.height = 32;
   const GenerateResult a = graphed->generate(first);
   EXPECT_EQ(a.graph_steps, 2);
   test::expect_same_generation(direct->generate(first), a);
   test::StepDownloads downloads;
-  downloads.attach(second);
-  const GenerateResult b = graphed->generate(second);
+  CallContext call;
+  downloads.attach(call);
+  const GenerateResult b = graphed->generate(second, call);
   EXPECT_EQ(b.graph_steps, 3);
   downloads.expect_none_between_steps();
-  second.on_step = nullptr;
   test::expect_same_generation(direct->generate(second), b);
 }
 

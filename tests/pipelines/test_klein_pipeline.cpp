@@ -15,6 +15,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "io/image.h"
+#include "io/public_image.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/klein_components.h"
 #include "pipelines/memory_estimate.h"
@@ -50,7 +51,7 @@ GenerateRequest tiny_request(std::vector<std::string> prompts, uint64_t seed) {
   r.seed = seed;
   r.width = 64;
   r.height = 64;
-  r.num_steps = 2;
+  r.steps = 2;
   r.max_sequence_length = 32;
   return r;
 }
@@ -190,8 +191,9 @@ TEST(KleinPipeline, InvalidSizesAreOneLineErrors) {
   r = tiny_request({}, 1);
   expect_one_line_error([&] { shared_pipeline().generate(r); }, ErrorCode::InvalidArgument);
   r = tiny_request({"x"}, 1);
-  r.initial_latents = Tensor::zeros({1, 128, 3, 4}, DType::F32);
-  expect_one_line_error([&] { shared_pipeline().generate(r); }, ErrorCode::InvalidArgument);
+  CallContext call;
+  call.initial_latents = Tensor::zeros({1, 128, 3, 4}, DType::F32);
+  expect_one_line_error([&] { shared_pipeline().generate(r, call); }, ErrorCode::InvalidArgument);
 }
 
 // FLUX.1-only request fields are refused by name, never silently ignored.
@@ -202,19 +204,26 @@ TEST(KleinPipeline, Flux1OnlyFieldsAreOneLineErrors) {
       ADD_FAILURE() << field << " accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_EQ(e.field(), field) << e.what();
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     }
   };
   GenerateRequest r = tiny_request({"x"}, 1);
-  r.init_image = io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 0)};
+  r.init_image = fluxrt::Image{64, 64, std::vector<uint8_t>(64 * 64 * 3, 0)};
   expect_named(r, "init_image");
   r = tiny_request({"x"}, 1);
   r.strength = 0.6f;
   expect_named(r, "strength");
   r = tiny_request({"x"}, 1);
-  r.true_cfg_scale = 1.0f;  // even the "off" value: the field itself is FLUX.1's
-  expect_named(r, "true_cfg_scale");
+  r.true_cfg = 1.0f;  // even the "off" value: the field itself is FLUX.1's
+  expect_named(r, "true_cfg");
+  r = tiny_request({"x"}, 1);
+  r.true_cfg = 4.0f;
+  r.negative_prompt = "";
+  expect_named(r, "true_cfg");
+  // The plan refuses them before anything runs, with the same error.
+  EXPECT_THROW(shared_pipeline().plan(r), Error);
 }
 
 // The size check counts the weights resident next to the activations: all components normally,
@@ -279,12 +288,13 @@ TEST(KleinPipeline, GeneratesDeterministicImagesAndReportsSteps) {
 
   GenerateRequest r = tiny_request({"a red circle"}, 7);
   std::vector<int> seen;
-  r.on_step = [&](int step, int total, double seconds, float) {
+  CallContext call;
+  call.on_step = [&](int step, int total, double seconds, float) {
     EXPECT_EQ(total, 2);
     EXPECT_GE(seconds, 0.0);
     seen.push_back(step);
   };
-  const GenerateResult a = pipe->generate(r);
+  const GenerateResult a = pipe->generate(r, call);
   EXPECT_EQ(seen, (std::vector<int>{1, 2}));
   ASSERT_EQ(a.images.size(), 1u);
   EXPECT_EQ(a.images[0].width, 64);
@@ -301,7 +311,6 @@ TEST(KleinPipeline, GeneratesDeterministicImagesAndReportsSteps) {
   EXPECT_EQ(profiler.find(kSpanReferenceEncode), nullptr);
   std::printf("%s", profiler.table().c_str());  // where the time of a tiny run goes, for the log
 
-  r.on_step = nullptr;
   const GenerateResult again = pipe->generate(r);
   EXPECT_TRUE(same_pixels(a.images[0], again.images[0]));
   r.seed = 8;
@@ -311,8 +320,9 @@ TEST(KleinPipeline, GeneratesDeterministicImagesAndReportsSteps) {
   // The noise is diffusers' randn_tensor on one CPU generator: injecting it gives the same run.
   GenerateRequest injected = tiny_request({"a red circle"}, 12345);
   TorchGenerator gen(7);
-  injected.initial_latents = randn_tensor(flux2_noise_shape(1, 64, 64), DType::F32, gen);
-  const GenerateResult c = pipe->generate(injected);
+  CallContext with_noise;
+  with_noise.initial_latents = randn_tensor(flux2_noise_shape(1, 64, 64), DType::F32, gen);
+  const GenerateResult c = pipe->generate(injected, with_noise);
   EXPECT_TRUE(same_pixels(a.images[0], c.images[0]));
 }
 
@@ -329,8 +339,9 @@ TEST(KleinPipeline, BatchIsPromptsTimesImagesPerPromptInOrder) {
   const std::vector<std::string> prompt_of = {"a cat", "a cat", "a dog", "a dog"};
   for (int64_t i = 0; i < 4; ++i) {
     GenerateRequest one = tiny_request({prompt_of[i]}, 0);
-    one.initial_latents = noise.narrow(0, i, 1).contiguous();
-    const GenerateResult single = pipe.generate(one);
+    CallContext call;
+    call.initial_latents = noise.narrow(0, i, 1).contiguous();
+    const GenerateResult single = pipe.generate(one, call);
     // Batched GEMMs may round differently from single ones: the module-golden bound, and pixels
     // within the image tolerance.
     EXPECT_TRUE(test::all_close(all.final_latents.narrow(0, i, 1).contiguous(), single.final_latents,
@@ -370,33 +381,34 @@ TEST(KleinPipeline, LowMemoryAndSequentialLoadGiveIdenticalImages) {
 TEST(KleinPipeline, CancellationStopsBetweenSteps) {
   std::atomic<bool> cancel{false};
   GenerateRequest r = tiny_request({"x"}, 1);
-  r.num_steps = 3;
-  r.cancel = &cancel;
+  r.steps = 3;
+  CallContext call;
+  call.cancel = &cancel;
   int steps_run = 0;
-  r.on_step = [&](int step, int, double, float) {
+  call.on_step = [&](int step, int, double, float) {
     steps_run = step;
     if (step == 1) cancel = true;
   };
-  expect_one_line_error([&] { shared_pipeline().generate(r); }, ErrorCode::Cancelled);
+  expect_one_line_error([&] { shared_pipeline().generate(r, call); }, ErrorCode::Cancelled);
   EXPECT_EQ(steps_run, 1);
 
-  r.on_step = nullptr;
-  expect_one_line_error([&] { shared_pipeline().generate(r); }, ErrorCode::Cancelled);  // already set
+  call.on_step = nullptr;
+  expect_one_line_error([&] { shared_pipeline().generate(r, call); }, ErrorCode::Cancelled);  // already set
   cancel = false;
-  EXPECT_NO_THROW(shared_pipeline().generate(r));
+  EXPECT_NO_THROW(shared_pipeline().generate(r, call));
 }
 
 TEST(KleinPipeline, BaseVariantRunsClassifierFreeGuidance) {
   LinkedModel base("base_cfg", /*distilled=*/false, /*with_tokenizer=*/true);
   auto pipe = Flux2KleinPipeline::load(base.path(), f32_options());
   GenerateRequest r = tiny_request({"a boat"}, 5);
-  r.guidance_scale = 1.0f;  // guidance <= 1: one forward, the distilled computation
+  r.guidance = 1.0f;  // guidance <= 1: one forward, the distilled computation
   const GenerateResult plain = pipe->generate(r);
   EXPECT_FALSE(plain.used_cfg);
   const GenerateResult distilled = shared_pipeline().generate(r);
   EXPECT_TRUE(same_pixels(plain.images[0], distilled.images[0]));
 
-  r.guidance_scale = 4.0f;
+  r.guidance = 4.0f;
   const GenerateResult guided = pipe->generate(r);
   EXPECT_TRUE(guided.used_cfg);
   EXPECT_GT(test::compare(guided.final_latents, plain.final_latents).rel_l2, 1e-4);
@@ -412,7 +424,7 @@ TEST(KleinPipeline, SyntheticTinyVariantGeneratesInEveryLoadingMode) {
   EXPECT_TRUE(pipe->defaults().is_distilled);
   EXPECT_EQ(pipe->transformer_config().context_dim, 24);
   GenerateRequest r = tiny_request({"bench"}, 1);
-  r.num_steps = 1;
+  r.steps = 1;
   const GenerateResult a = pipe->generate(r);
   ASSERT_EQ(a.images.size(), 1u);
   EXPECT_EQ(a.final_latents.dtype(), DType::BF16);
@@ -489,7 +501,7 @@ TEST(KleinPipeline, ReferenceImagesSetTheSizeAndCondition) {
   GenerateRequest r = tiny_request({"edit"}, 11);
   r.width.reset();
   r.height.reset();
-  r.reference_images = {gradient_image(80, 64, 3)};
+  r.reference_images = {io::to_public(gradient_image(80, 64, 3))};
   const GenerateResult edited = pipe->generate(r);
   EXPECT_EQ(edited.width, 80);
   EXPECT_EQ(edited.height, 64);
@@ -505,7 +517,7 @@ TEST(KleinPipeline, ReferenceImagesSetTheSizeAndCondition) {
   EXPECT_GT(test::compare(edited.final_latents, unconditioned.final_latents).rel_l2, 1e-4);
 
   // Two references, explicit size, batch of 2.
-  r.reference_images.push_back(gradient_image(64, 96, 1));
+  r.reference_images.push_back(io::to_public(gradient_image(64, 96, 1)));
   r.width = 64;
   r.height = 64;
   r.images_per_prompt = 2;
@@ -522,6 +534,19 @@ TEST(KleinPipeline, ReferenceImagesSetTheSizeAndCondition) {
   no_encoder.load_vae_encoder = false;
   expect_one_line_error([&] { Flux2KleinPipeline::load(kTinyModel, no_encoder)->generate(r); },
                         ErrorCode::InvalidArgument);
+
+  // At most four reference images (BFL's limit for klein): a fifth is refused by the plan.
+  while (r.reference_images.size() < 4)
+    r.reference_images.push_back(io::to_public(gradient_image(64, 64, 3)));
+  EXPECT_NO_THROW(pipe->plan(r));
+  r.reference_images.push_back(io::to_public(gradient_image(64, 64, 3)));
+  try {
+    pipe->plan(r);
+    ADD_FAILURE() << "5 reference images accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    EXPECT_EQ(e.field(), "reference_images") << e.what();
+  }
 }
 
 }  // namespace

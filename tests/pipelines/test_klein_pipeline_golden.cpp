@@ -17,8 +17,6 @@
 // SSIM vs f32 >= 0.998), so the tiny model is not ill-conditioned here and no tolerance is widened.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "io/image.h"
+#include "io/public_image.h"
 #include "io/safetensors.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/qwen3/qwen3_encoder.h"
@@ -302,7 +302,7 @@ TEST(KleinGoldenManifest, VaeScaleFactorFromTheFolder) {
   req.prompts = {"x"};
   req.width = 72;
   req.height = 64;
-  req.num_steps = 1;
+  req.steps = 1;
   req.max_sequence_length = 8;
   try {
     released->generate(req);
@@ -425,15 +425,18 @@ TEST_P(KleinGolden, Steps) {
 GenerateRequest request_for(const GoldenCase& c) {
   GenerateRequest req;
   req.prompts = c.prompts;
-  req.negative_prompt = c.negative_prompt;
+  // dump_klein_pipeline.py passes a negative prompt only when the case has one (diffusers' None
+  // otherwise, which klein's CFG takes as "").
+  if (!c.negative_prompt.empty()) req.negative_prompt = c.negative_prompt;
   req.images_per_prompt = c.images_per_prompt;
   req.width = c.width_arg;
   req.height = c.height_arg;
-  req.num_steps = c.steps;
-  req.guidance_scale = c.guidance_scale;
+  req.steps = c.steps;
+  req.guidance = c.guidance_scale;
   req.max_sequence_length = c.max_sequence_length_arg;
   req.seed = c.seed;
-  for (const auto& r : c.reference_images) req.reference_images.push_back(io::read_png((kGolden / r).string()));
+  for (const auto& r : c.reference_images)
+    req.reference_images.push_back(io::to_public(io::read_png((kGolden / r).string())));
   return req;
 }
 

@@ -40,12 +40,15 @@ TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
 }
 
 TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {
-  EXPECT_TRUE(flux2_klein_kind().reference_images);
-  EXPECT_FALSE(flux2_klein_kind().img2img);
-  EXPECT_FALSE(flux2_klein_kind().true_cfg);
-  EXPECT_FALSE(flux1_kind().reference_images);
-  EXPECT_TRUE(flux1_kind().img2img);
-  EXPECT_TRUE(flux1_kind().true_cfg);
+  // What a family takes besides a prompt is in the limits its kind describes before any load.
+  const ModelFacts klein = flux2_klein_kind().describe(kData / "models" / "flux2-klein-tiny", {});
+  EXPECT_GT(klein.limits.max_reference_images, 0);
+  EXPECT_FALSE(klein.limits.init_image);
+  EXPECT_FALSE(klein.limits.true_cfg);
+  const ModelFacts flux1 = flux1_kind().describe(kData / "models" / "flux1-dev-tiny", {});
+  EXPECT_EQ(flux1.limits.max_reference_images, 0);
+  EXPECT_TRUE(flux1.limits.init_image);
+  EXPECT_TRUE(flux1.limits.true_cfg);
   EXPECT_EQ(flux1_kind().weight_components.size(), 4u);  // two text encoders
 }
 
@@ -55,10 +58,15 @@ TEST(PipelineRegistry, LoadsThroughTheFactoryAndReportsItsKind) {
   EXPECT_NE(dynamic_cast<Flux2KleinPipeline*>(klein.get()), nullptr);
   const std::unique_ptr<Pipeline> flux1 = flux1_kind().load(kData / "models" / "flux1-dev-tiny", {});
   EXPECT_EQ(&flux1->kind(), &flux1_kind());
-  const RequestDefaults d = flux1->request_defaults();
-  EXPECT_EQ(d.num_steps, 28);
+  const fluxrt::ModelDefaults& d = flux1->facts().defaults;
+  EXPECT_EQ(d.steps, 28);
   ASSERT_TRUE(d.img2img_strength.has_value());
-  EXPECT_FALSE(klein->request_defaults().img2img_strength.has_value());
+  EXPECT_FALSE(klein->facts().defaults.img2img_strength.has_value());
+  // The facts a loaded pipeline reports are the ones its kind describes from the folder.
+  const ModelFacts described = flux1_kind().describe(kData / "models" / "flux1-dev-tiny", {});
+  EXPECT_EQ(described.defaults.steps, d.steps);
+  EXPECT_EQ(described.limits.max_sequence_length, flux1->facts().limits.max_sequence_length);
+  EXPECT_EQ(described.vae_scale_factor, flux1->facts().vae_scale_factor);
 }
 
 }  // namespace

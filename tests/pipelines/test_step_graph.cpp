@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/threads.h"
+#include "io/public_image.h"
 #include "ops/device_graph.h"
 #include "ops/elementwise.h"
 #include "pipeline_test_support.h"
@@ -39,7 +40,7 @@ GenerateRequest request(uint64_t seed, int steps) {
   r.seed = seed;
   r.width = 64;
   r.height = 64;
-  r.num_steps = steps;
+  r.steps = steps;
   r.max_sequence_length = 32;
   return r;
 }
@@ -76,10 +77,10 @@ TEST(StepGraph, DistilledStepsAfterTheFirstReplayBitwise) {
 TEST(StepGraph, CfgWithReferenceImageReplaysBothForwards) {
   GenerateRequest r = request(3, 3);
   r.prompts = {"a cat"};
-  r.guidance_scale = 4.0f;
+  r.guidance = 4.0f;
   io::Image ref{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3)};
   for (size_t i = 0; i < ref.pixels.size(); ++i) ref.pixels[i] = static_cast<uint8_t>((i * 37) % 251);
-  r.reference_images = {ref};
+  r.reference_images = {io::to_public(ref)};
   const GenerateResult g = test::expect_graphs_change_nothing<Klein>(
       kData / "models" / "flux2-klein-base-tiny", Device::placement_check(), DType::F32, r);
   EXPECT_TRUE(g.used_cfg);
@@ -103,8 +104,9 @@ TEST(StepGraph, ReplayedStepsMakeNoHostCopy) {
                                        options_on(Device::placement_check(), DType::BF16, true));
   GenerateRequest r = request(9, 4);
   test::StepDownloads downloads;
-  downloads.attach(r);
-  const GenerateResult g = pipe->generate(r);
+  CallContext call;
+  downloads.attach(call);
+  const GenerateResult g = pipe->generate(r, call);
   EXPECT_EQ(g.graph_steps, 3);
   ASSERT_EQ(downloads.at_step.size(), 4u);
   downloads.expect_none_between_steps();
@@ -155,7 +157,7 @@ TEST(StepGraph, CfgGraphKeptAcrossRequestsWithNewNegativePrompt) {
     SCOPED_TRACE(negative);
     GenerateRequest r = request(3, 3);
     r.prompts = {"a cat"};
-    r.guidance_scale = 4.0f;
+    r.guidance = 4.0f;
     r.negative_prompt = negative;
     const GenerateResult g = graphed->generate(r);
     EXPECT_EQ(g.graph_steps, *negative ? 3 : 2);
@@ -294,11 +296,11 @@ TEST(StepGraph, CancelledRequestLeavesTheNextOneIntact) {
   auto graphed = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, true));
   std::atomic<bool> cancel{false};
   GenerateRequest r = request(4, 4);
-  r.cancel = &cancel;
-  r.on_step = [&](int step, int, double, float) { cancel = step == 2; };
-  EXPECT_THROW(graphed->generate(r), Error);
+  CallContext call;
+  call.cancel = &cancel;
+  call.on_step = [&](int step, int, double, float) { cancel = step == 2; };
+  EXPECT_THROW(graphed->generate(r, call), Error);
   cancel = false;
-  r.on_step = nullptr;
   const GenerateResult g = graphed->generate(r);
   EXPECT_EQ(g.graph_steps, 3) << "the cancelled request's graph was dropped: this one records anew";
   auto direct = Flux2KleinPipeline::load(model, options_on(Device::placement_check(), DType::BF16, false));

@@ -21,7 +21,7 @@ inline server::ServerOptions demo_options() {
   server::ServerOptions o;
   o.model = kDemoModel;
   o.port = 0;
-  o.default_steps = 2;
+  o.request_defaults.steps = 2;
   o.max_width = o.max_height = 256;
   o.log_requests = false;
   return o;

@@ -296,8 +296,8 @@ TEST_F(ServerApi, DisconnectCancelsAtTheNextStep) {
 TEST(ServerParse, AutoSizeIsThePresetsSizeAsWhenUnset) {
   server::ApiLimits limits;
   limits.model_ids = {"demo"};
-  limits.size_multiple = 8;
-  limits.default_width = limits.default_height = 64;  // the demo preset's
+  limits.model.size_multiple = 8;
+  limits.defaults.width = limits.defaults.height = 64;  // the demo preset's
   for (const char* body : {R"({"prompt": "x"})", R"({"prompt": "x", "size": "auto"})"}) {
     const server::ImageRequest r = server::parse_generation(body, limits);
     EXPECT_EQ(r.request.width, std::optional<int>(64)) << body;
@@ -305,8 +305,8 @@ TEST(ServerParse, AutoSizeIsThePresetsSizeAsWhenUnset) {
   }
   EXPECT_EQ(server::parse_generation(R"({"prompt": "x", "size": "128x96"})", limits).request.width,
             std::optional<int>(128));
-  limits.default_width.reset();
-  limits.default_height.reset();  // no preset: the engine's default, unset here
+  limits.defaults.width.reset();
+  limits.defaults.height.reset();  // no preset: the engine's default, unset here
   EXPECT_FALSE(server::parse_generation(R"({"prompt": "x", "size": "auto"})", limits).request.width);
 }
 

@@ -123,15 +123,15 @@ TEST(QuantizeModel, TypesWithoutAGgmlIdAreRefusedByName) {
 struct DemoDefaults {
   fs::path folder = fs::path(kData) / ".." / ".." / "models" / "demo";
   pipelines::PipelineOptions options;
-  pipelines::GenerateRequest request;
+  fluxrt::GenerateRequest request;
   io::Image bf16;
   DemoDefaults() {
     options.load_vae_encoder = false;
     request.prompts = {"a red circle on a blue background"};
     request.seed = 3;
     request.width = request.height = 64;
-    request.num_steps = 50;
-    request.guidance_scale = 4.0f;
+    request.steps = 50;
+    request.guidance = 4.0f;
     bf16 = pipelines::Flux2KleinPipeline::load(folder, options)->generate(request).images.at(0);
   }
 };
@@ -146,7 +146,7 @@ TEST(QuantizeModel, DemoModelImagesAgainstBf16) {
   const DemoDefaults demo_defaults;
   const fs::path& demo = demo_defaults.folder;
   const pipelines::PipelineOptions& options = demo_defaults.options;
-  const pipelines::GenerateRequest& request = demo_defaults.request;
+  const fluxrt::GenerateRequest& request = demo_defaults.request;
   const io::Image& bf16 = demo_defaults.bf16;
   for (QuantType type :
        {QuantType::Q8_0, QuantType::Q6_K, QuantType::Q5_K, QuantType::Q4_K, QuantType::Q4_0}) {
@@ -180,7 +180,7 @@ TEST(QuantizeModel, DemoModelW8A8AgainstBf16) {
   const DemoDefaults demo_defaults;
   const fs::path& demo = demo_defaults.folder;
   const pipelines::PipelineOptions& options = demo_defaults.options;
-  const pipelines::GenerateRequest& request = demo_defaults.request;
+  const fluxrt::GenerateRequest& request = demo_defaults.request;
   const io::Image& bf16 = demo_defaults.bf16;
   const fs::path file = temp_file("demo");
   quantize_model({demo.string(), QuantType::Q8_0, file.string()});

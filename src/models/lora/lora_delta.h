@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
+#include "fluxrt/request.h"
 #include "models/lora/lora_file.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
@@ -32,11 +33,9 @@ enum class LoraModelFamily { Flux1, Flux2 };
 // module name, lora_file.h).
 enum class LoraComponent { Transformer, ClipText, T5Text };
 
-// One LoRA file and how strongly to apply it (negative allowed: subtracts the adapter).
-struct LoraSpec {
-  std::string path;
-  float strength = 1.0f;
-};
+// One LoRA file and how strongly to apply it (negative allowed: subtracts the adapter): the public
+// request's own type, so a request's LoRAs reach the model as they are.
+using LoraSpec = fluxrt::Lora;
 
 struct LoraDelta {
   std::string target;  // canonical weight name: "double_blocks.0.img_attn.q.weight"

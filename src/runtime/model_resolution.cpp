@@ -1,0 +1,206 @@
+// Model resolution (runtime/model_resolution.h): a model as given -> the pipeline folder and
+// files a PipelineKind loads.
+#include "runtime/model_resolution.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace fluxrt::runtime {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+bool has_qwen_tokenizer(const fs::path& dir) {
+  return path_exists(dir / "tokenizer.json") ||
+         (path_exists(dir / "vocab.json") && path_exists(dir / "merges.txt"));
+}
+
+fs::path first_existing(const std::vector<fs::path>& candidates, const std::string& what) {
+  std::string looked;
+  for (const fs::path& c : candidates) {
+    if (c.empty()) continue;
+    if (path_exists(c)) return c;
+    looked += (looked.empty() ? "" : ", ") + c.string();
+  }
+  fail(ErrorCode::NotFound, "{} not found (looked in {})", what,
+       looked.empty() ? std::string("nothing") : looked);
+}
+
+}  // namespace
+
+fs::path source_tree_dir() {
+#ifdef FLUXRT_SOURCE_DIR
+  return fs::path(FLUXRT_SOURCE_DIR);
+#else
+  return {};
+#endif
+}
+
+fs::path install_share_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return {};
+  return exe.parent_path().parent_path() / "share" / "fluxrt";
+}
+
+fs::path find_bundled_demo_model() {
+  const fs::path src = source_tree_dir(), share = install_share_dir();
+  std::vector<fs::path> candidates;
+  if (!src.empty()) candidates.push_back(src / "models" / "demo" / "model_index.json");
+  if (!share.empty()) candidates.push_back(share / "models" / "demo" / "model_index.json");
+  try {
+    return first_existing(candidates, "no --model given and the bundled demo model").parent_path();
+  } catch (const Error& e) {
+    fail(ErrorCode::NotFound, "{}; pass --model <folder or hub repo id>", e.what());
+  }
+}
+
+fs::path find_bundled_qwen_tokenizer() {
+  const fs::path src = source_tree_dir(), share = install_share_dir();
+  std::vector<fs::path> candidates;
+  for (const fs::path& dir : {src / "models" / "demo" / "tokenizer",
+                              src / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer",
+                              share / "models" / "demo" / "tokenizer"})
+    if (!dir.parent_path().empty() && has_qwen_tokenizer(dir)) return dir;
+  fail(ErrorCode::NotFound,
+       "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
+       "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
+       src.string(), src.string(), share.string());
+}
+
+int vae_scale_factor_of(const io::ResolvedModel& model) {
+  const io::ModelComponent* vae = model.find("vae");
+  const fs::path folder = vae && !vae->folder.empty() ? fs::path(vae->folder) : fs::path(model.path) / "vae";
+  const fs::path config = folder / "config.json";
+  if (model.source != io::ModelSource::PipelineFolder || !path_exists(config)) return 8;
+  std::ifstream in(config, std::ios::binary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  FLUXRT_CHECK(!j.is_discarded() && j.is_object(), ErrorCode::Format, "{}: not a JSON object",
+               config.string());
+  if (!j.contains("block_out_channels")) return 8;  // the class default: 4 levels
+  const nlohmann::json& levels = j["block_out_channels"];
+  FLUXRT_CHECK(levels.is_array() && !levels.empty() && levels.size() <= 7, ErrorCode::Format,
+               "{}: block_out_channels must be a list of 1 to 7 levels", config.string());
+  return 1 << (static_cast<int>(levels.size()) - 1);
+}
+
+const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
+                                                     bool transformer_from_file,
+                                                     bool text_encoder_from_file) {
+  if (model.source != io::ModelSource::PipelineFolder)
+    fail(ErrorCode::Unsupported,
+         "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
+         "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
+         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
+  const pipelines::PipelineKind* kind = pipelines::find_pipeline_kind(model.pipeline_class);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
+      model.path,
+      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
+      pipelines::supported_pipelines_text());
+  auto needs = [&](const std::string& name) {
+    return !(transformer_from_file && name == "transformer") &&
+           !(text_encoder_from_file && name == kind->text_encoder_component);
+  };
+  for (const std::string& name : kind->weight_components) {
+    if (!needs(name)) continue;
+    const io::ModelComponent* c = model.find(name);
+    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
+                 "model {}: component {} is missing or has no weights (a partial download?)", model.path,
+                 name);
+  }
+  if (kind->family != pipelines::PipelineFamily::Flux2Klein)
+    return *kind;  // Flux1Pipeline::load checks the rest
+  const io::ModelComponent* tok = model.find("tokenizer");
+  const fs::path tok_dir =
+      tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
+  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
+               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)",
+               model.path, tok_dir.string());
+  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
+  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path,
+               scheduler.string());
+  return *kind;
+}
+
+io::ResolvedModel find_components_folder(const io::ResolvedModel& file,
+                                         const std::optional<std::string>& components) {
+  const io::VariantInfo info = io::detect_variant(file);
+  const pipelines::PipelineKind* kind = pipelines::pipeline_kind_for_transformer(info);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported,
+      "model {} is {}: fluxrt generate takes FLUX.2 klein and FLUX.1 transformer files", file.path,
+      info.description.empty() ? std::string("not a FLUX transformer checkpoint") : info.description);
+  io::ResolvedModel folder;
+  if (components) {
+    folder = io::resolve_model(*components);
+    FLUXRT_CHECK(folder.source == io::ModelSource::PipelineFolder, ErrorCode::InvalidArgument,
+                 "--components {}: not a diffusers pipeline folder (no model_index.json)", *components);
+  } else {
+    fs::path dir = fs::path(file.path).parent_path();
+    for (int up = 0; up < 2 && !dir.empty(); ++up, dir = dir.parent_path()) {
+      if (path_exists(dir / "model_index.json")) {
+        folder = io::resolve_model(dir.string());
+        break;
+      }
+    }
+    FLUXRT_CHECK(
+        !folder.path.empty(), ErrorCode::NotFound,
+        "model {} is a single {} transformer file: pass --components <a diffusers {} folder or hub repo id> "
+        "for its text encoder, tokenizer, VAE and scheduler (no model_index.json next to the file)",
+        file.path, kind->name, kind->pipeline_class);
+  }
+  FLUXRT_CHECK(
+      kind->accepts_class(folder.pipeline_class), ErrorCode::Unsupported,
+      "model {} is a {} transformer but the components in {} are a {}: they must be a {} folder", file.path,
+      info.description, folder.path,
+      folder.pipeline_class.empty() ? std::string("pipeline without a _class_name") : folder.pipeline_class,
+      kind->pipeline_class);
+  return folder;
+}
+
+ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components,
+                                  const std::optional<std::string>& text_encoder) {
+  ResolvedPipeline r;
+  if (text_encoder) {
+    std::error_code ec;
+    FLUXRT_CHECK(fs::is_regular_file(*text_encoder, ec), ErrorCode::NotFound,
+                 "--text-encoder {}: not found (a .gguf or .safetensors text encoder file)", *text_encoder);
+    r.text_encoder_file = *text_encoder;
+  }
+  r.given = io::resolve_model(spec);
+  if (r.given.source == io::ModelSource::SingleFile) {
+    r.transformer_file = r.given.path;
+    r.model = find_components_folder(r.given, components);
+    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/true, text_encoder.has_value());
+  } else {
+    FLUXRT_CHECK(!components, ErrorCode::InvalidArgument,
+                 "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
+                 spec);
+    r.model = r.given;
+    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/false, text_encoder.has_value());
+  }
+  return r;
+}
+
+std::string variant_label(const ResolvedPipeline& pipeline) {
+  try {
+    const io::VariantInfo v =
+        io::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
+    return v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
+  } catch (const Error&) {
+    return pipeline.model.pipeline_class;  // detection is informational; the load validates for real
+  }
+}
+
+}  // namespace fluxrt::runtime
