@@ -57,10 +57,10 @@ static std::string normalize_with_utf8proc(std::string_view text, utf8proc_optio
 
 bool normalize_unicode(std::string_view text, Normalization form, std::string& out) {
   if (form == Normalization::None) return false;
-  // Every code point below U+0300 is stable under NFC and NFD (U+0300 is the first combining mark),
-  // and in UTF-8 those are exactly the lead bytes below 0xCC. NFKC/NFKD also fold Latin-1 symbols
-  // (U+00A0, U+00B2, ...), so their fast path is ASCII only.
-  const unsigned char limit = (form == Normalization::Nfc || form == Normalization::Nfd) ? 0xCC : 0x80;
+  // Every code point below U+0300 is stable under NFC (U+0300 is the first combining mark), and in
+  // UTF-8 those are exactly the lead bytes below 0xCC. NFD splits Latin-1 letters (U+00C9 -> E +
+  // U+0301) and NFKC/NFKD fold Latin-1 symbols (U+00A0, U+00B2, ...), so their fast path is ASCII.
+  const unsigned char limit = form == Normalization::Nfc ? 0xCC : 0x80;
   bool needs_work = false;
   for (unsigned char c : text) {
     if (c >= limit) {

@@ -54,6 +54,13 @@ TEST(TextNormalization, MatchesUtf8procOnEveryForm) {
   }
 }
 
+TEST(TextNormalization, NfdDecomposesLatin1Letters) {
+  // The shortcut for text without code points from U+0300 on holds for NFC only: NFD splits
+  // letters such as U+00C9 and U+0130 into letter + mark (found by fuzz_qwen_tokenizer).
+  EXPECT_EQ(normalized("\xC3\x89t\xC3\xA9 \xC4\xB0", Normalization::Nfd), "E\xCC\x81te\xCC\x81 I\xCC\x87");
+  EXPECT_EQ(normalized("\xC3\x89t\xC3\xA9", Normalization::Nfc), "\xC3\x89t\xC3\xA9");
+}
+
 TEST(TextNormalization, LongRunsOfMarksTakeLinearTime) {
   // A letter and 200000 marks alternating between combining classes 230 (U+0301) and 220
   // (U+0323). utf8proc_map orders them with an exchange sort: about 70 s on the machine where
