@@ -348,6 +348,11 @@ std::vector<int32_t> ClipTokenizer::encode_padded(std::string_view text, int max
     fail(ErrorCode::InvalidArgument, "CLIP tokenizer: max_length {} leaves no room for the start and end tokens",
          max_length);
   }
+  // Checked before the row is allocated: a garbage length would otherwise ask for gigabytes.
+  if (max_length > kClipMaxLengthLimit) {
+    fail(ErrorCode::InvalidArgument, "CLIP tokenizer: max_length {} is above the limit of {}", max_length,
+         kClipMaxLengthLimit);
+  }
   std::vector<int32_t> ids = encode(text);
   const size_t room = static_cast<size_t>(max_length) - 2;
   truncated = ids.size() > room;

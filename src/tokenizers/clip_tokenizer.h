@@ -28,6 +28,9 @@ namespace fluxrt::tokenizers {
 
 // CLIP-L's context length (max_position_embeddings) and FluxPipeline's tokenizer_max_length.
 inline constexpr int kClipMaxLength = 77;
+// The largest max_length encode_padded accepts (T5's bound too): far beyond any CLIP context, and
+// a bound on what a wrong length can allocate.
+inline constexpr int kClipMaxLengthLimit = 1 << 20;
 
 class ClipTokenizer {
  public:
@@ -58,7 +61,7 @@ class ClipTokenizer {
 
   // What tokenizer(text, padding="max_length", max_length=max_length, truncation=True) returns:
   // [BOS, first max_length-2 text ids, EOS, pad...], exactly max_length ids.
-  // ErrorCode::InvalidArgument for invalid UTF-8 or max_length < 2.
+  // ErrorCode::InvalidArgument for invalid UTF-8 or max_length outside 2..kClipMaxLengthLimit.
   std::vector<int32_t> encode_padded(std::string_view text, int max_length = kClipMaxLength) const;
   // Same, and says whether text ids were dropped (diffusers logs a warning then).
   std::vector<int32_t> encode_padded(std::string_view text, int max_length, bool& truncated) const;

@@ -207,6 +207,14 @@ TEST(ClipTokenizer, PaddingAndTruncation) {
   expect_error(ErrorCode::InvalidArgument, [&] { tok.encode_padded("cat", -3); });
 }
 
+TEST(ClipTokenizer, MaxLengthAboveTheLimitIsRefused) {
+  // fuzz_clip_tokenizer asked for max_length 2^31-1: the row was reserved and filled with pads
+  // (8 GiB) before anything looked at the number. Like T5's, the length is now bounded.
+  const ClipTokenizer& tok = clip();
+  EXPECT_EQ(tok.encode_padded("cat", kClipMaxLengthLimit).size(), static_cast<size_t>(kClipMaxLengthLimit));
+  expect_error(ErrorCode::InvalidArgument, [&] { tok.encode_padded("cat", kClipMaxLengthLimit + 1); });
+}
+
 TEST(ClipTokenizer, ThreadSafe) {
   std::vector<std::string> prompts;
   for (const json& row : corpus()["cases"]) {
