@@ -250,8 +250,8 @@ TEST_F(CliGenerateFlux1, BadFlux1FlagsAreOneLineErrorsBeforeLoading) {
   const std::string dev = "--model " + quote(kDev.string()) + " --prompt x --size 64x64 --steps 4 --quiet --out " +
                           quote((tmp_ / "out").string());
   const std::string init = " --init-image " + quote(kInitImage.string());
-  expect_one_line_error(run(dev + init + " --strength 0"), "--strength 0 must be a number above 0 to 1");
-  expect_one_line_error(run(dev + init + " --strength 1.5"), "--strength 1.5 must be a number above 0 to 1");
+  expect_one_line_error(run(dev + init + " --strength 0"), "--strength 0 must be a number in (0, 1]");
+  expect_one_line_error(run(dev + init + " --strength 1.5"), "--strength 1.5 must be a number in (0, 1]");
   expect_one_line_error(run(dev + " --strength 0.5"), "strength is for img2img and needs init_image");
   expect_one_line_error(run(dev + " --init-image " + quote((tmp_ / "missing.png").string())), "missing.png");
   std::ofstream(tmp_ / "not.png") << "not a png";

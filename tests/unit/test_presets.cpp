@@ -106,12 +106,12 @@ TEST(Presets, ParsesFlux1AndVaeTilingKeys) {
 
   // Request fields are checked as the flags are (the field table), named by file, line and key.
   std::string e = error_of("strength: 0\n");
-  EXPECT_NE(e.find("preset.yaml:1: strength 0 must be a number above 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("preset.yaml:1: strength 0 must be a number in (0, 1]"), std::string::npos) << e;
   EXPECT_EQ(field_of("strength: 0\n"), "strength");
   e = error_of("strength: 1.5\n");
-  EXPECT_NE(e.find("strength 1.5 must be a number above 0 to 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("strength 1.5 must be a number in (0, 1]"), std::string::npos) << e;
   e = error_of("strength: -0.5\n");
-  EXPECT_NE(e.find("strength -0.5 must be a number above 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("strength -0.5 must be a number in (0, 1]"), std::string::npos) << e;
   e = error_of("true_cfg: lots\n");
   EXPECT_NE(e.find("preset.yaml:1: true_cfg 'lots' must be a number"), std::string::npos) << e;
   e = error_of("true_cfg: 101\n");  // guidance and true_cfg are in [0, 100]
