@@ -12,6 +12,7 @@
 #include "models/flux/flux2_names.h"
 #include "models/qwen3/qwen3_file.h"
 #include "pipelines/spans.h"
+#include "pipelines/variant.h"
 #include "tokenizers/bpe_tokenizer.h"
 
 namespace fluxrt::pipelines {
@@ -45,9 +46,9 @@ void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Co
 
 // The config of a single transformer checkpoint: the named preset when its shapes are a released
 // variant (headers only), else detected from the tensors themselves (custom sizes).
-models::Flux2Config flux2_config_of_file(const fs::path& file, const io::VariantInfo& info) {
-  if (info.variant == io::ModelVariant::Flux2Klein4B || info.variant == io::ModelVariant::Flux2Klein9B)
-    return models::flux2_preset(std::string(io::model_variant_name(info.variant)));
+models::Flux2Config flux2_config_of_file(const fs::path& file, const VariantInfo& info) {
+  if (info.variant == "flux.2-klein-4b" || info.variant == "flux.2-klein-9b")
+    return models::flux2_preset(info.variant);
   models::TensorStore raw = models::TensorStore::open(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux2_config_detect(models::flux2_to_canonical(raw));
@@ -149,7 +150,7 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   if (!transformer_file.empty()) {
     FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound, "klein pipeline: transformer file {} not found",
                  transformer_file.string());
-    const io::VariantInfo info = io::detect_variant(io::resolve_model(transformer_file.string()));
+    const VariantInfo info = detect_variant(io::resolve_model(transformer_file.string()));
     FLUXRT_CHECK(flux2_klein_kind().takes_transformer(info), ErrorCode::Unsupported,
                  "klein pipeline: {} is not a FLUX.2 klein transformer ({})", transformer_file.string(),
                  info.description);

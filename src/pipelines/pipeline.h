@@ -1,7 +1,7 @@
 #pragma once
 // One interface over the pipeline families and the registry that maps a diffusers pipeline class
-// (model_index.json's _class_name) or a transformer checkpoint's family to one, so that no code
-// above compares class names: runtime::Engine holds a Pipeline, asks its kind what a request may
+// (model_index.json's _class_name) or a transformer checkpoint (pipelines/variant.h) to one, so
+// that no code above compares class names: runtime::Engine holds a Pipeline, asks its kind what a request may
 // carry, and loads through the kind's factory.
 //
 //   const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);   // null: not ours
@@ -26,11 +26,11 @@
 #include "core/tensor.h"
 #include "core/timer.h"
 #include "io/image.h"
-#include "io/model_discovery.h"
 #include "models/lora/lora_delta.h"
 #include "models/vae/vae_tiling_plan.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/schedule.h"
+#include "pipelines/variant.h"
 
 namespace fluxrt::pipelines {
 
@@ -176,8 +176,8 @@ struct PipelineKind {
   bool reference_images = false;               // GenerateRequest::reference_images
   bool img2img = false;                        // GenerateRequest::init_image and strength
   bool true_cfg = false;                       // GenerateRequest::true_cfg_scale
-  // Whether a single transformer checkpoint of this family (io::detect_variant) runs here.
-  bool (*takes_transformer)(const io::VariantInfo& transformer) = nullptr;
+  // How it recognises its transformers (pipelines/variant.h: detect_variant asks every kind).
+  TransformerDetection detection;
   // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
   // (components resident unless options.low_memory).
   std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
@@ -185,8 +185,15 @@ struct PipelineKind {
   // The family's size check before anything is loaded (its validate_size).
   void (*validate_size)(int width, int height, int batch, int vae_scale_factor,
                         const MemoryCheck& memory) = nullptr;
+  // `fluxrt quantize`: a checkpoint of its transformer (tensors as stored) in BFL's tensor names,
+  // which the GGUF loaders in the wild expect.
+  models::TensorStore (*bfl_checkpoint)(const models::TensorStore& raw) = nullptr;
 
   bool accepts_class(std::string_view class_name) const;
+  // Whether a transformer checkpoint (detect_variant) runs here.
+  bool takes_transformer(const VariantInfo& transformer) const {
+    return transformer.runs && transformer.kind == this;
+  }
 };
 
 // Every family, klein first.
@@ -196,7 +203,7 @@ const PipelineKind& flux1_kind();
 // The kind whose folders name `pipeline_class`; null when none does.
 const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
 // The kind that runs a single transformer checkpoint of this family; null when none does.
-const PipelineKind* pipeline_kind_for_transformer(const io::VariantInfo& transformer);
+const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer);
 // "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)", for messages.
 std::string supported_pipelines_text();
 

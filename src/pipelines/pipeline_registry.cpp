@@ -1,70 +1,14 @@
-// The registry of pipeline families (pipelines/pipeline.h): the one place that knows which
-// diffusers classes and transformer checkpoints each family runs.
-#include <memory>
-
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+// The registry of pipeline families (pipelines/pipeline.h): the list of kinds, each defined with
+// its family (klein_kind.cpp, flux1_kind.cpp), and the look-ups over it.
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
-namespace {
-
-PipelineKind make_flux2_klein_kind() {
-  PipelineKind k;
-  k.family = PipelineFamily::Flux2Klein;
-  k.name = "FLUX.2 klein";
-  k.pipeline_class = "Flux2KleinPipeline";
-  k.weight_components = {"transformer", "text_encoder", "vae"};
-  k.text_encoder_component = "text_encoder";
-  k.reference_images = true;
-  // FLUX.2 dev is another pipeline (Mistral text encoder), which fluxrt does not run.
-  k.takes_transformer = [](const io::VariantInfo& info) {
-    return info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev;
-  };
-  k.load = [](const std::filesystem::path& root,
-              const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
-    return Flux2KleinPipeline::load(root, options);
-  };
-  k.validate_size = &Flux2KleinPipeline::validate_size;
-  return k;
-}
-
-PipelineKind make_flux1_kind() {
-  PipelineKind k;
-  k.family = PipelineFamily::Flux1;
-  k.name = "FLUX.1";
-  k.pipeline_class = "FluxPipeline";
-  k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
-  k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
-  k.text_encoder_component = "text_encoder_2";
-  k.img2img = true;
-  k.true_cfg = true;
-  k.takes_transformer = [](const io::VariantInfo& info) { return info.family == io::ModelFamily::Flux1; };
-  k.load = [](const std::filesystem::path& root,
-              const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
-    return Flux1Pipeline::load(root, options);
-  };
-  k.validate_size = &Flux1Pipeline::validate_size;
-  return k;
-}
-
-}  // namespace
 
 bool PipelineKind::accepts_class(std::string_view class_name) const {
   if (class_name == pipeline_class) return true;
   for (const std::string& other : other_classes)
     if (class_name == other) return true;
   return false;
-}
-
-const PipelineKind& flux2_klein_kind() {
-  static const PipelineKind kind = make_flux2_klein_kind();
-  return kind;
-}
-
-const PipelineKind& flux1_kind() {
-  static const PipelineKind kind = make_flux1_kind();
-  return kind;
 }
 
 const std::vector<const PipelineKind*>& pipeline_kinds() {
@@ -78,10 +22,8 @@ const PipelineKind* find_pipeline_kind(std::string_view pipeline_class) {
   return nullptr;
 }
 
-const PipelineKind* pipeline_kind_for_transformer(const io::VariantInfo& transformer) {
-  for (const PipelineKind* kind : pipeline_kinds())
-    if (kind->takes_transformer(transformer)) return kind;
-  return nullptr;
+const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer) {
+  return transformer.runs ? transformer.kind : nullptr;
 }
 
 std::string supported_pipelines_text() {

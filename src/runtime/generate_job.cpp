@@ -137,7 +137,7 @@ const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& mo
 }
 
 io::ResolvedModel find_components_folder(const io::ResolvedModel& file, const std::optional<std::string>& components) {
-  const io::VariantInfo info = io::detect_variant(file);
+  const pipelines::VariantInfo info = pipelines::detect_variant(file);
   const pipelines::PipelineKind* kind = pipelines::pipeline_kind_for_transformer(info);
   FLUXRT_CHECK(
       kind != nullptr, ErrorCode::Unsupported,
@@ -279,9 +279,9 @@ ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<s
 
 std::string variant_label(const ResolvedPipeline& pipeline) {
   try {
-    const io::VariantInfo v =
-        io::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
-    return v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
+    const pipelines::VariantInfo v =
+        pipelines::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
+    return !v.description.empty() ? v.description : !v.variant.empty() ? v.variant : std::string("unknown");
   } catch (const Error&) {
     return pipeline.model.pipeline_class;  // detection is informational; the load validates for real
   }

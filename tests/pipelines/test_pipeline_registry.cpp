@@ -26,16 +26,15 @@ TEST(PipelineRegistry, FindsEachFamilyByItsClasses) {
 }
 
 TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
-  io::VariantInfo info;
-  info.family = io::ModelFamily::Flux1;
+  VariantInfo info;
+  info.kind = &flux1_kind();
+  info.runs = true;
   EXPECT_EQ(pipeline_kind_for_transformer(info), &flux1_kind());
-  info.family = io::ModelFamily::Flux2;
-  info.variant = io::ModelVariant::Flux2Klein4B;
+  info.kind = &flux2_klein_kind();
   EXPECT_EQ(pipeline_kind_for_transformer(info), &flux2_klein_kind());
-  info.variant = io::ModelVariant::Flux2Dev;
+  info.runs = false;  // recognised to be refused (FLUX.2 dev)
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
-  info.family = io::ModelFamily::Unknown;
-  info.variant = io::ModelVariant::Unknown;
+  info.kind = nullptr;
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
 }
 

@@ -1,0 +1,120 @@
+// FLUX.1 as the registry knows it (pipelines/pipeline.h PipelineKind): its folders, what its
+// requests may carry, how it recognises its transformers, and its factory.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "io/json_file.h"
+#include "models/flux/flux1_names.h"
+#include "models/flux/flux_checkpoint_shape.h"
+#include "models/fp8_weights.h"
+#include "pipelines/flux1_pipeline.h"
+#include "pipelines/pipeline.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The released FLUX.1 transformers' sizes (flux-reference.md section 1.1): dev is guidance-distilled.
+struct KnownShape {
+  const char* variant;
+  const char* description;
+  int64_t hidden, double_blocks, single_blocks, context_dim, in_channels;
+  bool guidance;
+};
+constexpr KnownShape kKnownShapes[] = {
+    {"flux.1-dev", "FLUX.1-dev", 3072, 19, 38, 4096, 64, true},
+    {"flux.1-schnell", "FLUX.1-schnell", 3072, 19, 38, 4096, 64, false},
+};
+
+// FLUX.2's shared modulation is checked first: a FLUX.2 checkpoint is never taken for FLUX.1's.
+bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
+  const std::optional<models::FluxCheckpointShape> s = models::read_flux_checkpoint_shape(shapes);
+  if (!s || s->shared_modulation || !s->pooled_text_embedder) return false;
+  v.layout = s->bfl_names ? "bfl" : "diffusers";
+  v.key_prefix = s->key_prefix;
+  v.shape = {s->hidden_size,   s->head_dim,    s->num_heads,   s->double_blocks,
+             s->single_blocks, s->in_channels, s->context_dim, s->guidance_embed};
+  return true;
+}
+
+int64_t json_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
+  auto it = cfg.find(key);
+  return it != cfg.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+bool json_bool(const nlohmann::json& cfg, const char* key, bool fallback) {
+  auto it = cfg.find(key);
+  return it != cfg.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+// FluxTransformer2DModel's defaults are FLUX.1's sizes, without the guidance embedding.
+TransformerShape read_config(const fs::path& config_json) {
+  const nlohmann::json cfg = io::read_json_object(config_json);
+  TransformerShape s;
+  s.head_dim = json_int(cfg, "attention_head_dim", 128);
+  s.num_heads = json_int(cfg, "num_attention_heads", 24);
+  s.hidden_size = s.head_dim * s.num_heads;
+  s.double_blocks = json_int(cfg, "num_layers", 19);
+  s.single_blocks = json_int(cfg, "num_single_layers", 38);
+  s.in_channels = json_int(cfg, "in_channels", 64);
+  s.context_dim = json_int(cfg, "joint_attention_dim", 4096);
+  s.guidance_embed = json_bool(cfg, "guidance_embeds", false);
+  return s;
+}
+
+// FLUX.1 has no distilled / base choice (dev's guidance distillation is in its shapes).
+void name_variant(VariantInfo& v) {
+  const TransformerShape& s = v.shape;
+  v.variant = "custom";
+  v.runs = true;
+  v.distilled.reset();
+  v.distilled_from.clear();
+  for (const KnownShape& k : kKnownShapes) {
+    if (k.hidden == s.hidden_size && k.double_blocks == s.double_blocks &&
+        k.single_blocks == s.single_blocks && k.context_dim == s.context_dim &&
+        k.in_channels == s.in_channels && k.guidance == s.guidance_embed) {
+      v.variant = k.variant;
+      v.description = k.description;
+    }
+  }
+  if (v.variant != "custom") return;
+  v.description = fmt::format("flux.1 (custom: hidden {}, {}+{} blocks, {})", s.hidden_size, s.double_blocks,
+                              s.single_blocks, s.guidance_embed ? "guidance" : "no guidance");
+}
+
+PipelineKind make_flux1_kind() {
+  PipelineKind k;
+  k.family = PipelineFamily::Flux1;
+  k.name = "FLUX.1";
+  k.pipeline_class = "FluxPipeline";
+  k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
+  k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
+  k.text_encoder_component = "text_encoder_2";
+  k.img2img = true;
+  k.true_cfg = true;
+  k.detection.model_family = "flux.1";
+  k.detection.config_class = "FluxTransformer2DModel";
+  k.detection.read_shapes = &read_shapes;
+  k.detection.read_config = &read_config;
+  k.detection.name_variant = &name_variant;
+  k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
+    return Flux1Pipeline::load(root, options);
+  };
+  k.validate_size = &Flux1Pipeline::validate_size;
+  // fp8 weights with their scales, as Flux1Transformer's loader reads them.
+  k.bfl_checkpoint = [](const models::TensorStore& raw) {
+    return models::flux1_canonical_to_bfl(models::flux1_to_canonical(models::fp8_weights_quantized(raw)));
+  };
+  return k;
+}
+
+}  // namespace
+
+const PipelineKind& flux1_kind() {
+  static const PipelineKind kind = make_flux1_kind();
+  return kind;
+}
+
+}  // namespace fluxrt::pipelines
