@@ -7,6 +7,7 @@
 #include "io/json_file.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
+#include "models/flux/flux_lora_names.h"
 #include "models/fp8_weights.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/pipeline.h"
@@ -99,6 +100,7 @@ PipelineKind make_flux1_kind() {
   k.detection.read_shapes = &read_shapes;
   k.detection.read_config = &read_config;
   k.detection.name_variant = &name_variant;
+  k.lora_scheme = &models::flux1_lora_scheme();
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux1Pipeline::load(root, options);
   };

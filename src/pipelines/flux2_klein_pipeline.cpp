@@ -248,7 +248,7 @@ GenerateResult Flux2KleinPipeline::generate(const GenerateRequest& request) {
     std::optional<models::LoraAttachment> loras;  // detached when the loop ends
     if (!request.loras.empty())
       loras.emplace(transformer->linears(),
-                    models::lora_deltas(request.loras, models::LoraModelFamily::Flux2,
+                    models::lora_deltas(request.loras, *kind().lora_scheme,
                                         models::linear_shapes_of(transformer->linears())),
                     model_dtype, m.options.device);
     DenoiseLoop loop;

@@ -9,6 +9,7 @@
 #include "io/json_file.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
+#include "models/flux/flux_lora_names.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/pipeline.h"
 
@@ -125,6 +126,7 @@ PipelineKind make_flux2_klein_kind() {
   k.detection.read_config = &read_config;
   k.detection.distilled_from_file_name = &distilled_from_file_name;
   k.detection.name_variant = &name_variant;
+  k.lora_scheme = &models::flux2_lora_scheme();
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux2KleinPipeline::load(root, options);
   };

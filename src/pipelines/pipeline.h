@@ -178,6 +178,8 @@ struct PipelineKind {
   bool true_cfg = false;                       // GenerateRequest::true_cfg_scale
   // How it recognises its transformers (pipelines/variant.h: detect_variant asks every kind).
   TransformerDetection detection;
+  // How LoRA files name its transformer's layers: which files it takes, and where they apply.
+  const models::LoraNameScheme* lora_scheme = nullptr;
   // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
   // (components resident unless options.low_memory).
   std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
@@ -206,5 +208,11 @@ const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
 const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer);
 // "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)", for messages.
 std::string supported_pipelines_text();
+// The kinds a LoRA file can be applied to (its layers, lora_scheme.h), in registry order: every
+// kind when it adapts only layers all have. Format error for a file that mixes two families' layers.
+std::vector<const PipelineKind*> kinds_taking_lora(const models::LoraFile& lora);
+// Which family a LoRA file is for, as `fluxrt info` says it: "FLUX.1", "FLUX.2", or
+// "FLUX.1 or FLUX.2 (only shared layers)".
+std::string lora_family_name(const models::LoraFile& lora);
 
 }  // namespace fluxrt::pipelines

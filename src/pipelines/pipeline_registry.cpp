@@ -1,5 +1,7 @@
 // The registry of pipeline families (pipelines/pipeline.h): the list of kinds, each defined with
 // its family (klein_kind.cpp, flux1_kind.cpp), and the look-ups over it.
+#include <algorithm>
+
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -34,6 +36,38 @@ std::string supported_pipelines_text() {
     text += std::string(kinds[i]->pipeline_class) + " (" + kinds[i]->name + ")";
   }
   return text;
+}
+
+namespace {
+
+std::vector<const models::LoraNameScheme*> lora_schemes() {
+  std::vector<const models::LoraNameScheme*> schemes;
+  for (const PipelineKind* kind : pipeline_kinds())
+    if (std::find(schemes.begin(), schemes.end(), kind->lora_scheme) == schemes.end())
+      schemes.push_back(kind->lora_scheme);
+  return schemes;
+}
+
+}  // namespace
+
+std::vector<const PipelineKind*> kinds_taking_lora(const models::LoraFile& lora) {
+  const models::LoraFamily family = models::lora_family(lora, lora_schemes());
+  std::vector<const PipelineKind*> kinds;
+  for (const PipelineKind* kind : pipeline_kinds())
+    if (family.scheme == nullptr || family.scheme == kind->lora_scheme) kinds.push_back(kind);
+  return kinds;
+}
+
+std::string lora_family_name(const models::LoraFile& lora) {
+  const std::vector<const models::LoraNameScheme*> schemes = lora_schemes();
+  const models::LoraFamily family = models::lora_family(lora, schemes);
+  if (family.scheme != nullptr) return family.scheme->family;
+  std::vector<std::string> names;
+  for (const models::LoraNameScheme* scheme : schemes) names.push_back(scheme->family);
+  std::sort(names.begin(), names.end());
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? " or " : "") + names[i];
+  return text + " (only shared layers)";
 }
 
 }  // namespace fluxrt::pipelines

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <vector>
 
+#include "models/lora/lora_file.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/pipeline.h"
@@ -36,6 +38,26 @@ TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
   info.kind = nullptr;
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
+}
+
+// A LoRA file's family is told by the kinds' name schemes: the layers only one family has.
+TEST(PipelineRegistry, TellsWhichKindsALoraFileFits) {
+  const models::LoraFile klein =
+      models::read_lora_file((kData / "lora" / "klein" / "peft.safetensors").string());
+  EXPECT_EQ(kinds_taking_lora(klein), std::vector<const PipelineKind*>{&flux2_klein_kind()});
+  EXPECT_EQ(lora_family_name(klein), "FLUX.2");
+  const models::LoraFile flux1 =
+      models::read_lora_file((kData / "lora" / "flux1" / "kohya.safetensors").string());
+  EXPECT_EQ(kinds_taking_lora(flux1), std::vector<const PipelineKind*>{&flux1_kind()});
+  EXPECT_EQ(lora_family_name(flux1), "FLUX.1");
+  models::LoraFile shared = klein;  // only the layers both have left
+  std::erase_if(shared.modules, [](const models::LoraModule& m) {
+    return flux2_klein_kind().lora_scheme->only_here(m.module);
+  });
+  ASSERT_FALSE(shared.modules.empty());
+  EXPECT_EQ(kinds_taking_lora(shared), pipeline_kinds());
+  EXPECT_EQ(lora_family_name(shared), "FLUX.1 or FLUX.2 (only shared layers)");
+  EXPECT_EQ(flux1_kind().lora_scheme->family, std::string("FLUX.1"));
 }
 
 TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {
