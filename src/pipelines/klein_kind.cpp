@@ -6,6 +6,7 @@
 #include <cctype>
 #include <memory>
 
+#include "core/error.h"
 #include "io/json_file.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
@@ -75,6 +76,27 @@ std::optional<bool> distilled_from_file_name(const std::string& path) {
   return name.find("base") == std::string::npos;
 }
 
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+// The Qwen3 tokenizer and the scheduler config, which no weight component check covers.
+void check_folder(const io::ResolvedModel& model) {
+  const io::ModelComponent* tok = model.find("tokenizer");
+  const fs::path tok_dir =
+      tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
+  const bool has_qwen_tokenizer =
+      path_exists(tok_dir / "tokenizer.json") ||
+      (path_exists(tok_dir / "vocab.json") && path_exists(tok_dir / "merges.txt"));
+  FLUXRT_CHECK(has_qwen_tokenizer, ErrorCode::NotFound,
+               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)",
+               model.path, tok_dir.string());
+  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
+  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path,
+               scheduler.string());
+}
+
 void name_variant(VariantInfo& v) {
   const TransformerShape& s = v.shape;
   v.variant = "custom";
@@ -127,6 +149,7 @@ PipelineKind make_flux2_klein_kind() {
   k.detection.distilled_from_file_name = &distilled_from_file_name;
   k.detection.name_variant = &name_variant;
   k.lora_scheme = &models::flux2_lora_scheme();
+  k.check_folder = &check_folder;
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux2KleinPipeline::load(root, options);
   };

@@ -180,6 +180,9 @@ struct PipelineKind {
   TransformerDetection detection;
   // How LoRA files name its transformer's layers: which files it takes, and where they apply.
   const models::LoraNameScheme* lora_scheme = nullptr;
+  // Its own checks of a pipeline folder beyond the weight components (check_pipeline_folder),
+  // before anything loads: NotFound naming what is missing. Null when its load checks the rest.
+  void (*check_folder)(const io::ResolvedModel& model) = nullptr;
   // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
   // (components resident unless options.low_memory).
   std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
@@ -204,6 +207,12 @@ const PipelineKind& flux2_klein_kind();
 const PipelineKind& flux1_kind();
 // The kind whose folders name `pipeline_class`; null when none does.
 const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
+// Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
+// components present, then the kind's check_folder) and returns the kind; NotFound / Unsupported
+// naming what is missing. With `transformer_from_file` its transformer/ is not needed, with
+// `text_encoder_from_file` its text_encoder_component.
+const PipelineKind& check_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file = false,
+                                          bool text_encoder_from_file = false);
 // The kind that runs a single transformer checkpoint of this family; null when none does.
 const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer);
 // "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)", for messages.

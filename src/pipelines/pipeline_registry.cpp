@@ -2,6 +2,7 @@
 // its family (klein_kind.cpp, flux1_kind.cpp), and the look-ups over it.
 #include <algorithm>
 
+#include "core/error.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -22,6 +23,36 @@ const PipelineKind* find_pipeline_kind(std::string_view pipeline_class) {
   for (const PipelineKind* kind : pipeline_kinds())
     if (kind->accepts_class(pipeline_class)) return kind;
   return nullptr;
+}
+
+const PipelineKind& check_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file,
+                                          bool text_encoder_from_file) {
+  if (model.source != io::ModelSource::PipelineFolder)
+    fail(ErrorCode::Unsupported,
+         "model {} is a single {}: generate needs a diffusers pipeline folder (model_index.json and one "
+         "folder "
+         "per component): it runs {} folders",
+         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder",
+         supported_pipelines_text());
+  const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
+      model.path,
+      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
+      supported_pipelines_text());
+  auto needs = [&](const std::string& name) {
+    return !(transformer_from_file && name == "transformer") &&
+           !(text_encoder_from_file && name == kind->text_encoder_component);
+  };
+  for (const std::string& name : kind->weight_components) {
+    if (!needs(name)) continue;
+    const io::ModelComponent* c = model.find(name);
+    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
+                 "model {}: component {} is missing or has no weights (a partial download?)", model.path,
+                 name);
+  }
+  if (kind->check_folder) kind->check_folder(model);
+  return *kind;
 }
 
 const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer) {

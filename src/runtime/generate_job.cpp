@@ -103,37 +103,7 @@ int vae_scale_factor_of(const io::ResolvedModel& model) {
 const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
                                                      bool transformer_from_file,
                                                      bool text_encoder_from_file) {
-  if (model.source != io::ModelSource::PipelineFolder)
-    fail(ErrorCode::Unsupported,
-         "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
-         "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
-         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
-  const pipelines::PipelineKind* kind = pipelines::find_pipeline_kind(model.pipeline_class);
-  FLUXRT_CHECK(
-      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
-      model.path,
-      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
-      pipelines::supported_pipelines_text());
-  auto needs = [&](const std::string& name) {
-    return !(transformer_from_file && name == "transformer") &&
-           !(text_encoder_from_file && name == kind->text_encoder_component);
-  };
-  for (const std::string& name : kind->weight_components) {
-    if (!needs(name)) continue;
-    const io::ModelComponent* c = model.find(name);
-    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
-                 "model {}: component {} is missing or has no weights (a partial download?)", model.path, name);
-  }
-  if (kind->family != pipelines::PipelineFamily::Flux2Klein)
-    return *kind;  // Flux1Pipeline::load checks the rest
-  const io::ModelComponent* tok = model.find("tokenizer");
-  const fs::path tok_dir = tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
-  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
-               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)", model.path,
-               tok_dir.string());
-  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
-  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path, scheduler.string());
-  return *kind;
+  return pipelines::check_pipeline_folder(model, transformer_from_file, text_encoder_from_file);
 }
 
 io::ResolvedModel find_components_folder(const io::ResolvedModel& file, const std::optional<std::string>& components) {

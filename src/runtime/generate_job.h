@@ -128,10 +128,7 @@ void check_run_size(const ResolvedPipeline& pipeline, int width, int height, int
 // Format naming the file when it is unreadable.
 int vae_scale_factor_of(const io::ResolvedModel& model);
 
-// Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
-// components present; klein also its Qwen tokenizer and scheduler config) and returns the kind;
-// NotFound / Unsupported naming what is missing. With `transformer_from_file` its transformer/ is
-// not needed, with `text_encoder_from_file` its PipelineKind::text_encoder_component.
+// pipelines::check_pipeline_folder (the registry's generic checks, then the kind's own).
 const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
                                                      bool transformer_from_file = false,
                                                      bool text_encoder_from_file = false);

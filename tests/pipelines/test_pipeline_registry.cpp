@@ -1,10 +1,17 @@
 // pipelines/pipeline.h's registry: which diffusers classes and transformer checkpoints each family
 // runs, what its requests may carry, and that the loaded pipelines report their own kind.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "core/error.h"
+#include "io/model_discovery.h"
 #include "models/lora/lora_file.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
@@ -58,6 +65,54 @@ TEST(PipelineRegistry, TellsWhichKindsALoraFileFits) {
   EXPECT_EQ(kinds_taking_lora(shared), pipeline_kinds());
   EXPECT_EQ(lora_family_name(shared), "FLUX.1 or FLUX.2 (only shared layers)");
   EXPECT_EQ(flux1_kind().lora_scheme->family, std::string("FLUX.1"));
+}
+
+// A folder is checked by the registry (its weight components) and then by its kind: klein's
+// needs its Qwen3 tokenizer files and scheduler config before anything loads.
+TEST(PipelineRegistry, ChecksAFolderThroughItsKind) {
+  auto resolved = [](const std::filesystem::path& p) {
+    return io::resolve_model(p.string(), "/nonexistent-hub");
+  };
+  const std::filesystem::path models = kData / "models";
+  EXPECT_EQ(&check_pipeline_folder(resolved(models / "flux2-klein-tiny")), &flux2_klein_kind());
+  EXPECT_EQ(&check_pipeline_folder(resolved(models / "flux1-dev-tiny")), &flux1_kind());
+  auto error_of = [](const std::function<void()>& fn) -> std::pair<ErrorCode, std::string> {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
+    }
+    return {ErrorCode::Internal, "(no error)"};
+  };
+  auto [code, what] =
+      error_of([&] { check_pipeline_folder(resolved(models / "flux1-dev-tiny-transformer")); });
+  EXPECT_EQ(code, ErrorCode::Unsupported);
+  EXPECT_NE(what.find("is a single component folder"), std::string::npos) << what;
+
+  const std::filesystem::path tmp =
+      std::filesystem::temp_directory_path() / ("fluxrt_registry_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  std::filesystem::copy(models / "flux2-klein-tiny", tmp / "klein", std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(tmp / "klein" / "tokenizer");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "klein")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("tokenizer not found"), std::string::npos) << what;
+  std::filesystem::copy(models / "flux2-klein-tiny" / "tokenizer", tmp / "klein" / "tokenizer");
+  std::filesystem::remove(tmp / "klein" / "scheduler" / "scheduler_config.json");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "klein")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("scheduler_config.json not found"), std::string::npos) << what;
+
+  // The registry's part: a weight component missing, unless a file stands in for it.
+  std::filesystem::copy(models / "flux1-dev-tiny", tmp / "flux1", std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(tmp / "flux1" / "text_encoder_2");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "flux1")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("component text_encoder_2 is missing"), std::string::npos) << what;
+  EXPECT_EQ(&check_pipeline_folder(resolved(tmp / "flux1"), false, /*text_encoder_from_file=*/true),
+            &flux1_kind());
+  std::filesystem::remove_all(tmp);
 }
 
 TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {
