@@ -139,6 +139,7 @@ RequestDefaults Flux2KleinPipeline::request_defaults() const {
   r.width = d.width;
   r.height = d.height;
   r.max_sequence_length = d.max_sequence_length;
+  r.notes = d.notes;
   return r;
 }
 const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }

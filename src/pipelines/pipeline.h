@@ -142,6 +142,9 @@ struct RequestDefaults {
   int max_sequence_length = 0;
   std::optional<float> img2img_guidance_scale;  // families with img2img only
   std::optional<float> img2img_strength;
+  // Where the model's sources disagreed and which one was taken (VariantInfo::notes): a front end
+  // shows them with its run.
+  std::vector<std::string> notes;
 };
 
 struct PipelineKind;

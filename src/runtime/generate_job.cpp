@@ -249,8 +249,10 @@ ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<s
 
 std::string variant_label(const ResolvedPipeline& pipeline) {
   try {
-    const pipelines::VariantInfo v =
-        pipelines::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
+    // A transformer file runs with its components folder, whose model_index.json it is named by.
+    const pipelines::VariantInfo v = pipeline.transformer_file.empty()
+                                         ? pipelines::detect_variant(pipeline.model)
+                                         : pipelines::detect_variant(pipeline.given, &pipeline.model);
     return !v.description.empty() ? v.description : !v.variant.empty() ? v.variant : std::string("unknown");
   } catch (const Error&) {
     return pipeline.model.pipeline_class;  // detection is informational; the load validates for real
