@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "core/error.h"
 #include "io/json_file.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
@@ -65,6 +66,58 @@ TransformerShape read_config(const fs::path& config_json) {
   return s;
 }
 
+// The CLIP (vocab.json + merges.txt) and T5 (spiece.model) tokenizers checked in with the tiny
+// FLUX.1 test folder, or installed next to the executable.
+fs::path find_flux1_tokenizer(const char* name, const fs::path& src, const fs::path& share) {
+  std::string looked;
+  for (const fs::path& base :
+       {src / "tests" / "data" / "models" / "flux1-dev-tiny", share / "tokenizers" / "flux1"}) {
+    if (base.parent_path().empty()) continue;
+    std::error_code ec;
+    if (fs::is_directory(base / name, ec)) return base / name;
+    looked += (looked.empty() ? "" : ", ") + (base / name).string();
+  }
+  fail(ErrorCode::NotFound, "bench pipeline: no FLUX.1 {} folder found (looked in {})", name, looked);
+}
+
+// FLUX.1 through Flux1Pipeline::synthetic with shared block weights (Flux1Config::
+// shared_block_weights: the same shapes, FLOPs and bytes streamed per block, about 1 GB resident),
+// in low-memory order: 12B parameters (24 GB of bf16) next to T5-XXL (9.5 GB).
+SyntheticPipeline synthetic(const SyntheticRequest& request) {
+  // flux.1-tiny: the tiny test folder's shapes (a smoke test of this path, nothing shared).
+  const bool tiny = request.variant == "flux.1-tiny";
+  FLUXRT_CHECK(!request.weights, ErrorCode::InvalidArgument,
+               "bench pipeline: --weights {} is for FLUX.2 klein (FLUX.1's synthetic weights are bf16)",
+               request.weights_name);
+  const fs::path clip_tokenizer = find_flux1_tokenizer("tokenizer", request.source_dir, request.share_dir);
+  const fs::path t5_tokenizer = find_flux1_tokenizer("tokenizer_2", request.source_dir, request.share_dir);
+  SyntheticPipeline s;
+  s.variant = tiny ? request.variant : request.variant + " (blocks share weights)";
+  s.always_low_memory = true;
+  const std::string made = tiny ? request.variant : request.variant + models::kFlux1SharedBlocksSuffix;
+  s.make = [made, clip_tokenizer, t5_tokenizer](const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
+    return Flux1Pipeline::synthetic(made, clip_tokenizer, t5_tokenizer, options);
+  };
+  s.shapes_note = [variant = request.variant](const Pipeline& pipeline) {
+    const models::Flux1Config& shapes = static_cast<const Flux1Pipeline&>(pipeline).transformer_config();
+    if (!shapes.shared_block_weights)
+      return fmt::format("synthetic: {} shapes, random weights, low-memory order", variant);
+    return fmt::format(
+        "synthetic: {} shapes ({:.2f}B parameters); the {} double blocks share one weight set and the {} "
+        "single "
+        "blocks share one (same shapes, FLOPs and weight bytes streamed per block as the real model); CLIP-L "
+        "and "
+        "T5-XXL unshared; low-memory order (text encoders freed before the transformer is made)",
+        variant, static_cast<double>(shapes.parameter_count()) / 1e9, shapes.double_blocks,
+        shapes.single_blocks);
+  };
+  s.flops_per_forward = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens) {
+    return static_cast<const Flux1Pipeline&>(pipeline).transformer_config().flops_per_forward(image_tokens,
+                                                                                              text_tokens);
+  };
+  return s;
+}
+
 // FLUX.1 has no distilled / base choice (dev's guidance distillation is in its shapes).
 void name_variant(VariantInfo& v) {
   const TransformerShape& s = v.shape;
@@ -101,6 +154,8 @@ PipelineKind make_flux1_kind() {
   k.detection.read_config = &read_config;
   k.detection.name_variant = &name_variant;
   k.lora_scheme = &models::flux1_lora_scheme();
+  k.bench_variants = {"flux.1-dev", "flux.1-schnell", "flux.1-tiny"};
+  k.synthetic = &synthetic;
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux1Pipeline::load(root, options);
   };

@@ -81,20 +81,50 @@ bool path_exists(const fs::path& p) {
   return fs::exists(p, ec);
 }
 
+bool has_qwen_tokenizer(const fs::path& dir) {
+  return path_exists(dir / "tokenizer.json") ||
+         (path_exists(dir / "vocab.json") && path_exists(dir / "merges.txt"));
+}
+
 // The Qwen3 tokenizer and the scheduler config, which no weight component check covers.
 void check_folder(const io::ResolvedModel& model) {
   const io::ModelComponent* tok = model.find("tokenizer");
   const fs::path tok_dir =
       tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
-  const bool has_qwen_tokenizer =
-      path_exists(tok_dir / "tokenizer.json") ||
-      (path_exists(tok_dir / "vocab.json") && path_exists(tok_dir / "merges.txt"));
-  FLUXRT_CHECK(has_qwen_tokenizer, ErrorCode::NotFound,
+  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
                "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)",
                model.path, tok_dir.string());
   const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
   FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path,
                scheduler.string());
+}
+
+// The Qwen3 tokenizer a synthetic klein still needs for its prompt path: the bundled demo model's,
+// else the tiny test model's.
+fs::path find_qwen_tokenizer(const fs::path& src, const fs::path& share) {
+  for (const fs::path& dir : {src / "models" / "demo" / "tokenizer",
+                              src / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer",
+                              share / "models" / "demo" / "tokenizer"})
+    if (!dir.parent_path().empty() && has_qwen_tokenizer(dir)) return dir;
+  fail(ErrorCode::NotFound,
+       "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
+       "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
+       src.string(), src.string(), share.string());
+}
+
+SyntheticPipeline synthetic(const SyntheticRequest& request) {
+  const fs::path tokenizer = find_qwen_tokenizer(request.source_dir, request.share_dir);
+  SyntheticPipeline s;
+  s.variant = request.variant;
+  s.make = [variant = request.variant,
+            tokenizer](const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
+    return Flux2KleinPipeline::synthetic(variant, tokenizer, options);
+  };
+  s.flops_per_forward = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens) {
+    return static_cast<const Flux2KleinPipeline&>(pipeline).transformer_config().flops_per_forward(
+        image_tokens, text_tokens);
+  };
+  return s;
 }
 
 void name_variant(VariantInfo& v) {
@@ -150,6 +180,9 @@ PipelineKind make_flux2_klein_kind() {
   k.detection.name_variant = &name_variant;
   k.lora_scheme = &models::flux2_lora_scheme();
   k.check_folder = &check_folder;
+  k.bench_variants = {"flux.2-klein-4b", "flux.2-klein-9b", "flux.2-klein-base-4b", "flux.2-klein-base-9b",
+                      kKleinTinySyntheticVariant};
+  k.synthetic = &synthetic;
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux2KleinPipeline::load(root, options);
   };

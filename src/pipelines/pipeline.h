@@ -30,6 +30,7 @@
 #include "models/vae/vae_tiling_plan.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/schedule.h"
+#include "pipelines/synthetic.h"
 #include "pipelines/variant.h"
 
 namespace fluxrt::pipelines {
@@ -193,6 +194,10 @@ struct PipelineKind {
   // The family's size check before anything is loaded (its validate_size).
   void (*validate_size)(int width, int height, int batch, int vae_scale_factor,
                         const MemoryCheck& memory) = nullptr;
+  // `fluxrt bench pipeline --synthetic`: the variants it offers, and one of them made of random
+  // weights (InvalidArgument for an option the family does not take).
+  std::vector<std::string> bench_variants;
+  SyntheticPipeline (*synthetic)(const SyntheticRequest& request) = nullptr;
   // `fluxrt quantize`: a checkpoint of its transformer (tensors as stored) in BFL's tensor names,
   // which the GGUF loaders in the wild expect.
   models::TensorStore (*bfl_checkpoint)(const models::TensorStore& raw) = nullptr;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -113,6 +114,40 @@ TEST(PipelineRegistry, ChecksAFolderThroughItsKind) {
   EXPECT_EQ(&check_pipeline_folder(resolved(tmp / "flux1"), false, /*text_encoder_from_file=*/true),
             &flux1_kind());
   std::filesystem::remove_all(tmp);
+}
+
+// `fluxrt bench pipeline --synthetic` reaches every family through its kind: the variants it
+// offers, and a pipeline of random weights made by it.
+TEST(PipelineRegistry, KindsMakeTheirSyntheticPipelines) {
+  const std::filesystem::path source_dir = kData.parent_path().parent_path();  // tests/data -> the tree
+  for (const auto& [kind, variant] : {std::pair{&flux2_klein_kind(), std::string(kKleinTinySyntheticVariant)},
+                                      std::pair{&flux1_kind(), std::string("flux.1-tiny")}}) {
+    SCOPED_TRACE(variant);
+    EXPECT_NE(std::find(kind->bench_variants.begin(), kind->bench_variants.end(), variant),
+              kind->bench_variants.end());
+    SyntheticRequest request;
+    request.variant = variant;
+    request.weights_name = "bf16";
+    request.source_dir = source_dir;
+    const SyntheticPipeline synthetic = kind->synthetic(request);
+    PipelineOptions options;
+    options.low_memory = true;  // nothing made before a request
+    const std::unique_ptr<Pipeline> pipe = synthetic.make(options);
+    EXPECT_EQ(&pipe->kind(), kind);
+    EXPECT_GT(synthetic.flops_per_forward(*pipe, 16, 8), 0.0);
+    EXPECT_EQ(synthetic.variant, variant);
+  }
+  EXPECT_FALSE(
+      flux2_klein_kind().synthetic({"flux.2-klein-tiny", {}, "bf16", source_dir, {}}).always_low_memory);
+  EXPECT_TRUE(flux1_kind().synthetic({"flux.1-tiny", {}, "bf16", source_dir, {}}).always_low_memory);
+  // FLUX.1's synthetic weights are dense: a quantized type is refused by name.
+  try {
+    flux1_kind().synthetic({"flux.1-tiny", QuantType::Q8_0, "q8_0", source_dir, {}});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--weights q8_0"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {
