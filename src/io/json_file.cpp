@@ -41,4 +41,14 @@ nlohmann::json read_json_object(const fs::path& path) {
   return root;
 }
 
+int64_t json_int(const nlohmann::json& object, const char* key, int64_t fallback) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+bool json_bool(const nlohmann::json& object, const char* key, bool fallback) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
 }  // namespace fluxrt::io

@@ -41,28 +41,18 @@ bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
   return true;
 }
 
-int64_t json_int(const nlohmann::json& cfg, const char* key, int64_t fallback) {
-  auto it = cfg.find(key);
-  return it != cfg.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
-}
-
-bool json_bool(const nlohmann::json& cfg, const char* key, bool fallback) {
-  auto it = cfg.find(key);
-  return it != cfg.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
-
 // FluxTransformer2DModel's defaults are FLUX.1's sizes, without the guidance embedding.
 TransformerShape read_config(const fs::path& config_json) {
   const nlohmann::json cfg = io::read_json_object(config_json);
   TransformerShape s;
-  s.head_dim = json_int(cfg, "attention_head_dim", 128);
-  s.num_heads = json_int(cfg, "num_attention_heads", 24);
+  s.head_dim = io::json_int(cfg, "attention_head_dim", 128);
+  s.num_heads = io::json_int(cfg, "num_attention_heads", 24);
   s.hidden_size = s.head_dim * s.num_heads;
-  s.double_blocks = json_int(cfg, "num_layers", 19);
-  s.single_blocks = json_int(cfg, "num_single_layers", 38);
-  s.in_channels = json_int(cfg, "in_channels", 64);
-  s.context_dim = json_int(cfg, "joint_attention_dim", 4096);
-  s.guidance_embed = json_bool(cfg, "guidance_embeds", false);
+  s.double_blocks = io::json_int(cfg, "num_layers", 19);
+  s.single_blocks = io::json_int(cfg, "num_single_layers", 38);
+  s.in_channels = io::json_int(cfg, "in_channels", 64);
+  s.context_dim = io::json_int(cfg, "joint_attention_dim", 4096);
+  s.guidance_embed = io::json_bool(cfg, "guidance_embeds", false);
   return s;
 }
 
