@@ -1,8 +1,8 @@
 #pragma once
 // One interface over the pipeline families and the registry that maps a diffusers pipeline class
 // (model_index.json's _class_name) or a transformer checkpoint (pipelines/variant.h) to one, so
-// that no code above compares class names: runtime::Engine holds a Pipeline, asks its kind what a request may
-// carry, and loads through the kind's factory.
+// that no code above compares class names: runtime::Engine holds a Pipeline, asks its kind what a
+// request may carry, and loads through the kind's factory.
 //
 //   const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);   // null: not ours
 //   std::unique_ptr<Pipeline> pipe = kind->load(model_root, options);
