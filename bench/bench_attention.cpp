@@ -19,9 +19,9 @@
 
 #include "backend/args/attention.h"
 #include "backend/cpu/attention_cpu.h"
+#include "cli/bench/bench_common.h"
 #include "core/tensor.h"
 #include "ops/rope.h"
-#include "runtime/bench_common.h"
 
 namespace {
 

@@ -5,6 +5,8 @@
 // total convolution time (sum of count x min time).
 //
 //   bench_conv [--threads N] [--size 512|1024|all] [--dtype f32|bf16] [--runs R] [--only NAME]
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,10 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "backend/cpu/conv_cpu.h"
-#include "runtime/bench_common.h"
+#include "cli/bench/bench_common.h"
 #include "core/threads.h"
 #include "ops/conv.h"
 

@@ -24,8 +24,8 @@
 
 #include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/linear_cpu.h"
+#include "cli/bench/bench_common.h"
 #include "core/threads.h"
-#include "runtime/bench_common.h"
 
 using namespace fluxrt;
 

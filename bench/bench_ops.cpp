@@ -6,6 +6,7 @@
 //   bench_ops [--threads N] [--runs N] [--filter SUBSTRING] [--peak]
 //
 // --peak also measures the GEMM peak (bench/common) and prints it in the header, for reference.
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <cstdio>
@@ -15,13 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bench_common.h"
-#include "core/tensor.h"
-#include "core/threads.h"
-#include <fmt/format.h>
-
 #include "backend/kernel_table.h"
 #include "bench_inputs.h"
+#include "cli/bench/bench_common.h"
+#include "core/tensor.h"
+#include "core/threads.h"
 
 namespace fluxrt::bench {
 namespace {

@@ -23,9 +23,9 @@
 
 #include "backend/kernel_table.h"
 #include "bench_inputs.h"
+#include "cli/bench/bench_common.h"
 #include "core/tensor.h"
 #include "core/threads.h"
-#include "runtime/bench_common.h"
 
 namespace fluxrt::bench {
 namespace {

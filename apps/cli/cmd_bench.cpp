@@ -1,11 +1,11 @@
 // `fluxrt bench <component>`: synthetic weights of the real shapes, timings and GFLOP/s against
-// the GEMM peak measured in the same run. The work lives in src/runtime/bench_*.cpp.
+// the GEMM peak measured in the same run. The work lives in apps/cli/bench/bench_*.cpp.
 #include <cstdio>
 #include <string>
 
+#include "bench/bench.h"
 #include "commands.h"
 #include "core/error.h"
-#include "runtime/bench.h"
 
 namespace fluxrt::cli {
 namespace {
@@ -73,7 +73,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
 }
 
 int run_bench(const BenchOptions& options) {
-  runtime::BenchRequest request;
+  BenchRequest request;
   request.variant = options.variant;
   parse_size(options.size, &request.width, &request.height);
   FLUXRT_CHECK(options.steps >= 1 && options.batch >= 1, ErrorCode::InvalidArgument,
@@ -96,10 +96,10 @@ int run_bench(const BenchOptions& options) {
   request.vae_tile_pixels = options.tile_size;
   request.lora_rank = options.lora_rank;
   request.op_times = options.op_times;
-  if (options.component == "pipeline") return runtime::bench_pipeline(request);
-  if (options.component == "transformer") return runtime::bench_transformer(request);
-  if (options.component == "text-encoder") return runtime::bench_text_encoder(request);
-  return runtime::bench_vae(request);
+  if (options.component == "pipeline") return bench_pipeline(request);
+  if (options.component == "transformer") return bench_transformer(request);
+  if (options.component == "text-encoder") return bench_text_encoder(request);
+  return bench_vae(request);
 }
 
 }  // namespace fluxrt::cli

@@ -71,12 +71,10 @@ LoraDirectory::Entry LoraDirectory::inspect(const std::string& name, const std::
     e.format = info.format;
     e.family = info.family;
     e.ranks = info.ranks;
-    // "FLUX.1 or FLUX.2 (only shared layers)" fits either model.
-    const bool flux1_model = model_family_ == "flux.1";
-    const bool fits = info.family.find(flux1_model ? "FLUX.1" : "FLUX.2") != std::string::npos;
-    if (!fits)
-      e.error = "is a LoRA for " + info.family + "; this server runs a " +
-                (flux1_model ? "FLUX.1" : "FLUX.2") + " model";
+    // A LoRA of only the layers every family has fits either model.
+    const std::vector<std::string>& fits = info.model_families;
+    if (std::find(fits.begin(), fits.end(), model_family_) == fits.end())
+      e.error = "is a LoRA for " + info.family + "; this server runs a " + model_family_ + " model";
   } catch (const Error& err) {
     // The message names the file by its server-side path; the client knows it by its name.
     std::string message = err.what();

@@ -1,4 +1,4 @@
-// Model discovery: --model spec -> local paths, and variant detection from configs or tensor names.
+// Model discovery: --model spec -> local paths, and the tensor shapes of a checkpoint's header.
 // Mirrors what diffusers' from_pretrained/from_single_file accept and huggingface_hub's cache
 // layout (models--org--name/{refs,snapshots,blobs}), without ever touching the network.
 #include "io/model_discovery.h"
@@ -7,14 +7,13 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "io/gguf.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 
 namespace fluxrt::io {
@@ -25,7 +24,6 @@ using json = nlohmann::json;
 
 constexpr const char* kIndexSuffix = ".safetensors.index.json";
 constexpr const char* kFileSuffix = ".safetensors";
-constexpr uintmax_t kMaxConfigBytes = 16u << 20;  // configs are a few KB; refuse anything absurd
 
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -39,32 +37,6 @@ bool is_dir(const fs::path& p) {
 bool is_file(const fs::path& p) {
   std::error_code ec;
   return fs::is_regular_file(p, ec);
-}
-
-std::string read_small_file(const fs::path& path) {
-  std::error_code ec;
-  const uintmax_t bytes = fs::file_size(path, ec);
-  if (ec) fail(ErrorCode::Io, "{}: cannot read: {}", path.string(), ec.message());
-  if (bytes > kMaxConfigBytes) fail(ErrorCode::Format, "{}: {} bytes is too large for a config file", path.string(), bytes);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::Io, "{}: cannot open", path.string());
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(ErrorCode::Io, "{}: read failed", path.string());
-  return text;
-}
-
-// Parses a JSON object; the parser's message can span lines, so keep only its first line.
-json read_json_object(const fs::path& path) {
-  json root;
-  try {
-    root = json::parse(read_small_file(path));
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    fail(ErrorCode::Format, "{}: not valid JSON: {}", path.string(), what);
-  }
-  if (!root.is_object()) fail(ErrorCode::Format, "{}: expected a JSON object", path.string());
-  return root;
 }
 
 struct FolderListing {
@@ -349,154 +321,8 @@ ResolvedModel resolve_model(const std::string& spec, const std::string& hub_cach
   return model;
 }
 
-// ------------------------------------------------------------------------------------------------
-// Variant detection
-
-std::string_view model_family_name(ModelFamily family) {
-  switch (family) {
-    case ModelFamily::Flux1: return "flux.1";
-    case ModelFamily::Flux2: return "flux.2";
-    case ModelFamily::Unknown: break;
-  }
-  return "unknown";
-}
-
-std::string_view model_variant_name(ModelVariant variant) {
-  switch (variant) {
-    case ModelVariant::Flux1Dev: return "flux.1-dev";
-    case ModelVariant::Flux1Schnell: return "flux.1-schnell";
-    case ModelVariant::Flux2Klein4B: return "flux.2-klein-4b";
-    case ModelVariant::Flux2Klein9B: return "flux.2-klein-9b";
-    case ModelVariant::Flux2Dev: return "flux.2-dev";
-    case ModelVariant::Custom: return "custom";
-    case ModelVariant::Unknown: break;
-  }
-  return "unknown";
-}
-
-std::string_view weight_layout_name(WeightLayout layout) {
-  switch (layout) {
-    case WeightLayout::Diffusers: return "diffusers";
-    case WeightLayout::Bfl: return "bfl";
-    case WeightLayout::Unknown: break;
-  }
-  return "unknown";
-}
-
-namespace {
-
-// Reference sizes (flux-reference.md section 1.1).
-struct KnownShape {
-  ModelVariant variant;
-  ModelFamily family;
-  int64_t hidden, double_blocks, single_blocks, context_dim, in_channels;
-  bool guidance;
-};
-constexpr KnownShape kKnownShapes[] = {
-    {ModelVariant::Flux1Dev, ModelFamily::Flux1, 3072, 19, 38, 4096, 64, true},
-    {ModelVariant::Flux1Schnell, ModelFamily::Flux1, 3072, 19, 38, 4096, 64, false},
-    {ModelVariant::Flux2Klein4B, ModelFamily::Flux2, 3072, 5, 20, 7680, 128, false},
-    {ModelVariant::Flux2Klein9B, ModelFamily::Flux2, 4096, 8, 24, 12288, 128, false},
-    {ModelVariant::Flux2Dev, ModelFamily::Flux2, 6144, 8, 48, 15360, 128, true},
-};
-
-bool is_klein(const VariantInfo& v) {
-  return v.variant == ModelVariant::Flux2Klein4B || v.variant == ModelVariant::Flux2Klein9B ||
-         (v.variant == ModelVariant::Custom && v.family == ModelFamily::Flux2 && !v.shape.guidance_embed);
-}
-
-// Sets variant and description from family + shape (+ distilled, already filled in).
-void classify(VariantInfo& v) {
-  const TransformerShape& s = v.shape;
-  v.variant = ModelVariant::Custom;
-  for (const KnownShape& k : kKnownShapes) {
-    if (k.family == v.family && k.hidden == s.hidden_size && k.double_blocks == s.double_blocks &&
-        k.single_blocks == s.single_blocks && k.context_dim == s.context_dim && k.in_channels == s.in_channels &&
-        k.guidance == s.guidance_embed)
-      v.variant = k.variant;
-  }
-  if (!is_klein(v)) {
-    v.distilled.reset();
-    v.distilled_from.clear();
-  }
-  std::string kind;
-  if (v.distilled.has_value())
-    kind = *v.distilled ? "distilled" : "base";
-  else
-    kind = "distilled or base: unknown";
-  switch (v.variant) {
-    case ModelVariant::Flux1Dev: v.description = "FLUX.1-dev"; break;
-    case ModelVariant::Flux1Schnell: v.description = "FLUX.1-schnell"; break;
-    case ModelVariant::Flux2Dev: v.description = "FLUX.2-dev (not supported)"; break;
-    case ModelVariant::Flux2Klein4B:
-    case ModelVariant::Flux2Klein9B: {
-      const char* size = v.variant == ModelVariant::Flux2Klein4B ? "4B" : "9B";
-      if (v.distilled.has_value() && !*v.distilled)
-        v.description = fmt::format("FLUX.2-klein-base-{}", size);
-      else
-        v.description = fmt::format("FLUX.2-klein-{} ({})", size, kind);
-      break;
-    }
-    default: {
-      const std::string family = v.family == ModelFamily::Flux1 ? "flux.1" : is_klein(v) ? "flux.2-klein" : "flux.2";
-      std::string details = fmt::format("hidden {}, {}+{} blocks", s.hidden_size, s.double_blocks, s.single_blocks);
-      if (s.guidance_embed) details += ", guidance";
-      if (v.family == ModelFamily::Flux1 && !s.guidance_embed) details += ", no guidance";
-      if (is_klein(v)) details += ", " + kind;
-      v.description = fmt::format("{} (custom: {})", family, details);
-    }
-  }
-}
-
-int64_t json_int(const json& cfg, const char* key, int64_t fallback) {
-  auto it = cfg.find(key);
-  return it != cfg.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
-}
-
-bool json_bool(const json& cfg, const char* key, bool fallback) {
-  auto it = cfg.find(key);
-  return it != cfg.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
-
-using ShapeTable = std::map<std::string, Shape>;
-
-int64_t dim(const ShapeTable& shapes, const std::string& name, int axis) {
-  auto it = shapes.find(name);
-  if (it == shapes.end()) return 0;
-  const Shape& shape = it->second;
-  return axis < shape.size() ? shape[axis] : 0;
-}
-
-// Number of blocks = highest index + 1 among names "<prefix><index>.".
-int64_t count_blocks(const std::vector<std::string>& names, const std::string& prefix) {
-  int64_t count = 0;
-  for (const std::string& n : names) {
-    if (n.compare(0, prefix.size(), prefix) != 0) continue;
-    const size_t end = n.find('.', prefix.size());
-    if (end == std::string::npos || end == prefix.size()) continue;
-    int64_t index = 0;
-    bool digits = true;
-    for (size_t i = prefix.size(); i < end && digits; ++i) {
-      digits = std::isdigit(static_cast<unsigned char>(n[i])) != 0;
-      if (digits && index < (int64_t{1} << 40)) index = index * 10 + (n[i] - '0');
-    }
-    if (digits) count = std::max(count, index + 1);
-  }
-  return count;
-}
-
-void distilled_from_name(VariantInfo& v, const std::string& path) {
-  std::string name = fs::path(path).filename().string();
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (name.find("klein") == std::string::npos) return;  // a renamed file tells nothing
-  v.distilled = name.find("base") == std::string::npos;
-  v.distilled_from = "file name";
-}
-
-}  // namespace
-
 std::map<std::string, Shape> tensor_shapes(const std::string& weights) {
-  ShapeTable shapes;
+  std::map<std::string, Shape> shapes;
   if (is_gguf_file(weights)) {
     const auto file = GgufFile::open(weights);  // held: the loop reads its header
     for (const GgufTensorInfo& t : file->tensors()) shapes[t.name] = t.shape;
@@ -505,114 +331,6 @@ std::map<std::string, Shape> tensor_shapes(const std::string& weights) {
   const Checkpoint ckpt = Checkpoint::open(weights);
   for (const std::string& name : ckpt.names()) shapes[name] = ckpt.info(name).shape;
   return shapes;
-}
-
-VariantInfo detect_variant_from_tensors(const Checkpoint& ckpt) {
-  ShapeTable shapes;
-  for (const std::string& name : ckpt.names()) shapes[name] = ckpt.info(name).shape;
-  return detect_variant_from_shapes(shapes);
-}
-
-VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& ckpt) {
-  VariantInfo v;
-  std::vector<std::string> all;
-  for (const auto& [name, shape] : ckpt) all.push_back(name);
-  // ComfyUI repackagings prefix every key; diffusers' single-file loader strips the same prefix.
-  for (const char* prefix : {"model.diffusion_model."}) {
-    if (ckpt.count(std::string(prefix) + "img_in.weight") ||
-        ckpt.count(std::string(prefix) + "x_embedder.weight"))
-      v.key_prefix = prefix;
-  }
-  const std::string& p = v.key_prefix;
-  auto has = [&](const char* name) { return ckpt.count(p + name) != 0; };
-
-  if (has("img_in.weight")) {
-    v.layout = WeightLayout::Bfl;
-    if (has("single_stream_modulation.lin.weight"))
-      v.family = ModelFamily::Flux2;
-    else if (has("time_in.in_layer.weight") && has("vector_in.in_layer.weight"))
-      v.family = ModelFamily::Flux1;
-    v.shape.hidden_size = dim(ckpt, p + "img_in.weight", 0);
-    v.shape.in_channels = dim(ckpt, p + "img_in.weight", 1);
-    v.shape.context_dim = dim(ckpt, p + "txt_in.weight", 1);
-    v.shape.head_dim = std::max(dim(ckpt, p + "double_blocks.0.img_attn.norm.query_norm.scale", 0),
-                                dim(ckpt, p + "single_blocks.0.norm.query_norm.scale", 0));
-    v.shape.double_blocks = count_blocks(all, p + "double_blocks.");
-    v.shape.single_blocks = count_blocks(all, p + "single_blocks.");
-    v.shape.guidance_embed = has("guidance_in.in_layer.weight");
-  } else if (has("x_embedder.weight")) {
-    v.layout = WeightLayout::Diffusers;
-    if (has("single_stream_modulation.linear.weight"))
-      v.family = ModelFamily::Flux2;
-    else if (has("time_text_embed.timestep_embedder.linear_1.weight"))
-      v.family = ModelFamily::Flux1;
-    v.shape.hidden_size = dim(ckpt, p + "x_embedder.weight", 0);
-    v.shape.in_channels = dim(ckpt, p + "x_embedder.weight", 1);
-    v.shape.context_dim = dim(ckpt, p + "context_embedder.weight", 1);
-    v.shape.head_dim = std::max(dim(ckpt, p + "transformer_blocks.0.attn.norm_q.weight", 0),
-                                dim(ckpt, p + "single_transformer_blocks.0.attn.norm_q.weight", 0));
-    v.shape.double_blocks = count_blocks(all, p + "transformer_blocks.");
-    v.shape.single_blocks = count_blocks(all, p + "single_transformer_blocks.");
-    v.shape.guidance_embed = has("time_text_embed.guidance_embedder.linear_1.weight") ||
-                             has("time_guidance_embed.guidance_embedder.linear_1.weight");
-  }
-  if (v.shape.head_dim > 0) v.shape.num_heads = v.shape.hidden_size / v.shape.head_dim;
-  if (v.family == ModelFamily::Unknown) {
-    v.description = "not a FLUX transformer checkpoint";
-    return v;
-  }
-  classify(v);
-  return v;
-}
-
-VariantInfo detect_variant(const ResolvedModel& model) {
-  const ModelComponent* tc = model.transformer();
-  if (tc == nullptr || !tc->present) {
-    VariantInfo v;
-    v.description = tc == nullptr ? "no transformer component" : "transformer folder missing";
-    // A GGUF text encoder (resolve_single_file names it by general.architecture): say how it is used.
-    const ModelComponent* te = model.find("text_encoder");
-    if (tc == nullptr && model.source == ModelSource::SingleFile && te &&
-        te->class_name.rfind("gguf:", 0) == 0)
-      v.description = fmt::format("a {} text encoder, not a transformer (run it with --text-encoder FILE)",
-                                  te->class_name.substr(5));
-    return v;
-  }
-  VariantInfo v;
-  if (!tc->weights.empty()) {
-    v = detect_variant_from_shapes(tensor_shapes(tc->weights));
-  }
-  const std::string& cls = tc->class_name;
-  const bool flux1 = cls == "FluxTransformer2DModel";
-  const bool flux2 = cls == "Flux2Transformer2DModel";
-  const fs::path config_path = tc->folder.empty() ? fs::path() : fs::path(tc->folder) / "config.json";
-  if ((flux1 || flux2) && is_file(config_path)) {
-    // config.json is what diffusers builds the model from; defaults are the class's own.
-    const json cfg = read_json_object(config_path);
-    v.family = flux1 ? ModelFamily::Flux1 : ModelFamily::Flux2;
-    TransformerShape s;
-    s.head_dim = json_int(cfg, "attention_head_dim", 128);
-    s.num_heads = json_int(cfg, "num_attention_heads", flux1 ? 24 : 48);
-    s.hidden_size = s.head_dim * s.num_heads;
-    s.double_blocks = json_int(cfg, "num_layers", flux1 ? 19 : 8);
-    s.single_blocks = json_int(cfg, "num_single_layers", flux1 ? 38 : 48);
-    s.in_channels = json_int(cfg, "in_channels", flux1 ? 64 : 128);
-    s.context_dim = json_int(cfg, "joint_attention_dim", flux1 ? 4096 : 15360);
-    s.guidance_embed = json_bool(cfg, "guidance_embeds", !flux1);
-    v.shape = s;
-  } else if (!cls.empty() && !flux1 && !flux2 && v.family == ModelFamily::Unknown) {
-    v.description = fmt::format("not a FLUX transformer (class {})", cls);
-    return v;
-  }
-  if (v.family == ModelFamily::Unknown) return v;
-  if (model.is_distilled.has_value()) {
-    v.distilled = model.is_distilled;
-    v.distilled_from = "model_index.json";
-  } else if (model.source == ModelSource::SingleFile) {
-    distilled_from_name(v, model.path);
-  }
-  classify(v);
-  return v;
 }
 
 }  // namespace fluxrt::io

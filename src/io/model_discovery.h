@@ -1,11 +1,12 @@
 #pragma once
-// Model discovery (DESIGN.md section 3.5): turns what a user passes as --model into local paths
-// and tells which FLUX model it is. Accepted:
+// Model discovery (DESIGN.md section 3.5): turns what a user passes as --model into local paths.
+// Accepted:
 //   * a diffusers pipeline folder (model_index.json + one folder per component),
 //   * a single component folder (config.json + *.safetensors, e.g. a lone transformer/),
 //   * a single .safetensors file (a transformer; companions come later),
 //   * a Hugging Face repo id ("org/name" or "org/name@rev") already in the user's hub cache.
-// Nothing is downloaded. No tensor data is read; variant detection reads configs and headers.
+// Nothing is downloaded. No tensor data is read. Which family and variant a model is, is the
+// pipeline kinds' to tell (pipelines/variant.h), from what is read here.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -16,8 +17,6 @@
 #include "core/tensor.h"
 
 namespace fluxrt::io {
-
-class Checkpoint;
 
 enum class ModelSource {
   PipelineFolder,   // model_index.json
@@ -70,59 +69,6 @@ ResolvedModel resolve_model(const std::string& spec, const std::string& hub_cach
 std::string find_in_hub_cache(const std::string& repo_id, const std::string& revision,
                               const std::string& hub_cache_dir, std::string* resolved_revision = nullptr);
 
-// ------------------------------------------------------------------------------------------------
-// Variant detection
-
-enum class ModelFamily { Unknown, Flux1, Flux2 };
-
-enum class ModelVariant {
-  Unknown,
-  Flux1Dev,
-  Flux1Schnell,
-  Flux2Klein4B,
-  Flux2Klein9B,
-  Flux2Dev,  // recognised so it can be refused clearly; out of scope
-  Custom,    // a FLUX architecture with non-standard sizes (the tiny test models)
-};
-
-enum class WeightLayout { Unknown, Diffusers, Bfl };
-
-// Transformer hyper-parameters as read from config.json or inferred from tensor shapes.
-struct TransformerShape {
-  int64_t hidden_size = 0;
-  int64_t head_dim = 0;
-  int64_t num_heads = 0;
-  int64_t double_blocks = 0;
-  int64_t single_blocks = 0;
-  int64_t in_channels = 0;
-  int64_t context_dim = 0;  // joint_attention_dim / txt_in input width
-  bool guidance_embed = false;
-};
-
-struct VariantInfo {
-  ModelFamily family = ModelFamily::Unknown;
-  ModelVariant variant = ModelVariant::Unknown;
-  WeightLayout layout = WeightLayout::Unknown;
-  std::string key_prefix;  // stripped from every tensor name ("model.diffusion_model." in ComfyUI files)
-  TransformerShape shape;
-  // klein only: distilled (4 steps, no CFG) or base (CFG). nullopt when it cannot be told: the
-  // two share the architecture, only model_index.json "is_distilled" (or a file name) says.
-  std::optional<bool> distilled;
-  std::string distilled_from;  // "model_index.json", "file name" or empty
-  std::string description;     // one line for people: "FLUX.2-klein-4B (distilled)", ...
-};
-
-std::string_view model_family_name(ModelFamily family);  // "flux.1", "flux.2", "unknown"
-std::string_view model_variant_name(ModelVariant variant);  // "flux.1-dev", "flux.2-klein-4b", ...
-std::string_view weight_layout_name(WeightLayout layout);   // "diffusers", "bfl", "unknown"
-
-// Detects the variant of a resolved model: from transformer/config.json when there is one (with
-// the tensor layout read from the weights' headers), else from the tensor names and shapes.
-VariantInfo detect_variant(const ResolvedModel& model);
-// From tensor names and shapes only (a single file or a folder without config.json).
-VariantInfo detect_variant_from_tensors(const Checkpoint& checkpoint);
-// The same from a name -> shape table (what a GGUF file's header gives; shapes in PyTorch order).
-VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& shapes);
 // The name -> shape table of the tensors in `weights`: a safetensors checkpoint or a GGUF file.
 std::map<std::string, Shape> tensor_shapes(const std::string& weights);
 

@@ -13,6 +13,7 @@
 #include "models/t5/t5_file.h"
 #include "pipelines/component_loading.h"
 #include "pipelines/spans.h"
+#include "pipelines/variant.h"
 
 namespace fluxrt::pipelines {
 namespace fs = std::filesystem;
@@ -40,9 +41,9 @@ void set_variant_defaults(Flux1ModelDefaults& d, bool dev) {
 // The config of a single transformer checkpoint: the named preset when its shapes are a released
 // variant (headers only), else detected from the tensors themselves (custom sizes; ComfyUI
 // all-in-one files: the model.diffusion_model.* tensors, as the loader reads them).
-models::Flux1Config flux1_config_of_file(const fs::path& file, const io::VariantInfo& info) {
-  if (info.variant == io::ModelVariant::Flux1Dev || info.variant == io::ModelVariant::Flux1Schnell)
-    return models::flux1_preset(std::string(io::model_variant_name(info.variant)));
+models::Flux1Config flux1_config_of_file(const fs::path& file, const VariantInfo& info) {
+  if (info.variant == "flux.1-dev" || info.variant == "flux.1-schnell")
+    return models::flux1_preset(info.variant);
   models::TensorStore raw = models::Flux1Transformer::open_checkpoint(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux1_config_detect(models::flux1_to_canonical(raw));
@@ -128,8 +129,8 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   if (!transformer_file.empty())
     FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound,
                  "flux.1 pipeline: transformer file {} not found", transformer_file.string());
-  const io::VariantInfo info =
-      io::detect_variant(transformer_file.empty() ? model : io::resolve_model(transformer_file.string()));
+  const VariantInfo info =
+      detect_variant(transformer_file.empty() ? model : io::resolve_model(transformer_file.string()));
   FLUXRT_CHECK(flux1_kind().takes_transformer(info), ErrorCode::Unsupported,
                "flux.1 pipeline: {} holds a {} transformer, not FLUX.1",
                transformer_file.empty() ? where : transformer_file.string(), info.description);

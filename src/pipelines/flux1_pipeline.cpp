@@ -435,7 +435,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     std::optional<models::LoraAttachment> loras;  // detached when the loop ends
     if (!request.loras.empty())
       loras.emplace(transformer->linears(),
-                    models::lora_deltas(request.loras, models::LoraModelFamily::Flux1,
+                    models::lora_deltas(request.loras, *kind().lora_scheme,
                                         models::linear_shapes_of(transformer->linears())),
                     model_dtype, m.options.device);
     DenoiseLoop loop;

@@ -150,6 +150,7 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.limits.max_reference_images = 4;    // BFL's limit for klein
   f.weights = weights;
   f.cfg = !defaults.is_distilled;
+  f.notes = defaults.notes;  // a file name and a folder disagreeing on distilled / base
   return f;
 }
 
@@ -293,7 +294,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     std::optional<models::LoraAttachment> loras;  // detached when the loop ends
     if (!request.loras.empty())
       loras.emplace(transformer->linears(),
-                    models::lora_deltas(request.loras, models::LoraModelFamily::Flux2,
+                    models::lora_deltas(request.loras, *kind().lora_scheme,
                                         models::linear_shapes_of(transformer->linears())),
                     model_dtype, m.options.device);
     DenoiseLoop loop;

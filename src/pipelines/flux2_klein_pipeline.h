@@ -54,6 +54,9 @@ struct KleinModelDefaults {
   int width = 1024;             // diffusers' default_sample_size 128 x vae_scale_factor
   int height = 1024;
   int max_sequence_length = 512;
+  // What the run should show (a transformer file whose name disagrees with the folder's
+  // model_index.json, which is taken: VariantInfo::notes).
+  std::vector<std::string> notes;
 };
 
 class Flux2KleinPipeline final : public Pipeline {

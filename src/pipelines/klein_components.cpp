@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "io/model_discovery.h"
@@ -12,6 +13,7 @@
 #include "models/flux/flux2_names.h"
 #include "models/qwen3/qwen3_file.h"
 #include "pipelines/spans.h"
+#include "pipelines/variant.h"
 #include "tokenizers/bpe_tokenizer.h"
 
 namespace fluxrt::pipelines {
@@ -45,9 +47,9 @@ void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Co
 
 // The config of a single transformer checkpoint: the named preset when its shapes are a released
 // variant (headers only), else detected from the tensors themselves (custom sizes).
-models::Flux2Config flux2_config_of_file(const fs::path& file, const io::VariantInfo& info) {
-  if (info.variant == io::ModelVariant::Flux2Klein4B || info.variant == io::ModelVariant::Flux2Klein9B)
-    return models::flux2_preset(std::string(io::model_variant_name(info.variant)));
+models::Flux2Config flux2_config_of_file(const fs::path& file, const VariantInfo& info) {
+  if (info.variant == "flux.2-klein-4b" || info.variant == "flux.2-klein-9b")
+    return models::flux2_preset(info.variant);
   models::TensorStore raw = models::TensorStore::open(file.string());  // safetensors or GGUF
   raw.set_description(file.string());
   return models::flux2_config_detect(models::flux2_to_canonical(raw));
@@ -149,16 +151,19 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   if (!transformer_file.empty()) {
     FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound, "klein pipeline: transformer file {} not found",
                  transformer_file.string());
-    const io::VariantInfo info = io::detect_variant(io::resolve_model(transformer_file.string()));
+    const VariantInfo info = detect_variant(io::resolve_model(transformer_file.string()), &model);
     FLUXRT_CHECK(flux2_klein_kind().takes_transformer(info), ErrorCode::Unsupported,
                  "klein pipeline: {} is not a FLUX.2 klein transformer ({})", transformer_file.string(),
                  info.description);
     m.transformer_config = flux2_config_of_file(transformer_file, info);
     check_transformer_file_fits(m.transformer_config, transformer_file, model_root);
     m.transformer_config = folder_config_when_same_shapes(m.transformer_config, model_root);
-    // A klein file name says distilled or base (BFL names the base files "...-base-..."); the
-    // components folder's model_index.json only speaks for its own transformer.
+    // The components folder's model_index.json says distilled or base; a file name (BFL names the
+    // base files "...-base-...") is taken only where it says nothing, and a disagreement is a note
+    // the run shows, never a silent choice.
     if (info.distilled && info.distilled_from == "file name") set_variant_defaults(m.defaults, *info.distilled);
+    m.defaults.notes = info.notes;
+    for (const std::string& note : info.notes) FLUXRT_LOG_WARN("{}", note);
   } else if (fs::exists(model_root / "transformer" / "config.json")) {
     m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
   }

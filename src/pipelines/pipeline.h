@@ -1,8 +1,8 @@
 #pragma once
 // One interface over the pipeline families and the registry that maps a diffusers pipeline class
-// (model_index.json's _class_name) or a transformer checkpoint's family to one, so that no code
-// above compares class names: runtime::Engine holds a Pipeline, asks its kind what a request may
-// carry, and loads through the kind's factory.
+// (model_index.json's _class_name) or a transformer checkpoint (pipelines/variant.h) to one, so
+// that no code above compares class names: runtime::Engine holds a Pipeline, asks its kind what a
+// request may carry, and loads through the kind's factory.
 //
 //   const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);   // null: not ours
 //   std::unique_ptr<Pipeline> pipe = kind->load(model_root, options);
@@ -29,11 +29,12 @@
 #include "core/timer.h"
 #include "fluxrt/request.h"
 #include "io/image.h"
-#include "io/model_discovery.h"
 #include "models/lora/lora_delta.h"
 #include "models/vae/vae_tiling_plan.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/schedule.h"
+#include "pipelines/synthetic.h"
+#include "pipelines/variant.h"
 
 namespace fluxrt::pipelines {
 
@@ -121,7 +122,6 @@ struct ModelFacts {
   ResidentWeights weights;         // from the checkpoint headers (0 for synthetic pipelines)
   bool cfg = false;                // guidance > 1 runs classifier-free guidance (klein base)
   bool guidance_embedded = false;  // the guidance value goes into the transformer (FLUX.1 dev)
-  std::string variant;             // in words: "FLUX.2-klein-base-4B", ...
   // What the model's files said that a user should hear (two sources disagreeing, say).
   std::vector<std::string> notes;
 };
@@ -156,8 +156,13 @@ struct PipelineKind {
   // The folder component PipelineOptions::text_encoder_file replaces ("text_encoder" for klein's
   // Qwen3, "text_encoder_2" for FLUX.1's T5: the large encoder).
   const char* text_encoder_component = "";
-  // Whether a single transformer checkpoint of this family (io::detect_variant) runs here.
-  bool (*takes_transformer)(const io::VariantInfo& transformer) = nullptr;
+  // How it recognises its transformers (pipelines/variant.h: detect_variant asks every kind).
+  TransformerDetection detection;
+  // How LoRA files name its transformer's layers: which files it takes, and where they apply.
+  const models::LoraNameScheme* lora_scheme = nullptr;
+  // Its own checks of a pipeline folder beyond the weight components (check_pipeline_folder),
+  // before anything loads: NotFound naming what is missing. Null when its load checks the rest.
+  void (*check_folder)(const io::ResolvedModel& model) = nullptr;
   // A diffusers folder of this kind (resolved by io::resolve_model), loaded with the options
   // (components resident unless options.low_memory).
   std::unique_ptr<Pipeline> (*load)(const std::filesystem::path& model_root,
@@ -171,8 +176,19 @@ struct PipelineKind {
   // The family's size check before anything is loaded (its validate_size).
   void (*validate_size)(int width, int height, int batch, int vae_scale_factor,
                         const MemoryCheck& memory) = nullptr;
+  // `fluxrt bench pipeline --synthetic`: the variants it offers, and one of them made of random
+  // weights (InvalidArgument for an option the family does not take).
+  std::vector<std::string> bench_variants;
+  SyntheticPipeline (*synthetic)(const SyntheticRequest& request) = nullptr;
+  // `fluxrt quantize`: a checkpoint of its transformer (tensors as stored) in BFL's tensor names,
+  // which the GGUF loaders in the wild expect.
+  models::TensorStore (*bfl_checkpoint)(const models::TensorStore& raw) = nullptr;
 
   bool accepts_class(std::string_view class_name) const;
+  // Whether a transformer checkpoint (detect_variant) runs here.
+  bool takes_transformer(const VariantInfo& transformer) const {
+    return transformer.runs && transformer.kind == this;
+  }
 };
 
 // Every family, klein first.
@@ -181,9 +197,21 @@ const PipelineKind& flux2_klein_kind();
 const PipelineKind& flux1_kind();
 // The kind whose folders name `pipeline_class`; null when none does.
 const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
+// Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
+// components present, then the kind's check_folder) and returns the kind; NotFound / Unsupported
+// naming what is missing. With `transformer_from_file` its transformer/ is not needed, with
+// `text_encoder_from_file` its text_encoder_component.
+const PipelineKind& check_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file = false,
+                                          bool text_encoder_from_file = false);
 // The kind that runs a single transformer checkpoint of this family; null when none does.
-const PipelineKind* pipeline_kind_for_transformer(const io::VariantInfo& transformer);
+const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer);
 // "Flux2KleinPipeline (FLUX.2 klein) and FluxPipeline (FLUX.1)", for messages.
 std::string supported_pipelines_text();
+// The kinds a LoRA file can be applied to (its layers, lora_scheme.h), in registry order: every
+// kind when it adapts only layers all have. Format error for a file that mixes two families' layers.
+std::vector<const PipelineKind*> kinds_taking_lora(const models::LoraFile& lora);
+// Which family a LoRA file is for, as `fluxrt info` says it: "FLUX.1", "FLUX.2", or
+// "FLUX.1 or FLUX.2 (only shared layers)".
+std::string lora_family_name(const models::LoraFile& lora);
 
 }  // namespace fluxrt::pipelines

@@ -1,71 +1,17 @@
-// The registry of pipeline families (pipelines/pipeline.h): the one place that knows which
-// diffusers classes and transformer checkpoints each family runs.
-#include <memory>
+// The registry of pipeline families (pipelines/pipeline.h): the list of kinds, each defined with
+// its family (klein_kind.cpp, flux1_kind.cpp), and the look-ups over it.
+#include <algorithm>
 
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "core/error.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
-namespace {
-
-PipelineKind make_flux2_klein_kind() {
-  PipelineKind k;
-  k.family = PipelineFamily::Flux2Klein;
-  k.name = "FLUX.2 klein";
-  k.pipeline_class = "Flux2KleinPipeline";
-  k.weight_components = {"transformer", "text_encoder", "vae"};
-  k.text_encoder_component = "text_encoder";
-  // FLUX.2 dev is another pipeline (Mistral text encoder), which fluxrt does not run.
-  k.takes_transformer = [](const io::VariantInfo& info) {
-    return info.family == io::ModelFamily::Flux2 && info.variant != io::ModelVariant::Flux2Dev;
-  };
-  k.load = [](const std::filesystem::path& root,
-              const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
-    return Flux2KleinPipeline::load(root, options);
-  };
-  k.describe = &Flux2KleinPipeline::describe;
-  k.plan = &Flux2KleinPipeline::plan_for;
-  k.validate_size = &Flux2KleinPipeline::validate_size;
-  return k;
-}
-
-PipelineKind make_flux1_kind() {
-  PipelineKind k;
-  k.family = PipelineFamily::Flux1;
-  k.name = "FLUX.1";
-  k.pipeline_class = "FluxPipeline";
-  k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
-  k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
-  k.text_encoder_component = "text_encoder_2";
-  k.takes_transformer = [](const io::VariantInfo& info) { return info.family == io::ModelFamily::Flux1; };
-  k.load = [](const std::filesystem::path& root,
-              const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
-    return Flux1Pipeline::load(root, options);
-  };
-  k.describe = &Flux1Pipeline::describe;
-  k.plan = &Flux1Pipeline::plan_for;
-  k.validate_size = &Flux1Pipeline::validate_size;
-  return k;
-}
-
-}  // namespace
 
 bool PipelineKind::accepts_class(std::string_view class_name) const {
   if (class_name == pipeline_class) return true;
   for (const std::string& other : other_classes)
     if (class_name == other) return true;
   return false;
-}
-
-const PipelineKind& flux2_klein_kind() {
-  static const PipelineKind kind = make_flux2_klein_kind();
-  return kind;
-}
-
-const PipelineKind& flux1_kind() {
-  static const PipelineKind kind = make_flux1_kind();
-  return kind;
 }
 
 const std::vector<const PipelineKind*>& pipeline_kinds() {
@@ -79,10 +25,38 @@ const PipelineKind* find_pipeline_kind(std::string_view pipeline_class) {
   return nullptr;
 }
 
-const PipelineKind* pipeline_kind_for_transformer(const io::VariantInfo& transformer) {
-  for (const PipelineKind* kind : pipeline_kinds())
-    if (kind->takes_transformer(transformer)) return kind;
-  return nullptr;
+const PipelineKind& check_pipeline_folder(const io::ResolvedModel& model, bool transformer_from_file,
+                                          bool text_encoder_from_file) {
+  if (model.source != io::ModelSource::PipelineFolder)
+    fail(ErrorCode::Unsupported,
+         "model {} is a single {}: generate needs a diffusers pipeline folder (model_index.json and one "
+         "folder "
+         "per component): it runs {} folders",
+         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder",
+         supported_pipelines_text());
+  const PipelineKind* kind = find_pipeline_kind(model.pipeline_class);
+  FLUXRT_CHECK(
+      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
+      model.path,
+      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
+      supported_pipelines_text());
+  auto needs = [&](const std::string& name) {
+    return !(transformer_from_file && name == "transformer") &&
+           !(text_encoder_from_file && name == kind->text_encoder_component);
+  };
+  for (const std::string& name : kind->weight_components) {
+    if (!needs(name)) continue;
+    const io::ModelComponent* c = model.find(name);
+    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
+                 "model {}: component {} is missing or has no weights (a partial download?)", model.path,
+                 name);
+  }
+  if (kind->check_folder) kind->check_folder(model);
+  return *kind;
+}
+
+const PipelineKind* pipeline_kind_for_transformer(const VariantInfo& transformer) {
+  return transformer.runs ? transformer.kind : nullptr;
 }
 
 std::string supported_pipelines_text() {
@@ -93,6 +67,38 @@ std::string supported_pipelines_text() {
     text += std::string(kinds[i]->pipeline_class) + " (" + kinds[i]->name + ")";
   }
   return text;
+}
+
+namespace {
+
+std::vector<const models::LoraNameScheme*> lora_schemes() {
+  std::vector<const models::LoraNameScheme*> schemes;
+  for (const PipelineKind* kind : pipeline_kinds())
+    if (std::find(schemes.begin(), schemes.end(), kind->lora_scheme) == schemes.end())
+      schemes.push_back(kind->lora_scheme);
+  return schemes;
+}
+
+}  // namespace
+
+std::vector<const PipelineKind*> kinds_taking_lora(const models::LoraFile& lora) {
+  const models::LoraFamily family = models::lora_family(lora, lora_schemes());
+  std::vector<const PipelineKind*> kinds;
+  for (const PipelineKind* kind : pipeline_kinds())
+    if (family.scheme == nullptr || family.scheme == kind->lora_scheme) kinds.push_back(kind);
+  return kinds;
+}
+
+std::string lora_family_name(const models::LoraFile& lora) {
+  const std::vector<const models::LoraNameScheme*> schemes = lora_schemes();
+  const models::LoraFamily family = models::lora_family(lora, schemes);
+  if (family.scheme != nullptr) return family.scheme->family;
+  std::vector<std::string> names;
+  for (const models::LoraNameScheme* scheme : schemes) names.push_back(scheme->family);
+  std::sort(names.begin(), names.end());
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i ? " or " : "") + names[i];
+  return text + " (only shared layers)";
 }
 
 }  // namespace fluxrt::pipelines

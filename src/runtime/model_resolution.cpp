@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "pipelines/variant.h"
 
 namespace fluxrt::runtime {
 namespace fs = std::filesystem;
@@ -18,11 +19,6 @@ namespace {
 bool path_exists(const fs::path& p) {
   std::error_code ec;
   return fs::exists(p, ec);
-}
-
-bool has_qwen_tokenizer(const fs::path& dir) {
-  return path_exists(dir / "tokenizer.json") ||
-         (path_exists(dir / "vocab.json") && path_exists(dir / "merges.txt"));
 }
 
 fs::path first_existing(const std::vector<fs::path>& candidates, const std::string& what) {
@@ -65,19 +61,6 @@ fs::path find_bundled_demo_model() {
   }
 }
 
-fs::path find_bundled_qwen_tokenizer() {
-  const fs::path src = source_tree_dir(), share = install_share_dir();
-  std::vector<fs::path> candidates;
-  for (const fs::path& dir : {src / "models" / "demo" / "tokenizer",
-                              src / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer",
-                              share / "models" / "demo" / "tokenizer"})
-    if (!dir.parent_path().empty() && has_qwen_tokenizer(dir)) return dir;
-  fail(ErrorCode::NotFound,
-       "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
-       "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
-       src.string(), src.string(), share.string());
-}
-
 int vae_scale_factor_of(const io::ResolvedModel& model) {
   const io::ModelComponent* vae = model.find("vae");
   const fs::path folder = vae && !vae->folder.empty() ? fs::path(vae->folder) : fs::path(model.path) / "vae";
@@ -94,48 +77,9 @@ int vae_scale_factor_of(const io::ResolvedModel& model) {
   return 1 << (static_cast<int>(levels.size()) - 1);
 }
 
-const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
-                                                     bool transformer_from_file,
-                                                     bool text_encoder_from_file) {
-  if (model.source != io::ModelSource::PipelineFolder)
-    fail(ErrorCode::Unsupported,
-         "model {} is a single {}: generate needs a diffusers Flux2KleinPipeline folder (model_index.json, "
-         "transformer/, text_encoder/, tokenizer/, vae/, scheduler/)",
-         model.path, model.source == io::ModelSource::SingleFile ? "file" : "component folder");
-  const pipelines::PipelineKind* kind = pipelines::find_pipeline_kind(model.pipeline_class);
-  FLUXRT_CHECK(
-      kind != nullptr, ErrorCode::Unsupported, "model {} is a {}: fluxrt generate supports {} folders",
-      model.path,
-      model.pipeline_class.empty() ? std::string("pipeline without a _class_name") : model.pipeline_class,
-      pipelines::supported_pipelines_text());
-  auto needs = [&](const std::string& name) {
-    return !(transformer_from_file && name == "transformer") &&
-           !(text_encoder_from_file && name == kind->text_encoder_component);
-  };
-  for (const std::string& name : kind->weight_components) {
-    if (!needs(name)) continue;
-    const io::ModelComponent* c = model.find(name);
-    FLUXRT_CHECK(c != nullptr && c->present && !c->weights.empty(), ErrorCode::NotFound,
-                 "model {}: component {} is missing or has no weights (a partial download?)", model.path,
-                 name);
-  }
-  if (kind->family != pipelines::PipelineFamily::Flux2Klein)
-    return *kind;  // Flux1Pipeline::load checks the rest
-  const io::ModelComponent* tok = model.find("tokenizer");
-  const fs::path tok_dir =
-      tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
-  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
-               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)",
-               model.path, tok_dir.string());
-  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
-  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path,
-               scheduler.string());
-  return *kind;
-}
-
 io::ResolvedModel find_components_folder(const io::ResolvedModel& file,
                                          const std::optional<std::string>& components) {
-  const io::VariantInfo info = io::detect_variant(file);
+  const pipelines::VariantInfo info = pipelines::detect_variant(file);
   const pipelines::PipelineKind* kind = pipelines::pipeline_kind_for_transformer(info);
   FLUXRT_CHECK(
       kind != nullptr, ErrorCode::Unsupported,
@@ -182,22 +126,26 @@ ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<s
   if (r.given.source == io::ModelSource::SingleFile) {
     r.transformer_file = r.given.path;
     r.model = find_components_folder(r.given, components);
-    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/true, text_encoder.has_value());
+    r.kind =
+        &pipelines::check_pipeline_folder(r.model, /*transformer_from_file=*/true, text_encoder.has_value());
   } else {
     FLUXRT_CHECK(!components, ErrorCode::InvalidArgument,
                  "--components goes with --model FILE (a single transformer checkpoint); {} is a folder",
                  spec);
     r.model = r.given;
-    r.kind = &check_pipeline_folder(r.model, /*transformer_from_file=*/false, text_encoder.has_value());
+    r.kind =
+        &pipelines::check_pipeline_folder(r.model, /*transformer_from_file=*/false, text_encoder.has_value());
   }
   return r;
 }
 
 std::string variant_label(const ResolvedPipeline& pipeline) {
   try {
-    const io::VariantInfo v =
-        io::detect_variant(pipeline.transformer_file.empty() ? pipeline.model : pipeline.given);
-    return v.description.empty() ? std::string(io::model_variant_name(v.variant)) : v.description;
+    // A transformer file runs with its components folder, whose model_index.json it is named by.
+    const pipelines::VariantInfo v = pipeline.transformer_file.empty()
+                                         ? pipelines::detect_variant(pipeline.model)
+                                         : pipelines::detect_variant(pipeline.given, &pipeline.model);
+    return !v.description.empty() ? v.description : !v.variant.empty() ? v.variant : std::string("unknown");
   } catch (const Error&) {
     return pipeline.model.pipeline_class;  // detection is informational; the load validates for real
   }

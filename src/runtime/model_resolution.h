@@ -24,7 +24,7 @@ struct ResolvedPipeline {
 };
 
 // Resolves `spec` (io::resolve_model), finds the components folder of a single file
-// (find_components_folder) and checks the folder (check_pipeline_folder). InvalidArgument
+// (find_components_folder) and checks the folder (pipelines::check_pipeline_folder). InvalidArgument
 // for `components` with a folder; NotFound for a `text_encoder` that is not a file (the pipeline's
 // load checks that it is the family's encoder).
 ResolvedPipeline resolve_pipeline(const std::string& spec, const std::optional<std::string>& components,
@@ -39,14 +39,6 @@ std::string variant_label(const ResolvedPipeline& pipeline);
 // Format naming the file when it is unreadable.
 int vae_scale_factor_of(const io::ResolvedModel& model);
 
-// Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight
-// components present; klein also its Qwen tokenizer and scheduler config) and returns the kind;
-// NotFound / Unsupported naming what is missing. With `transformer_from_file` its transformer/ is
-// not needed, with `text_encoder_from_file` its PipelineKind::text_encoder_component.
-const pipelines::PipelineKind& check_pipeline_folder(const io::ResolvedModel& model,
-                                                     bool transformer_from_file = false,
-                                                     bool text_encoder_from_file = false);
-
 // --model FILE: the pipeline folder that supplies the other components. `components` (a folder or
 // hub repo id) when given; else the nearest folder with a model_index.json holding the file (the
 // file's own folder, as in a hub repo whose root keeps the single file next to model_index.json,
@@ -60,9 +52,8 @@ io::ResolvedModel find_components_folder(const io::ResolvedModel& transformer_fi
 std::filesystem::path source_tree_dir();
 std::filesystem::path install_share_dir();
 
-// The bundled demo model (models/demo in the source tree, or <prefix>/share/fluxrt/models/demo) and
-// a Qwen3 tokenizer folder for synthetic runs; NotFound saying where it looked.
+// The bundled demo model (models/demo in the source tree, or <prefix>/share/fluxrt/models/demo);
+// NotFound saying where it looked.
 std::filesystem::path find_bundled_demo_model();
-std::filesystem::path find_bundled_qwen_tokenizer();
 
 }  // namespace fluxrt::runtime

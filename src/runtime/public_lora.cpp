@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "models/lora/lora_file.h"
+#include "pipelines/pipeline.h"
 
 namespace fluxrt {
 namespace {
@@ -37,7 +38,12 @@ LoraInfo inspect_lora(const std::string& path) {
   LoraInfo info;
   info.path = path;
   info.format = f.format;
-  info.family = models::lora_family_name(f.family);
+  info.family = pipelines::lora_family_name(f);
+  for (const pipelines::PipelineKind* kind : pipelines::kinds_taking_lora(f))
+    info.model_families.push_back(kind->detection.model_family);
+  std::sort(info.model_families.begin(), info.model_families.end());
+  info.model_families.erase(std::unique(info.model_families.begin(), info.model_families.end()),
+                            info.model_families.end());
   std::set<int> ranks;
   std::set<float> alphas;
   for (const models::LoraModule& m : f.modules) {

@@ -8,10 +8,8 @@
 #include "core/log.h"
 #include "io/gguf.h"
 #include "io/model_discovery.h"
-#include "models/flux/flux1_names.h"
-#include "models/flux/flux2_names.h"
-#include "models/fp8_weights.h"
 #include "models/weight_binder.h"
+#include "pipelines/pipeline.h"
 
 namespace fluxrt::runtime {
 namespace {
@@ -73,20 +71,17 @@ QuantizeReport quantize_model(const QuantizeRequest& request) {
   const io::ModelComponent* tc = model.transformer();
   FLUXRT_CHECK(tc != nullptr && tc->present && !tc->weights.empty(), ErrorCode::NotFound,
                "{}: no transformer weights to quantize", request.model);
-  const io::VariantInfo variant = io::detect_variant(model);
-  FLUXRT_CHECK(variant.family != io::ModelFamily::Unknown, ErrorCode::Unsupported,
-               "{}: not a FLUX transformer ({})", tc->weights, variant.description);
+  const pipelines::VariantInfo variant = pipelines::detect_variant(model);
+  FLUXRT_CHECK(variant.kind != nullptr, ErrorCode::Unsupported, "{}: not a FLUX transformer ({})",
+               tc->weights, variant.description);
   models::TensorStore raw = models::TensorStore::open(tc->weights);
   raw.set_description(tc->weights);
-  const bool flux2 = variant.family == io::ModelFamily::Flux2;
   // Canonical names first (strips prefixes, splits fused tensors, widens fp8 with its scale),
   // then BFL's, which is what the GGUF loaders in the wild expect.
-  const models::TensorStore bfl =
-      flux2 ? models::flux2_canonical_to_bfl(models::flux2_to_canonical(raw))
-            : models::flux1_canonical_to_bfl(models::flux1_to_canonical(models::fp8_weights_quantized(raw)));
+  const models::TensorStore bfl = variant.kind->bfl_checkpoint(raw);
 
   QuantizeReport report;
-  report.family = flux2 ? "flux.2" : "flux.1";
+  report.family = variant.family;
   report.fallback_type = k_quant_fallback(request.type);
   std::vector<io::GgufTensorToWrite> tensors;
   for (const std::string& name : bfl.names()) {

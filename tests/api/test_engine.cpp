@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "fluxrt/engine.h"
-#include "io/model_info.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
+#include "runtime/model_info.h"
 
 namespace fs = std::filesystem;
 
@@ -385,7 +385,7 @@ TEST(Engine, DefaultsPlanInfoAndVersion) {
   EXPECT_EQ(info.family, "flux.1");
   ASSERT_TRUE(info.shape.has_value());
   EXPECT_EQ(fluxrt::model_info_json(info),
-            fluxrt::io::model_report_json(fluxrt::io::inspect_model(kSchnell.string())));
+            fluxrt::runtime::model_report_json(fluxrt::runtime::inspect_model(kSchnell.string())));
   EXPECT_EQ(std::string(fluxrt::version()), FLUXRT_VERSION_STRING);
 }
 

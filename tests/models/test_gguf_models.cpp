@@ -11,8 +11,6 @@
 
 #include "core/quant.h"
 #include "io/gguf.h"
-#include "io/model_discovery.h"
-#include "io/model_info.h"
 #include "io/safetensors.h"
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_names.h"
@@ -130,34 +128,6 @@ TEST(Fp8Flux2, WeightsStayFp8AndComputeTheirDequantization) {
   std::remove(path.c_str());
 }
 
-TEST(GgufFlux2Detect, VariantAndLayoutFromTheHeader) {
-  const io::VariantInfo v = io::detect_variant(io::resolve_model(kQ4Prefixed));
-  EXPECT_EQ(v.family, io::ModelFamily::Flux2);
-  EXPECT_EQ(v.layout, io::WeightLayout::Bfl);
-  EXPECT_EQ(v.key_prefix, "model.diffusion_model.");
-  const io::VariantInfo safetensors = io::detect_variant(io::resolve_model(kBfl));
-  EXPECT_EQ(v.shape.hidden_size, safetensors.shape.hidden_size);
-  EXPECT_EQ(v.shape.double_blocks, safetensors.shape.double_blocks);
-  EXPECT_EQ(v.shape.single_blocks, safetensors.shape.single_blocks);
-}
-
-TEST(GgufInfo, ListsTypesAndSizes) {
-  const io::ModelReport r = io::inspect_model(kQ8);
-  EXPECT_EQ(r.variant.family, io::ModelFamily::Flux2);
-  ASSERT_EQ(r.components.size(), 1u);
-  const io::ComponentReport& c = r.components[0];
-  EXPECT_EQ(c.name, "transformer");
-  EXPECT_EQ(c.class_name, "gguf:flux");
-  const auto file = io::GgufFile::open(kQ8);
-  EXPECT_EQ(c.tensors, file->tensors().size());
-  uint64_t bytes = 0;
-  for (const io::GgufTensorInfo& t : file->tensors()) bytes += t.nbytes;
-  EXPECT_EQ(c.bytes, bytes);
-  EXPECT_EQ(c.dtypes.at("q8_0"), 18u);
-  EXPECT_EQ(c.dtypes.at("f16"), 1u);  // txt_in: rows of 24 are not whole Q8_0 blocks
-  EXPECT_GT(c.dtypes.at("f32"), 0u);  // norm scales
-}
-
 TEST(GgufStore, FusedQkvSplitsByRowBytes) {
   const TensorStore raw = TensorStore::open(kQ8);
   const TensorStore canonical = flux2_to_canonical(raw);
@@ -215,13 +185,6 @@ INSTANTIATE_TEST_SUITE_P(TinyDev, GgufFlux1, ::testing::Values(kFlux1Q8, kFlux1Q
                          [](const auto& info) {
                            return info.index == 0 ? std::string("q8_0") : std::string("q4_1_comfy");
                          });
-
-TEST(GgufFlux1Detect, VariantFromTheHeader) {
-  const io::VariantInfo v = io::detect_variant(io::resolve_model(kFlux1Q4Prefixed));
-  EXPECT_EQ(v.family, io::ModelFamily::Flux1);
-  EXPECT_EQ(v.layout, io::WeightLayout::Bfl);
-  EXPECT_EQ(v.key_prefix, "model.diffusion_model.");
-}
 
 }  // namespace
 }  // namespace fluxrt::models

@@ -1,6 +1,7 @@
 // LoRA file reading (models/lora/lora_file.h) and the canonical deltas (lora_delta.h) on small
-// in-memory files: every key scheme names the same module, the factor rules, the family hint, the
-// row slices of fused modules, and the refusals. The images these give are checked against
+// in-memory files: every key scheme names the same module, the factor rules, the FLUX name schemes
+// (which architecture a file is for, each one's targets), the row slices of fused modules, and the
+// refusals. The images these give are checked against
 // diffusers in tests/pipelines/test_lora_golden.cpp; the SHA-256 against Python's hashlib here.
 #include <gtest/gtest.h>
 
@@ -12,8 +13,10 @@
 
 #include "core/error.h"
 #include "io/sha256.h"
+#include "models/flux/flux_lora_names.h"
 #include "models/lora/lora_delta.h"
 #include "models/lora/lora_file.h"
+#include "models/lora/lora_scheme.h"
 #include "support/compare.h"
 #include "support/random_tensor.h"
 
@@ -111,24 +114,79 @@ TEST(LoraFile, FactorRules) {
   EXPECT_FLOAT_EQ(f.modules[1].factor(), 2.0f);
 }
 
-TEST(LoraFile, FamilyHint) {
-  EXPECT_EQ(
-      parse_lora(module_tensors("transformer_blocks.0.norm1.linear", ".lora_A.weight", ".lora_B.weight"), {},
-                 "m")
-          .family,
-      LoraFamilyHint::Flux1);
-  EXPECT_EQ(
-      parse_lora(module_tensors("single_stream_modulation.lin", ".lora_A.weight", ".lora_B.weight"), {}, "m")
-          .family,
-      LoraFamilyHint::Flux2);
-  EXPECT_EQ(
-      parse_lora(module_tensors("double_blocks.0.img_attn.qkv", ".lora_A.weight", ".lora_B.weight"), {}, "m")
-          .family,
-      LoraFamilyHint::Unknown);
+// Which architecture a file is for: the layers only one FLUX transformer has.
+TEST(LoraScheme, FamilyFromTheLayersOnlyOneArchitectureHas) {
+  const std::vector<const LoraNameScheme*> both{&flux1_lora_scheme(), &flux2_lora_scheme()};
+  auto family_of = [&](const std::string& stem) {
+    return lora_family(parse_lora(module_tensors(stem, ".lora_A.weight", ".lora_B.weight"), {}, "m"), both);
+  };
+  LoraFamily f = family_of("transformer_blocks.0.norm1.linear");
+  EXPECT_EQ(f.scheme, &flux1_lora_scheme());
+  EXPECT_EQ(f.module, "transformer_blocks.0.norm1.linear");
+  EXPECT_EQ(family_of("single_stream_modulation.lin").scheme, &flux2_lora_scheme());
+  EXPECT_EQ(family_of("lora_te1_text_model_encoder_layers_0_mlp_fc1").scheme, &flux1_lora_scheme());  // CLIP
+  f = family_of("double_blocks.0.img_attn.qkv");  // both have it
+  EXPECT_EQ(f.scheme, nullptr);
+  EXPECT_EQ(f.module, "");
+  // The order of the schemes asked does not matter.
+  EXPECT_EQ(lora_family(
+                parse_lora(module_tensors("single_stream_modulation.lin", ".lora_A.weight", ".lora_B.weight"),
+                           {}, "m"),
+                {&flux2_lora_scheme(), &flux1_lora_scheme()})
+                .scheme,
+            &flux2_lora_scheme());
+
   auto mixed = module_tensors("transformer_blocks.0.norm1.linear", ".lora_A.weight", ".lora_B.weight");
   const auto f2 = module_tensors("single_stream_modulation.lin", ".lora_A.weight", ".lora_B.weight");
   mixed.insert(f2.begin(), f2.end());
-  EXPECT_THROW(parse_lora(mixed, {}, "m"), Error);
+  const LoraFile m =
+      parse_lora(mixed, {}, "mixed.safetensors");  // reading it is fine; telling its family is not
+  try {
+    lora_family(m, {&flux2_lora_scheme(), &flux1_lora_scheme()});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Format);
+    EXPECT_EQ(std::string(e.what()),
+              "mixed.safetensors: the LoRA mixes FLUX.1-only and FLUX.2-only layer names");
+  }
+}
+
+// Each scheme maps a module to its own canonical layers: FLUX.1 splits a single block's linear1 in
+// four (q, k, v, MLP), FLUX.2 keeps it whole; diffusers names go through each name map.
+TEST(LoraScheme, TargetsOfEachArchitecture) {
+  using Targets = std::vector<std::string>;
+  EXPECT_EQ(flux1_lora_scheme().targets_of("single_blocks.3.linear1"),
+            (Targets{"single_blocks.3.q.weight", "single_blocks.3.k.weight", "single_blocks.3.v.weight",
+                     "single_blocks.3.mlp.weight"}));
+  EXPECT_EQ(flux2_lora_scheme().targets_of("single_blocks.3.linear1"),
+            Targets{"single_blocks.3.linear1.weight"});
+  for (const LoraNameScheme* scheme : {&flux1_lora_scheme(), &flux2_lora_scheme()}) {
+    EXPECT_EQ(scheme->targets_of("double_blocks.1.txt_attn.qkv"),
+              (Targets{"double_blocks.1.txt_attn.q.weight", "double_blocks.1.txt_attn.k.weight",
+                       "double_blocks.1.txt_attn.v.weight"}));
+    EXPECT_EQ(scheme->targets_of("transformer_blocks.0.attn.to_q"),
+              Targets{"double_blocks.0.img_attn.q.weight"});
+  }
+  EXPECT_EQ(flux1_lora_scheme().rivals(), std::vector<const LoraNameScheme*>{&flux2_lora_scheme()});
+  EXPECT_EQ(flux2_lora_scheme().rivals(), std::vector<const LoraNameScheme*>{&flux1_lora_scheme()});
+}
+
+// A file for the other architecture is refused by name before any shape is looked at.
+TEST(LoraScheme, OtherArchitecturesLoraIsRefused) {
+  const LoraFile f =
+      parse_lora(module_tensors("single_stream_modulation.lin", ".lora_A.weight", ".lora_B.weight"), {},
+                 "klein.safetensors");
+  auto any_shape = [](const std::string&) { return std::optional<Shape>(Shape{8, 6}); };
+  try {
+    lora_deltas(f, flux1_lora_scheme(), 1.0f, any_shape);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Format);
+    EXPECT_EQ(std::string(e.what()),
+              "klein.safetensors: a FLUX.2 LoRA (its layer 'single_stream_modulation.lin' exists only there) "
+              "cannot be applied to a FLUX.1 transformer");
+  }
+  EXPECT_EQ(lora_deltas(f, flux2_lora_scheme(), 1.0f, any_shape).size(), 1u);
 }
 
 TEST(LoraFile, Refusals) {
@@ -168,7 +226,7 @@ TEST(LoraDelta, FusedModuleGivesRowSlices) {
                                                ".lora_A.weight", ".lora_B.weight", 12, 4, 2),
                                 {}, "mem");
   const Shape qkv{4, 4};
-  const std::vector<LoraDelta> d = lora_deltas(f, LoraModelFamily::Flux2, 0.5f, [&](const std::string& n) {
+  const std::vector<LoraDelta> d = lora_deltas(f, flux2_lora_scheme(), 0.5f, [&](const std::string& n) {
     return n.rfind("double_blocks.0.img_attn.", 0) == 0 ? std::optional<Shape>(qkv) : std::nullopt;
   });
   ASSERT_EQ(d.size(), 3u);
@@ -182,7 +240,7 @@ TEST(LoraDelta, FusedModuleGivesRowSlices) {
   }
   // The wrong widths name the module and both shapes.
   try {
-    lora_deltas(f, LoraModelFamily::Flux2, 1.0f, [](const std::string&) {
+    lora_deltas(f, flux2_lora_scheme(), 1.0f, [](const std::string&) {
       return std::optional<Shape>(Shape{5, 4});
     });
     ADD_FAILURE() << "accepted";
@@ -204,9 +262,9 @@ TEST(LoraDelta, FinalLayerHalves) {
       module_tensors("final_layer.adaLN_modulation.1", ".lora_A.weight", ".lora_B.weight", 8, 4, 2), {}, "m");
   const LoraFile diffusers = parse_lora(
       module_tensors("transformer.norm_out.linear", ".lora_A.weight", ".lora_B.weight", 8, 4, 2), {}, "m");
-  for (LoraModelFamily fam : {LoraModelFamily::Flux1, LoraModelFamily::Flux2}) {
-    const auto b = lora_deltas(bfl, fam, 1.0f, shapes);
-    const auto d = lora_deltas(diffusers, fam, 1.0f, shapes);
+  for (const LoraNameScheme* scheme : {&flux1_lora_scheme(), &flux2_lora_scheme()}) {
+    const auto b = lora_deltas(bfl, *scheme, 1.0f, shapes);
+    const auto d = lora_deltas(diffusers, *scheme, 1.0f, shapes);
     ASSERT_EQ(b.size(), 2u);
     ASSERT_EQ(d.size(), 2u);
     EXPECT_EQ(b[0].target, "final_layer.shift.weight");  // BFL's first half

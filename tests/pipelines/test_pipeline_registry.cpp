@@ -1,9 +1,19 @@
 // pipelines/pipeline.h's registry: which diffusers classes and transformer checkpoints each family
 // runs, what its requests may carry, and that the loaded pipelines report their own kind.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
+#include "core/error.h"
+#include "io/model_discovery.h"
+#include "models/lora/lora_file.h"
 #include "pipelines/flux1_pipeline.h"
 #include "pipelines/flux2_klein_pipeline.h"
 #include "pipelines/pipeline.h"
@@ -26,17 +36,118 @@ TEST(PipelineRegistry, FindsEachFamilyByItsClasses) {
 }
 
 TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
-  io::VariantInfo info;
-  info.family = io::ModelFamily::Flux1;
+  VariantInfo info;
+  info.kind = &flux1_kind();
+  info.runs = true;
   EXPECT_EQ(pipeline_kind_for_transformer(info), &flux1_kind());
-  info.family = io::ModelFamily::Flux2;
-  info.variant = io::ModelVariant::Flux2Klein4B;
+  info.kind = &flux2_klein_kind();
   EXPECT_EQ(pipeline_kind_for_transformer(info), &flux2_klein_kind());
-  info.variant = io::ModelVariant::Flux2Dev;
+  info.runs = false;  // recognised to be refused (FLUX.2 dev)
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
-  info.family = io::ModelFamily::Unknown;
-  info.variant = io::ModelVariant::Unknown;
+  info.kind = nullptr;
   EXPECT_EQ(pipeline_kind_for_transformer(info), nullptr);
+}
+
+// A LoRA file's family is told by the kinds' name schemes: the layers only one family has.
+TEST(PipelineRegistry, TellsWhichKindsALoraFileFits) {
+  const models::LoraFile klein =
+      models::read_lora_file((kData / "lora" / "klein" / "peft.safetensors").string());
+  EXPECT_EQ(kinds_taking_lora(klein), std::vector<const PipelineKind*>{&flux2_klein_kind()});
+  EXPECT_EQ(lora_family_name(klein), "FLUX.2");
+  const models::LoraFile flux1 =
+      models::read_lora_file((kData / "lora" / "flux1" / "kohya.safetensors").string());
+  EXPECT_EQ(kinds_taking_lora(flux1), std::vector<const PipelineKind*>{&flux1_kind()});
+  EXPECT_EQ(lora_family_name(flux1), "FLUX.1");
+  models::LoraFile shared = klein;  // only the layers both have left
+  std::erase_if(shared.modules, [](const models::LoraModule& m) {
+    return flux2_klein_kind().lora_scheme->only_here(m.module);
+  });
+  ASSERT_FALSE(shared.modules.empty());
+  EXPECT_EQ(kinds_taking_lora(shared), pipeline_kinds());
+  EXPECT_EQ(lora_family_name(shared), "FLUX.1 or FLUX.2 (only shared layers)");
+  EXPECT_EQ(flux1_kind().lora_scheme->family, std::string("FLUX.1"));
+}
+
+// A folder is checked by the registry (its weight components) and then by its kind: klein's
+// needs its Qwen3 tokenizer files and scheduler config before anything loads.
+TEST(PipelineRegistry, ChecksAFolderThroughItsKind) {
+  auto resolved = [](const std::filesystem::path& p) {
+    return io::resolve_model(p.string(), "/nonexistent-hub");
+  };
+  const std::filesystem::path models = kData / "models";
+  EXPECT_EQ(&check_pipeline_folder(resolved(models / "flux2-klein-tiny")), &flux2_klein_kind());
+  EXPECT_EQ(&check_pipeline_folder(resolved(models / "flux1-dev-tiny")), &flux1_kind());
+  auto error_of = [](const std::function<void()>& fn) -> std::pair<ErrorCode, std::string> {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
+    }
+    return {ErrorCode::Internal, "(no error)"};
+  };
+  auto [code, what] =
+      error_of([&] { check_pipeline_folder(resolved(models / "flux1-dev-tiny-transformer")); });
+  EXPECT_EQ(code, ErrorCode::Unsupported);
+  EXPECT_NE(what.find("is a single component folder"), std::string::npos) << what;
+
+  const std::filesystem::path tmp =
+      std::filesystem::temp_directory_path() / ("fluxrt_registry_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(tmp);
+  std::filesystem::create_directories(tmp);
+  std::filesystem::copy(models / "flux2-klein-tiny", tmp / "klein", std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(tmp / "klein" / "tokenizer");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "klein")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("tokenizer not found"), std::string::npos) << what;
+  std::filesystem::copy(models / "flux2-klein-tiny" / "tokenizer", tmp / "klein" / "tokenizer");
+  std::filesystem::remove(tmp / "klein" / "scheduler" / "scheduler_config.json");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "klein")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("scheduler_config.json not found"), std::string::npos) << what;
+
+  // The registry's part: a weight component missing, unless a file stands in for it.
+  std::filesystem::copy(models / "flux1-dev-tiny", tmp / "flux1", std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(tmp / "flux1" / "text_encoder_2");
+  std::tie(code, what) = error_of([&] { check_pipeline_folder(resolved(tmp / "flux1")); });
+  EXPECT_EQ(code, ErrorCode::NotFound);
+  EXPECT_NE(what.find("component text_encoder_2 is missing"), std::string::npos) << what;
+  EXPECT_EQ(&check_pipeline_folder(resolved(tmp / "flux1"), false, /*text_encoder_from_file=*/true),
+            &flux1_kind());
+  std::filesystem::remove_all(tmp);
+}
+
+// `fluxrt bench pipeline --synthetic` reaches every family through its kind: the variants it
+// offers, and a pipeline of random weights made by it.
+TEST(PipelineRegistry, KindsMakeTheirSyntheticPipelines) {
+  const std::filesystem::path source_dir = kData.parent_path().parent_path();  // tests/data -> the tree
+  for (const auto& [kind, variant] : {std::pair{&flux2_klein_kind(), std::string(kKleinTinySyntheticVariant)},
+                                      std::pair{&flux1_kind(), std::string("flux.1-tiny")}}) {
+    SCOPED_TRACE(variant);
+    EXPECT_NE(std::find(kind->bench_variants.begin(), kind->bench_variants.end(), variant),
+              kind->bench_variants.end());
+    SyntheticRequest request;
+    request.variant = variant;
+    request.weights_name = "bf16";
+    request.source_dir = source_dir;
+    const SyntheticPipeline synthetic = kind->synthetic(request);
+    PipelineOptions options;
+    options.low_memory = true;  // nothing made before a request
+    const std::unique_ptr<Pipeline> pipe = synthetic.make(options);
+    EXPECT_EQ(&pipe->kind(), kind);
+    EXPECT_GT(synthetic.flops_per_forward(*pipe, 16, 8), 0.0);
+    EXPECT_EQ(synthetic.variant, variant);
+  }
+  EXPECT_FALSE(
+      flux2_klein_kind().synthetic({"flux.2-klein-tiny", {}, "bf16", source_dir, {}}).always_low_memory);
+  EXPECT_TRUE(flux1_kind().synthetic({"flux.1-tiny", {}, "bf16", source_dir, {}}).always_low_memory);
+  // FLUX.1's synthetic weights are dense: a quantized type is refused by name.
+  try {
+    flux1_kind().synthetic({"flux.1-tiny", QuantType::Q8_0, "q8_0", source_dir, {}});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--weights q8_0"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PipelineRegistry, KindsSayWhatTheirRequestsMayCarry) {

@@ -85,13 +85,13 @@ void expect_same_images(const pl::GenerateResult& a, const pl::GenerateResult& b
 }  // namespace
 
 TEST_F(ModelResolution, ModelFolderChecks) {
-  EXPECT_EQ(&rt::check_pipeline_folder(fluxrt::io::resolve_model(kKleinFolder.string())),
+  EXPECT_EQ(&fluxrt::pipelines::check_pipeline_folder(fluxrt::io::resolve_model(kKleinFolder.string())),
             &pl::flux2_klein_kind());
-  EXPECT_EQ(&rt::check_pipeline_folder(fluxrt::io::resolve_model(kSchnellFolder.string())),
+  EXPECT_EQ(&fluxrt::pipelines::check_pipeline_folder(fluxrt::io::resolve_model(kSchnellFolder.string())),
             &pl::flux1_kind());
   // A lone transformer file is not enough to generate.
   try {
-    rt::check_pipeline_folder(fluxrt::io::resolve_model(kKleinBflFile.string()));
+    fluxrt::pipelines::check_pipeline_folder(fluxrt::io::resolve_model(kKleinBflFile.string()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::Unsupported);
@@ -100,7 +100,7 @@ TEST_F(ModelResolution, ModelFolderChecks) {
   fs::copy(kKleinFolder, tmp_ / "m", fs::copy_options::recursive);
   fs::remove_all(tmp_ / "m" / "tokenizer");
   try {
-    rt::check_pipeline_folder(fluxrt::io::resolve_model((tmp_ / "m").string()));
+    fluxrt::pipelines::check_pipeline_folder(fluxrt::io::resolve_model((tmp_ / "m").string()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::NotFound);
@@ -111,8 +111,8 @@ TEST_F(ModelResolution, ModelFolderChecks) {
   fs::copy(kKleinFolder, tmp_ / "m", fs::copy_options::recursive);
   fs::remove_all(tmp_ / "m" / "transformer");
   const fluxrt::io::ResolvedModel no_transformer = fluxrt::io::resolve_model((tmp_ / "m").string());
-  EXPECT_THROW(rt::check_pipeline_folder(no_transformer), Error);
-  EXPECT_NO_THROW(rt::check_pipeline_folder(no_transformer, /*transformer_from_file=*/true));
+  EXPECT_THROW(fluxrt::pipelines::check_pipeline_folder(no_transformer), Error);
+  EXPECT_NO_THROW(fluxrt::pipelines::check_pipeline_folder(no_transformer, /*transformer_from_file=*/true));
   // The same through the resolver: one line naming what is missing.
   const std::string e = error_of(small_settings(tmp_ / "m"));
   EXPECT_NE(e.find("transformer"), std::string::npos) << e;

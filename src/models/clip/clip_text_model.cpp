@@ -145,7 +145,7 @@ ClipTextModel ClipTextModel::from_store(const ClipTextConfig& config, const Tens
                                         const ClipTextOptions& options) {
   ClipTextModel m(config, options);
   // LoRAs merged into the weights as the transformer's are (docs/lora.md).
-  m.bind(merge_loras(store, options.loras, LoraModelFamily::Flux1, LoraComponent::ClipText, options.dtype));
+  m.bind(merge_loras(store, options.loras, LoraComponent::ClipText, options.dtype));
   return m;
 }
 

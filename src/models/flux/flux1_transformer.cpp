@@ -10,6 +10,7 @@
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/flux/flux_common.h"
+#include "models/flux/flux_lora_names.h"
 #include "models/fp8_weights.h"
 #include "models/synthetic_weights.h"
 #include "ops/elementwise.h"
@@ -57,9 +58,8 @@ std::unique_ptr<Flux1Transformer> Flux1Transformer::from_store(const TensorStore
   config.validate(raw.description());
   FLUXRT_CHECK(!config.shared_block_weights, ErrorCode::InvalidArgument,
                "{}: shared block weights are for synthetic weights only", raw.description());
-  const TensorStore canonical =
-      merge_loras(flux1_to_canonical(fp8_weights_quantized(raw)), options.loras, LoraModelFamily::Flux1,
-                  LoraComponent::Transformer, options.dtype);
+  const TensorStore canonical = merge_loras(flux1_to_canonical(fp8_weights_quantized(raw)), options.loras,
+                                            flux1_lora_scheme(), options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux1Transformer> model(new Flux1Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_common.h"
+#include "models/flux/flux_lora_names.h"
 #include "models/fp8_weights.h"
 #include "models/synthetic_weights.h"
 #include "ops/elementwise.h"
@@ -38,9 +39,8 @@ std::unique_ptr<Flux2Transformer> Flux2Transformer::from_store(const TensorStore
                                                                const Flux2LoadOptions& options) {
   config.validate(raw.description());
   // fp8 single files: the weights stay in their bytes, with their scales (fp8_weights.h).
-  const TensorStore canonical =
-      merge_loras(flux2_to_canonical(fp8_weights_quantized(raw)), options.loras, LoraModelFamily::Flux2,
-                  LoraComponent::Transformer, options.dtype);
+  const TensorStore canonical = merge_loras(flux2_to_canonical(fp8_weights_quantized(raw)), options.loras,
+                                            flux2_lora_scheme(), options.dtype);
   WeightBinder binder(canonical, "transformer");
   std::unique_ptr<Flux2Transformer> model(new Flux2Transformer(config, options));
   const DType wdtype = options.dtype == DType::F32 ? DType::F32 : DType::BF16;

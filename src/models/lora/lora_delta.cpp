@@ -1,52 +1,14 @@
 #include "models/lora/lora_delta.h"
 
 #include <algorithm>
-#include <regex>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "models/flux/flux1_names.h"
-#include "models/flux/flux2_names.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 
 namespace fluxrt::models {
 namespace {
-
-const char* family_name(LoraModelFamily f) { return f == LoraModelFamily::Flux1 ? "FLUX.1" : "FLUX.2"; }
-
-// The canonical layers one LoRA module covers, in B's row order. One entry: the whole module.
-std::vector<std::string> targets_of(const std::string& m, LoraModelFamily family) {
-  static const std::regex qkv(R"(^double_blocks\.(\d+)\.(img|txt)_attn\.qkv$)");
-  static const std::regex linear1(R"(^single_blocks\.(\d+)\.linear1$)");
-  static const std::regex xlabs_single_qkv(R"(^single_blocks\.(\d+)\.qkv$)");
-  std::smatch g;
-  if (std::regex_match(m, g, qkv)) {
-    const std::string p = "double_blocks." + g[1].str() + "." + g[2].str() + "_attn.";
-    return {p + "q.weight", p + "k.weight", p + "v.weight"};
-  }
-  // FLUX.1 binds linear1's rows as four layers; FLUX.2 keeps it fused (one GEMM), so it is whole.
-  if (family == LoraModelFamily::Flux1 && std::regex_match(m, g, linear1)) {
-    const std::string p = "single_blocks." + g[1].str() + ".";
-    return {p + "q.weight", p + "k.weight", p + "v.weight", p + "mlp.weight"};
-  }
-  if (family == LoraModelFamily::Flux1 && std::regex_match(m, g, xlabs_single_qkv)) {
-    const std::string p = "single_blocks." + g[1].str() + ".";
-    return {p + "q.weight", p + "k.weight", p + "v.weight"};
-  }
-  // BFL LastLayer rows are (shift, scale); diffusers' AdaLayerNormContinuous rows (scale, shift).
-  // Each half goes to the layer it was trained as, whichever file layout it came in.
-  if (m == "final_layer.adaLN_modulation.1") return {"final_layer.shift.weight", "final_layer.scale.weight"};
-  if (m == "norm_out.linear") return {"final_layer.scale.weight", "final_layer.shift.weight"};
-  const std::string w = m + ".weight";
-  return {family == LoraModelFamily::Flux1 ? flux1_canonical_name_of_diffusers(w)
-                                           : flux2_canonical_name_of_diffusers(w)};
-}
-
-bool family_fits(LoraFamilyHint hint, LoraModelFamily family) {
-  return hint == LoraFamilyHint::Unknown ||
-         (hint == LoraFamilyHint::Flux1) == (family == LoraModelFamily::Flux1);
-}
 
 LoraComponent component_of(const std::string& module) {
   if (module.rfind(kClipTextModulePrefix, 0) == 0) return LoraComponent::ClipText;
@@ -60,18 +22,15 @@ const char* module_prefix(LoraComponent c) {
                                       : "";
 }
 
-}  // namespace
-
-std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
-                                   const LinearShapes& shapes, LoraComponent component) {
-  FLUXRT_CHECK(family_fits(lora.family, family), ErrorCode::Format,
-               "{}: a {} LoRA (its layer '{}' exists only there) cannot be applied to a {} transformer",
-               lora.path, lora_family_name(lora.family), lora.family_module, family_name(family));
+// The deltas of `lora`'s modules for `component`: the transformer's on the layers `scheme` names
+// (scheme set), a text encoder's on its own layer names.
+std::vector<LoraDelta> deltas_of(const LoraFile& lora, const LoraNameScheme* scheme, LoraComponent component,
+                                 float strength, const LinearShapes& shapes) {
   const bool encoder = component != LoraComponent::Transformer;
   const std::string model = component == LoraComponent::ClipText ? "CLIP text encoder"
                             : component == LoraComponent::T5Text
                                 ? "T5 text encoder"
-                                : std::string(family_name(family)) + " transformer";
+                                : std::string(scheme->family) + " transformer";
   std::vector<LoraDelta> out;
   std::vector<std::string> unmatched;
   for (const LoraModule& m : lora.modules) {
@@ -80,7 +39,7 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
     const std::vector<std::string> targets =
         encoder ? std::vector<std::string>{m.module.substr(std::string(module_prefix(component)).size()) +
                                            ".weight"}
-                : targets_of(m.module, family);
+                : scheme->targets_of(m.module);
     std::vector<Shape> target_shapes;
     for (const auto& t : targets) {
       const std::optional<Shape> s = shapes(t);
@@ -127,13 +86,15 @@ std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family,
   return out;
 }
 
-std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
-                                   const LinearShapes& shapes, LoraComponent component) {
+// Every spec's deltas for `component`, in order; errors carry the field "loras".
+std::vector<LoraDelta> deltas_of(const std::vector<LoraSpec>& specs, const LoraNameScheme* scheme,
+                                 LoraComponent component, const LinearShapes& shapes) {
   std::vector<LoraDelta> all;
   try {
     for (const LoraSpec& spec : specs) {
-      std::vector<LoraDelta> d =
-          lora_deltas(read_lora_file(spec.path), family, spec.strength, shapes, component);
+      const LoraFile lora = read_lora_file(spec.path);
+      std::vector<LoraDelta> d = scheme ? lora_deltas(lora, *scheme, spec.strength, shapes)
+                                        : lora_deltas(lora, component, spec.strength, shapes);
       all.insert(all.end(), std::make_move_iterator(d.begin()), std::make_move_iterator(d.end()));
     }
   } catch (const Error& e) {
@@ -145,11 +106,47 @@ std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModel
   return all;
 }
 
-TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
-                        LoraModelFamily family, LoraComponent component, DType model_dtype) {
-  if (specs.empty()) return canonical;
-  return merge_lora_deltas(canonical, lora_deltas(specs, family, linear_shapes_of(canonical), component),
+TensorStore merged(const TensorStore& canonical, const std::vector<LoraDelta>& deltas, DType model_dtype) {
+  return merge_lora_deltas(canonical, deltas,
                            model_dtype == DType::F32 ? std::optional<DType>(DType::F32) : std::nullopt);
+}
+
+}  // namespace
+
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, const LoraNameScheme& scheme, float strength,
+                                   const LinearShapes& shapes) {
+  std::vector<const LoraNameScheme*> schemes{&scheme};
+  for (const LoraNameScheme* rival : scheme.rivals()) schemes.push_back(rival);
+  const LoraFamily family = lora_family(lora, schemes);
+  FLUXRT_CHECK(family.scheme == nullptr || family.scheme == &scheme, ErrorCode::Format,
+               "{}: a {} LoRA (its layer '{}' exists only there) cannot be applied to a {} transformer",
+               lora.path, family.scheme ? family.scheme->family : "", family.module, scheme.family);
+  return deltas_of(lora, &scheme, LoraComponent::Transformer, strength, shapes);
+}
+
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraComponent component, float strength,
+                                   const LinearShapes& shapes) {
+  FLUXRT_CHECK(component != LoraComponent::Transformer, ErrorCode::Internal,
+               "{}: a transformer's LoRA deltas need its name scheme", lora.path);
+  return deltas_of(lora, nullptr, component, strength, shapes);
+}
+
+std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, const LoraNameScheme& scheme,
+                                   const LinearShapes& shapes) {
+  return deltas_of(specs, &scheme, LoraComponent::Transformer, shapes);
+}
+
+TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
+                        const LoraNameScheme& scheme, DType model_dtype) {
+  if (specs.empty()) return canonical;
+  return merged(canonical, deltas_of(specs, &scheme, LoraComponent::Transformer, linear_shapes_of(canonical)),
+                model_dtype);
+}
+
+TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
+                        LoraComponent component, DType model_dtype) {
+  if (specs.empty()) return canonical;
+  return merged(canonical, deltas_of(specs, nullptr, component, linear_shapes_of(canonical)), model_dtype);
 }
 
 bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component) {

@@ -1,7 +1,7 @@
 #pragma once
 // LoRA modules (lora_file.h) -> one canonical list of deltas on the transformer's own linear
-// weights (the canonical names of flux1_names.h / flux2_names.h), and the two ways to apply them
-// (docs/lora.md):
+// weights (the canonical names its architecture's name scheme gives, lora_scheme.h), and the two
+// ways to apply them (docs/lora.md):
 // - merged, at load: W' = W + sum(s * B @ A), computed in f32 and rounded once to W's dtype, new
 //   buffers only for the touched weights (the checkpoint mapping stays read-only);
 // - unmerged, per request: each delta attached to its nn::Linear as a low-rank side branch.
@@ -21,12 +21,11 @@
 #include "core/tensor.h"
 #include "fluxrt/request.h"
 #include "models/lora/lora_file.h"
+#include "models/lora/lora_scheme.h"
 #include "models/weight_binder.h"
 #include "nn/linear.h"
 
 namespace fluxrt::models {
-
-enum class LoraModelFamily { Flux1, Flux2 };
 
 // Which model of the pipeline a list of deltas is for: a FLUX.1 LoRA may also adapt its CLIP-L and
 // T5 text encoders (modules named kClipTextModulePrefix / kT5TextModulePrefix + the encoder's own
@@ -48,25 +47,29 @@ struct LoraDelta {
 // Canonical weight name -> its [out, in] shape; nullopt when the model has no such linear.
 using LinearShapes = std::function<std::optional<Shape>(const std::string& canonical_name)>;
 
-// Every module of `lora` as deltas on `family`'s layers. Throws Format when modules name layers
-// the model lacks (all listed in the log, the first few in the message), when a module's shapes
-// do not fit its layer (naming the first such tensor and both shapes), and when the file's layer
-// names are the other family's.
-// Only the modules of `component` are taken (the other component's are its own call's).
-std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraModelFamily family, float strength,
-                                   const LinearShapes& shapes,
-                                   LoraComponent component = LoraComponent::Transformer);
+// Every transformer module of `lora` as deltas on the layers `scheme` names. Throws Format when
+// modules name layers the model lacks (all listed in the log, the first few in the message), when
+// a module's shapes do not fit its layer (naming the first such tensor and both shapes), and when
+// the file's layer names are one of the scheme's rivals' (lora_scheme.h).
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, const LoraNameScheme& scheme, float strength,
+                                   const LinearShapes& shapes);
+// The same for a text encoder (`component` ClipText or T5Text): its modules, on the encoder's own
+// layer names. Which transformer the file is for is the transformer's call to check.
+std::vector<LoraDelta> lora_deltas(const LoraFile& lora, LoraComponent component, float strength,
+                                   const LinearShapes& shapes);
 
 // Reads every spec's file and returns all their deltas, in order. Errors carry the field "loras".
-std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, LoraModelFamily family,
-                                   const LinearShapes& shapes,
-                                   LoraComponent component = LoraComponent::Transformer);
+std::vector<LoraDelta> lora_deltas(const std::vector<LoraSpec>& specs, const LoraNameScheme& scheme,
+                                   const LinearShapes& shapes);
 
-// `canonical` with the files' parts for `component` merged (lora_deltas, then merge_lora_deltas),
-// as a model of `model_dtype` loads them: an f32 model keeps its merged weights in f32, a bf16 one
+// `canonical` with the files' transformer parts merged (lora_deltas, then merge_lora_deltas), as a
+// model of `model_dtype` loads them: an f32 model keeps its merged weights in f32, a bf16 one
 // rounds them to the stored dtype. `canonical` itself when `specs` is empty.
 TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
-                        LoraModelFamily family, LoraComponent component, DType model_dtype);
+                        const LoraNameScheme& scheme, DType model_dtype);
+// The same with a text encoder's parts (`component` ClipText or T5Text).
+TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec>& specs,
+                        LoraComponent component, DType model_dtype);
 
 // Whether any of the files adapts `component` (errors as lora_deltas', field "loras").
 bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component);

@@ -112,18 +112,6 @@ bool is_diffusers_module(const std::string& m) {
   return std::regex_match(m, re);
 }
 
-// Layers only one family has (FLUX.1: per-block modulation, GELU MLP, split single blocks, the
-// pooled and guidance embedders; FLUX.2: shared modulation, SwiGLU, fused single-block names).
-LoraFamilyHint family_of_module(const std::string& m) {
-  static const std::regex flux1(
-      R"(.*(_mod\.lin|\.modulation\.lin|^vector_in|^guidance_in|norm1\.linear|norm1_context\.linear|\.net\.0\.proj|\.net\.2|proj_mlp|^single_transformer_blocks\.\d+\.(attn\.to_[qkv]|norm\.linear|proj_out)$|^time_text_embed|^single_blocks\.\d+\.qkv).*)");
-  static const std::regex flux2(
-      R"(.*(double_stream_modulation|single_stream_modulation|to_qkv_mlp_proj|linear_in|linear_out|^single_transformer_blocks\.\d+\.attn\.to_out|^time_guidance_embed).*)");
-  if (std::regex_match(m, flux1)) return LoraFamilyHint::Flux1;
-  if (std::regex_match(m, flux2)) return LoraFamilyHint::Flux2;
-  return LoraFamilyHint::Unknown;
-}
-
 // Which tool wrote a key, from its raw form and its normalised module name.
 std::string format_of_key(const std::string& key, const std::string& stem, const std::string& module) {
   if (contains(key, ".processor.")) return "XLabs";
@@ -248,18 +236,6 @@ float LoraModule::factor() const {
   return 1.0f;
 }
 
-const char* lora_family_name(LoraFamilyHint family) {
-  switch (family) {
-    case LoraFamilyHint::Flux1:
-      return "FLUX.1";
-    case LoraFamilyHint::Flux2:
-      return "FLUX.2";
-    case LoraFamilyHint::Unknown:
-      return "FLUX.1 or FLUX.2 (only shared layers)";
-  }
-  return "?";
-}
-
 LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
                     const std::map<std::string, std::string>& metadata, const std::string& description) {
   LoraFile out;
@@ -277,7 +253,6 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
   std::map<std::string, LoraModule> by_module;
   std::vector<std::string> unmatched;
   std::set<std::string> formats;
-  std::set<LoraFamilyHint> families;
   for (const auto& [key, t] : tensors) {
     const Suffix* suffix = nullptr;
     for (const Suffix& s : kSuffixes)
@@ -300,10 +275,6 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
     LoraModule& m = by_module[*module];
     if (m.key.empty()) m.key = raw_stem;
     formats.insert(te ? text_encoder_format_of_key(key) : format_of_key(key, stem, *module));
-    // FLUX.2's text encoder is Qwen3: CLIP and T5 parts are FLUX.1's.
-    const LoraFamilyHint family = te ? LoraFamilyHint::Flux1 : family_of_module(*module);
-    if (family != LoraFamilyHint::Unknown && out.family_module.empty()) out.family_module = *module;
-    families.insert(family);
     const std::string what = description + ": '" + key + "'";
     switch (suffix->role) {
       case Role::Down:
@@ -348,10 +319,6 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
     m.module = name;
     out.modules.push_back(std::move(m));
   }
-  families.erase(LoraFamilyHint::Unknown);
-  FLUXRT_CHECK(families.size() <= 1, ErrorCode::Format,
-               "{}: the LoRA mixes FLUX.1-only and FLUX.2-only layer names", description);
-  if (!families.empty()) out.family = *families.begin();
   for (const auto& f : formats) out.format += (out.format.empty() ? "" : " + ") + f;
   return out;
 }

@@ -52,19 +52,13 @@ struct LoraModule {
   float factor() const;
 };
 
-enum class LoraFamilyHint { Unknown, Flux1, Flux2 };
-
+// Which model a file is for is not read here: each transformer architecture's name scheme
+// (lora_scheme.h) says which module names only it has.
 struct LoraFile {
   std::string path;
   std::string format;  // "diffusers/PEFT", "kohya", "BFL/ComfyUI", "XLabs", ... (what `fluxrt info` says)
-  // What the module names say about the model (FLUX.1-only or FLUX.2-only layers); Unknown when
-  // only layers both families have are adapted (then the shapes decide).
-  LoraFamilyHint family = LoraFamilyHint::Unknown;
-  std::string family_module;        // the first module that decided `family`
   std::vector<LoraModule> modules;  // sorted by module name
 };
-
-const char* lora_family_name(LoraFamilyHint family);
 
 // Reads and classifies `path` (the usual safetensors errors for an unreadable file). Throws Format
 // listing the keys that fit no scheme, Unsupported naming LoKr / LoHa / DoRA keys.

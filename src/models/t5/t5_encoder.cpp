@@ -200,7 +200,7 @@ void T5Encoder::place_all() {
 T5Encoder T5Encoder::from_store(const T5Config& config, const TensorStore& store, const T5EncoderOptions& options) {
   T5Encoder e(config, options);
   // LoRAs merged into the weights as the transformer's are (docs/lora.md).
-  e.bind(merge_loras(store, options.loras, LoraModelFamily::Flux1, LoraComponent::T5Text, options.dtype));
+  e.bind(merge_loras(store, options.loras, LoraComponent::T5Text, options.dtype));
   return e;
 }
 

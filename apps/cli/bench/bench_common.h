@@ -1,7 +1,7 @@
 #pragma once
-// Shared benchmark helpers (bench/ and `fluxrt bench`): the machine's GEMM peak measured in the same run (every benchmark
-// prints its ratio to it, DESIGN.md section 5), robust timing (min and median of N runs), and a
-// small fixed-width table printer.
+// Shared benchmark helpers (bench/ and `fluxrt bench`): the machine's GEMM peak measured in the same run
+// (every benchmark prints its ratio to it, DESIGN.md section 5), robust timing (min and median of N runs),
+// and a small fixed-width table printer.
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,9 +19,9 @@ double measure_f32_gemm_peak_gflops(int size = 4096, double* per_core = nullptr)
 struct GemmPeak {
   double gflops = 0;
   double gflops_per_core = 0;  // the same run's flops per CPU-second (see Timing::min_cpu_s)
-  double bf16_gflops = 0;  // 0 when unavailable
+  double bf16_gflops = 0;      // 0 when unavailable
   double f32_gflops = 0;
-  std::string source;      // e.g. "oneDNN f32 matmul 4096^3 (no bf16 matmul on avx2)"
+  std::string source;  // e.g. "oneDNN f32 matmul 4096^3 (no bf16 matmul on avx2)"
 };
 GemmPeak measure_gemm_peak(int size = 4096);
 

@@ -8,19 +8,19 @@
 // every padded position is computed). When MemAvailable cannot hold all 24 layers, or when
 // FLUXRT_BENCH_T5_LAYERS=N asks for fewer (a shared machine), N real-shape layers are timed and the
 // full-model time is reported scaled by 24/N (all layers are identical in shape and work).
+#include <fmt/format.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
+#include "bench.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/memory_info.h"
@@ -29,16 +29,15 @@
 #include "models/t5/t5_encoder.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
-#include "runtime/bench.h"
 
-#if __has_include("runtime/bench_common.h")
-#include "runtime/bench_common.h"
+#if __has_include("bench_common.h")
+#include "bench_common.h"
 #define FLUXRT_TE_HAVE_BENCH_COMMON 1
 #else
 #define FLUXRT_TE_HAVE_BENCH_COMMON 0
 #endif
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 namespace {
 
 double cpu_seconds() {
@@ -102,7 +101,8 @@ int bench_t5_encoder(const BenchRequest& request) {
   if (const char* env = std::getenv("FLUXRT_BENCH_T5_LAYERS"); env && *env) {
     const int64_t asked = std::atoll(env);
     if (asked < 1 || asked > full_layers)
-      fail(ErrorCode::InvalidArgument, "bench text-encoder: FLUXRT_BENCH_T5_LAYERS={} outside 1..{}", env, full_layers);
+      fail(ErrorCode::InvalidArgument, "bench text-encoder: FLUXRT_BENCH_T5_LAYERS={} outside 1..{}", env,
+           full_layers);
     if (asked < layers) {
       layers = asked;
       why = "FLUXRT_BENCH_T5_LAYERS";
@@ -117,9 +117,10 @@ int bench_t5_encoder(const BenchRequest& request) {
 #if FLUXRT_TE_HAVE_BENCH_COMMON
   std::printf("%s\n", bench::machine_line().c_str());
 #endif
-  std::printf("text encoder T5-XXL v1.1 for %s: %lld of %lld layers timed (%s), %s, batch %d, %d threads, no mask\n",
-              request.variant.c_str(), static_cast<long long>(layers), static_cast<long long>(full_layers), why.c_str(),
-              std::string(dtype_name(options.dtype)).c_str(), request.batch, num_threads());
+  std::printf(
+      "text encoder T5-XXL v1.1 for %s: %lld of %lld layers timed (%s), %s, batch %d, %d threads, no mask\n",
+      request.variant.c_str(), static_cast<long long>(layers), static_cast<long long>(full_layers),
+      why.c_str(), std::string(dtype_name(options.dtype)).c_str(), request.batch, num_threads());
   std::fflush(stdout);
   const double t0 = wall_seconds();
   models::T5Encoder encoder = models::T5Encoder::synthetic(config, options);
@@ -141,43 +142,52 @@ int bench_t5_encoder(const BenchRequest& request) {
               peak_source.c_str());
   std::vector<int> lengths = {request.variant == "flux.1-schnell" ? 256 : 512};
   if (request.max_sequence_length != lengths[0]) lengths.push_back(request.max_sequence_length);
-  std::printf("%-8s %5s %10s %10s %12s %8s %9s %7s %12s %10s\n", "length", "runs", "min ms", "median ms", "full-model ms",
-              "GFLOP", "GFLOP/s", "%peak", "GFLOP/cpu-s", "%peak/cpu");
+  std::printf("%-8s %5s %10s %10s %12s %8s %9s %7s %12s %10s\n", "length", "runs", "min ms", "median ms",
+              "full-model ms", "GFLOP", "GFLOP/s", "%peak", "GFLOP/cpu-s", "%peak/cpu");
   std::string json_rows;
   for (int length : lengths) {
-    if (length < 1 || length > 4096) fail(ErrorCode::InvalidArgument, "bench text-encoder: length {} outside 1..4096", length);
+    if (length < 1 || length > 4096)
+      fail(ErrorCode::InvalidArgument, "bench text-encoder: length {} outside 1..4096", length);
     const int64_t B = request.batch, L = length, real = std::min<int64_t>(40, L);
     Tensor ids = Tensor::empty({B, L}, DType::I32);  // [B, L]: 40 prompt ids, </s>, then pads (all computed)
     for (int64_t i = 0; i < B * L; ++i) {
       const int64_t pos = i % L;
-      ids.data<int32_t>()[i] = pos < real - 1 ? static_cast<int32_t>(3 + (pos * 7919) % 32000) : (pos == real - 1 ? 1 : 0);
+      ids.data<int32_t>()[i] =
+          pos < real - 1 ? static_cast<int32_t>(3 + (pos * 7919) % 32000) : (pos == real - 1 ? 1 : 0);
     }
-    RunTiming t = time_encoder([&] {
-      (void)encoder.forward(ids);
-      ops::synchronize(request.device);
-    }, 5, 60.0);
+    RunTiming t = time_encoder(
+        [&] {
+          (void)encoder.forward(ids);
+          ops::synchronize(request.device);
+        },
+        5, 60.0);
     const double gflop = encoder.flops(B, L) * 1e-9;
     const double rate = gflop / t.min_s, rate_cpu = gflop / t.min_cpu_s;
     std::string ratio = peak > 0 ? fmt::format("{:.1f}", 100.0 * rate / peak) : "-";
     std::string ratio_cpu = peak_per_core > 0 ? fmt::format("{:.1f}", 100.0 * rate_cpu / peak_per_core) : "-";
     std::printf("%-8d %5d %10.1f %10.1f %12.1f %8.1f %9.1f %7s %12.1f %10s\n", length, t.runs, t.min_s * 1e3,
-                t.median_s * 1e3, t.min_s * scale * 1e3, gflop, rate, ratio.c_str(), rate_cpu, ratio_cpu.c_str());
+                t.median_s * 1e3, t.min_s * scale * 1e3, gflop, rate, ratio.c_str(), rate_cpu,
+                ratio_cpu.c_str());
     std::fflush(stdout);
-    json_rows += fmt::format("{}{{\"length\": {}, \"batch\": {}, \"layers_timed\": {}, \"min_s\": {:.6f}, "
-                             "\"median_s\": {:.6f}, \"full_model_s\": {:.6f}, \"gflop\": {:.3f}, \"gflops\": {:.2f}, "
-                             "\"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, \"peak_gflops_per_cpu_s\": {:.2f}}}",
-                             json_rows.empty() ? "" : ", ", length, B, layers, t.min_s, t.median_s, t.min_s * scale,
-                             gflop, rate, rate_cpu, peak, peak_per_core);
+    json_rows += fmt::format(
+        "{}{{\"length\": {}, \"batch\": {}, \"layers_timed\": {}, \"min_s\": {:.6f}, "
+        "\"median_s\": {:.6f}, \"full_model_s\": {:.6f}, \"gflop\": {:.3f}, \"gflops\": {:.2f}, "
+        "\"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, \"peak_gflops_per_cpu_s\": {:.2f}}}",
+        json_rows.empty() ? "" : ", ", length, B, layers, t.min_s, t.median_s, t.min_s * scale, gflop, rate,
+        rate_cpu, peak, peak_per_core);
   }
   if (layers < full_layers)
-    std::printf("full-model ms = measured x %lld/%lld (identical layers; embedding and final norm are negligible)\n",
-                static_cast<long long>(full_layers), static_cast<long long>(layers));
+    std::printf(
+        "full-model ms = measured x %lld/%lld (identical layers; embedding and final norm are negligible)\n",
+        static_cast<long long>(full_layers), static_cast<long long>(layers));
   std::printf("peak RSS: %.2f GiB\n", gib(process_peak_rss_bytes()));
   if (!request.json_path.empty()) {
     std::ofstream out(request.json_path);
     if (!out) fail(ErrorCode::Io, "bench text-encoder: cannot write {}", request.json_path);
-    out << fmt::format("{{\"component\": \"text-encoder\", \"encoder\": \"t5-xxl\", \"variant\": \"{}\", "
-                       "\"rows\": [{}]}}\n", request.variant, json_rows);
+    out << fmt::format(
+        "{{\"component\": \"text-encoder\", \"encoder\": \"t5-xxl\", \"variant\": \"{}\", "
+        "\"rows\": [{}]}}\n",
+        request.variant, json_rows);
   }
   return 0;
 }
@@ -185,7 +195,8 @@ int bench_t5_encoder(const BenchRequest& request) {
 }  // namespace
 
 int bench_text_encoder(const BenchRequest& request) {
-  if (request.variant == "flux.1-dev" || request.variant == "flux.1-schnell") return bench_t5_encoder(request);
+  if (request.variant == "flux.1-dev" || request.variant == "flux.1-schnell")
+    return bench_t5_encoder(request);
   models::Qwen3Config config;
   std::string te_name;
   if (request.variant == "flux.2-klein-4b") {
@@ -196,7 +207,8 @@ int bench_text_encoder(const BenchRequest& request) {
     te_name = "Qwen3-8B";
   } else {
     fail(ErrorCode::InvalidArgument,
-         "bench text-encoder: unknown variant {} (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell)",
+         "bench text-encoder: unknown variant {} (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, "
+         "flux.1-schnell)",
          request.variant);
   }
   models::Qwen3EncoderOptions options;
@@ -246,10 +258,12 @@ int bench_text_encoder(const BenchRequest& request) {
       ids.data<int32_t>()[i] = pos < real ? static_cast<int32_t>((pos * 7919) % 151643) : 151643;
       mask.data<int32_t>()[i] = pos < real ? 1 : 0;
     }
-    RunTiming t = time_encoder([&] {
-      (void)encoder.forward(ids, mask);
-      ops::synchronize(request.device);
-    }, 5, 60.0);
+    RunTiming t = time_encoder(
+        [&] {
+          (void)encoder.forward(ids, mask);
+          ops::synchronize(request.device);
+        },
+        5, 60.0);
     const double gflop = encoder.flops(B, L) * 1e-9;
     const double rate = gflop / t.min_s;
     const double rate_cpu = gflop / t.min_cpu_s;
@@ -258,22 +272,25 @@ int bench_text_encoder(const BenchRequest& request) {
     std::printf("%-8d %5d %10.1f %10.1f %8.1f %9.1f %7s %12.1f %10s\n", length, t.runs, t.min_s * 1e3,
                 t.median_s * 1e3, gflop, rate, ratio.c_str(), rate_cpu, ratio_cpu.c_str());
     std::fflush(stdout);
-    json_rows += fmt::format("{}{{\"length\": {}, \"batch\": {}, \"min_s\": {:.6f}, \"median_s\": {:.6f}, "
-                             "\"gflop\": {:.3f}, \"gflops\": {:.2f}, \"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, "
-                             "\"peak_gflops_per_cpu_s\": {:.2f}}}",
-                             json_rows.empty() ? "" : ", ", length, B, t.min_s, t.median_s, gflop, rate, rate_cpu, peak,
-                             peak_per_core);
+    json_rows += fmt::format(
+        "{}{{\"length\": {}, \"batch\": {}, \"min_s\": {:.6f}, \"median_s\": {:.6f}, "
+        "\"gflop\": {:.3f}, \"gflops\": {:.2f}, \"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, "
+        "\"peak_gflops_per_cpu_s\": {:.2f}}}",
+        json_rows.empty() ? "" : ", ", length, B, t.min_s, t.median_s, gflop, rate, rate_cpu, peak,
+        peak_per_core);
   }
-  std::printf("GFLOP/cpu-s: flops per busy CPU-second, compared with the peak's own per-CPU-second rate (robust on a\n"
-              "shared machine, where wall-clock rates mostly measure the neighbours).\n");
+  std::printf(
+      "GFLOP/cpu-s: flops per busy CPU-second, compared with the peak's own per-CPU-second rate (robust on "
+      "a\n"
+      "shared machine, where wall-clock rates mostly measure the neighbours).\n");
   std::printf("peak RSS: %.2f GiB\n", gib(process_peak_rss_bytes()));
   if (!request.json_path.empty()) {
     std::ofstream out(request.json_path);
     if (!out) fail(ErrorCode::Io, "bench text-encoder: cannot write {}", request.json_path);
-    out << fmt::format("{{\"component\": \"text-encoder\", \"variant\": \"{}\", \"rows\": [{}]}}\n", request.variant,
-                       json_rows);
+    out << fmt::format("{{\"component\": \"text-encoder\", \"variant\": \"{}\", \"rows\": [{}]}}\n",
+                       request.variant, json_rows);
   }
   return 0;
 }
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli

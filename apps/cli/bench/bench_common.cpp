@@ -1,12 +1,12 @@
-#include "runtime/bench_common.h"
+#include "bench_common.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "backend/cpu_bench.h"
 #include "core/threads.h"

@@ -6,24 +6,24 @@
 // measured in the same run, whether the pass was tiled and its tile grid, and the peak RSS. Two
 // timed runs each (one 1024x1024 decode is ~10 TFLOP).
 //
-// --tiling auto (default) runs the plain pass when its estimate fits half of the device's free memory, else the
-// lean exact pass when its estimate fits, else tiles, as the pipelines do; on / off / lean force
-// tiles / the plain pass / the lean pass. --tile-size sets the tile edge (overlap = a quarter of it).
+// --tiling auto (default) runs the plain pass when its estimate fits half of the device's free memory, else
+// the lean exact pass when its estimate fits, else tiles, as the pipelines do; on / off / lean force tiles /
+// the plain pass / the lean pass. --tile-size sets the tile edge (overlap = a quarter of it).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 
-#include <fmt/format.h>
-
+#include "bench.h"
+#include "bench_common.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "models/vae/flux2_vae.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
-#include "runtime/bench.h"
-#include "runtime/bench_common.h"
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 namespace {
 
 double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
@@ -54,13 +54,19 @@ int bench_vae(const BenchRequest& request) {
   // Tiling options first, so a bad flag fails before the GEMM peak is measured.
   models::Flux2VaeOptions options;
   models::TilingOptions& tiling = options.tiling;
-  if (request.vae_tiling == "on") tiling.mode = models::TilingMode::Always;
-  else if (request.vae_tiling == "off") tiling.mode = models::TilingMode::Never;
-  else if (request.vae_tiling == "auto") tiling.mode = models::TilingMode::Auto;
-  else if (request.vae_tiling == "lean") tiling.mode = models::TilingMode::Lean;
-  else fail(ErrorCode::InvalidArgument, "bench vae: --tiling {} (auto, on, off or lean)", request.vae_tiling);
+  if (request.vae_tiling == "on")
+    tiling.mode = models::TilingMode::Always;
+  else if (request.vae_tiling == "off")
+    tiling.mode = models::TilingMode::Never;
+  else if (request.vae_tiling == "auto")
+    tiling.mode = models::TilingMode::Auto;
+  else if (request.vae_tiling == "lean")
+    tiling.mode = models::TilingMode::Lean;
+  else
+    fail(ErrorCode::InvalidArgument, "bench vae: --tiling {} (auto, on, off or lean)", request.vae_tiling);
   if (request.vae_tile_pixels != 0) {
-    FLUXRT_CHECK(request.vae_tile_pixels >= 64 && request.vae_tile_pixels % 16 == 0, ErrorCode::InvalidArgument,
+    FLUXRT_CHECK(request.vae_tile_pixels >= 64 && request.vae_tile_pixels % 16 == 0,
+                 ErrorCode::InvalidArgument,
                  "bench vae: --tile-size {} must be a multiple of 16, at least 64", request.vae_tile_pixels);
     tiling.tile_pixels = request.vae_tile_pixels;
     tiling.overlap_pixels = request.vae_tile_pixels / 4 / 16 * 16;
@@ -77,12 +83,13 @@ int bench_vae(const BenchRequest& request) {
   options.dtype = request.dtype;
   options.device = request.device;
   const size_t rss_before = process_peak_rss_bytes();
-  const models::Flux2Vae vae =
-      models::Flux2Vae::from_store(models::make_synthetic_flux2_vae(config, request.dtype, 1), config, options);
+  const models::Flux2Vae vae = models::Flux2Vae::from_store(
+      models::make_synthetic_flux2_vae(config, request.dtype, 1), config, options);
   const size_t rss_loaded = process_peak_rss_bytes();
-  std::printf("FLUX.2 VAE, synthetic %s weights, %lldx%lld, batch %lld; peak RSS after load %.2f GiB (was %.2f)\n",
-              std::string(dtype_name(request.dtype)).c_str(), static_cast<long long>(W), static_cast<long long>(H),
-              static_cast<long long>(B), gib(rss_loaded), gib(rss_before));
+  std::printf(
+      "FLUX.2 VAE, synthetic %s weights, %lldx%lld, batch %lld; peak RSS after load %.2f GiB (was %.2f)\n",
+      std::string(dtype_name(request.dtype)).c_str(), static_cast<long long>(W), static_cast<long long>(H),
+      static_cast<long long>(B), gib(rss_loaded), gib(rss_before));
 
   const Tensor z = uniform_tensor({B, config.packed_channels(), H / 16, W / 16}, request.dtype, 7, 1.7f);
   const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
@@ -90,16 +97,20 @@ int bench_vae(const BenchRequest& request) {
     const char* forced = tiling.mode == models::TilingMode::Always ? "not used, --tiling on"
                          : tiling.mode == models::TilingMode::Lean ? "not used, --tiling lean"
                                                                    : "not used, --tiling off";
-    std::printf("%s: %s (untiled estimate %.2f GiB, lean estimate %.2f GiB, budget %s)\n", pass,
-                p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px, {} stages on the whole image, "
-                                      "tiled estimate {:.2f} GiB", p.rows, p.cols, p.tile_width, p.tile_height,
-                                      tiling.overlap_pixels, p.whole_image_stages, gib(p.tiled_estimate_bytes))
-                              .c_str()
-                        : (p.lean ? "untiled, lean exact pass (banded convolutions)" : "untiled"),
-                gib(p.estimate_bytes), gib(p.lean_estimate_bytes),
-                tiling.mode == models::TilingMode::Auto
-                    ? fmt::format("{:.2f} GiB{}", gib(p.budget_bytes), tiling.memory_budget_bytes ? "" : " = MemAvailable / 2").c_str()
-                    : forced);
+    std::printf(
+        "%s: %s (untiled estimate %.2f GiB, lean estimate %.2f GiB, budget %s)\n", pass,
+        p.tiled ? fmt::format("tiled, {}x{} tiles of {}x{} px, overlap {} px, {} stages on the whole image, "
+                              "tiled estimate {:.2f} GiB",
+                              p.rows, p.cols, p.tile_width, p.tile_height, tiling.overlap_pixels,
+                              p.whole_image_stages, gib(p.tiled_estimate_bytes))
+                      .c_str()
+                : (p.lean ? "untiled, lean exact pass (banded convolutions)" : "untiled"),
+        gib(p.estimate_bytes), gib(p.lean_estimate_bytes),
+        tiling.mode == models::TilingMode::Auto
+            ? fmt::format("{:.2f} GiB{}", gib(p.budget_bytes),
+                          tiling.memory_budget_bytes ? "" : " = MemAvailable / 2")
+                  .c_str()
+            : forced);
   };
   const models::TilePlan dplan = vae.decode_tile_plan(B, H, W), eplan = vae.encode_tile_plan(B, H, W);
   describe("decode", dplan);
@@ -109,9 +120,11 @@ int bench_vae(const BenchRequest& request) {
 
   bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
                       "vs peak", "peak tensors GiB", "peak RSS GiB"});
-  std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant + "\", \"width\": " +
-                     std::to_string(W) + ", \"height\": " + std::to_string(H) + ", \"passes\": [";
-  auto run = [&](const char* name, const models::TilePlan& plan, double flops, const std::function<void()>& fn) {
+  std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant +
+                     "\", \"width\": " + std::to_string(W) + ", \"height\": " + std::to_string(H) +
+                     ", \"passes\": [";
+  auto run = [&](const char* name, const models::TilePlan& plan, double flops,
+                 const std::function<void()>& fn) {
     const bool tiled = plan.tiled;
     const std::string grid = tiled ? fmt::format("{}x{}", plan.rows, plan.cols) : (plan.lean ? "lean" : "no");
     reset_host_bytes_peak();
@@ -125,10 +138,13 @@ int bench_vae(const BenchRequest& request) {
                fmt::format("{:.1f}", per_core),
                peak.gflops > 0 ? fmt::format("{:.2f}", gflops / peak.gflops) : std::string("-"),
                fmt::format("{:.2f}", tensors), fmt::format("{:.2f}", rss)});
-    json += fmt::format("{}{{\"pass\": \"{}\", \"tiled\": {}, \"lean\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": {:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
-                        "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
-                        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.lean ? "true" : "false", plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
-                        peak.gflops > 0 ? gflops / peak.gflops : 0.0, tensors, rss);
+    json += fmt::format(
+        "{}{{\"pass\": \"{}\", \"tiled\": {}, \"lean\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": "
+        "{:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
+        "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
+        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.lean ? "true" : "false",
+        plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
+        peak.gflops > 0 ? gflops / peak.gflops : 0.0, tensors, rss);
   };
   // Inputs uploaded once; each run ends when the device has finished (ops::synchronize).
   const Tensor z_dev = models::to_device(z, request.device), x_dev = models::to_device(x, request.device);
@@ -141,9 +157,12 @@ int bench_vae(const BenchRequest& request) {
     ops::synchronize(request.device);
   });
   table.print();
-  std::printf("(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run;\n"
-              " GFLOP counts what was executed, tile overlaps included; peak tensors: the pass's activations (tensor\n"
-              " allocator high-water mark above what was held before it); peak RSS: the process high-water mark so far)\n");
+  std::printf(
+      "(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run;\n"
+      " GFLOP counts what was executed, tile overlaps included; peak tensors: the pass's activations "
+      "(tensor\n"
+      " allocator high-water mark above what was held before it); peak RSS: the process high-water mark so "
+      "far)\n");
   if (!request.json_path.empty()) {
     std::ofstream f(request.json_path);
     f << json << fmt::format("], \"gemm_peak_gflops\": {:.2f}}}\n", peak.gflops);
@@ -152,4 +171,4 @@ int bench_vae(const BenchRequest& request) {
   return 0;
 }
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli

@@ -9,7 +9,7 @@
 #include "core/dtype.h"
 #include "core/quant.h"
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 
 struct BenchRequest {
   std::string variant = "flux.2-klein-4b";  // flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell
@@ -24,12 +24,13 @@ struct BenchRequest {
   // linears' synthetic weights in this type ("bf16": dense; "q8_0", "q4_K", ... GGUF blocks;
   // "fp8": float8_e4m3fn), kept in their bytes as a GGUF file's would be.
   std::string weights = "bf16";
-  bool skip_peak = false;  // don't measure the GEMM peak (ratios are then omitted)
-  std::string json_path;   // also write the figures as JSON when set
-  bool synthetic = false;  // bench pipeline: random weights of the variant's real shapes (required for now)
-  bool warmup = false;     // bench pipeline: one untimed request first (reported separately)
-  bool low_memory = false; // bench pipeline (klein): one component resident at a time; 9B needs it in 24 GiB
-  bool cuda_graphs = false; // bench pipeline: replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
+  bool skip_peak = false;   // don't measure the GEMM peak (ratios are then omitted)
+  std::string json_path;    // also write the figures as JSON when set
+  bool synthetic = false;   // bench pipeline: random weights of the variant's real shapes (required for now)
+  bool warmup = false;      // bench pipeline: one untimed request first (reported separately)
+  bool low_memory = false;  // bench pipeline (klein): one component resident at a time; 9B needs it in 24 GiB
+  bool cuda_graphs =
+      false;  // bench pipeline: replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
   std::string vae_tiling = "auto";  // bench vae: auto (budget from available memory), on or off
   int vae_tile_pixels = 0;          // bench vae: tile edge in pixels; 0 keeps the model's default (512)
   // bench transformer: > 0 also times a synthetic rank-R LoRA on every linear, merged into the
@@ -52,4 +53,4 @@ int bench_vae(const BenchRequest& request);
 // plus the loop's GFLOP/s and its ratio to the GEMM peak.
 int bench_pipeline(const BenchRequest& request);
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli

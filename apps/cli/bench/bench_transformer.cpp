@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/memory_info.h"
@@ -27,16 +28,15 @@
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
 #include "ops/kernel_timing.h"
-#include "runtime/bench.h"
 
-#if __has_include("runtime/bench_common.h")
-#include "runtime/bench_common.h"
+#if __has_include("bench_common.h")
+#include "bench_common.h"
 #define FLUXRT_HAVE_BENCH_COMMON 1
 #else
 #define FLUXRT_HAVE_BENCH_COMMON 0
 #endif
 
-namespace fluxrt::runtime {
+namespace fluxrt::cli {
 
 std::optional<QuantType> bench_weight_type(const std::string& weights, const char* command) {
   if (weights == "bf16") return std::nullopt;
@@ -86,13 +86,13 @@ double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 
 
 // What the timing loop needs from either family: sizes for the report and one step.
 struct BenchModel {
-  double params = 0;            // parameters of the timed model
-  double flops = 0;             // FLOPs of one timed forward (batch included)
-  double full_flops = 0;        // FLOPs of one forward of the full model (batch included)
+  double params = 0;      // parameters of the timed model
+  double flops = 0;       // FLOPs of one timed forward (batch included)
+  double full_flops = 0;  // FLOPs of one forward of the full model (batch included)
   size_t weight_bytes = 0;
   std::function<void(float sigma)> step;
   const std::map<std::string, nn::Linear>* linears = nullptr;  // the model's, by canonical name
-  std::shared_ptr<void> keep;   // the model and its inputs
+  std::shared_ptr<void> keep;                                  // the model and its inputs
 };
 
 // Block counts of the timed model: the full ones, or 1 + 1 blocks of the real shapes when the
@@ -120,8 +120,10 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   auto st = std::make_shared<State>();
   st->model = models::Flux2Transformer::synthetic(config, 1234, opt);
   // Inputs on the device once (ids and timesteps stay on the host: the model reads them there).
-  st->x = models::to_device(models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
-  st->ctx = models::to_device(models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
+  st->x = models::to_device(
+      models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(
+      models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
   st->x_ids = grid_ids(gh, gw);
   st->ctx_ids = text_ids(lt);
   BenchModel m;
@@ -155,8 +157,10 @@ BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   };
   auto st = std::make_shared<State>();
   st->model = models::Flux1Transformer::synthetic(config, 1234, opt);
-  st->x = models::to_device(models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
-  st->ctx = models::to_device(models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
+  st->x = models::to_device(
+      models::synthetic_tensor({b, li, config.in_channels}, DType::BF16, 11, 1.0f).to(r.dtype), r.device);
+  st->ctx = models::to_device(
+      models::synthetic_tensor({b, lt, config.context_dim}, DType::BF16, 12, 1.0f).to(r.dtype), r.device);
   st->pooled = models::synthetic_tensor({b, config.pooled_dim}, DType::BF16, 13, 1.0f).to(r.dtype);
   st->x_ids = grid_ids3(gh, gw);
   st->ctx_ids = Tensor::zeros({lt, 3}, DType::F32);
@@ -269,10 +273,12 @@ int bench_transformer(const BenchRequest& r) {
   const bool flux1 = r.variant.rfind("flux.1-", 0) == 0;
   if (!flux1 && r.variant.rfind("flux.2-", 0) != 0)
     fail(ErrorCode::Unsupported,
-         "bench transformer: unknown variant '{}' (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, flux.1-schnell)",
+         "bench transformer: unknown variant '{}' (flux.2-klein-4b, flux.2-klein-9b, flux.1-dev, "
+         "flux.1-schnell)",
          r.variant);
-  FLUXRT_CHECK(r.width % 16 == 0 && r.height % 16 == 0 && r.width > 0 && r.height > 0, ErrorCode::InvalidArgument,
-               "bench transformer: --size {}x{} must be positive multiples of 16", r.width, r.height);
+  FLUXRT_CHECK(r.width % 16 == 0 && r.height % 16 == 0 && r.width > 0 && r.height > 0,
+               ErrorCode::InvalidArgument, "bench transformer: --size {}x{} must be positive multiples of 16",
+               r.width, r.height);
   FLUXRT_CHECK(r.steps >= 1 && r.batch >= 1 && r.max_sequence_length >= 1, ErrorCode::InvalidArgument,
                "bench transformer: steps, batch and text length must be >= 1");
   // Parameter count of the full model (the presets also reject unknown variant names).
@@ -283,11 +289,13 @@ int bench_transformer(const BenchRequest& r) {
   // scale the step time by the FLOP ratio; every figure derived that way is labelled EXTRAPOLATED.
   const size_t full_bytes = static_cast<size_t>(full_params) * 2;
   const size_t available = device_free_bytes(r.device);  // where the weights will live
-  const bool extrapolate = available > 0 && static_cast<double>(full_bytes) > 0.85 * static_cast<double>(available);
+  const bool extrapolate =
+      available > 0 && static_cast<double>(full_bytes) > 0.85 * static_cast<double>(available);
   if (extrapolate) {
-    std::printf("%s needs %.2f GB of weights, %.2f GB available: timing 1 double + 1 single block of the real "
-                "shapes and scaling by the FLOP ratio (EXTRAPOLATED)\n",
-                r.variant.c_str(), full_bytes / 1e9, available / 1e9);
+    std::printf(
+        "%s needs %.2f GB of weights, %.2f GB available: timing 1 double + 1 single block of the real "
+        "shapes and scaling by the FLOP ratio (EXTRAPOLATED)\n",
+        r.variant.c_str(), full_bytes / 1e9, available / 1e9);
   }
   const int64_t gh = r.height / 16, gw = r.width / 16, li = gh * gw, lt = r.max_sequence_length, b = r.batch;
 
@@ -359,11 +367,13 @@ int bench_transformer(const BenchRequest& r) {
               full_flops / min_cpu / 1e9);
   if (peak > 0) std::printf("ratio to GEMM peak%s: %.1f%% wall", tag, 100.0 * gflops / peak);
   if (peak_per_core > 0)
-    std::printf(", %.1f%% per CPU-second (robust on a shared machine)", 100.0 * full_flops / min_cpu / 1e9 / peak_per_core);
+    std::printf(", %.1f%% per CPU-second (robust on a shared machine)",
+                100.0 * full_flops / min_cpu / 1e9 / peak_per_core);
   if (peak > 0) std::printf("\n");
   if (extrapolate)
-    std::printf("peak RSS: %.2f GiB measured with 1+1 blocks; the full model needs %.2f GiB of weights more\n",
-                peak_rss, gib(full_bytes - model.weight_bytes));
+    std::printf(
+        "peak RSS: %.2f GiB measured with 1+1 blocks; the full model needs %.2f GiB of weights more\n",
+        peak_rss, gib(full_bytes - model.weight_bytes));
   else
     std::printf("peak RSS: %.2f GiB\n", peak_rss);
 
@@ -387,4 +397,4 @@ int bench_transformer(const BenchRequest& r) {
   return 0;
 }
 
-}  // namespace fluxrt::runtime
+}  // namespace fluxrt::cli

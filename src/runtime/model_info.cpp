@@ -1,6 +1,6 @@
 // inspect_model: discovery + variant + header statistics per component, for `fluxrt info`, and
 // the public fluxrt::inspect_model / model_info_json over it (include/fluxrt/model_info.h).
-#include "io/model_info.h"
+#include "runtime/model_info.h"
 
 #include <cctype>
 #include <nlohmann/json.hpp>
@@ -9,24 +9,27 @@
 #include "io/gguf.h"
 #include "io/safetensors.h"
 
-namespace fluxrt::io {
+namespace fluxrt::runtime {
 
-std::string_view model_source_name(ModelSource source) {
+std::string_view model_source_name(io::ModelSource source) {
   switch (source) {
-    case ModelSource::PipelineFolder: return "diffusers-folder";
-    case ModelSource::ComponentFolder: return "component-folder";
-    case ModelSource::SingleFile: return "single-file";
+    case io::ModelSource::PipelineFolder:
+      return "diffusers-folder";
+    case io::ModelSource::ComponentFolder:
+      return "component-folder";
+    case io::ModelSource::SingleFile:
+      return "single-file";
   }
   return "unknown";
 }
 
-ModelReport inspect_model(const std::string& spec) { return inspect_model(spec, hf_hub_cache_dir()); }
+ModelReport inspect_model(const std::string& spec) { return inspect_model(spec, io::hf_hub_cache_dir()); }
 
 ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_dir) {
   ModelReport report;
-  report.model = resolve_model(spec, hub_cache_dir);
+  report.model = io::resolve_model(spec, hub_cache_dir);
   // Open every component first so a corrupt file is reported as such, not as an odd variant.
-  for (const ModelComponent& c : report.model.components) {
+  for (const io::ModelComponent& c : report.model.components) {
     ComponentReport r;
     r.name = c.name;
     r.library = c.library;
@@ -34,11 +37,11 @@ ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_
     r.folder = c.folder;
     r.weights = c.weights;
     r.present = c.present;
-    if (!c.weights.empty() && is_gguf_file(c.weights)) {
+    if (!c.weights.empty() && io::is_gguf_file(c.weights)) {
       // GGUF: types by their GGML names ("q4_k"), bytes as stored (blocks included).
-      const auto file = GgufFile::open(c.weights);
+      const auto file = io::GgufFile::open(c.weights);
       r.files = 1;
-      for (const GgufTensorInfo& t : file->tensors()) {
+      for (const io::GgufTensorInfo& t : file->tensors()) {
         ++r.tensors;
         r.parameters += static_cast<uint64_t>(t.numel());
         r.bytes += t.nbytes;
@@ -47,10 +50,10 @@ ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_
         ++r.dtypes[type];
       }
     } else if (!c.weights.empty()) {
-      const Checkpoint ckpt = Checkpoint::open(c.weights);
+      const io::Checkpoint ckpt = io::Checkpoint::open(c.weights);
       r.files = ckpt.files().size();
       for (const auto& file : ckpt.files()) {
-        for (const TensorInfo& t : file->tensors()) {
+        for (const io::TensorInfo& t : file->tensors()) {
           ++r.tensors;
           r.parameters += static_cast<uint64_t>(t.shape.numel());
           r.bytes += t.nbytes();
@@ -60,13 +63,13 @@ ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_
     }
     report.components.push_back(std::move(r));
   }
-  report.variant = detect_variant(report.model);
+  report.variant = pipelines::detect_variant(report.model);
   return report;
 }
 
 fluxrt::ModelInfo to_public(const ModelReport& report) {
-  const ResolvedModel& m = report.model;
-  const VariantInfo& v = report.variant;
+  const io::ResolvedModel& m = report.model;
+  const pipelines::VariantInfo& v = report.variant;
   fluxrt::ModelInfo info;
   info.spec = m.spec;
   info.path = m.path;
@@ -75,14 +78,15 @@ fluxrt::ModelInfo to_public(const ModelReport& report) {
   info.revision = m.revision;
   info.pipeline_class = m.pipeline_class;
   info.description = v.description;
-  info.family = std::string(model_family_name(v.family));
-  info.variant = std::string(model_variant_name(v.variant));
-  info.layout = std::string(weight_layout_name(v.layout));
+  auto or_unknown = [](const std::string& name) { return name.empty() ? std::string("unknown") : name; };
+  info.family = or_unknown(v.family);
+  info.variant = or_unknown(v.variant);
+  info.layout = or_unknown(v.layout);
   info.key_prefix = v.key_prefix;
   info.distilled = v.distilled;
   info.distilled_from = v.distilled_from;
-  if (v.family != ModelFamily::Unknown) {
-    const TransformerShape& s = v.shape;
+  if (v.kind != nullptr) {
+    const pipelines::TransformerShape& s = v.shape;
     info.shape = fluxrt::TransformerShape{s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,
                                           s.single_blocks, s.in_channels, s.context_dim, s.guidance_embed};
   }
@@ -96,11 +100,13 @@ std::string model_report_json(const ModelReport& report) {
   return fluxrt::model_info_json(to_public(report));
 }
 
-}  // namespace fluxrt::io
+}  // namespace fluxrt::runtime
 
 namespace fluxrt {
 
-ModelInfo inspect_model(const std::string& model) { return io::to_public(io::inspect_model(model)); }
+ModelInfo inspect_model(const std::string& model) {
+  return runtime::to_public(runtime::inspect_model(model));
+}
 
 std::string model_info_json(const ModelInfo& info) {
   using json = nlohmann::ordered_json;

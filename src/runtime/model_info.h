@@ -1,6 +1,7 @@
 #pragma once
-// What `fluxrt info` reports about a model: where it resolved to, which variant it is, and per
-// component the tensor count, parameter count, dtypes and bytes. Reads headers only.
+// What `fluxrt info` reports about a model: where it resolved to, which variant it is (asked of
+// the pipeline kinds, pipelines/variant.h), and per component the tensor count, parameter count,
+// dtypes and bytes. Reads headers only.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -8,8 +9,9 @@
 
 #include "fluxrt/model_info.h"
 #include "io/model_discovery.h"
+#include "pipelines/variant.h"
 
-namespace fluxrt::io {
+namespace fluxrt::runtime {
 
 struct ComponentReport {
   std::string name;        // "transformer", "text_encoder", ...
@@ -18,16 +20,16 @@ struct ComponentReport {
   std::string folder;      // empty for a single file
   std::string weights;     // the file, index or folder the tensors came from; empty if none
   bool present = false;
-  size_t files = 0;        // .safetensors files behind `weights`
+  size_t files = 0;  // .safetensors files behind `weights`
   size_t tensors = 0;
-  uint64_t parameters = 0;  // sum of element counts
-  uint64_t bytes = 0;       // sum of tensor data bytes
+  uint64_t parameters = 0;               // sum of element counts
+  uint64_t bytes = 0;                    // sum of tensor data bytes
   std::map<std::string, size_t> dtypes;  // "bf16" -> tensor count
 };
 
 struct ModelReport {
-  ResolvedModel model;
-  VariantInfo variant;
+  io::ResolvedModel model;
+  pipelines::VariantInfo variant;
   std::vector<ComponentReport> components;
 };
 
@@ -36,10 +38,10 @@ struct ModelReport {
 ModelReport inspect_model(const std::string& spec);
 ModelReport inspect_model(const std::string& spec, const std::string& hub_cache_dir);
 
-std::string_view model_source_name(ModelSource source);  // "diffusers-folder", ...
+std::string_view model_source_name(io::ModelSource source);  // "diffusers-folder", ...
 // The report in the public API's plain types (fluxrt::inspect_model returns it).
 fluxrt::ModelInfo to_public(const ModelReport& report);
 // The report as a JSON document (fluxrt::model_info_json of to_public: `fluxrt info --json`).
 std::string model_report_json(const ModelReport& report);
 
-}  // namespace fluxrt::io
+}  // namespace fluxrt::runtime

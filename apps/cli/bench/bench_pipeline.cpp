@@ -1,0 +1,200 @@
+// `fluxrt bench pipeline --synthetic`: a whole pipeline -- prompt encoding, the denoising loop, the
+// VAE decode -- on random weights of a variant's real shapes (no files but the checked-in
+// tokenizers), with the same timing table as `fluxrt generate` plus the loop's GFLOP/s (GEMMs +
+// attention, flux-reference.md section 6) and its ratio to the GEMM peak measured in the same run,
+// as the other benchmarks report it. The pipeline comes from the kind offering the variant
+// (pipelines/synthetic.h); one made per request (FLUX.1's, in low-memory order) is made before
+// anything is measured and says how its shapes are laid out.
+#include <fmt/format.h>
+#include <time.h>
+
+#include <cstdio>
+#include <string>
+
+#include "bench.h"
+#include "bench_common.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "pipelines/pipeline.h"
+#include "pipelines/schedule.h"
+#include "runtime/model_resolution.h"
+#include "runtime/timing_report.h"
+
+namespace fluxrt::cli {
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+runtime::LoopThroughput measure_peak(const BenchRequest& r) {
+  runtime::LoopThroughput throughput;
+  if (!r.skip_peak) {
+    const bench::GemmPeak p = bench::measure_gemm_peak();
+    throughput.gemm_peak_gflops = p.bf16_gflops > 0 ? p.bf16_gflops : p.gflops;
+    throughput.gemm_peak_per_cpu_s = p.gflops_per_core;
+    throughput.peak_source = p.source;
+    std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n",
+                throughput.gemm_peak_gflops, p.gflops_per_core, p.source.c_str());
+  }
+  std::fflush(stdout);
+  return throughput;
+}
+
+fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
+  fluxrt::GenerateRequest request;
+  request.prompts = {"a photograph of a red fox sitting in fresh snow, morning light"};
+  request.images_per_prompt = r.batch;
+  request.width = r.width;
+  request.height = r.height;
+  request.steps = r.steps;
+  request.max_sequence_length = r.max_sequence_length;
+  request.seed = 0;
+  return request;
+}
+
+// The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans
+// (and the timed one's replayed steps when the pipeline records them).
+pipelines::GenerateResult warm_up_and_run(pipelines::Pipeline& pipe, const fluxrt::GenerateRequest& request,
+                                          const pipelines::CallContext& call, bool warmup, Profiler& profiler,
+                                          runtime::TimingReport& report) {
+  if (warmup) {
+    Stopwatch warm;
+    pipe.generate(request, call);
+    report.warmup = runtime::run_timings_from(profiler);
+    report.warmup->total_s = warm.seconds();
+    profiler.clear();
+  }
+  Stopwatch run_watch;
+  const pipelines::GenerateResult result = pipe.generate(request, call);
+  report.run = runtime::run_timings_from(profiler);
+  report.run.total_s = run_watch.seconds();
+  if (pipe.options().cuda_graphs) report.run.graph_steps = result.graph_steps;
+  return result;
+}
+
+// The kind offering `variant` to the bench; InvalidArgument listing every kind's.
+const pipelines::PipelineKind& bench_kind(const std::string& variant) {
+  std::string known;
+  for (const pipelines::PipelineKind* kind : pipelines::pipeline_kinds()) {
+    for (const std::string& v : kind->bench_variants) {
+      if (v == variant) return *kind;
+      known += (known.empty() ? "" : ", ") + v;
+    }
+  }
+  fail(ErrorCode::InvalidArgument, "bench pipeline: variant '{}' is not implemented ({})", variant, known);
+}
+
+}  // namespace
+
+int bench_pipeline(const BenchRequest& r) {
+  FLUXRT_CHECK(r.synthetic, ErrorCode::InvalidArgument,
+               "bench pipeline: only --synthetic is supported (time a real model with fluxrt generate "
+               "--warmup --profile F)");
+  FLUXRT_CHECK(r.steps >= 1 && r.batch >= 1 && r.max_sequence_length >= 1 && r.max_sequence_length <= 512,
+               ErrorCode::InvalidArgument,
+               "bench pipeline: steps and batch must be >= 1, text length in [1, 512]");
+  const pipelines::PipelineKind& kind = bench_kind(r.variant);
+  kind.validate_size(r.width, r.height, r.batch, 8, {});
+  pipelines::SyntheticRequest made;
+  made.variant = r.variant;
+  made.weights = bench_weight_type(r.weights, "bench pipeline");
+  made.weights_name = r.weights;
+  made.source_dir = runtime::source_tree_dir();
+  made.share_dir = runtime::install_share_dir();
+  const pipelines::SyntheticPipeline synthetic = kind.synthetic(made);
+  Stopwatch command;
+
+  Profiler profiler;
+  pipelines::PipelineOptions options;
+  options.dtype = r.dtype;
+  options.device = r.device;
+  options.load_vae_encoder = false;
+  options.low_memory = synthetic.always_low_memory || r.low_memory;
+  // Made per request, its step graphs are per request too.
+  options.cuda_graphs = r.cuda_graphs;
+  options.synthetic_weights = made.weights;
+  options.profiler = &profiler;
+  std::unique_ptr<pipelines::Pipeline> pipe;
+  runtime::LoopThroughput throughput;
+  std::optional<runtime::LoadTimings> load;
+  if (synthetic.always_low_memory) {
+    // Nothing is made here (so this is cheap and checks the variant); every request makes, uses and
+    // frees each component, and the report shows those loads inside the run.
+    pipe = synthetic.make(options);
+    profiler.clear();
+    std::printf("%s\n", bench::machine_line().c_str());
+    if (synthetic.shapes_note) std::printf("%s\n", synthetic.shapes_note(*pipe).c_str());
+    throughput = measure_peak(r);
+  } else {
+    std::printf("%s\n", bench::machine_line().c_str());
+    throughput = measure_peak(r);
+    Stopwatch load_watch;
+    pipe = synthetic.make(options);
+    load = runtime::load_timings_from(profiler);
+    if (load->total_s == 0) load->total_s = load_watch.seconds();
+    const std::string weights =
+        options.synthetic_weights ? std::string(quant_name(*options.synthetic_weights)) + " " : std::string();
+    std::printf("%s: synthetic %sweights generated and prepared in %.1f s (RSS %.2f GiB)\n",
+                r.variant.c_str(), weights.c_str(), load->total_s,
+                static_cast<double>(process_current_rss_bytes()) / (1 << 30));
+    std::fflush(stdout);
+  }
+
+  const fluxrt::GenerateRequest request = bench_request(r);
+  pipelines::CallContext call;
+  // Process CPU time from the end of step 1 to the end of the loop: steps 2..N, which is what the
+  // per-CPU-second rate is computed over (step 1's start is not observable from here).
+  double cpu_after_first = 0, cpu_after_last = 0;
+  call.on_step = [&](int step, int total, double seconds, float) {
+    // Made per request, the memory changes within a run: each step says where it stands.
+    if (synthetic.always_low_memory)
+      std::printf("  step %d/%d: %.1f ms (RSS %.2f GiB)\n", step, total, seconds * 1e3,
+                  static_cast<double>(process_current_rss_bytes()) / (1 << 30));
+    else
+      std::printf("  step %d/%d: %.1f ms\n", step, total, seconds * 1e3);
+    std::fflush(stdout);
+    if (step == 1) cpu_after_first = cpu_seconds();
+    if (step == total) cpu_after_last = cpu_seconds();
+  };
+
+  runtime::TimingReport report;
+  report.model = "synthetic";
+  report.variant = synthetic.variant;
+  report.dtype = std::string(dtype_name(r.dtype));
+  report.device = r.device.str();
+  report.width = r.width;
+  report.height = r.height;
+  report.images = r.batch;
+  report.threads = num_threads();
+  if (load) report.cold_load = *load;
+  report.writes_images = false;
+  profiler.clear();
+  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
+
+  // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
+  const int64_t image_tokens =
+      pipelines::packed_image_seq_len(result.height, result.width, pipe->facts().vae_scale_factor);
+  const double forwards_per_step = result.used_cfg ? 2.0 : 1.0;
+  const double flop_per_step =
+      forwards_per_step * r.batch * synthetic.flops_per_forward(*pipe, image_tokens, r.max_sequence_length);
+  throughput.flop = flop_per_step * report.run.steps;
+  throughput.gflops = report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;
+  if (report.run.steps > 1 && cpu_after_last > cpu_after_first)
+    throughput.gflops_per_cpu_s =
+        flop_per_step * (report.run.steps - 1) / (cpu_after_last - cpu_after_first) / 1e9;
+  report.throughput = throughput;
+  report.total_s = command.seconds();
+  report.peak_rss_bytes = process_peak_rss_bytes();
+
+  std::printf("\n%s", runtime::format_timing_report(report).c_str());
+  std::fflush(stdout);
+  if (!r.json_path.empty()) runtime::write_file_atomically(r.json_path, runtime::timing_report_json(report));
+  return 0;
+}
+
+}  // namespace fluxrt::cli

@@ -1,0 +1,194 @@
+// FLUX.2 klein as the registry knows it (pipelines/pipeline.h PipelineKind): its folders, what its
+// requests may carry, how it recognises its transformers, and its factory.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "models/flux/flux2_names.h"
+#include "models/flux/flux_checkpoint_shape.h"
+#include "models/flux/flux_lora_names.h"
+#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/pipeline.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The released FLUX.2 transformers' sizes (flux-reference.md section 1.1). FLUX.2 dev is another
+// pipeline (Mistral text encoder), which fluxrt does not run: known so it can be refused by name.
+struct KnownShape {
+  const char* variant;
+  int64_t hidden, double_blocks, single_blocks, context_dim, in_channels;
+  bool guidance;
+};
+constexpr KnownShape kKnownShapes[] = {
+    {"flux.2-klein-4b", 3072, 5, 20, 7680, 128, false},
+    {"flux.2-klein-9b", 4096, 8, 24, 12288, 128, false},
+    {"flux.2-dev", 6144, 8, 48, 15360, 128, true},
+};
+constexpr const char* kFlux2Dev = "flux.2-dev";
+
+bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
+  const std::optional<models::FluxCheckpointShape> s = models::read_flux_checkpoint_shape(shapes);
+  if (!s || !s->shared_modulation) return false;
+  v.layout = s->bfl_names ? "bfl" : "diffusers";
+  v.key_prefix = s->key_prefix;
+  v.shape = {s->hidden_size,   s->head_dim,    s->num_heads,   s->double_blocks,
+             s->single_blocks, s->in_channels, s->context_dim, s->guidance_embed};
+  return true;
+}
+
+// Flux2Transformer2DModel's defaults are FLUX.2 dev's sizes.
+TransformerShape read_config(const fs::path& config_json) {
+  const nlohmann::json cfg = io::read_json_object(config_json);
+  TransformerShape s;
+  s.head_dim = io::json_int(cfg, "attention_head_dim", 128);
+  s.num_heads = io::json_int(cfg, "num_attention_heads", 48);
+  s.hidden_size = s.head_dim * s.num_heads;
+  s.double_blocks = io::json_int(cfg, "num_layers", 8);
+  s.single_blocks = io::json_int(cfg, "num_single_layers", 48);
+  s.in_channels = io::json_int(cfg, "in_channels", 128);
+  s.context_dim = io::json_int(cfg, "joint_attention_dim", 15360);
+  s.guidance_embed = io::json_bool(cfg, "guidance_embeds", true);
+  return s;
+}
+
+// BFL names the base checkpoints "...klein-base-..."; a file renamed away from "klein" tells nothing.
+std::optional<bool> distilled_from_file_name(const std::string& path) {
+  std::string name = fs::path(path).filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name.find("klein") == std::string::npos) return std::nullopt;
+  return name.find("base") == std::string::npos;
+}
+
+bool path_exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
+
+bool has_qwen_tokenizer(const fs::path& dir) {
+  return path_exists(dir / "tokenizer.json") ||
+         (path_exists(dir / "vocab.json") && path_exists(dir / "merges.txt"));
+}
+
+// The Qwen3 tokenizer and the scheduler config, which no weight component check covers.
+void check_folder(const io::ResolvedModel& model) {
+  const io::ModelComponent* tok = model.find("tokenizer");
+  const fs::path tok_dir =
+      tok && !tok->folder.empty() ? fs::path(tok->folder) : fs::path(model.path) / "tokenizer";
+  FLUXRT_CHECK(has_qwen_tokenizer(tok_dir), ErrorCode::NotFound,
+               "model {}: tokenizer not found (need {}/tokenizer.json or vocab.json + merges.txt)",
+               model.path, tok_dir.string());
+  const fs::path scheduler = fs::path(model.path) / "scheduler" / "scheduler_config.json";
+  FLUXRT_CHECK(path_exists(scheduler), ErrorCode::NotFound, "model {}: {} not found", model.path,
+               scheduler.string());
+}
+
+// The Qwen3 tokenizer a synthetic klein still needs for its prompt path: the bundled demo model's,
+// else the tiny test model's.
+fs::path find_qwen_tokenizer(const fs::path& src, const fs::path& share) {
+  for (const fs::path& dir : {src / "models" / "demo" / "tokenizer",
+                              src / "tests" / "data" / "models" / "flux2-klein-tiny" / "tokenizer",
+                              share / "models" / "demo" / "tokenizer"})
+    if (!dir.parent_path().empty() && has_qwen_tokenizer(dir)) return dir;
+  fail(ErrorCode::NotFound,
+       "no Qwen3 tokenizer found for the synthetic pipeline (looked in {}/models/demo/tokenizer, "
+       "{}/tests/data/models/flux2-klein-tiny/tokenizer, {}/models/demo/tokenizer)",
+       src.string(), src.string(), share.string());
+}
+
+SyntheticPipeline synthetic(const SyntheticRequest& request) {
+  const fs::path tokenizer = find_qwen_tokenizer(request.source_dir, request.share_dir);
+  SyntheticPipeline s;
+  s.variant = request.variant;
+  s.make = [variant = request.variant,
+            tokenizer](const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
+    return Flux2KleinPipeline::synthetic(variant, tokenizer, options);
+  };
+  s.flops_per_forward = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens) {
+    return static_cast<const Flux2KleinPipeline&>(pipeline).transformer_config().flops_per_forward(
+        image_tokens, text_tokens);
+  };
+  return s;
+}
+
+void name_variant(VariantInfo& v) {
+  const TransformerShape& s = v.shape;
+  v.variant = "custom";
+  for (const KnownShape& k : kKnownShapes) {
+    if (k.hidden == s.hidden_size && k.double_blocks == s.double_blocks &&
+        k.single_blocks == s.single_blocks && k.context_dim == s.context_dim &&
+        k.in_channels == s.in_channels && k.guidance == s.guidance_embed)
+      v.variant = k.variant;
+  }
+  v.runs = v.variant != kFlux2Dev;
+  const bool custom = v.variant == "custom";
+  // klein's transformers have no guidance embedding; a custom FLUX.2 with one is not klein-sized.
+  const bool klein = (!custom && v.variant != kFlux2Dev) || (custom && !s.guidance_embed);
+  if (!klein) {
+    v.distilled.reset();
+    v.distilled_from.clear();
+  }
+  const std::string kind = !v.distilled.has_value() ? "distilled or base: unknown"
+                           : *v.distilled           ? "distilled"
+                                                    : "base";
+  if (v.variant == kFlux2Dev) {
+    v.description = "FLUX.2-dev (not supported)";
+  } else if (!custom) {
+    const char* size = v.variant == std::string("flux.2-klein-4b") ? "4B" : "9B";
+    if (v.distilled.has_value() && !*v.distilled)
+      v.description = fmt::format("FLUX.2-klein-base-{}", size);
+    else
+      v.description = fmt::format("FLUX.2-klein-{} ({})", size, kind);
+  } else {
+    std::string details =
+        fmt::format("hidden {}, {}+{} blocks", s.hidden_size, s.double_blocks, s.single_blocks);
+    if (s.guidance_embed) details += ", guidance";
+    if (klein) details += ", " + kind;
+    v.description = fmt::format("{} (custom: {})", klein ? "flux.2-klein" : "flux.2", details);
+  }
+}
+
+PipelineKind make_flux2_klein_kind() {
+  PipelineKind k;
+  k.family = PipelineFamily::Flux2Klein;
+  k.name = "FLUX.2 klein";
+  k.pipeline_class = "Flux2KleinPipeline";
+  k.weight_components = {"transformer", "text_encoder", "vae"};
+  k.text_encoder_component = "text_encoder";
+  k.detection.model_family = "flux.2";
+  k.detection.config_class = "Flux2Transformer2DModel";
+  k.detection.read_shapes = &read_shapes;
+  k.detection.read_config = &read_config;
+  k.detection.distilled_from_file_name = &distilled_from_file_name;
+  k.detection.name_variant = &name_variant;
+  k.lora_scheme = &models::flux2_lora_scheme();
+  k.check_folder = &check_folder;
+  k.bench_variants = {"flux.2-klein-4b", "flux.2-klein-9b", "flux.2-klein-base-4b", "flux.2-klein-base-9b",
+                      kKleinTinySyntheticVariant};
+  k.synthetic = &synthetic;
+  k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
+    return Flux2KleinPipeline::load(root, options);
+  };
+  k.describe = &Flux2KleinPipeline::describe;
+  k.plan = &Flux2KleinPipeline::plan_for;
+  k.validate_size = &Flux2KleinPipeline::validate_size;
+  k.bfl_checkpoint = [](const models::TensorStore& raw) {
+    return models::flux2_canonical_to_bfl(models::flux2_to_canonical(raw));
+  };
+  return k;
+}
+
+}  // namespace
+
+const PipelineKind& flux2_klein_kind() {
+  static const PipelineKind kind = make_flux2_klein_kind();
+  return kind;
+}
+
+}  // namespace fluxrt::pipelines

@@ -1,0 +1,109 @@
+// Variant detection over the registry (pipelines/variant.h): the generic steps, with each family's
+// own knowledge asked of its PipelineKind's detection.
+#include "pipelines/variant.h"
+
+#include <fmt/format.h>
+
+#include "pipelines/pipeline.h"
+
+namespace fluxrt::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+const PipelineKind* kind_of_config_class(const std::string& class_name) {
+  for (const PipelineKind* kind : pipeline_kinds())
+    if (class_name == kind->detection.config_class) return kind;
+  return nullptr;
+}
+
+void recognised_by(const PipelineKind& kind, VariantInfo& v) {
+  v.kind = &kind;
+  v.family = kind.detection.model_family;
+}
+
+// The single file's name against the components folder's model_index.json, which is taken: the
+// file name is a guess (a renamed or re-quantized file keeps whatever name it was given).
+void take_distilled(VariantInfo& v, const io::ResolvedModel& model, const io::ResolvedModel* components,
+                    std::optional<bool>* file_name_says) {
+  if (model.is_distilled.has_value()) {
+    v.distilled = model.is_distilled;
+    v.distilled_from = "model_index.json";
+    return;
+  }
+  if (model.source != io::ModelSource::SingleFile) return;
+  const auto from_name = v.kind->detection.distilled_from_file_name;
+  if (from_name) *file_name_says = from_name(model.path);
+  if (components && components->is_distilled.has_value()) {
+    v.distilled = components->is_distilled;
+    v.distilled_from = "model_index.json";
+  } else if (file_name_says->has_value()) {
+    v.distilled = *file_name_says;
+    v.distilled_from = "file name";
+  }
+}
+
+const char* distilled_word(bool distilled) { return distilled ? "distilled" : "base"; }
+
+}  // namespace
+
+VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& shapes) {
+  VariantInfo v;
+  for (const PipelineKind* kind : pipeline_kinds()) {
+    if (!kind->detection.read_shapes(shapes, v)) continue;
+    recognised_by(*kind, v);
+    kind->detection.name_variant(v);
+    return v;
+  }
+  v = VariantInfo{};
+  v.description = "not a FLUX transformer checkpoint";
+  return v;
+}
+
+VariantInfo detect_variant(const io::ResolvedModel& model, const io::ResolvedModel* components) {
+  const io::ModelComponent* tc = model.transformer();
+  if (tc == nullptr || !tc->present) {
+    VariantInfo v;
+    v.description = tc == nullptr ? "no transformer component" : "transformer folder missing";
+    // A GGUF text encoder (resolve_single_file names it by general.architecture): say how it is used.
+    const io::ModelComponent* te = model.find("text_encoder");
+    if (tc == nullptr && model.source == io::ModelSource::SingleFile && te &&
+        te->class_name.rfind("gguf:", 0) == 0)
+      v.description = fmt::format("a {} text encoder, not a transformer (run it with --text-encoder FILE)",
+                                  te->class_name.substr(5));
+    return v;
+  }
+  VariantInfo v;
+  if (!tc->weights.empty()) v = detect_variant_from_shapes(io::tensor_shapes(tc->weights));
+  const PipelineKind* by_class = kind_of_config_class(tc->class_name);
+  const fs::path config_path = tc->folder.empty() ? fs::path() : fs::path(tc->folder) / "config.json";
+  if (by_class && is_file(config_path)) {
+    // config.json is what diffusers builds the model from; the tensors still say the layout.
+    recognised_by(*by_class, v);
+    v.shape = by_class->detection.read_config(config_path);
+  } else if (!tc->class_name.empty() && !by_class && v.kind == nullptr) {
+    v.description = fmt::format("not a FLUX transformer (class {})", tc->class_name);
+    return v;
+  }
+  if (v.kind == nullptr) return v;
+  v.distilled.reset();
+  v.distilled_from.clear();
+  std::optional<bool> file_name_says;
+  take_distilled(v, model, components, &file_name_says);
+  v.kind->detection.name_variant(v);
+  // Only a components folder's word can differ from the file name's (take_distilled).
+  if (v.distilled.has_value() && file_name_says.has_value() && *file_name_says != *v.distilled)
+    v.notes.push_back(
+        fmt::format("{}: the file name says {}, {}/model_index.json says is_distilled {}: running it "
+                    "as {}, as the folder says",
+                    model.path, distilled_word(*file_name_says), components->path,
+                    *v.distilled ? "true" : "false", distilled_word(*v.distilled)));
+  return v;
+}
+
+}  // namespace fluxrt::pipelines
