@@ -109,9 +109,12 @@ class Fields {
 
   // A request field's value as the field table takes it (fluxrt/request_fields.h): JSON strings and
   // numbers, or a form field's text; anything else is a 400 naming the field.
-  FieldValue field_value(const std::string& name) const {
+  FieldValue field_value(const std::string& name, FieldType type) const {
     if (!json_) return *text(name);
     const json& v = (*json_)[name];
+    // JSON says its types: a number given as a string is refused, as a form field's text is not.
+    const bool numeric = type == FieldType::Integer || type == FieldType::Number || type == FieldType::Seed;
+    if (v.is_string() && numeric) throw bad(name, "must be a number, not a string");
     if (v.is_string()) return v.get<std::string>();
     if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
       return std::to_string(v.get<uint64_t>());  // a seed past int64, read in full from text
@@ -205,7 +208,7 @@ void parse_request_fields(const Fields& f, const ApiLimits& limits, GenerateRequ
   bool seed_given = false;
   for (const RequestField& field : request_fields()) {
     if (!f.has(field.api)) continue;
-    const FieldValue value = f.field_value(field.api);
+    const FieldValue value = f.field_value(field.api, field.type);
     // "auto": the preset's size, else the model's (edits: the first image's).
     if (field.type == FieldType::Size && value == FieldValue(std::string("auto"))) continue;
     seed_given = seed_given || field.type == FieldType::Seed;
