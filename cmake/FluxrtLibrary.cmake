@@ -12,7 +12,8 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(FLUXRT_LAYERS fluxrt_core fluxrt_io fluxrt_tokenizers fluxrt_backend_ref fluxrt_backend_cpu
-    fluxrt_backend_cuda fluxrt_ops fluxrt_nn fluxrt_models fluxrt_pipelines fluxrt_runtime)
+    fluxrt_backend_cuda fluxrt_ops fluxrt_nn fluxrt_models fluxrt_pipelines fluxrt_runtime
+    fluxrt_frontend)
 set(_objects)
 set(_deps)
 foreach(_layer ${FLUXRT_LAYERS})
