@@ -1,7 +1,7 @@
 // The HTTP side of `fluxrt serve`: routing, authentication, CORS, limits and the OpenAI response
 // shapes (docs/server.md). Requests are parsed and checked on the HTTP thread (api.cpp), queued
-// (scheduler.cpp) and answered from the finished job; a streamed request gets its progress as
-// Server-Sent Events while the job runs.
+// on the library's fluxrt::Scheduler and answered from the finished job; a streamed request gets
+// its progress as Server-Sent Events while the job runs.
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -25,6 +25,7 @@
 #include "api.h"
 #include "connection.h"
 #include "fluxrt/image.h"
+#include "fluxrt/scheduler.h"
 #include "http_error.h"
 #include "image_probe.h"
 #include "image_store.h"
@@ -32,7 +33,6 @@
 #include "metrics.h"
 #include "output.h"
 #include "page.h"
-#include "scheduler.h"
 
 namespace fluxrt::server {
 
@@ -209,7 +209,7 @@ class ImageServer::Impl {
   std::unique_ptr<LoraDirectory> loras_;  // --lora-dir; null without
   std::string model_id_;
   json model_object_;
-  Metrics metrics_;
+  HttpMetrics metrics_;
   ImageStore store_;
   std::once_flag shutdown_once_;
 };
@@ -307,7 +307,7 @@ void ImageServer::Impl::load() {
     s.max_queue = options_.max_queue;
     s.max_batch = options_.max_batch;
     s.batch_window = std::chrono::milliseconds(options_.batch_window_ms);
-    scheduler_ = std::make_unique<Scheduler>(*engine_, s, metrics_);
+    scheduler_ = std::make_unique<Scheduler>(*engine_, s);
     State expected = State::Loading;
     state_.compare_exchange_strong(expected, State::Ready);
   } catch (const Error& e) {
@@ -482,7 +482,12 @@ void ImageServer::Impl::routes() {
   });
 
   http_.Get("/metrics", [this](const Request&, Response& res) {
-    res.set_content(metrics_.text(), "text/plain; version=0.0.4; charset=utf-8");
+    // The scheduler exists once the model has loaded, until shutdown ends the handlers.
+    const State state = state_.load();
+    const SchedulerStats stats = (state == State::Ready || state == State::Draining) && scheduler_
+                                     ? scheduler_->stats()
+                                     : SchedulerStats{};
+    res.set_content(metrics_text(metrics_, stats), "text/plain; version=0.0.4; charset=utf-8");
   });
 
   http_.Get("/v1/models", guarded([this](const Request& req, Response& res) { handle_models(req, res); }));
@@ -588,20 +593,21 @@ void ImageServer::Impl::handle_images(const httplib::Request& req, httplib::Resp
                         std::to_string(options_.max_height) + "; give 'size'",
                     "size", "invalid_value");
 
-  auto job = std::make_shared<Job>(r.request);
-  // Requests with one key share a denoising loop (--max-batch); "" runs alone.
-  if (options_.max_batch > 1) job->batch_key = engine_->batch_key(r.request);
   // partial_images previews spread evenly over the steps that run (1 of 4 steps: after step 2).
+  JobOptions job_options;
+  std::vector<int>& previews = job_options.preview_steps;
   if (r.stream)
     for (int k = 1; k <= r.partial_images; ++k) {
       const int step = std::clamp(int(std::lround(double(k) * plan.steps_run / (r.partial_images + 1))), 1,
                                   std::max(plan.steps_run, 1));
-      if (std::find(job->preview_steps.begin(), job->preview_steps.end(), step) == job->preview_steps.end())
-        job->preview_steps.push_back(step);
+      if (std::find(previews.begin(), previews.end(), step) == previews.end()) previews.push_back(step);
     }
-  if (!scheduler_->submit(job)) {
+  // With --max-batch, requests of one Engine::batch_key share a denoising loop.
+  const std::shared_ptr<Job> job = scheduler_->submit(r.request, std::move(job_options));
+  if (!job) {
     if (state_ == State::Draining) throw HttpError(503, "the server is shutting down", "", "shutting_down");
-    const double wait = scheduler_->mean_job_seconds() * (scheduler_->queued() + 1);
+    const SchedulerStats stats = scheduler_->stats();
+    const double wait = stats.mean_call_seconds * (stats.queued + 1);
     res.set_header("Retry-After", std::to_string(std::clamp(int(std::ceil(wait)), 1, 600)));
     throw HttpError(429,
                     "the queue is full (" + std::to_string(options_.max_queue) + " requests); retry later",
@@ -651,24 +657,21 @@ void ImageServer::Impl::answer(const httplib::Request& req, httplib::Response& r
     if (!s.done && connection.closed()) {
       // Nobody reads the answer; the engine stops at its next step (or never starts the job).
       scheduler_->abandon(job);
-      metrics_.count_cancelled();
       throw HttpError(499, "the client closed the connection", "", "cancelled");
     }
   }
-  if (job->error()) throw http_error_of(without_lora_paths(*job->error(), job->request.loras));
-  const GenerateResult& result = *job->result();
+  if (job->error()) throw http_error_of(without_lora_paths(*job->error(), r.request.loras));
+  const GenerateResult& result = job->results().front();
   json body = {{"created", int64_t(std::time(nullptr))},
                {"data", image_entries(req, r, result)},
                {"size", std::to_string(result.width) + "x" + std::to_string(result.height)},
                {"output_format", r.output_format}};
-  metrics_.add_images(int(result.images.size()));
-  metrics_.observe_latency(std::chrono::duration<double>(Job::Clock::now() - job->enqueued).count());
   // W3C Server-Timing: how long the request waited in the queue and how long it ran, so a client
   // can tell a busy server from a slow one.
   auto ms = [](Job::Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   char timing[96];
-  std::snprintf(timing, sizeof timing, "queue;dur=%.1f, generate;dur=%.1f", ms(s.started_at - job->enqueued),
-                ms(s.done_at - s.started_at));
+  std::snprintf(timing, sizeof timing, "queue;dur=%.1f, generate;dur=%.1f",
+                ms(s.started_at - job->enqueued()), ms(s.done_at - s.started_at));
   res.set_header("Server-Timing", timing);
   res.set_content(body.dump(), "application/json");
 }
@@ -725,13 +728,13 @@ void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& r
         if (!s.done) return true;
         std::string text;
         if (job->error()) {
-          const HttpError e = http_error_of(without_lora_paths(*job->error(), job->request.loras));
+          const HttpError e = http_error_of(without_lora_paths(*job->error(), r.request.loras));
           text = sse_event(
               "error",
               json{{"type", "error"},
                    {"error", json::parse(error_body(e.status(), e.what(), e.param(), e.code()))["error"]}});
         } else {
-          const GenerateResult& result = *job->result();
+          const GenerateResult& result = job->results().front();
           const std::string out_size = std::to_string(result.width) + "x" + std::to_string(result.height);
           for (size_t i = 0; i < result.images.size(); ++i) {
             json e = image_entry(*request, r, result.images[i]);
@@ -749,8 +752,6 @@ void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& r
                           {"input_tokens_details", {{"image_tokens", 0}, {"text_tokens", 0}}}};
             text += sse_event(kind + ".completed", e);
           }
-          metrics_.add_images(int(result.images.size()));
-          metrics_.observe_latency(std::chrono::duration<double>(Job::Clock::now() - job->enqueued).count());
         }
         progress->finished = true;
         if (!sink.write(text.data(), text.size())) return false;
@@ -758,10 +759,7 @@ void ImageServer::Impl::stream(const httplib::Request& req, httplib::Response& r
         return true;
       },
       [this, job, progress](bool) {
-        if (!progress->finished) {
-          scheduler_->abandon(job);
-          metrics_.count_cancelled();
-        }
+        if (!progress->finished) scheduler_->abandon(job);
       });
 }
 
