@@ -94,24 +94,34 @@ def _pil_module() -> Any:
 
 class FluxPipeline(LoraLoaderMixin):
     """A FLUX.2 klein or FLUX.1 model loaded once, called like diffusers' pipelines. One pipeline
-    may be called from several threads (calls run one at a time); the GIL is released while the
-    engine works."""
+    may be called from several threads: the calls queue on the pipeline's scheduler, and with
+    ``max_batch`` > 1 calls that may share a transformer call run as one. The GIL is released
+    while a call waits."""
 
     def __init__(self, engine: _fluxrt.Engine, default_size: tuple[int, int] | None = None,
-                 open_options: dict[str, Any] | None = None) -> None:
-        self._engine = engine
+                 open_options: dict[str, Any] | None = None,
+                 scheduler_options: dict[str, Any] | None = None) -> None:
         self._default_size = default_size  # (height, width) over the model's own
         self._open_options = open_options or {}  # the Engine's keyword arguments, for to()
+        self._scheduler_options = scheduler_options or {}  # max_batch, batch_window_ms
         self._progress_bar_config: dict[str, Any] = {}
-        self._info: dict[str, Any] = json.loads(engine.info_json())
+        self._use_engine(engine)
         self._init_loras()
+
+    def _use_engine(self, engine: _fluxrt.Engine) -> None:
+        """Makes ``engine`` the pipeline's, with a scheduler of its own (the old one finishes what
+        it has queued and goes with the last call holding it)."""
+        self._engine = engine
+        self._scheduler = _fluxrt.Scheduler(engine, **self._scheduler_options)
+        self._info: dict[str, Any] = json.loads(engine.info_json())
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str] | None = None, *,
                         dtype: Any = "bfloat16", device: str = "cpu", threads: int | None = None,
                         low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
                         torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None,
-                        text_encoder: str | os.PathLike[str] | None = None) -> FluxPipeline:
+                        text_encoder: str | os.PathLike[str] | None = None, max_batch: int = 1,
+                        batch_window_ms: int = 0) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
@@ -119,7 +129,10 @@ class FluxPipeline(LoraLoaderMixin):
         diffusers' spelling of ``dtype``. ``low_memory=None`` lets the engine decide from the RAM.
         ``loras``: LoRA files merged into the weights at load, each a path or (path, strength).
         ``text_encoder``: one file (a GGUF in llama.cpp's names, weights kept quantized, or a
-        .safetensors) used instead of the folder's klein Qwen3 / FLUX.1 T5."""
+        .safetensors) used instead of the folder's klein Qwen3 / FLUX.1 T5. ``max_batch``: images
+        per transformer call when several threads call the pipeline at once (calls that may
+        share one, same size, steps, guidance, ..., run as one); the first waits up to
+        ``batch_window_ms`` for the others."""
         demo = pretrained_model_name_or_path is None
         model = bundled_demo_model() if demo else os.fspath(pretrained_model_name_or_path)
         precision = _dtype_of(dtype if torch_dtype is None else torch_dtype)
@@ -130,7 +143,8 @@ class FluxPipeline(LoraLoaderMixin):
         engine = _fluxrt.Engine(model, device=device, **options)
         # The demo model draws at the size it was trained at, as `fluxrt generate` does without a
         # model (configs/demo.yaml); its config's sample size would give 512x512 noise.
-        return cls(engine, default_size=_DEMO_SIZE if demo else None, open_options=options)
+        return cls(engine, default_size=_DEMO_SIZE if demo else None, open_options=options,
+                   scheduler_options=dict(max_batch=max_batch, batch_window_ms=batch_window_ms))
 
     # What the model is: `fluxrt info`'s data (variant, components, parameter counts, dtypes).
     @property
@@ -165,16 +179,14 @@ class FluxPipeline(LoraLoaderMixin):
         """Moves the pipeline to ``device`` by opening the model again there, with the options it
         was opened with (no-op when it is there)."""
         if device != self.device:
-            self._engine = _fluxrt.Engine(self._engine.model, device=device, **self._open_options)
-            self._info = json.loads(self._engine.info_json())
+            self._use_engine(_fluxrt.Engine(self._engine.model, device=device, **self._open_options))
         return self
 
     def _reopen(self, **changes: Any) -> None:
         """Opens the model again, on the same device, with some open options changed (fuse_lora)."""
         options = dict(self._open_options, **changes)
-        self._engine = _fluxrt.Engine(self._engine.model, device=self.device, **options)
+        self._use_engine(_fluxrt.Engine(self._engine.model, device=self.device, **options))
         self._open_options = options
-        self._info = json.loads(self._engine.info_json())
 
     def __call__(self, prompt: str | list[str] | None = None, negative_prompt: str | None = None,
                  height: int | None = None, width: int | None = None, num_inference_steps: int | None = None,
@@ -195,10 +207,10 @@ class FluxPipeline(LoraLoaderMixin):
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
         loras = self._call_loras(joint_attention_kwargs)
-        requests, batch = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
-                                         guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
-                                         image, strength, max_sequence_length, loras)
-        results = self._run(requests, batch, callback_on_step_end)
+        requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
+                                            guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
+                                            image, strength, max_sequence_length, loras)
+        results = self._run(requests, one_call, callback_on_step_end)
         out = self._output(results, output_type)
         return out if return_dict else (out.images,)
 
@@ -238,7 +250,8 @@ class FluxPipeline(LoraLoaderMixin):
                 raise InvalidArgumentError(f"generator: a list of {len(generator)} for {count} images "
                                            f"({len(prompts)} prompts x {images_per_prompt})")
             # One request per image, each with its own seed, as diffusers draws each image's noise
-            # from its own generator; run as one batch when they may share one.
+            # from its own generator; the scheduler runs them as one batch when they may share one
+            # (what the progress bar needs to know).
             seeds = [_seed_of(g) for g in generator]
             n = int(images_per_prompt)
             requests = [request([prompts[i // n]], 1, s) for i, s in enumerate(seeds)]
@@ -259,13 +272,13 @@ class FluxPipeline(LoraLoaderMixin):
         for i, im in enumerate(images):
             r.add_reference_image(*_rgb_of(im, f"image[{i}]"))
 
-    def _run(self, requests: list[_fluxrt.Request], batch: bool,
+    def _run(self, requests: list[_fluxrt.Request], one_call: bool,
              callback: Callable[..., Any] | None) -> list[dict]:
         config = dict(self._progress_bar_config)
         bar = None
         if not config.get("disable", False):
             plans = [self._engine.plan(r)["steps_run"] for r in requests]
-            bar = make_bar(plans[0] if batch else sum(plans), config)
+            bar = make_bar(plans[0] if one_call else sum(plans), config)
 
         def on_step(step: int, total: int, step_s: float, elapsed_s: float, eta_s: float,
                     timestep: float) -> None:
@@ -275,7 +288,8 @@ class FluxPipeline(LoraLoaderMixin):
                 callback(self, step - 1, timestep, {})
 
         try:
-            return self._engine.generate(requests, batch=batch, on_step=on_step)
+            # The callback runs between two steps, as diffusers' does; a bar only follows them.
+            return self._scheduler.run(requests, on_step=on_step, step_by_step=callback is not None)
         finally:
             if bar is not None:
                 bar.close()
@@ -294,7 +308,11 @@ class FluxPipeline(LoraLoaderMixin):
                     picture = np.frombuffer(im["rgb"], dtype=np.uint8).reshape(h, w, 3).copy()
                 images.append(picture)
                 metadata.append(meta)
-        timings = [json.loads(r["timing_json"]) for r in results]
+        timings = []
+        for r in results:
+            report = json.loads(r["timing_json"])
+            report["batch_images"] = r["batch_images"]  # of the engine call, other threads' included
+            timings.append(report)
         if len(timings) == 1:
             report = timings[0]
         else:  # one call per request (reference or init images cannot share a batch)
