@@ -14,7 +14,10 @@ import pytest
 
 import fluxrt
 
-STEPS = 12
+# Enough steps for a cancel to land mid-loop (it is checked between steps, and the callbacks that
+# raise do so at steps 0 and 1), few enough that the file stays well inside ctest's 600 s with 4
+# busy loops on 2 cores (each demo step then takes seconds): 12 took 600 s there.
+STEPS = 6
 ARGS = dict(height=64, width=64, num_inference_steps=STEPS, max_sequence_length=64)
 
 
