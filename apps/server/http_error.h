@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "fluxrt/error.h"
+
 namespace fluxrt::server {
 
 class HttpError : public std::runtime_error {
@@ -30,5 +32,9 @@ const char* error_type_for(int status);
 // The error body: {"error": {...}} with null for an empty param or code.
 std::string error_body(int status, const std::string& message, const std::string& param = {},
                        const std::string& code = {});
+
+// What a failed engine call (or a refusal of Engine::plan) means for the client: a 400 naming the
+// request parameter its GenerateRequest field comes from, 499 for a cancel, else a 500.
+HttpError http_error_of(const Error& e);
 
 }  // namespace fluxrt::server

@@ -26,64 +26,48 @@ std::string number(double v) {
 size_t resident_bytes() { return status_kib("VmRSS:") * 1024; }
 size_t peak_resident_bytes() { return status_kib("VmHWM:") * 1024; }
 
-void Metrics::count_request(const std::string& endpoint, int status) {
+void HttpMetrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++requests_[{endpoint, status}];
 }
 
-void Metrics::observe_latency(double seconds) {
+std::map<std::pair<std::string, int>, uint64_t> HttpMetrics::requests() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < kLatencyBuckets.size(); ++i)
-    if (seconds <= kLatencyBuckets[i]) ++latency_buckets_[i];
-  ++latency_count_;
-  latency_sum_ += seconds;
+  return requests_;
 }
 
-void Metrics::observe_batch(int images) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++batches_[images];
-}
-
-void Metrics::observe_step(double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++steps_;
-  step_seconds_ += seconds;
-  last_step_s_ = seconds;
-}
-
-std::string Metrics::text() const {
+std::string metrics_text(const HttpMetrics& http, const SchedulerStats& s) {
   std::string out;
   auto head = [&](const char* name, const char* type, const char* help) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   };
-  std::lock_guard<std::mutex> lock(mutex_);
   head("fluxrt_queue_depth", "gauge", "Requests waiting for the engine.");
-  out += "fluxrt_queue_depth " + std::to_string(queue_depth_.load()) + "\n";
+  out += "fluxrt_queue_depth " + std::to_string(s.queued) + "\n";
   head("fluxrt_running_requests", "gauge", "Requests the engine is running now.");
-  out += "fluxrt_running_requests " + std::to_string(running_.load()) + "\n";
+  out += "fluxrt_running_requests " + std::to_string(s.running) + "\n";
   head("fluxrt_http_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
-  for (const auto& [key, n] : requests_)
+  for (const auto& [key, n] : http.requests())
     out += "fluxrt_http_requests_total{endpoint=\"" + key.first + "\",status=\"" +
            std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
   head("fluxrt_images_generated_total", "counter", "Images returned to clients.");
-  out += "fluxrt_images_generated_total " + std::to_string(images_.load()) + "\n";
+  out += "fluxrt_images_generated_total " + std::to_string(s.images) + "\n";
   head("fluxrt_requests_cancelled_total", "counter", "Generation requests whose client went away.");
-  out += "fluxrt_requests_cancelled_total " + std::to_string(cancelled_.load()) + "\n";
+  out += "fluxrt_requests_cancelled_total " + std::to_string(s.cancelled) + "\n";
   head("fluxrt_denoise_steps_total", "counter", "Denoising steps run (one per batch step).");
-  out += "fluxrt_denoise_steps_total " + std::to_string(steps_) + "\n";
+  out += "fluxrt_denoise_steps_total " + std::to_string(s.steps) + "\n";
   head("fluxrt_denoise_seconds_total", "counter", "Seconds spent in denoising steps.");
-  out += "fluxrt_denoise_seconds_total " + number(step_seconds_) + "\n";
+  out += "fluxrt_denoise_seconds_total " + number(s.step_seconds) + "\n";
   head("fluxrt_steps_per_second", "gauge", "The last denoising step's rate.");
-  out += "fluxrt_steps_per_second " + number(last_step_s_ > 0 ? 1 / last_step_s_ : 0) + "\n";
-  head("fluxrt_request_duration_seconds", "histogram", "Generation requests, queued to answered.");
-  for (size_t i = 0; i < kLatencyBuckets.size(); ++i)
-    out += "fluxrt_request_duration_seconds_bucket{le=\"" + number(kLatencyBuckets[i]) + "\"} " +
-           std::to_string(latency_buckets_[i]) + "\n";
-  out += "fluxrt_request_duration_seconds_bucket{le=\"+Inf\"} " + std::to_string(latency_count_) + "\n";
-  out += "fluxrt_request_duration_seconds_sum " + number(latency_sum_) + "\n";
-  out += "fluxrt_request_duration_seconds_count " + std::to_string(latency_count_) + "\n";
+  out += "fluxrt_steps_per_second " + number(s.last_step_seconds > 0 ? 1 / s.last_step_seconds : 0) + "\n";
+  head("fluxrt_request_duration_seconds", "histogram", "Generation requests, queued to done.");
+  for (size_t i = 0; i < s.latency_bounds.size() && i < s.latency_counts.size(); ++i)
+    out += "fluxrt_request_duration_seconds_bucket{le=\"" + number(s.latency_bounds[i]) + "\"} " +
+           std::to_string(s.latency_counts[i]) + "\n";
+  out += "fluxrt_request_duration_seconds_bucket{le=\"+Inf\"} " + std::to_string(s.latency_count) + "\n";
+  out += "fluxrt_request_duration_seconds_sum " + number(s.latency_sum) + "\n";
+  out += "fluxrt_request_duration_seconds_count " + std::to_string(s.latency_count) + "\n";
   head("fluxrt_batches_total", "counter", "Engine calls, by the images they ran together.");
-  for (const auto& [size, n] : batches_)
+  for (const auto& [size, n] : s.batches)
     out += "fluxrt_batches_total{images=\"" + std::to_string(size) + "\"} " + std::to_string(n) + "\n";
   head("fluxrt_resident_memory_bytes", "gauge", "Resident set size now.");
   out += "fluxrt_resident_memory_bytes " + std::to_string(resident_bytes()) + "\n";

@@ -1,45 +1,30 @@
 #pragma once
-// The server's counters for GET /metrics, in Prometheus' text format (version 0.0.4): queue depth,
-// requests by endpoint and status, images, denoising steps and their rate, request latency and
-// batch size histograms, resident and peak memory. Every method is thread-safe.
-#include <array>
-#include <atomic>
+// GET /metrics in Prometheus' text format (version 0.0.4): the HTTP side's own counter (requests
+// by endpoint and status) and the scheduler's counters (queue depth, running and cancelled
+// requests, images, denoising steps and their rate, the request latency and batch size
+// histograms, fluxrt::SchedulerStats), with the resident and peak memory.
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "fluxrt/scheduler.h"
+
 namespace fluxrt::server {
 
-class Metrics {
+// Requests answered, by endpoint and status. Thread-safe.
+class HttpMetrics {
  public:
   void count_request(const std::string& endpoint, int status);
-  void observe_latency(double seconds);  // a generation request, queued to answered
-  void observe_batch(int images);
-  void observe_step(double seconds);
-  void add_images(int n) { images_ += n; }
-  void count_cancelled() { ++cancelled_; }
-  void set_queue_depth(int n) { queue_depth_ = n; }
-  void set_running(int n) { running_ = n; }
-
-  std::string text() const;
-
-  static constexpr std::array<double, 12> kLatencyBuckets{0.05, 0.1, 0.25, 0.5, 1,   2.5,
-                                                          5,    10,  30,   60,  120, 300};
+  std::map<std::pair<std::string, int>, uint64_t> requests() const;
 
  private:
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  std::array<uint64_t, kLatencyBuckets.size()> latency_buckets_{};
-  uint64_t latency_count_ = 0;
-  double latency_sum_ = 0;
-  std::map<int, uint64_t> batches_;
-  uint64_t steps_ = 0;
-  double step_seconds_ = 0;
-  double last_step_s_ = 0;
-  std::atomic<uint64_t> images_{0}, cancelled_{0};
-  std::atomic<int> queue_depth_{0}, running_{0};
 };
+
+std::string metrics_text(const HttpMetrics& http, const SchedulerStats& scheduler);
 
 // The process's resident set now and at its highest (bytes), from /proc/self/status.
 size_t resident_bytes();

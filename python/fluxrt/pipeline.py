@@ -99,16 +99,25 @@ def _pil_module() -> Any:
 
 class FluxPipeline(LoraLoaderMixin):
     """A FLUX.2 klein or FLUX.1 model loaded once, called like diffusers' pipelines. One pipeline
-    may be called from several threads (calls run one at a time); the GIL is released while the
-    engine works."""
+    may be called from several threads: the calls queue on the pipeline's scheduler, and with
+    ``max_batch`` > 1 calls that may share a transformer call run as one. The GIL is released
+    while a call waits."""
 
-    def __init__(self, run: _fluxrt.Run, open_options: dict[str, Any]) -> None:
+    def __init__(self, run: _fluxrt.Run, open_options: dict[str, Any],
+                 scheduler_options: dict[str, Any] | None = None) -> None:
+        self._open_options = open_options  # resolve_run's keyword arguments, for to() and fuse_lora
+        self._scheduler_options = scheduler_options or {}  # max_batch, batch_window_ms
+        self._progress_bar_config: dict[str, Any] = {}
+        self._use_run(run)
+        self._init_loras()
+
+    def _use_run(self, run: _fluxrt.Run) -> None:
+        """Opens the resolved run's model as the pipeline's engine, with a scheduler of its own (the
+        old one finishes what it has queued and goes with the last call holding it)."""
         self._resolved = run  # the resolved settings: the model, and the preset's request defaults
         self._engine = _fluxrt.Engine(run)
-        self._open_options = open_options  # resolve_run's keyword arguments, for to() and fuse_lora
-        self._progress_bar_config: dict[str, Any] = {}
+        self._scheduler = _fluxrt.Scheduler(self._engine, **self._scheduler_options)
         self._info: dict[str, Any] = json.loads(self._engine.info_json())
-        self._init_loras()
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str] | None = None, *,
@@ -116,7 +125,8 @@ class FluxPipeline(LoraLoaderMixin):
                         low_memory: bool | None = False, components: str | os.PathLike[str] | None = None,
                         torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None,
                         text_encoder: str | os.PathLike[str] | None = None,
-                        preset: str | os.PathLike[str] | None = None) -> FluxPipeline:
+                        preset: str | os.PathLike[str] | None = None, max_batch: int = 1,
+                        batch_window_ms: int = 0) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
@@ -127,7 +137,9 @@ class FluxPipeline(LoraLoaderMixin):
         file (a GGUF in llama.cpp's names, weights kept quantized, or a .safetensors) used instead
         of the folder's klein Qwen3 / FLUX.1 T5. ``preset``: a `fluxrt generate` run preset (a name
         under configs/ or a .yaml file) whose size, steps, guidance, ... a call's unset arguments
-        take (docs/cli.md)."""
+        take (docs/cli.md). ``max_batch``: images per transformer call when several threads call
+        the pipeline at once (calls that may share one, same size, steps, guidance, ..., run as
+        one); the first waits up to ``batch_window_ms`` for the others."""
         demo = pretrained_model_name_or_path is None
         if preset is None:
             preset = _bundled_preset("demo") if demo else "none"
@@ -137,7 +149,8 @@ class FluxPipeline(LoraLoaderMixin):
                        low_memory=low_memory, components=None if components is None else os.fspath(components),
                        vae_encoder=vae_encoder, loras=lora_list(loras),
                        text_encoder=None if text_encoder is None else os.fspath(text_encoder))
-        return cls(_fluxrt.resolve_run(**options), options)
+        return cls(_fluxrt.resolve_run(**options), options,
+                   scheduler_options=dict(max_batch=max_batch, batch_window_ms=batch_window_ms))
 
     # What the model is: `fluxrt info`'s data (variant, components, parameter counts, dtypes).
     @property
@@ -182,10 +195,8 @@ class FluxPipeline(LoraLoaderMixin):
     def _reopen(self, **changes: Any) -> None:
         """Opens the model again with some open options changed (to(), fuse_lora)."""
         options = dict(self._open_options, **changes)
-        self._resolved = _fluxrt.resolve_run(**options)
-        self._engine = _fluxrt.Engine(self._resolved)
+        self._use_run(_fluxrt.resolve_run(**options))
         self._open_options = options
-        self._info = json.loads(self._engine.info_json())
 
     def __call__(self, prompt: str | list[str] | None = None, negative_prompt: str | None = None,
                  height: int | None = None, width: int | None = None, num_inference_steps: int | None = None,
@@ -206,10 +217,10 @@ class FluxPipeline(LoraLoaderMixin):
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
         loras = self._call_loras(joint_attention_kwargs)
-        requests, batch = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
-                                         guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
-                                         image, strength, max_sequence_length, loras)
-        results = self._run(requests, batch, callback_on_step_end)
+        requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
+                                            guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
+                                            image, strength, max_sequence_length, loras)
+        results = self._run(requests, one_call, callback_on_step_end)
         out = self._output(results, output_type)
         return out if return_dict else (out.images,)
 
@@ -258,7 +269,8 @@ class FluxPipeline(LoraLoaderMixin):
                 raise InvalidArgumentError(f"generator: a list of {len(generator)} for {count} images "
                                            f"({len(prompts)} prompts x {images_per_prompt})")
             # One request per image, each with its own seed, as diffusers draws each image's noise
-            # from its own generator; run as one batch when they may share one.
+            # from its own generator; the scheduler runs them as one batch when they may share one
+            # (what the progress bar needs to know).
             seeds = [_seed_of(g) for g in generator]
             n = int(images_per_prompt)
             requests = [request([prompts[i // n]], 1, s) for i, s in enumerate(seeds)]
@@ -279,13 +291,13 @@ class FluxPipeline(LoraLoaderMixin):
         for i, im in enumerate(images):
             r.add_reference_image(*_rgb_of(im, f"image[{i}]"))
 
-    def _run(self, requests: list[_fluxrt.Request], batch: bool,
+    def _run(self, requests: list[_fluxrt.Request], one_call: bool,
              callback: Callable[..., Any] | None) -> list[dict]:
         config = dict(self._progress_bar_config)
         bar = None
         if not config.get("disable", False):
             plans = [self._engine.plan(r)["steps_run"] for r in requests]
-            bar = make_bar(plans[0] if batch else sum(plans), config)
+            bar = make_bar(plans[0] if one_call else sum(plans), config)
 
         def on_step(step: int, total: int, step_s: float, elapsed_s: float, eta_s: float,
                     timestep: float) -> None:
@@ -295,7 +307,8 @@ class FluxPipeline(LoraLoaderMixin):
                 callback(self, step - 1, timestep, {})
 
         try:
-            return self._engine.generate(requests, batch=batch, on_step=on_step)
+            # The callback runs between two steps, as diffusers' does; a bar only follows them.
+            return self._scheduler.run(requests, on_step=on_step, step_by_step=callback is not None)
         finally:
             if bar is not None:
                 bar.close()
@@ -314,7 +327,11 @@ class FluxPipeline(LoraLoaderMixin):
                     picture = np.frombuffer(im["rgb"], dtype=np.uint8).reshape(h, w, 3).copy()
                 images.append(picture)
                 metadata.append(meta)
-        timings = [json.loads(r["timing_json"]) for r in results]
+        timings = []
+        for r in results:
+            report = json.loads(r["timing_json"])
+            report["batch_images"] = r["batch_images"]  # of the engine call, other threads' included
+            timings.append(report)
         if len(timings) == 1:
             report = timings[0]
         else:  # one call per request (reference or init images cannot share a batch)

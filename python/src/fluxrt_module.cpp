@@ -2,16 +2,18 @@
 // docs/python.md). A thin layer over the public API alone (include/fluxrt/): requests and images
 // cross as plain Python values, the diffusers-shaped surface is written in Python on top.
 //
-// What only C++ can do lives here: the GIL is released while the engine loads and generates, so
-// other Python threads run (and may call the same engine, which serialises calls itself); the
-// per-step callback takes the GIL back to run Python and to check for signals, and an exception
-// there (Ctrl-C's KeyboardInterrupt, an error in a user callback) cancels the call at the next
-// step and is raised again once the engine has stopped; fluxrt::Error becomes the Python class
-// registered for its code.
+// What only C++ can do lives here. A pipeline's calls run as jobs of the library's
+// fluxrt::Scheduler, one per pipeline, so calls from several Python threads batch. The calling
+// thread waits for its job with the GIL released, in one place (run_job); it takes the GIL back
+// after each step to hand the step to Python (the progress bar, the step callback) and to run the
+// handlers of signals that arrived (Ctrl-C). An exception there abandons the job, which stops
+// before the engine's next step, and is raised. The engine's own worker thread never runs Python.
+// fluxrt::Error becomes the Python class registered for its code.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +27,7 @@
 #include "fluxrt/model_info.h"
 #include "fluxrt/request_fields.h"
 #include "fluxrt/run.h"
+#include "fluxrt/scheduler.h"
 #include "fluxrt/timing.h"
 
 namespace py = pybind11;
@@ -88,66 +91,67 @@ py::dict result_dict(const fluxrt::GenerateResult& result) {
   return d;
 }
 
-// One generate call's bridge between the engine's thread and Python: the step callback and the
-// first exception it raised, which cancels the call.
-class StepBridge {
- public:
-  explicit StepBridge(py::object on_step) : on_step_(std::move(on_step)) {}
-
-  // Runs on the generating thread, without the GIL.
-  void on_progress(const fluxrt::Progress& p) {
-    py::gil_scoped_acquire gil;
-    if (error_) return;  // already stopping
-    try {
+// One pipeline call: `requests` as one job (one engine call when they share a batch key, else one
+// call each, in order), waited for with the GIL released. on_step(step, total, step_s, elapsed_s,
+// eta_s, timestep) runs on this thread after each step; with step_by_step the engine waits for it
+// before its next step (diffusers' callback_on_step_end), else it only trails the engine (a
+// progress bar). Returns one result dict per request, each with the images of the engine call
+// that made it (batch_images).
+py::list run_job(fluxrt::Scheduler& scheduler, std::vector<fluxrt::GenerateRequest> requests,
+                 const py::object& on_step, bool step_by_step) {
+  fluxrt::JobOptions options;
+  options.step_by_step = step_by_step;
+  const std::shared_ptr<fluxrt::Job> job = scheduler.submit(std::move(requests), options);
+  if (!job) throw fluxrt::Error(fluxrt::ErrorCode::Internal, "the pipeline's scheduler is shut down");
+  fluxrt::Job::State state = job->state();
+  size_t handled = 0;  // steps handed to on_step
+  try {
+    while (!state.done) {
+      {
+        py::gil_scoped_release release;  // the one place this module waits without the GIL
+        state = job->wait(state.version, std::chrono::milliseconds(100));
+      }
       // The handlers of signals that arrived meanwhile (Ctrl-C) run here, on the main thread only.
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (!on_step_.is_none())
-        on_step_(p.step, p.total, p.step_seconds, p.elapsed_seconds, p.eta_seconds, p.timestep);
-    } catch (py::error_already_set& e) {
-      error_ = std::make_unique<py::error_already_set>(std::move(e));
-      callbacks.cancel.cancel();
+      for (const fluxrt::Progress& p : job->progress(handled)) {
+        ++handled;
+        if (!on_step.is_none())
+          on_step(p.step, p.total, p.step_seconds, p.elapsed_seconds, p.eta_seconds, p.timestep);
+      }
+      job->resume(handled);
     }
-  }
-
-  // With the GIL held: the stored exception, if the callback raised one.
-  void rethrow_if_raised() {
-    if (error_) {
-      std::unique_ptr<py::error_already_set> e = std::move(error_);
-      throw std::move(*e);
-    }
-  }
-
-  fluxrt::Callbacks callbacks;
-
- private:
-  py::object on_step_;
-  std::unique_ptr<py::error_already_set> error_;
-};
-
-// requests run as one batch (generate_batch) when `batch` and there are several, else one call
-// each in order. Returns one result dict per call.
-py::list generate(fluxrt::Engine& engine, const std::vector<fluxrt::GenerateRequest>& requests, bool batch,
-                  py::object on_step) {
-  StepBridge bridge(std::move(on_step));
-  bridge.callbacks.on_progress = [&bridge](const fluxrt::Progress& p) { bridge.on_progress(p); };
-  std::vector<fluxrt::GenerateResult> results;
-  try {
-    py::gil_scoped_release release;
-    if (batch && requests.size() > 1) {
-      results = engine.generate_batch(requests, bridge.callbacks);
-    } else {
-      for (const fluxrt::GenerateRequest& r : requests)
-        results.push_back(engine.generate(r, bridge.callbacks));
-    }
-  } catch (const fluxrt::Error&) {
-    bridge.rethrow_if_raised();  // the callback's exception caused the cancel: that is the error
+  } catch (...) {
+    scheduler.abandon(job);  // stops before the engine's next step; the exception is the caller's
     throw;
   }
-  // A callback that raised during the last step: the engine may have finished anyway.
-  bridge.rethrow_if_raised();
+  if (job->error()) throw fluxrt::Error(*job->error());
   py::list out;
-  for (const fluxrt::GenerateResult& r : results) out.append(result_dict(r));
+  for (const fluxrt::GenerateResult& r : job->results()) {
+    py::dict d = result_dict(r);
+    d["batch_images"] = state.batch_images;
+    out.append(std::move(d));
+  }
   return out;
+}
+
+std::unique_ptr<fluxrt::Scheduler> open_scheduler(fluxrt::Engine& engine, int max_batch, int batch_window_ms,
+                                                  int max_queue) {
+  fluxrt::SchedulerOptions options;
+  options.max_batch = max_batch;
+  options.batch_window = std::chrono::milliseconds(batch_window_ms);
+  options.max_queue = max_queue;
+  return std::make_unique<fluxrt::Scheduler>(engine, options);
+}
+
+py::dict stats_dict(const fluxrt::SchedulerStats& s) {
+  py::dict d;
+  d["queued"] = s.queued;
+  d["running"] = s.running;
+  d["cancelled"] = s.cancelled;
+  d["images"] = s.images;
+  d["steps"] = s.steps;
+  d["batches"] = s.batches;
+  return d;
 }
 
 py::dict defaults_dict(const fluxrt::ModelDefaults& d) {
@@ -328,9 +332,6 @@ PYBIND11_MODULE(_fluxrt, m) {
           },
           py::arg("request"), py::arg("name"), py::arg("value"),
           "sets a request field by its API name (num_inference_steps, ...) within this model's limits")
-      .def("generate", &generate, py::arg("requests"), py::arg("batch") = true,
-           py::arg("on_step") = py::none(),
-           "runs the requests (one batch when `batch` and they share a batch key); one result dict per call")
       .def("batch_key", &fluxrt::Engine::batch_key, py::arg("request"))
       .def(
           "plan",
@@ -361,4 +362,14 @@ PYBIND11_MODULE(_fluxrt, m) {
                              })
       .def_property_readonly("low_memory",
                              [](const fluxrt::Engine& e) { return e.options().low_memory.value_or(false); });
+
+  py::class_<fluxrt::Scheduler>(m, "Scheduler")
+      .def(py::init(&open_scheduler), py::arg("engine"), py::arg("max_batch") = 1,
+           py::arg("batch_window_ms") = 0, py::arg("max_queue") = 0, py::keep_alive<1, 2>(),
+           "the engine's queue: calls whose requests share a batch key run together, up to max_batch images, "
+           "the first waiting up to batch_window_ms for the others; max_queue 0: no limit")
+      .def("run", &run_job, py::arg("requests"), py::arg("on_step") = py::none(),
+           py::arg("step_by_step") = false,
+           "runs the requests as one job and waits for it; one result dict per request")
+      .def("stats", [](const fluxrt::Scheduler& s) { return stats_dict(s.stats()); });
 }

@@ -1,6 +1,7 @@
-"""Several Python threads on one pipeline (each call its own result, the GIL released meanwhile),
-and cancellation: a callback raising KeyboardInterrupt, Ctrl-C (SIGINT) sent from another thread,
-an error in a callback; each stops the call at the next step and leaves the pipeline usable."""
+"""Several Python threads on one pipeline (each call its own result, the GIL released meanwhile;
+with max_batch their calls share one transformer call), and cancellation: a callback raising
+KeyboardInterrupt, Ctrl-C (SIGINT) sent from another thread, an error in a callback; each stops
+the call at the next step and leaves the pipeline usable."""
 
 import _thread
 import os
@@ -13,7 +14,10 @@ import pytest
 
 import fluxrt
 
-STEPS = 12
+# Enough steps for a cancel to land mid-loop (it is checked between steps, and the callbacks that
+# raise do so at steps 0 and 1), few enough that the file stays well inside ctest's 600 s with 4
+# busy loops on 2 cores (each demo step then takes seconds): 12 took 600 s there.
+STEPS = 6
 ARGS = dict(height=64, width=64, num_inference_steps=STEPS, max_sequence_length=64)
 
 
@@ -45,6 +49,36 @@ def test_two_threads_on_one_pipeline(demo):
     for seed in (1, 2):
         assert np.array_equal(results[seed], alone[seed])
     assert len(ticks) > 1
+
+
+def test_four_threads_share_one_transformer_call(demo):
+    # The window only bounds the wait: the call starts once the four images are queued.
+    pipe = fluxrt.FluxPipeline.from_pretrained(max_batch=4, batch_window_ms=120_000)
+    pipe.set_progress_bar_config(disable=True)
+    args = dict(ARGS, num_inference_steps=2)
+    prompts = {21: "a red circle", 22: "a green star", 23: "a blue square", 24: "a red circle"}
+    results, errors = {}, []
+
+    def worker(seed):
+        try:
+            results[seed] = pipe(prompts[seed], generator=seed, **args)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for seed, prompt in prompts.items():
+        out = results[seed]
+        assert out.timings["batch_images"] == 4, seed  # the engine call held all four threads' images
+        assert out.images[0].info["seed"] == str(seed)
+        alone = demo(prompt, generator=seed, **args)
+        assert alone.timings["batch_images"] == 1
+        assert np.array_equal(pixels(out), pixels(alone)), seed
+    assert pipe._scheduler.stats()["batches"] == {4: 1}
 
 
 def test_keyboard_interrupt_in_a_callback_cancels_at_the_next_step(demo):

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "io/image.h"
 #include "server/server.h"
@@ -39,6 +42,34 @@ inline std::unique_ptr<httplib::Client> client_for(int port) {
   c->set_read_timeout(120, 0);
   c->set_connection_timeout(5, 0);
   return c;
+}
+
+// A figure of GET /metrics (the line `name value`); -1 when it is not there.
+inline double metric_of(httplib::Client& client, const std::string& name) {
+  const httplib::Result r = client.Get("/metrics");
+  if (!r) return -1;
+  const size_t at = r->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1.0 : std::stod(r->body.substr(at + name.size() + 2));
+}
+
+// Polls `holds` until it is true; false if it is not after `guard`. A test waits for the server's
+// state, never for a time that suffices on a quiet machine: on 2 cores with 4 busy loops beside
+// it, a step of the demo model took up to 5 s (18 ms quiet). The guard only turns a hang into a
+// failure.
+inline bool wait_until(const std::function<bool()>& holds,
+                       std::chrono::seconds guard = std::chrono::seconds(600)) {
+  const auto give_up = std::chrono::steady_clock::now() + guard;
+  while (!holds()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Polls GET /metrics until `holds(value of name)`.
+inline bool wait_for_metric(httplib::Client& client, const std::string& name,
+                            const std::function<bool(double)>& holds) {
+  return wait_until([&] { return holds(metric_of(client, name)); });
 }
 
 // A suite of tests sharing one demo-model server, started once for the suite (the model loads

@@ -1,0 +1,14 @@
+// GET /: the web page (page.html, compiled in by page.cpp.in). It loads nothing from elsewhere and
+// needs no key to load; it asks for one when the server has one.
+#include "page.h"
+#include "routes.h"
+
+namespace fluxrt::server {
+
+void add_page_route(httplib::Server& http) {
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(index_page(), "text/html; charset=utf-8");
+  });
+}
+
+}  // namespace fluxrt::server
