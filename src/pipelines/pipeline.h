@@ -143,12 +143,9 @@ class Pipeline {
   GenerateResult generate(const fluxrt::GenerateRequest& request, const CallContext& call = {});
 };
 
-enum class PipelineFamily { Flux2Klein, Flux1 };
-
 // A pipeline family as the registry knows it: how to recognise its folders and checkpoints, what
 // its requests may carry, and how to load it.
 struct PipelineKind {
-  PipelineFamily family = PipelineFamily::Flux2Klein;
   const char* name = "";                   // "FLUX.2 klein", "FLUX.1"
   const char* pipeline_class = "";         // the diffusers class its folders name: "Flux2KleinPipeline", ...
   std::vector<std::string> other_classes;  // further classes with the same folder layout

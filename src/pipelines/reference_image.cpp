@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "io/public_image.h"
-#include "pipelines/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
 namespace {

@@ -33,6 +33,12 @@ void reference_target_size(int width, int height, int64_t target_area, int* out_
 // below 64 pixels or the aspect ratio exceeds 8:1.
 void check_reference_image(const io::Image& image, const char* what = "reference image");
 
+// Flux2ImageProcessor preprocessing of a reference image: RGB, resized (Lanczos) to an area of at
+// most 1024^2 keeping the aspect ratio when larger, both sides floored to multiples of
+// `multiple_of` (the pipeline's vae_scale_factor * 2: 16 for the released VAEs) and centre-cropped
+// to that size, scaled to [-1, 1]. Returns [1, 3, h, w] f32.
+Tensor preprocess_reference_image(const io::Image& image, int multiple_of = 16);
+
 // A request's image (fluxrt::Image, RGB 8-bit) as the pipelines read it. A torn buffer is the
 // request at fault: InvalidArgument naming `what`, with Error::field() `field`.
 io::Image image_of_request(const fluxrt::Image& image, const std::string& what, const char* field);

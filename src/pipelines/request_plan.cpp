@@ -7,7 +7,6 @@
 
 #include "core/error.h"
 #include "io/utf8.h"
-#include "pipelines/reference_image.h"
 
 namespace fluxrt {
 
@@ -118,15 +117,6 @@ std::string batch_key(const fluxrt::GenerateRequest& request, const fluxrt::Requ
                      p.width, p.height, p.steps, p.guidance, p.cfg,
                      p.true_cfg ? fmt::format("{}", *p.true_cfg) : "unset", p.max_sequence_length, loras,
                      p.negative_prompt.size(), p.negative_prompt);
-}
-
-void reference_run_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height) {
-  const int multiple = 2 * vae_scale_factor;
-  int w = image_width, h = image_height;
-  if (static_cast<int64_t>(w) * h > kReferenceTargetArea)
-    reference_target_size(image_width, image_height, kReferenceTargetArea, &w, &h);
-  *width = std::max(w / multiple * multiple, multiple);
-  *height = std::max(h / multiple * multiple, multiple);
 }
 
 fluxrt::RequestPlan Pipeline::plan(const fluxrt::GenerateRequest& request) const {

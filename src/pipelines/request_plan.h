@@ -25,9 +25,4 @@ fluxrt::RequestPlan plan_request(const PipelineKind& kind, const fluxrt::Generat
 // cannot share a call (reference images, an init image).
 std::string batch_key(const fluxrt::GenerateRequest& request, const fluxrt::RequestPlan& plan);
 
-// The size a klein run takes from its first reference image (image_width x image_height) when
-// none is given: the image's, shrunk to kReferenceTargetArea when larger and floored to multiples
-// of 2 x the VAE factor, as the pipeline preprocesses it.
-void reference_run_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height);
-
 }  // namespace fluxrt::pipelines

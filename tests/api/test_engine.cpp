@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "fluxrt/engine.h"
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "runtime/model_info.h"
 
 namespace fs = std::filesystem;

@@ -22,7 +22,7 @@
 #include "core/threads.h"
 #include "io/image.h"
 #include "io/public_image.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 #include "support/image_compare.h"
 
 namespace fs = std::filesystem;

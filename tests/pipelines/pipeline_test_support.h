@@ -10,7 +10,7 @@
 
 #include "core/tensor.h"
 #include "ops/device_graph.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 
 namespace fluxrt::test {
 

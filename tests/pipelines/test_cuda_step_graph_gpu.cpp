@@ -15,8 +15,8 @@
 #include "ops/device_graph.h"
 #include "ops/elementwise.h"
 #include "pipeline_test_support.h"
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 
 namespace fluxrt::pipelines {
 namespace {

@@ -17,7 +17,7 @@
 #include "io/image.h"
 #include "io/public_image.h"
 #include "pipelines/demo_model_classifier.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "support/image_compare.h"
 
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "pipelines/demo_model_classifier.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 
 namespace fs = std::filesystem;
 using namespace fluxrt;

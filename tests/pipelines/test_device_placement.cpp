@@ -21,8 +21,8 @@
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 #include "pipeline_test_support.h"
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "support/vae_tiling.h"
 
 namespace fluxrt::pipelines {

@@ -15,7 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/noise.h"
 #include "pipelines/spans.h"
 

@@ -26,7 +26,7 @@
 #include "io/image.h"
 #include "io/public_image.h"
 #include "io/safetensors.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/noise.h"
 #include "support/compare.h"
 #include "support/image_compare.h"

@@ -13,7 +13,7 @@
 #include "io/public_image.h"
 #include "ops/device_graph.h"
 #include "pipeline_test_support.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 
 namespace fluxrt::pipelines {
 namespace {

@@ -36,7 +36,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/qwen3/qwen3_encoder.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/noise.h"
 #include "pipelines/schedule.h"
 #include "support/compare.h"

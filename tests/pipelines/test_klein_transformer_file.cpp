@@ -8,7 +8,7 @@
 #include <string>
 
 #include "io/model_discovery.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/variant.h"
 
 namespace fluxrt::pipelines {

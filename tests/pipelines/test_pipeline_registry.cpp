@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "io/model_discovery.h"
 #include "models/lora/lora_file.h"
-#include "pipelines/flux1_pipeline.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {

@@ -17,7 +17,7 @@
 #include "ops/device_graph.h"
 #include "ops/elementwise.h"
 #include "pipeline_test_support.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {

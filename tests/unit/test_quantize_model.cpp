@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "runtime/quantize_model.h"
 #include "support/image_compare.h"
 

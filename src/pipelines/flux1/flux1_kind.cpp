@@ -10,7 +10,7 @@
 #include "models/flux/flux_checkpoint_shape.h"
 #include "models/flux/flux_lora_names.h"
 #include "models/fp8_weights.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -130,7 +130,6 @@ void name_variant(VariantInfo& v) {
 
 PipelineKind make_flux1_kind() {
   PipelineKind k;
-  k.family = PipelineFamily::Flux1;
   k.name = "FLUX.1";
   k.pipeline_class = "FluxPipeline";
   k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components

@@ -34,6 +34,7 @@
 #include "models/vae/flux2_vae.h"
 #include "pipelines/memory_estimate.h"
 #include "pipelines/pipeline.h"
+#include "pipelines/reference_image.h"
 #include "pipelines/schedule.h"
 
 namespace fluxrt::models {
@@ -108,16 +109,10 @@ class Flux2KleinPipeline final : public Pipeline {
   std::unique_ptr<Impl> impl_;
 };
 
-// Flux2ImageProcessor preprocessing of a reference image: RGB, resized (Lanczos) to an area of at
-// most 1024^2 keeping the aspect ratio when larger, both sides floored to multiples of
-// `multiple_of` (the pipeline's vae_scale_factor * 2: 16 for the released VAEs) and centre-cropped
-// to that size, scaled to [-1, 1]. Returns [1, 3, h, w] f32.
-Tensor preprocess_reference_image(const io::Image& image, int multiple_of = 16);
-
 // Packed latents <-> tokens and the position ids the klein transformer receives.
-Tensor pack_latents(const Tensor& latents);                            // [B,C,h,w] -> [B,h*w,C]
-Tensor unpack_latents(const Tensor& tokens, int64_t h, int64_t w);     // [B,h*w,C] -> [B,C,h,w]
-Tensor klein_image_ids(int64_t h, int64_t w, int64_t t_offset = 0);    // [h*w, 4] i64: (t, i, j, 0)
-Tensor klein_text_ids(int64_t length);                                  // [L, 4] i64: (0, 0, 0, l)
+Tensor pack_latents(const Tensor& latents);                          // [B,C,h,w] -> [B,h*w,C]
+Tensor unpack_latents(const Tensor& tokens, int64_t h, int64_t w);   // [B,h*w,C] -> [B,C,h,w]
+Tensor klein_image_ids(int64_t h, int64_t w, int64_t t_offset = 0);  // [h*w, 4] i64: (t, i, j, 0)
+Tensor klein_text_ids(int64_t length);                               // [L, 4] i64: (0, 0, 0, l)
 
 }  // namespace fluxrt::pipelines

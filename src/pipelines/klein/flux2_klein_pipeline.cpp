@@ -1,6 +1,6 @@
 // Flux2KleinPipeline: diffusers 0.42.1 Flux2KleinPipeline.__call__ step for step (the comments
 // name the upstream step each block mirrors). Component loading lives in klein_components.cpp.
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 
 #include <fmt/format.h>
 
@@ -16,7 +16,7 @@
 #include "ops/elementwise.h"
 #include "pipelines/batch.h"
 #include "pipelines/denoise.h"
-#include "pipelines/klein_components.h"
+#include "pipelines/klein/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/request_plan.h"
@@ -54,7 +54,8 @@ Tensor pack_latents(const Tensor& latents) {
 
 Tensor unpack_latents(const Tensor& tokens, int64_t h, int64_t w) {
   FLUXRT_CHECK(tokens.dim() == 3 && tokens.size(1) == h * w, ErrorCode::InvalidArgument,
-               "unpack_latents: expected [B, {}, C] for a {}x{} grid, got {}", h * w, h, w, tokens.shape().str());
+               "unpack_latents: expected [B, {}, C] for a {}x{} grid, got {}", h * w, h, w,
+               tokens.shape().str());
   const int64_t b = tokens.size(0), c = tokens.size(2);
   // diffusers scatters by the ids; with raster-order ids that is the inverse flatten.
   return tokens.permute({0, 2, 1}).contiguous().view({b, c, h, w});  // [B, C, h, w]
@@ -103,8 +104,8 @@ void Flux2KleinPipeline::validate_size(int width, int height, int batch, int vae
   validate_size_for(width, height, batch, models::flux2_preset("flux.2-klein-4b"), vae_scale_factor, memory);
 }
 
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor,
-                       const MemoryCheck& memory) {
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config,
+                       int vae_scale_factor, const MemoryCheck& memory) {
   check_image_size(width, height, batch, vae_scale_factor);
   check_fits_in_memory(estimate_generate_bytes(width, height, batch, config, vae_scale_factor), memory,
                        fmt::format("image size {}x{} x {}", width, height, batch));
@@ -125,7 +126,8 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::load(const std::filesyst
 
 std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::string& variant,
                                                                   const std::filesystem::path& tokenizer_dir,
-                                                                  const PipelineOptions& options, uint64_t seed) {
+                                                                  const PipelineOptions& options,
+                                                                  uint64_t seed) {
   auto impl = std::make_unique<Impl>(Impl::from_variant(variant, tokenizer_dir, options, seed));
   if (!options.low_memory) impl->load_resident();
   impl->facts = impl->make_facts();
@@ -159,6 +161,22 @@ ModelFacts Flux2KleinPipeline::describe(const std::filesystem::path& model_root,
   return Impl::from_folder(model_root, options).make_facts();
 }
 
+namespace {
+
+// The size a run takes from its first reference image (image_width x image_height) when none is
+// given: the image's, shrunk to kReferenceTargetArea when larger and floored to multiples of 2 x
+// the VAE factor, as preprocess_reference_image crops it.
+void reference_run_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height) {
+  const int multiple = 2 * vae_scale_factor;
+  int w = image_width, h = image_height;
+  if (static_cast<int64_t>(w) * h > kReferenceTargetArea)
+    reference_target_size(image_width, image_height, kReferenceTargetArea, &w, &h);
+  *width = std::max(w / multiple * multiple, multiple);
+  *height = std::max(h / multiple * multiple, multiple);
+}
+
+}  // namespace
+
 // Flux2KleinPipeline.__call__'s defaults and rules: the size of the first reference image, CFG
 // for the base variants only (guidance > 1), the negative prompt "" when none is given.
 fluxrt::RequestPlan Flux2KleinPipeline::plan_for(const fluxrt::GenerateRequest& r, const ModelFacts& facts) {
@@ -187,7 +205,9 @@ fluxrt::RequestPlan Flux2KleinPipeline::plan_for(const fluxrt::GenerateRequest& 
   return plan;
 }
 
-const models::Flux2Config& Flux2KleinPipeline::transformer_config() const { return impl_->transformer_config; }
+const models::Flux2Config& Flux2KleinPipeline::transformer_config() const {
+  return impl_->transformer_config;
+}
 const PipelineOptions& Flux2KleinPipeline::options() const { return impl_->options; }
 int Flux2KleinPipeline::vae_scale_factor() const { return impl_->vae_config.spatial_factor(); }
 const ResidentWeights& Flux2KleinPipeline::resident_weights() const { return impl_->weights; }
@@ -208,8 +228,8 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   const float guidance = plan.guidance;
   const int max_len = plan.max_sequence_length;
   const int64_t batch = calls.images;
-  const bool cfg = plan.cfg;                                      // do_classifier_free_guidance
-  const int vae_scale = m.vae_config.spatial_factor();            // self.vae_scale_factor
+  const bool cfg = plan.cfg;                            // do_classifier_free_guidance
+  const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
 
   // 4. reference images: preprocessing first, so a bad image fails before any heavy work; the
   // first one gives the default output size.
@@ -232,7 +252,8 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
                     vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
   const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
-  const Shape noise_shape = flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
+  const Shape noise_shape =
+      flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
   if (call.initial_latents) {
     FLUXRT_CHECK(call.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
                  "generate: initial_latents has shape {}, expected {}", call.initial_latents->shape().str(),
@@ -274,8 +295,9 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       tokens.push_back(pack_latents(z));                                        // [1, hr*wr, 128]
       ids.push_back(klein_image_ids(z.size(2), z.size(3), 10 + 10 * static_cast<int64_t>(r)));
     }
-    ref_tokens = broadcast_batch(tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1), batch);  // [B, Lr, 128]
-    latent_ids = ops::concat(ids, 0);  // [Li + Lr, 4]
+    ref_tokens =
+        broadcast_batch(tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1), batch);  // [B, Lr, 128]
+    latent_ids = ops::concat(ids, 0);                                                     // [Li + Lr, 4]
   }
 
   // 6. timesteps with the empirical mu of the noise-token count
@@ -316,8 +338,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
-          cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos, rope.sin};
-      const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0), latents.size(2)};
+          cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos,
+          rope.sin};
+      const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0),
+                              latents.size(2)};
       loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
                                    {input_shape, Shape{batch, transformer->config().timestep_channels}},
                                    klein_step(*transformer));

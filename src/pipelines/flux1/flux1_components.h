@@ -13,7 +13,7 @@
 #include "models/t5/t5_encoder.h"
 #include "models/vae/flux1_vae.h"
 #include "pipelines/component_loading.h"
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/latent_preview.h"
 #include "pipelines/schedule.h"
 #include "pipelines/step_graph.h"

@@ -12,7 +12,7 @@
 #include "models/qwen3/qwen3_encoder.h"
 #include "models/vae/flux2_vae.h"
 #include "pipelines/component_loading.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/latent_preview.h"
 #include "pipelines/schedule.h"
 #include "pipelines/step_graph.h"
@@ -24,8 +24,8 @@ namespace fluxrt::pipelines {
 size_t estimate_generate_bytes(int width, int height, int batch, const models::Flux2Config& config,
                                int vae_scale_factor);
 // validate_size against a given transformer's widths and VAE factor.
-void validate_size_for(int width, int height, int batch, const models::Flux2Config& config, int vae_scale_factor,
-                       const MemoryCheck& memory = {});
+void validate_size_for(int width, int height, int batch, const models::Flux2Config& config,
+                       int vae_scale_factor, const MemoryCheck& memory = {});
 
 struct Flux2KleinPipeline::Impl {
   // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.

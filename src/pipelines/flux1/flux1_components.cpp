@@ -1,5 +1,5 @@
 // Component sources and loading for Flux1Pipeline (see flux1_components.h).
-#include "pipelines/flux1_components.h"
+#include "pipelines/flux1/flux1_components.h"
 
 #include <algorithm>
 #include <functional>
@@ -64,7 +64,8 @@ void check_t5_file_fits(const fs::path& file, const models::Flux1Config& transfo
 
 }  // namespace
 
-Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant, const fs::path& clip_tokenizer_dir,
+Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant,
+                                                      const fs::path& clip_tokenizer_dir,
                                                       const fs::path& t5_tokenizer_dir,
                                                       const PipelineOptions& options, uint64_t seed) {
   Impl m;
@@ -108,9 +109,11 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant
   return m;
 }
 
-Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root, const PipelineOptions& options) {
+Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
+                                                     const PipelineOptions& options) {
   const std::string where = model_root.string();
-  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "flux.1 pipeline: model folder {} does not exist", where);
+  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "flux.1 pipeline: model folder {} does not exist",
+               where);
   FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
                "flux.1 pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
   const io::ResolvedModel model = io::resolve_model(where);
@@ -150,14 +153,16 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
       FLUXRT_CHECK(file.context_dim == folder.context_dim && file.pooled_dim == folder.pooled_dim &&
                        file.in_channels == folder.in_channels,
                    ErrorCode::Unsupported,
-                   "flux.1 pipeline: transformer file {} (T5 width {}, CLIP width {}, {} latent channels) does not fit "
+                   "flux.1 pipeline: transformer file {} (T5 width {}, CLIP width {}, {} latent channels) "
+                   "does not fit "
                    "the components of {} (made for {}, {}, {})",
                    transformer_file.string(), file.context_dim, file.pooled_dim, file.in_channels, where,
                    folder.context_dim, folder.pooled_dim, folder.in_channels);
       // dev and schnell share the text encoders and the VAE but not the schedule: a dev file with
       // schnell components (or the reverse) runs with its own variant's scheduler.
       if (file.guidance != folder.guidance)
-        m.scheduler = file.guidance ? FlowMatchSchedulerConfig::flux1_dev() : FlowMatchSchedulerConfig::flux1_schnell();
+        m.scheduler =
+            file.guidance ? FlowMatchSchedulerConfig::flux1_dev() : FlowMatchSchedulerConfig::flux1_schnell();
       // A single file carries no config: a custom model's RoPE axes, theta and eps cannot be read
       // from its shapes. When the folder's own transformer has exactly the file's shapes (the file
       // is that transformer quantized, `fluxrt quantize --model FOLDER`), its config.json says them.
@@ -180,10 +185,11 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
     m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   // Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2-packed
   // latent channels must be what the transformer reads.
-  FLUXRT_CHECK(m.vae_config.latent_channels * 4 == m.transformer_config.in_channels, ErrorCode::Unsupported,
-               "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
-               "4 x the latent channels)",
-               where, m.vae_config.latent_channels, m.transformer_config.in_channels);
+  FLUXRT_CHECK(
+      m.vae_config.latent_channels * 4 == m.transformer_config.in_channels, ErrorCode::Unsupported,
+      "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
+      "4 x the latent channels)",
+      where, m.vae_config.latent_channels, m.transformer_config.in_channels);
   m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
   // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();

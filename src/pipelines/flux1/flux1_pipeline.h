@@ -40,12 +40,12 @@ namespace fluxrt::pipelines {
 // __call__ defaults except where a variant is meant to run otherwise (schnell: 4 steps, 256 T5
 // tokens, guidance unused), as the model cards and BFL's reference code run them.
 struct Flux1ModelDefaults {
-  bool guidance_distilled = true;  // dev: the transformer has a guidance embedding
-  int num_steps = 28;              // FluxPipeline's default; schnell: 4
-  float guidance_scale = 3.5f;     // FluxPipeline's default (dev); schnell: unused
+  bool guidance_distilled = true;       // dev: the transformer has a guidance embedding
+  int num_steps = 28;                   // FluxPipeline's default; schnell: 4
+  float guidance_scale = 3.5f;          // FluxPipeline's default (dev); schnell: unused
   float img2img_guidance_scale = 7.0f;  // FluxImg2ImgPipeline's default (dev)
   float img2img_strength = 0.6f;        // FluxImg2ImgPipeline's default
-  int width = 1024;   // diffusers' default_sample_size 128 x vae_scale_factor
+  int width = 1024;                     // diffusers' default_sample_size 128 x vae_scale_factor
   int height = 1024;
   int max_sequence_length = 512;  // schnell: 256
 };
@@ -56,7 +56,8 @@ class Flux1Pipeline final : public Pipeline {
   // text_encoder_2/, tokenizer_2/, vae/, scheduler/). With options.low_memory nothing is loaded
   // here: each generate() loads the text encoders, frees them, then the transformer (bf16 weights
   // used in place from the mapping), then the VAE.
-  static std::unique_ptr<Flux1Pipeline> load(const std::filesystem::path& model_root, const PipelineOptions& options);
+  static std::unique_ptr<Flux1Pipeline> load(const std::filesystem::path& model_root,
+                                             const PipelineOptions& options);
   // Random weights of a variant's real shapes and no weight files (benchmarks): "flux.1-dev",
   // "flux.1-schnell", or "flux.1-tiny" (the tiny test folders' shapes, a dev with guidance, for
   // smoke tests). The real tokenizers are still needed: `clip_tokenizer_dir` (tokenizer.json or

@@ -1,5 +1,5 @@
 // Component sources and loading for Flux2KleinPipeline (see klein_components.h).
-#include "pipelines/klein_components.h"
+#include "pipelines/klein/klein_components.h"
 
 #include <string>
 #include <vector>
@@ -25,7 +25,8 @@ void require_tokenizer(const fs::path& dir, const std::string& what) {
   const bool has_json = fs::exists(dir / "tokenizer.json");
   const bool has_vocab = fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt");
   FLUXRT_CHECK(has_json || has_vocab, ErrorCode::NotFound,
-               "{}: no Qwen3 tokenizer in {} (need tokenizer.json or vocab.json + merges.txt)", what, dir.string());
+               "{}: no Qwen3 tokenizer in {} (need tokenizer.json or vocab.json + merges.txt)", what,
+               dir.string());
 }
 
 void set_variant_defaults(KleinModelDefaults& d, bool distilled) {
@@ -40,9 +41,10 @@ void set_variant_defaults(KleinModelDefaults& d, bool distilled) {
 // and the packed channel count must match what the transformer reads.
 void check_vae_geometry(const models::Flux2VaeConfig& vae, const models::Flux2Config& transformer,
                         const std::string& where) {
-  FLUXRT_CHECK(vae.patch_size == 2 && vae.packed_channels() == transformer.in_channels, ErrorCode::Unsupported,
-               "{}: the VAE gives {} latent channels x patch {}x{} = {} per token, the transformer reads {}", where,
-               vae.latent_channels, vae.patch_size, vae.patch_size, vae.packed_channels(), transformer.in_channels);
+  FLUXRT_CHECK(
+      vae.patch_size == 2 && vae.packed_channels() == transformer.in_channels, ErrorCode::Unsupported,
+      "{}: the VAE gives {} latent channels x patch {}x{} = {} per token, the transformer reads {}", where,
+      vae.latent_channels, vae.patch_size, vae.patch_size, vae.packed_channels(), transformer.in_channels);
 }
 
 // The config of a single transformer checkpoint: the named preset when its shapes are a released
@@ -62,12 +64,13 @@ void check_transformer_file_fits(const models::Flux2Config& file_config, const f
   const fs::path folder_config = model_root / "transformer" / "config.json";
   if (!fs::exists(folder_config)) return;  // nothing to compare with; the load checks shapes
   const models::Flux2Config folder = models::flux2_config_from_json(folder_config.string());
-  FLUXRT_CHECK(file_config.context_dim == folder.context_dim && file_config.in_channels == folder.in_channels,
-               ErrorCode::Unsupported,
-               "klein pipeline: transformer file {} (text width {}, {} latent channels) does not fit the components "
-               "of {} (made for text width {}, {} latent channels): use components of the same variant",
-               file.string(), file_config.context_dim, file_config.in_channels, model_root.string(),
-               folder.context_dim, folder.in_channels);
+  FLUXRT_CHECK(
+      file_config.context_dim == folder.context_dim && file_config.in_channels == folder.in_channels,
+      ErrorCode::Unsupported,
+      "klein pipeline: transformer file {} (text width {}, {} latent channels) does not fit the components "
+      "of {} (made for text width {}, {} latent channels): use components of the same variant",
+      file.string(), file_config.context_dim, file_config.in_channels, model_root.string(),
+      folder.context_dim, folder.in_channels);
 }
 
 // --text-encoder FILE: a Qwen3 whose three stacked hidden states are the transformer's text width.
@@ -125,7 +128,8 @@ void Flux2KleinPipeline::Impl::set_tiny_configs(Impl& m) {
 Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& model_root,
                                                                const PipelineOptions& options) {
   const std::string where = model_root.string();
-  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "klein pipeline: model folder {} does not exist", where);
+  FLUXRT_CHECK(fs::exists(model_root), ErrorCode::NotFound, "klein pipeline: model folder {} does not exist",
+               where);
   FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
                "klein pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
   const io::ResolvedModel model = io::resolve_model(where);
@@ -137,8 +141,8 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   for (const char* component : {"transformer", "text_encoder", "tokenizer", "vae", "scheduler"}) {
     if (!transformer_file.empty() && std::string(component) == "transformer") continue;
     if (!text_encoder_file.empty() && std::string(component) == "text_encoder") continue;
-    FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound, "klein pipeline: {} has no {}/ folder",
-                 where, component);
+    FLUXRT_CHECK(fs::is_directory(model_root / component), ErrorCode::NotFound,
+                 "klein pipeline: {} has no {}/ folder", where, component);
   }
   require_tokenizer(model_root / "tokenizer", "klein pipeline");
 
@@ -149,8 +153,8 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   m.scheduler = load_flow_match_scheduler_config(model_root);
   m.scheduler.validate();
   if (!transformer_file.empty()) {
-    FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound, "klein pipeline: transformer file {} not found",
-                 transformer_file.string());
+    FLUXRT_CHECK(fs::is_regular_file(transformer_file), ErrorCode::NotFound,
+                 "klein pipeline: transformer file {} not found", transformer_file.string());
     const VariantInfo info = detect_variant(io::resolve_model(transformer_file.string()), &model);
     FLUXRT_CHECK(flux2_klein_kind().takes_transformer(info), ErrorCode::Unsupported,
                  "klein pipeline: {} is not a FLUX.2 klein transformer ({})", transformer_file.string(),
@@ -161,11 +165,13 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
     // The components folder's model_index.json says distilled or base; a file name (BFL names the
     // base files "...-base-...") is taken only where it says nothing, and a disagreement is a note
     // the run shows, never a silent choice.
-    if (info.distilled && info.distilled_from == "file name") set_variant_defaults(m.defaults, *info.distilled);
+    if (info.distilled && info.distilled_from == "file name")
+      set_variant_defaults(m.defaults, *info.distilled);
     m.defaults.notes = info.notes;
     for (const std::string& note : info.notes) FLUXRT_LOG_WARN("{}", note);
   } else if (fs::exists(model_root / "transformer" / "config.json")) {
-    m.transformer_config = models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
+    m.transformer_config =
+        models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
   }
   if (!text_encoder_file.empty()) check_text_encoder_file_fits(text_encoder_file, m.transformer_config);
   if (fs::exists(model_root / "vae" / "config.json"))
@@ -179,7 +185,8 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
 
 Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_variant(const std::string& variant,
                                                                 const fs::path& tokenizer_dir,
-                                                                const PipelineOptions& options, uint64_t seed) {
+                                                                const PipelineOptions& options,
+                                                                uint64_t seed) {
   Impl m;
   if (variant == kKleinTinySyntheticVariant) {
     set_tiny_configs(m);
@@ -224,8 +231,9 @@ std::unique_ptr<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::make_embe
   o.device = options.device;
   o.synthetic_weights = options.synthetic_weights;
   if (!synthetic_variant.empty()) {
-    return std::make_unique<models::KleinPromptEmbedder>(models::Qwen3Encoder::synthetic(text_config, o, synthetic_seed + 1),
-                                                         tokenizers::BpeTokenizer::from_directory(tokenizer_dir));
+    return std::make_unique<models::KleinPromptEmbedder>(
+        models::Qwen3Encoder::synthetic(text_config, o, synthetic_seed + 1),
+        tokenizers::BpeTokenizer::from_directory(tokenizer_dir));
   }
   return models::KleinPromptEmbedder::load(root, o, options.text_encoder_file);
 }

@@ -11,7 +11,7 @@
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
 #include "models/flux/flux_lora_names.h"
-#include "pipelines/flux2_klein_pipeline.h"
+#include "pipelines/klein/flux2_klein_pipeline.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -156,7 +156,6 @@ void name_variant(VariantInfo& v) {
 
 PipelineKind make_flux2_klein_kind() {
   PipelineKind k;
-  k.family = PipelineFamily::Flux2Klein;
   k.name = "FLUX.2 klein";
   k.pipeline_class = "Flux2KleinPipeline";
   k.weight_components = {"transformer", "text_encoder", "vae"};

@@ -1,7 +1,7 @@
 // Flux1Pipeline: diffusers 0.42.1 FluxPipeline.__call__ / FluxImg2ImgPipeline.__call__ step for
 // step (the comments name the upstream step each block mirrors). Component loading lives in
 // flux1_components.cpp.
-#include "pipelines/flux1_pipeline.h"
+#include "pipelines/flux1/flux1_pipeline.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +17,7 @@
 #include "ops/elementwise.h"
 #include "pipelines/batch.h"
 #include "pipelines/denoise.h"
-#include "pipelines/flux1_components.h"
+#include "pipelines/flux1/flux1_components.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/spans.h"
 #include "pipelines/step_graph.h"
@@ -33,7 +33,8 @@ constexpr const char* kWho = "flux.1 pipeline";
 StepGraph::Fn flux1_step(const models::Flux1Transformer& transformer) {
   return [&transformer](const std::vector<Tensor>& request, const std::vector<Tensor>& step) {
     const models::Flux1Transformer::Rope rope{request[5], request[6]};
-    std::vector<Tensor> v{transformer.forward_on_device(step[0], request[0], request[1], step[1], request[4], rope)};
+    std::vector<Tensor> v{
+        transformer.forward_on_device(step[0], request[0], request[1], step[1], request[4], rope)};
     if (request[2].defined())
       v.push_back(transformer.forward_on_device(step[0], request[2], request[3], step[1], request[4], rope));
     return v;
@@ -43,9 +44,12 @@ StepGraph::Fn flux1_step(const models::Flux1Transformer& transformer) {
 // One float rounded to a floating dtype, the way a torch op of that dtype stores its result.
 float round_to(float v, DType dtype) {
   switch (dtype) {
-    case DType::BF16: return bf16_to_f32(f32_to_bf16(v));
-    case DType::F16: return f16_to_f32(f32_to_f16(v));
-    default: return v;
+    case DType::BF16:
+      return bf16_to_f32(f32_to_bf16(v));
+    case DType::F16:
+      return f16_to_f32(f32_to_f16(v));
+    default:
+      return v;
   }
 }
 
@@ -81,10 +85,11 @@ Tensor flux1_pack_latents(const Tensor& latents) {
 }
 
 Tensor flux1_unpack_latents(const Tensor& tokens, int64_t h, int64_t w) {
-  FLUXRT_CHECK(h > 0 && w > 0 && h % 2 == 0 && w % 2 == 0 && tokens.dim() == 3 && tokens.size(1) == (h / 2) * (w / 2) &&
-                   tokens.size(2) % 4 == 0,
-               ErrorCode::InvalidArgument, "flux1_unpack_latents: expected [B, {}, 4C] for a {}x{} latent, got {}",
-               (h / 2) * (w / 2), h, w, tokens.defined() ? tokens.shape().str() : "undefined");
+  FLUXRT_CHECK(h > 0 && w > 0 && h % 2 == 0 && w % 2 == 0 && tokens.dim() == 3 &&
+                   tokens.size(1) == (h / 2) * (w / 2) && tokens.size(2) % 4 == 0,
+               ErrorCode::InvalidArgument,
+               "flux1_unpack_latents: expected [B, {}, 4C] for a {}x{} latent, got {}", (h / 2) * (w / 2), h,
+               w, tokens.defined() ? tokens.shape().str() : "undefined");
   const int64_t b = tokens.size(0), c = tokens.size(2) / 4;
   return tokens.contiguous()
       .view({b, h / 2, w / 2, c, 2, 2})
@@ -132,9 +137,10 @@ int flux1_img2img_start_index(int num_steps, float strength) {
 }
 
 Tensor flux1_scale_noise(const Tensor& sample, const Tensor& noise, float sigma) {
-  FLUXRT_CHECK(sample.defined() && noise.defined() && sample.shape() == noise.shape(), ErrorCode::InvalidArgument,
-               "scale_noise: sample {} and noise {} must have the same shape",
-               sample.defined() ? sample.shape().str() : "undefined", noise.defined() ? noise.shape().str() : "undefined");
+  FLUXRT_CHECK(sample.defined() && noise.defined() && sample.shape() == noise.shape(),
+               ErrorCode::InvalidArgument, "scale_noise: sample {} and noise {} must have the same shape",
+               sample.defined() ? sample.shape().str() : "undefined",
+               noise.defined() ? noise.shape().str() : "undefined");
   const DType dt = sample.dtype();
   check_elementwise_dtype(dt, "scale_noise");
   // scheduler.sigmas.to(sample.dtype): sigma and 1 - sigma are tensors of that dtype.
@@ -152,15 +158,16 @@ Tensor flux1_scale_noise(const Tensor& sample, const Tensor& noise, float sigma)
 }
 
 Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) {
-  FLUXRT_CHECK(moments.defined() && moments.dim() == 4 && moments.size(1) % 2 == 0, ErrorCode::InvalidArgument,
-               "posterior sample: moments must be [B, 2C, h, w], got {}",
+  FLUXRT_CHECK(moments.defined() && moments.dim() == 4 && moments.size(1) % 2 == 0,
+               ErrorCode::InvalidArgument, "posterior sample: moments must be [B, 2C, h, w], got {}",
                moments.defined() ? moments.shape().str() : "undefined");
   const DType dt = moments.dtype();
   check_elementwise_dtype(dt, "posterior sample");
   const int64_t b = moments.size(0), c = moments.size(1) / 2, hw = moments.size(2) * moments.size(3);
   const Tensor m = models::to_device(moments, Device::cpu()).to(DType::F32).contiguous();  // on the host
   // randn_tensor(mean.shape, generator, dtype=parameters.dtype)
-  const Tensor eps = randn_tensor({b, c, moments.size(2), moments.size(3)}, dt, generator).to(DType::F32).contiguous();
+  const Tensor eps =
+      randn_tensor({b, c, moments.size(2), moments.size(3)}, dt, generator).to(DType::F32).contiguous();
   Tensor out = Tensor::empty({b, c, moments.size(2), moments.size(3)}, DType::F32);
   const float* mp = m.data<float>();
   const float* ep = eps.data<float>();
@@ -186,8 +193,9 @@ Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height
                      ErrorCode::InvalidArgument, "init_image",
                      "init image: need a non-empty RGB 8-bit image, got {}x{} with {} channels", image.width,
                      image.height, image.channels);
-  const io::Image sized =
-      (image.width == width && image.height == height) ? image : resize_lanczos_like_pil(image, width, height);
+  const io::Image sized = (image.width == width && image.height == height)
+                              ? image
+                              : resize_lanczos_like_pil(image, width, height);
   Tensor out = Tensor::empty({1, 3, height, width}, DType::F32);
   float* p = out.data<float>();
   const int64_t plane = static_cast<int64_t>(width) * height;
@@ -202,7 +210,8 @@ Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height
 // ------------------------------------------------------------------------------------------------
 // Size checks
 
-void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor, const MemoryCheck& memory) {
+void Flux1Pipeline::validate_size(int width, int height, int batch, int vae_scale_factor,
+                                  const MemoryCheck& memory) {
   check_image_size(width, height, batch, vae_scale_factor);
   const int multiple = 2 * vae_scale_factor;  // pixels per packed token side
   const models::Flux1Config c = models::flux1_preset("flux.1-dev");
@@ -232,7 +241,8 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
                                                         const std::filesystem::path& clip_tokenizer_dir,
                                                         const std::filesystem::path& t5_tokenizer_dir,
                                                         const PipelineOptions& options, uint64_t seed) {
-  auto impl = std::make_unique<Impl>(Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
+  auto impl = std::make_unique<Impl>(
+      Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
   if (!options.low_memory) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
@@ -336,7 +346,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   const Shape noise_shape =
       flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4, vae_scale);
   if (call.initial_latents) {
-    FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument, "generate: initial_latents and init_image are exclusive");
+    FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument,
+                 "generate: initial_latents and init_image are exclusive");
     FLUXRT_CHECK(call.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
                  "generate: initial_latents has shape {}, expected {}", call.initial_latents->shape().str(),
                  noise_shape.str());
@@ -409,8 +420,9 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   if (img2img) {
     auto vae = m.vae_lease(/*with_encoder=*/true);
     ScopedTimer span(prof, kSpanReferenceEncode);
-    const Tensor moments = vae->core().encode_moments(init_pixels.to(dtype), "img2img encode");  // [1, 32, h, w]
-    image_latents = vae->scale_latents(flux1_sample_posterior(moments, generator));              // [1, 16, h, w]
+    const Tensor moments =
+        vae->core().encode_moments(init_pixels.to(dtype), "img2img encode");         // [1, 32, h, w]
+    image_latents = vae->scale_latents(flux1_sample_posterior(moments, generator));  // [1, 16, h, w]
     Shape shape = image_latents.shape();
     shape[0] = batch;
     image_latents = image_latents.expand(shape).contiguous();  // [B, 16, h, w]
@@ -460,8 +472,13 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
       };
       const models::Flux1Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
-          on_device(prompt_embeds),   on_device(pooled), on_device(negative_embeds), on_device(negative_pooled),
-          guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(), rope.cos, rope.sin};
+          on_device(prompt_embeds),
+          on_device(pooled),
+          on_device(negative_embeds),
+          on_device(negative_pooled),
+          guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(),
+          rope.cos,
+          rope.sin};
       loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
                                    {latents.shape(), Shape{batch, transformer->config().timestep_channels}},
                                    flux1_step(*transformer));
