@@ -189,9 +189,10 @@ class Engine {
   Engine& operator=(Engine&&) noexcept;
 
   // Generates the request's images. Thread-safe: calls from several threads run one at a time
-  // (a mutex, which promises no order; running them as one batch is the server's next step),
-  // each with its own callbacks and result. The cancel token is checked before the text encoding,
-  // between denoising steps and before the VAE decode: a cancelled call throws Error(Cancelled).
+  // (a mutex, which promises no order; a Scheduler (fluxrt/scheduler.h) in front of the engine
+  // runs concurrent requests as batches instead), each with its own callbacks and result. The
+  // cancel token is checked before the text encoding, between denoising steps and before the VAE
+  // decode: a cancelled call throws Error(Cancelled).
   GenerateResult generate(const GenerateRequest& request, const Callbacks& callbacks = {});
 
   // Several requests as one batch: one text encoding and one denoising loop for all their
