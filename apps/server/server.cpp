@@ -20,6 +20,7 @@
 #include <regex>
 #include <thread>
 
+#include "fluxrt/request_fields.h"
 #include "output.h"
 #include "routes.h"
 
@@ -74,6 +75,28 @@ std::string endpoint_of(const std::string& path) {
   for (const Route& r : kRoutes)
     if (std::regex_match(path, std::regex(r.pattern))) return r.pattern;
   return "other";
+}
+
+// What a request may ask of this server, as /v1/models lists it: the model's bounds with the
+// server's own (--max-size, --max-images) where those are tighter, so a client can check before
+// it sends.
+nlohmann::json limits_object(const ApiLimits& l) {
+  const RequestLimits& m = l.model;
+  // The field table's rows this model takes, by their JSON names (FLUX.1 has two more).
+  nlohmann::json taken = nlohmann::json::array();
+  for (const RequestField& f : request_fields())
+    if (request_field_taken(f, m)) taken.push_back(f.api);
+  return {{"max_steps", m.max_steps},
+          {"max_guidance", m.max_guidance},
+          {"max_sequence_length", m.max_sequence_length},
+          {"size_multiple", m.size_multiple},
+          {"max_width", std::min(l.max_width, m.max_side)},
+          {"max_height", std::min(l.max_height, m.max_side)},
+          {"max_n", std::min(l.max_images, m.max_images_per_prompt)},
+          {"max_prompt_chars", m.max_prompt_chars},
+          {"max_reference_images", m.max_reference_images},
+          {"init_image", m.init_image},
+          {"fields", taken}};
 }
 
 }  // namespace
@@ -217,7 +240,8 @@ void ImageServer::Impl::load() {
                             {"family", info.family},
                             {"variant", info.variant},
                             {"description", info.description},
-                            {"dtype", dtype}};
+                            {"dtype", dtype},
+                            {"limits", limits_object(l)}};
 
     SchedulerOptions s;
     s.max_queue = server_.options.max_queue;

@@ -60,6 +60,10 @@ bool set_request_field(GenerateRequest& request, const RequestField& field, cons
 // "0 to 100", "(0, 1]", "multiples of 16 up to 16384", "" for text.
 std::string request_field_bounds(const RequestField& field, const RequestLimits& limits);
 
+// Whether a model with these limits takes the field at all (true_cfg: FLUX.1; strength: models
+// with img2img); a field it does not take is refused when set (Engine::plan), never dropped.
+bool request_field_taken(const RequestField& field, const RequestLimits& limits);
+
 // The field's value in `request` as text ("" when unset), as a preset or a flag would give it.
 std::string request_field_text(const GenerateRequest& request, const RequestField& field);
 

@@ -244,6 +244,13 @@ std::string request_field_bounds(const RequestField& f, const RequestLimits& l) 
   return "";
 }
 
+bool request_field_taken(const RequestField& f, const RequestLimits& l) {
+  const std::string_view key = f.key;
+  if (key == "true_cfg") return l.true_cfg;
+  if (key == "strength") return l.init_image;
+  return true;
+}
+
 std::string request_field_text(const GenerateRequest& r, const RequestField& f) {
   const std::string_view key = f.key;
   auto opt = [](const auto& o) { return o ? fmt::format("{}", *o) : std::string(); };

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fluxrt/engine.h"
+#include "fluxrt/request_fields.h"
 #include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/klein/flux2_klein_pipeline.h"
 #include "runtime/model_info.h"
@@ -359,6 +361,41 @@ TEST(Engine, MetadataRecordsWhatRan) {
                                        {"dtype", "bf16"},
                                        {"fluxrt_version", fluxrt::version()}};
   EXPECT_EQ(text, expected);
+}
+
+// The limits say which of the field table's rows a model takes (the server lists them under
+// /v1/models); the plan takes exactly those and refuses the others, naming the field.
+TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
+  const std::map<std::string, std::string> valid = {{"negative_prompt", "blurry"},
+                                                    {"size", "64x64"},
+                                                    {"steps", "2"},
+                                                    {"guidance", "1"},
+                                                    {"true_cfg", "2"},
+                                                    {"strength", "0.5"},
+                                                    {"seed", "1"},
+                                                    {"batch", "1"},
+                                                    {"max_sequence_length", "64"}};
+  fluxrt::EngineOptions options;
+  options.low_memory = true;  // planning loads nothing
+  for (const fs::path& model : {kKlein, kSchnell}) {
+    fluxrt::Engine engine(model.string(), options);
+    const fluxrt::RequestLimits limits = engine.limits();
+    int not_taken = 0;
+    for (const fluxrt::RequestField& f : fluxrt::request_fields()) {
+      SCOPED_TRACE(model.filename().string() + " " + f.key);
+      fluxrt::GenerateRequest r = small_request();
+      ASSERT_TRUE(valid.count(f.key)) << "a valid value for the new field";
+      fluxrt::set_request_field(r, f, valid.at(f.key), limits, f.key);
+      if (std::string_view(f.key) == "strength" && limits.init_image) r.init_image = gradient(64, 64);
+      if (fluxrt::request_field_taken(f, limits)) {
+        EXPECT_NO_THROW(engine.plan(r));
+      } else {
+        ++not_taken;
+        EXPECT_EQ(field_of([&] { engine.plan(r); }), f.key);
+      }
+    }
+    EXPECT_EQ(not_taken, model == kKlein ? 2 : 0);  // klein: no true CFG, no img2img
+  }
 }
 
 TEST(Engine, DefaultsPlanInfoAndVersion) {

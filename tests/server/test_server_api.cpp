@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,16 @@ TEST_F(ServerApi, HealthAndModels) {
     EXPECT_TRUE(j["data"][0].contains(key)) << key;
   EXPECT_EQ(j["data"][0]["id"], "demo");
   EXPECT_EQ(j["data"][0]["object"], "model");
+  // The bounds a request is checked against: the demo model's, tightened by the server's options.
+  const json& limits = j["data"][0]["limits"];
+  EXPECT_EQ(limits["max_steps"], 1000);
+  EXPECT_EQ(limits["size_multiple"], 8);
+  EXPECT_EQ(limits["max_n"], 4);                 // ServerOptions::max_images, below the model's 256
+  EXPECT_EQ(limits["max_width"], 256);           // the fixture's --max-size
+  EXPECT_EQ(limits["max_reference_images"], 4);  // a klein model: BFL's four
+  const std::vector<std::string> fields = limits["fields"];
+  EXPECT_NE(std::find(fields.begin(), fields.end(), "num_inference_steps"), fields.end());
+  EXPECT_EQ(std::find(fields.begin(), fields.end(), "true_cfg_scale"), fields.end());  // FLUX.1's
   EXPECT_EQ(json_of(client_->Get("/v1/models/demo"))["id"], "demo");
   EXPECT_EQ(client_->Get("/v1/models/other")->status, 404);
 }
