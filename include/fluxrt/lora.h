@@ -9,12 +9,12 @@ namespace fluxrt {
 
 struct LoraInfo {
   std::string path;
-  std::string format;         // the key scheme(s): "diffusers/PEFT", "kohya", "BFL/ComfyUI", "XLabs", ...
-  std::string family;         // "FLUX.1", "FLUX.2", or "FLUX.1 or FLUX.2 (only shared layers)"
+  std::string format;  // the key scheme(s): "diffusers/PEFT", "kohya", "BFL/ComfyUI", "XLabs", ...
+  std::string family;  // "FLUX.1", "FLUX.2", or "FLUX.1 or FLUX.2 (only shared layers)"
   // The models it can be applied to, by their ModelInfo::family ("flux.1", "flux.2"), sorted.
   std::vector<std::string> model_families;
-  std::vector<int> ranks;     // the distinct ranks, ascending
-  std::vector<float> alphas;  // the distinct alphas given (tensor or metadata), ascending; empty: none
+  std::vector<int> ranks;            // the distinct ranks, ascending
+  std::vector<float> alphas;         // the distinct alphas given (tensor or metadata), ascending; empty: none
   std::vector<std::string> modules;  // the adapted layers (normalised names), sorted
   std::string sha256;                // of the whole file, 64 hex digits
 };
