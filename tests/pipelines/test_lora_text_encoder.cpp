@@ -95,8 +95,9 @@ TEST_P(TextEncoderLora, T5PartsMergedAndPerRequest) {
   const DType dt = GetParam();
   const io::Image merged = load_flux1(dt, {spec("kohya_t5")})->generate(lora_request()).images.at(0);
   expect_lora_image_matches(merged, reference("kohya_t5", dt), dt, "kohya T5 LoRA merged");
-  if (dt == DType::F32)  // the T5 part moves the f32 image beyond the tolerance: it was applied
+  if (dt == DType::F32) {  // the T5 part moves the f32 image beyond the tolerance: it was applied
     EXPECT_GT(test::compare_images(io::to_rgb(merged), base_image(dt)).max_abs, 2);
+  }
   const auto pipe = load_flux1(dt);
   const GenerateResult base = pipe->generate(lora_request());
   expect_lora_image_matches(pipe->generate(lora_request({spec("kohya_t5", 0.5f)})).images.at(0),
