@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "io/json_file.h"
 #include "pipelines/pipeline.h"
 
 namespace fluxrt::pipelines {
@@ -104,6 +105,27 @@ VariantInfo detect_variant(const io::ResolvedModel& model, const io::ResolvedMod
                     model.path, distilled_word(*file_name_says), components->path,
                     *v.distilled ? "true" : "false", distilled_word(*v.distilled)));
   return v;
+}
+
+void take_flux_checkpoint_shape(const models::FluxCheckpointShape& s, VariantInfo& v) {
+  v.layout = s.bfl_names ? "bfl" : "diffusers";
+  v.key_prefix = s.key_prefix;
+  v.shape = {s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,
+             s.single_blocks, s.in_channels, s.context_dim, s.guidance_embed};
+}
+
+TransformerShape read_flux_transformer_config(const fs::path& config_json, const TransformerShape& defaults) {
+  const nlohmann::json cfg = io::read_json_object(config_json);
+  TransformerShape s;
+  s.head_dim = io::json_int(cfg, "attention_head_dim", defaults.head_dim);
+  s.num_heads = io::json_int(cfg, "num_attention_heads", defaults.num_heads);
+  s.hidden_size = s.head_dim * s.num_heads;
+  s.double_blocks = io::json_int(cfg, "num_layers", defaults.double_blocks);
+  s.single_blocks = io::json_int(cfg, "num_single_layers", defaults.single_blocks);
+  s.in_channels = io::json_int(cfg, "in_channels", defaults.in_channels);
+  s.context_dim = io::json_int(cfg, "joint_attention_dim", defaults.context_dim);
+  s.guidance_embed = io::json_bool(cfg, "guidance_embeds", defaults.guidance_embed);
+  return s;
 }
 
 }  // namespace fluxrt::pipelines

@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "io/model_discovery.h"
+#include "models/flux/flux_checkpoint_shape.h"
 
 namespace fluxrt::pipelines {
 
@@ -64,6 +65,14 @@ struct TransformerDetection {
   // `distilled` where the variant has no such choice.
   void (*name_variant)(VariantInfo& v) = nullptr;
 };
+
+// What the FLUX kinds' detections share. The layout, key prefix and shape of a checkpoint whose
+// header read_flux_checkpoint_shape recognised:
+void take_flux_checkpoint_shape(const models::FluxCheckpointShape& shape, VariantInfo& v);
+// A diffusers FluxTransformer2DModel or Flux2Transformer2DModel config.json (the two classes name
+// their sizes alike), with the class's own defaults for the keys it leaves out.
+TransformerShape read_flux_transformer_config(const std::filesystem::path& config_json,
+                                              const TransformerShape& defaults);
 
 // Detects the variant of a resolved model: from transformer/config.json when there is one (with
 // the tensor layout read from the weights' headers), else from the tensor names and shapes.

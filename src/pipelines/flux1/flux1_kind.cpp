@@ -5,7 +5,6 @@
 #include <memory>
 
 #include "core/error.h"
-#include "io/json_file.h"
 #include "models/flux/flux1_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
 #include "models/flux/flux_lora_names.h"
@@ -34,26 +33,19 @@ constexpr KnownShape kKnownShapes[] = {
 bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
   const std::optional<models::FluxCheckpointShape> s = models::read_flux_checkpoint_shape(shapes);
   if (!s || s->shared_modulation || !s->pooled_text_embedder) return false;
-  v.layout = s->bfl_names ? "bfl" : "diffusers";
-  v.key_prefix = s->key_prefix;
-  v.shape = {s->hidden_size,   s->head_dim,    s->num_heads,   s->double_blocks,
-             s->single_blocks, s->in_channels, s->context_dim, s->guidance_embed};
+  take_flux_checkpoint_shape(*s, v);
   return true;
 }
 
 // FluxTransformer2DModel's defaults are FLUX.1's sizes, without the guidance embedding.
 TransformerShape read_config(const fs::path& config_json) {
-  const nlohmann::json cfg = io::read_json_object(config_json);
-  TransformerShape s;
-  s.head_dim = io::json_int(cfg, "attention_head_dim", 128);
-  s.num_heads = io::json_int(cfg, "num_attention_heads", 24);
-  s.hidden_size = s.head_dim * s.num_heads;
-  s.double_blocks = io::json_int(cfg, "num_layers", 19);
-  s.single_blocks = io::json_int(cfg, "num_single_layers", 38);
-  s.in_channels = io::json_int(cfg, "in_channels", 64);
-  s.context_dim = io::json_int(cfg, "joint_attention_dim", 4096);
-  s.guidance_embed = io::json_bool(cfg, "guidance_embeds", false);
-  return s;
+  return read_flux_transformer_config(config_json, {.head_dim = 128,
+                                                    .num_heads = 24,
+                                                    .double_blocks = 19,
+                                                    .single_blocks = 38,
+                                                    .in_channels = 64,
+                                                    .context_dim = 4096,
+                                                    .guidance_embed = false});
 }
 
 // The CLIP (vocab.json + merges.txt) and T5 (spiece.model) tokenizers checked in with the tiny

@@ -7,7 +7,6 @@
 #include <memory>
 
 #include "core/error.h"
-#include "io/json_file.h"
 #include "models/flux/flux2_names.h"
 #include "models/flux/flux_checkpoint_shape.h"
 #include "models/flux/flux_lora_names.h"
@@ -36,26 +35,19 @@ constexpr const char* kFlux2Dev = "flux.2-dev";
 bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
   const std::optional<models::FluxCheckpointShape> s = models::read_flux_checkpoint_shape(shapes);
   if (!s || !s->shared_modulation) return false;
-  v.layout = s->bfl_names ? "bfl" : "diffusers";
-  v.key_prefix = s->key_prefix;
-  v.shape = {s->hidden_size,   s->head_dim,    s->num_heads,   s->double_blocks,
-             s->single_blocks, s->in_channels, s->context_dim, s->guidance_embed};
+  take_flux_checkpoint_shape(*s, v);
   return true;
 }
 
 // Flux2Transformer2DModel's defaults are FLUX.2 dev's sizes.
 TransformerShape read_config(const fs::path& config_json) {
-  const nlohmann::json cfg = io::read_json_object(config_json);
-  TransformerShape s;
-  s.head_dim = io::json_int(cfg, "attention_head_dim", 128);
-  s.num_heads = io::json_int(cfg, "num_attention_heads", 48);
-  s.hidden_size = s.head_dim * s.num_heads;
-  s.double_blocks = io::json_int(cfg, "num_layers", 8);
-  s.single_blocks = io::json_int(cfg, "num_single_layers", 48);
-  s.in_channels = io::json_int(cfg, "in_channels", 128);
-  s.context_dim = io::json_int(cfg, "joint_attention_dim", 15360);
-  s.guidance_embed = io::json_bool(cfg, "guidance_embeds", true);
-  return s;
+  return read_flux_transformer_config(config_json, {.head_dim = 128,
+                                                    .num_heads = 48,
+                                                    .double_blocks = 8,
+                                                    .single_blocks = 48,
+                                                    .in_channels = 128,
+                                                    .context_dim = 15360,
+                                                    .guidance_embed = true});
 }
 
 // BFL names the base checkpoints "...klein-base-..."; a file renamed away from "klein" tells nothing.
