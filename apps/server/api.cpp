@@ -181,6 +181,38 @@ size_t utf8_length(const std::string& text) {
   return size_t(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
 }
 
+std::string escape_for_message(const std::string& text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (out.size() >= max_bytes) return out + "...";
+    const auto c = static_cast<unsigned char>(text[i]);
+    const size_t length = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    if (length > 1 && valid_utf8(text.substr(i, length))) {  // a whole character passes
+      out.append(text, i, length);
+      i += length;
+      continue;
+    }
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c >= 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+    ++i;
+  }
+  return out;
+}
+
 namespace {
 
 std::string checked_text(const Fields& f, const std::string& name, const ApiLimits& limits) {
@@ -245,8 +277,8 @@ std::vector<LoraChoice> parse_loras(const Fields& f, const ApiLimits& limits) {
     } else if (item.is_object()) {
       for (const auto& kv : item.items())
         if (kv.key() != "name" && kv.key() != "strength")
-          throw Fields::bad(
-              "loras", "entries take \"name\" and \"strength\" (got \"" + kv.key().substr(0, 40) + "\")");
+          throw Fields::bad("loras", "entries take \"name\" and \"strength\" (got \"" +
+                                         escape_for_message(kv.key(), 40) + "\")");
       if (!item.contains("name") || !item["name"].is_string()) throw Fields::bad("loras", shape);
       c.name = item["name"].get<std::string>();
       if (item.contains("strength")) {
@@ -281,8 +313,9 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
   if (auto model = f.string("model")) {
     const auto& ids = limits.model_ids;
     if (std::find(ids.begin(), ids.end(), *model) == ids.end())
-      throw HttpError(400, "unknown model '" + *model + "'; this server runs " + join(ids), "model",
-                      "model_not_found");
+      throw HttpError(
+          400, "unknown model '" + escape_for_message(*model, 100) + "'; this server runs " + join(ids),
+          "model", "model_not_found");
   }
   parse_request_fields(f, limits, r.request);
   if (auto format = f.string("response_format")) {
@@ -294,7 +327,8 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
     if (*format == "jpg") *format = "jpeg";
     const auto& known = limits.output_formats;
     if (std::find(known.begin(), known.end(), *format) == known.end())
-      throw Fields::bad("output_format", "must be one of " + join(known) + " (got \"" + *format + "\")");
+      throw Fields::bad("output_format", "must be one of " + join(known) + " (got \"" +
+                                             escape_for_message(*format, 40) + "\")");
     r.output_format = *format;
   }
   r.output_compression = int(f.integer("output_compression", 0, 100).value_or(100));
@@ -309,8 +343,10 @@ Image decode_upload(const Part& part, const ApiLimits& limits) {
   const std::string field = part.name;
   const std::optional<ImageHeader> header = probe_image(part.content);
   if (!header)
-    throw HttpError(400, "'" + field + "' (" + part.filename + ") is not a PNG, JPEG or WebP image", field,
-                    "invalid_image");
+    throw HttpError(
+        400,
+        "'" + field + "' (" + escape_for_message(part.filename, 100) + ") is not a PNG, JPEG or WebP image",
+        field, "invalid_image");
   if (header->width == 0 || header->height == 0)
     throw HttpError(400, "'" + field + "' declares an empty image", field, "invalid_image");
   const uint64_t pixels = uint64_t(header->width) * header->height;

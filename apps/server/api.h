@@ -67,5 +67,9 @@ ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits)
 bool valid_utf8(const std::string& text);
 // Code points in well-formed UTF-8 text.
 size_t utf8_length(const std::string& text);
+// A value the client sent, made fit to quote in a message (one line of UTF-8): control bytes,
+// backslashes, quotes and bytes that are no UTF-8 escaped (\n, \\, \", \xff), cut after
+// `max_bytes` with "...".
+std::string escape_for_message(const std::string& text, size_t max_bytes = 200);
 
 }  // namespace fluxrt::server

@@ -120,7 +120,7 @@ std::vector<Lora> LoraDirectory::resolve(const std::vector<LoraChoice>& choices)
     if (name.ends_with(kExtension)) name.resize(name.size() - std::string(kExtension).size());
     names.push_back(name);
     if (!valid_lora_name(name))
-      throw bad_lora("'loras': \"" + c.name.substr(0, 64) +
+      throw bad_lora("'loras': \"" + escape_for_message(c.name, 64) +
                          "\" is not a LoRA name (a file name in the server's LoRA folder, without a path)",
                      "invalid_lora");
     if (!seen.insert(name).second)

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <system_error>
 
 #include "core/error.h"
 #include "fluxrt/request_fields.h"
+#include "io/utf8.h"
 #include "runtime/model_resolution.h"
 
 namespace fluxrt::frontend {
@@ -21,13 +23,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "file:line: key: message" -- one line, so the CLI can print it as is.
+// "file:line: key: message" -- one line, so the CLI can print it as is. The key (an unknown one
+// is the file's text) and the values in `message` (shown()) are escaped for that.
 [[noreturn]] void bad_key(const std::string& source, const YAML::Node& node, const std::string& key,
                           const std::string& message) {
   const YAML::Mark mark = node.Mark();
   const std::string where = mark.is_null() ? source : fmt::format("{}:{}", source, mark.line + 1);
-  fail(ErrorCode::InvalidArgument, "{}: '{}' {}", where, key, message);
+  fail(ErrorCode::InvalidArgument, "{}: '{}' {}", where, io::escape_for_message(key, 60), message);
 }
+
+// A value of the file in a message: a YAML scalar may span lines (`|`) or hold any bytes.
+std::string shown(const std::string& text) { return io::escape_for_message(text, 60); }
 
 std::string scalar(const std::string& source, const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar()) bad_key(source, node, key, "must be a single value, not a list or a map");
@@ -40,7 +46,7 @@ Int integer(const std::string& source, const YAML::Node& node, const std::string
   Int value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size())
-    bad_key(source, node, key, fmt::format("must be an integer, got '{}'", text));
+    bad_key(source, node, key, fmt::format("must be an integer, got '{}'", shown(text)));
   if (value < lo || value > hi)
     bad_key(source, node, key, fmt::format("must be in [{}, {}], got {}", lo, hi, value));
   return value;
@@ -50,7 +56,7 @@ bool boolean(const std::string& source, const YAML::Node& node, const std::strin
   const std::string text = scalar(source, node, key);
   if (text == "true" || text == "yes" || text == "on") return true;
   if (text == "false" || text == "no" || text == "off") return false;
-  bad_key(source, node, key, fmt::format("must be true or false, got '{}'", text));
+  bad_key(source, node, key, fmt::format("must be true or false, got '{}'", shown(text)));
 }
 
 std::string one_of(const std::string& source, const YAML::Node& node, const std::string& key,
@@ -60,7 +66,7 @@ std::string one_of(const std::string& source, const YAML::Node& node, const std:
     if (text == a) return text;
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  bad_key(source, node, key, fmt::format("must be one of {}, got '{}'", list, text));
+  bad_key(source, node, key, fmt::format("must be one of {}, got '{}'", list, shown(text)));
 }
 
 std::string non_empty(const std::string& source, const YAML::Node& node, const std::string& key) {
@@ -91,8 +97,11 @@ Lora lora_entry(const std::string& source, const YAML::Node& entry) {
         const std::string text = scalar(source, field.second, "loras.strength");
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
-          bad_key(source, field.second, "loras.strength", fmt::format("must be a number, got '{}'", text));
+        // Finite as the float it is kept in: 1e300 would be an infinite strength.
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) ||
+            std::fabs(v) > std::numeric_limits<float>::max())
+          bad_key(source, field.second, "loras.strength",
+                  fmt::format("must be a number, got '{}'", shown(text)));
         l.strength = static_cast<float>(v);
       } else {
         bad_key(source, field.first, "loras." + name, "is not a LoRA field (known: path, strength)");
@@ -125,7 +134,8 @@ Preset parse_preset(const std::string& yaml_text, const std::string& source) {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     const std::string where = e.mark.is_null() ? source : fmt::format("{}:{}", source, e.mark.line + 1);
-    fail(ErrorCode::Format, "{}: invalid YAML: {}", where, e.msg);
+    // yaml-cpp quotes the offending character, which may be a lone byte or a line break.
+    fail(ErrorCode::Format, "{}: invalid YAML: {}", where, io::escape_for_message(e.msg));
   }
   Preset preset;
   preset.source = source;

@@ -60,7 +60,9 @@ std::string number_text(double v) { return fmt::format("{}", v); }
 }
 
 std::string shown(const FieldValue& v) {
-  if (const auto* s = std::get_if<std::string>(&v)) return "'" + s->substr(0, 40) + "'";
+  // Escaped: the value may hold line breaks or bytes that are no UTF-8, and messages are one line.
+  if (const auto* s = std::get_if<std::string>(&v))
+    return fmt::format("'{}'", io::escape_for_message(*s, 40));
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   return number_text(std::get<double>(v));
 }
@@ -126,7 +128,7 @@ void set_size(GenerateRequest& r, const RequestField& f, const FieldValue& v, co
       !side(std::string_view(*text).substr(x + 1), &h))
     bad(f, name,
         fmt::format("'{}' must be WIDTHxHEIGHT with positive integers, e.g. 1024x1024, or auto",
-                    text->substr(0, 40)));
+                    io::escape_for_message(*text, 40)));
   if (w > l.max_side || h > l.max_side)
     bad(f, name, fmt::format("{}x{}: sides must be at most {}", w, h, l.max_side));
   if (l.size_multiple > 1 && (w % l.size_multiple != 0 || h % l.size_multiple != 0))
@@ -212,7 +214,12 @@ bool set_request_field(GenerateRequest& r, const RequestField& f, const FieldVal
       const Bounds b = bounds_of(f, l);
       if (!value) bad(f, name, fmt::format("{} must be a number ({})", shown(v), request_field_bounds(f, l)));
       check_bounds(f, name, *value, b, "a number");
+      // The request holds a float: a strength below float's smallest would be 0, outside (0, 1].
       const float as_float = static_cast<float>(*value);
+      if (b.lo_open && !(as_float > b.lo))
+        bad(f, name,
+            fmt::format("{} must be a number in {} (it is 0 as a float)", number_text(*value),
+                        request_field_bounds(f, l)));
       if (key == "guidance")
         r.guidance = as_float;
       else if (key == "true_cfg")

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <system_error>
 
 #include "core/device.h"
@@ -110,13 +112,15 @@ Lora parse_lora_text(const std::string& text) {
     const std::string tail = text.substr(colon + 1);
     char* end = nullptr;
     const double v = std::strtod(tail.c_str(), &end);
-    if (!tail.empty() && end == tail.c_str() + tail.size() && std::isfinite(v)) {
+    // Finite as the float a Lora holds: "1e300" is no strength, so part of the file name.
+    if (!tail.empty() && end == tail.c_str() + tail.size() && std::isfinite(v) &&
+        std::fabs(v) <= std::numeric_limits<float>::max()) {
       l.path = text.substr(0, colon);
       l.strength = static_cast<float>(v);
     }
   }
   FLUXRT_CHECK(!l.path.empty(), ErrorCode::InvalidArgument, "--lora '{}': no file name (FILE[:STRENGTH])",
-               text);
+               io::escape_for_message(text, 100));
   return l;
 }
 

@@ -77,7 +77,7 @@ class Linear {
   /// branches are shared by the copies of this layer (the model's own included).
   void attach_low_rank(Linear down, Linear up);
   void detach_low_rank();
-  size_t low_rank_branches() const { return branches_ ? branches_->size() : 0; }
+  size_t low_rank_branches() const;
 
  private:
   struct LowRank;
@@ -95,5 +95,8 @@ class Linear {
 struct Linear::LowRank {
   Linear down, up;
 };
+
+// Defined once LowRank is complete: clang instantiates vector<LowRank>::size() where it is called.
+inline size_t Linear::low_rank_branches() const { return branches_ ? branches_->size() : 0; }
 
 }  // namespace fluxrt::nn

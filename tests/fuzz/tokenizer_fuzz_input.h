@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "fuzz_check.h"
 #include "tokenizers/text_stages.h"
 
 namespace fluxrt::fuzz {
@@ -70,33 +71,6 @@ inline TokenizerFuzzInput read_tokenizer_fuzz_input(const uint8_t* data, size_t 
   return input;
 }
 
-// Whether `text` is well-formed UTF-8 (RFC 3629), decided here rather than by the tokenizers'
-// own validator, so that a validator bug shows up as a refused valid input or an accepted bad one.
-inline bool is_valid_utf8(std::string_view text) {
-  // Per sequence length: the payload bits of the lead byte, and the smallest code point that needs
-  // that length (anything below is an overlong form).
-  static constexpr char32_t kLeadBits[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-  static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
-  for (size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const size_t length = lead < 0x80             ? 1
-                          : (lead & 0xE0) == 0xC0 ? 2
-                          : (lead & 0xF0) == 0xE0 ? 3
-                          : (lead & 0xF8) == 0xF0 ? 4
-                                                  : 0;
-    if (length == 0 || text.size() - i < length) return false;
-    char32_t cp = lead & kLeadBits[length];
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (next & 0x3F);
-    }
-    if (cp < kSmallest[length] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += length;
-  }
-  return true;
-}
-
 // NFC of valid UTF-8 by the tokenizers' own normaliser (fuzz_qwen_tokenizer checks it against
 // utf8proc_map on short texts; utf8proc_map takes quadratic time on long runs of marks).
 inline std::string nfc(std::string_view text) {
@@ -138,17 +112,6 @@ inline std::string without_white_space(std::string_view text) {
   }
   return out;
 }
-
-// Stops the run with a message naming the broken invariant; libFuzzer saves the input.
-[[noreturn]] inline void invariant_failed(const char* what) {
-  std::fprintf(stderr, "tokenizer fuzz: invariant broken: %s\n", what);
-  __builtin_trap();
-}
-
-#define FUZZ_CHECK(cond)                                  \
-  do {                                                    \
-    if (!(cond)) ::fluxrt::fuzz::invariant_failed(#cond); \
-  } while (0)
 
 // A refusal must be the documented one (InvalidArgument) and fit on one line, as messages go
 // into logs and HTTP error bodies; `expected` says whether this input may be refused at all.

@@ -325,6 +325,42 @@ TEST(ServerParse, AutoSizeIsThePresetsSizeAsWhenUnset) {
   EXPECT_FALSE(server::parse_generation(R"({"prompt": "x", "size": "auto"})", limits).request.width);
 }
 
+// Found by fuzz_generation_request and fuzz_edit_request: what a refusal quotes from the request
+// (a model, an output format, a LoRA entry's key, an upload's file name) is escaped, so that the
+// message is one line of UTF-8 for the log and the JSON error body.
+TEST(ServerParse, RefusalsQuoteTheRequestOnOneLine) {
+  server::ApiLimits limits;
+  limits.model_ids = {"demo"};
+  limits.loras = true;
+  auto message_of = [&](auto parse) {
+    try {
+      parse();
+    } catch (const server::HttpError& e) {
+      EXPECT_EQ(e.status(), 400);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted";
+    return std::string();
+  };
+  const std::string model =
+      message_of([&] { server::parse_generation(R"({"prompt": "x", "model": "a\nb"})", limits); });
+  EXPECT_NE(model.find("unknown model 'a\\nb'"), std::string::npos) << model;
+  const std::string format =
+      message_of([&] { server::parse_generation(R"({"prompt": "x", "output_format": "\u0001"})", limits); });
+  EXPECT_NE(format.find("(got \"\\x01\")"), std::string::npos) << format;
+  // A key of 39 ASCII bytes, "é", then more: cut near 40 bytes, never inside the character.
+  const std::string key = message_of([&] {
+    server::parse_generation(
+        R"({"prompt": "x", "loras": [{")" + std::string(39, 'k') + "\xc3\xa9tail\": 1}]}", limits);
+  });
+  EXPECT_NE(key.find(std::string(39, 'k') + "\xc3\xa9...\""), std::string::npos) << key;
+  const std::vector<server::Part> parts = {{"prompt", "", "", "x"}, {"image", "a\rb\xff.png", "", "GIF89a"}};
+  limits.model.max_reference_images = 1;
+  const std::string file = message_of([&] { server::parse_edit(parts, limits); });
+  EXPECT_NE(file.find("(a\\rb\\xff.png) is not a PNG"), std::string::npos) << file;
+  EXPECT_EQ(server::escape_for_message("\xe2\x82\xac\xe2\x82", 10), "\xe2\x82\xac\\xe2\\x82");
+}
+
 TEST(ServerOptionsTest, ApiKeyCorsAndBinding) {
   server::ServerOptions o = demo_options();
   o.api_key = "sekret-key";

@@ -326,3 +326,25 @@ TEST(PresetLoras, PresetListAndFlags) {
   EXPECT_EQ(fluxrt::parse_lora_text("odd:name.safetensors").path, "odd:name.safetensors");
   EXPECT_THROW(fluxrt::parse_lora_text(":0.5"), fluxrt::Error);
 }
+
+// Found by fuzz_preset and fuzz_lora_field: a strength past float's range is no strength (it was
+// stored as infinity), and what a message quotes from the file is one line.
+TEST(PresetLoras, StrengthsFitAFloatAndMessagesStayOneLine) {
+  EXPECT_THROW(parse_preset("loras:\n  - {path: a, strength: 1e300}\n", "p.yaml"), fluxrt::Error);
+  EXPECT_FLOAT_EQ((*parse_preset("loras:\n  - {path: a, strength: -3e38}\n", "p.yaml").loras)[0].strength,
+                  -3e38f);
+  const fluxrt::Lora huge = fluxrt::parse_lora_text("style.safetensors:1e300");
+  EXPECT_EQ(huge.path, "style.safetensors:1e300");  // as "name:inf": part of the file name
+  EXPECT_FLOAT_EQ(huge.strength, 1.0f);
+  for (const char* yaml : {"? |\n  two\n  lines\n: 1\n", "\xf0\xf0seed: 1\n", "dtype: |\n  bf\n  16\n",
+                           "low_memory: \"\\xff\"\n", "\"\\\xd7\": 1\n"}) {
+    std::string message;
+    try {
+      parse_preset(yaml, "p.yaml");
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message, "") << yaml;
+    EXPECT_EQ(message.find_first_of("\r\n\xf0\xd7"), std::string::npos) << message;
+  }
+}

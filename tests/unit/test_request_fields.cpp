@@ -144,6 +144,22 @@ TEST(RequestFields, BadValuesAreOneLineErrorsNamingTheField) {
   EXPECT_NE(error_of("negative_prompt", std::string("abcd"), short_text), "");
 }
 
+// Found by fuzz_request_fields: a value quoted in a message is escaped (line breaks, bytes that
+// are no UTF-8, a character cut at the 40-byte limit), and a strength that is 0 as a float is
+// refused rather than stored as 0, outside (0, 1].
+TEST(RequestFields, MessagesEscapeTheValueAndStrengthsStayPositiveAsFloats) {
+  const std::string multi_line = error_of("steps", std::string(" 4\n"));
+  EXPECT_NE(multi_line.find("' 4\\n' must be an integer"), std::string::npos) << multi_line;
+  const std::string bad_bytes = error_of("size", std::string("64\xff\r64"));
+  EXPECT_NE(bad_bytes.find("'64\\xff\\r64' must be WIDTHxHEIGHT"), std::string::npos) << bad_bytes;
+  // 39 ASCII bytes then "é": the cut at 40 bytes falls inside it.
+  const std::string cut = error_of("guidance", std::string(39, '1') + "\xc3\xa9");
+  EXPECT_EQ(cut.find('\xc3'), std::string::npos) << cut;
+  EXPECT_EQ(error_of("strength", 1e-50), "--x 1e-50 must be a number in (0, 1] (it is 0 as a float)");
+  EXPECT_NE(error_of("strength", std::string("1e-46")), "");
+  EXPECT_EQ(error_of("strength", 1e-45), "");  // the smallest float above 0
+}
+
 TEST(RequestFields, RandomSeedsAndAutoSize) {
   GenerateRequest r;
   const RequestLimits limits;
