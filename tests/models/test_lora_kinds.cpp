@@ -260,6 +260,45 @@ TEST(LoraAttachment, MergedCopyForLycorisBranchesForLora) {
   EXPECT_EQ(after.to_vector(), base.to_vector());
 }
 
+// The LyCORIS and DoRA suffixes go after the module name in every key scheme fluxrt reads, the
+// text encoders' included.
+TEST(LoraKinds, EveryKeySchemeNamesTheSameModule) {
+  const std::vector<std::pair<std::string, std::string>> stems = {
+      {"lora_unet_double_blocks_0_img_attn_qkv", "double_blocks.0.img_attn.qkv"},         // kohya
+      {"lycoris_double_blocks_0_img_attn_qkv", "double_blocks.0.img_attn.qkv"},           // LyCORIS
+      {"diffusion_model.double_blocks.0.img_attn.qkv", "double_blocks.0.img_attn.qkv"},   // BFL / ComfyUI
+      {"diffusion_model.double_blocks.0.img_attn_qkv", "double_blocks.0.img_attn.qkv"},   // musubi
+      {"base_model.model.double_blocks.0.img_attn.qkv", "double_blocks.0.img_attn.qkv"},  // fal
+      {"transformer.transformer_blocks.0.attn.to_q", "transformer_blocks.0.attn.to_q"},   // diffusers / PEFT
+      {"lora_unet_transformer_blocks_0_attn_to_q",
+       "transformer_blocks.0.attn.to_q"},  // kohya, diffusers names
+      {"lora_transformer_transformer_blocks_0_attn_to_q", "transformer_blocks.0.attn.to_q"},  // OneTrainer
+      {"lora_te1_text_model_encoder_layers_0_self_attn_q_proj",
+       "text_encoder.encoder.layers.0.self_attn.q_proj"},
+  };
+  const Tensor a = random_normal({2, 3}, DType::F32, 1), b = random_normal({3, 2}, DType::F32, 2);
+  for (const auto& [stem, module] : stems) {
+    const LoraFile lokr =
+        parse_lora({{stem + ".lokr_w1", a}, {stem + ".lokr_w2", b}, {stem + ".alpha", scalar(2)}}, {}, "mem");
+    const LoraFile loha = parse_lora({{stem + ".hada_w1_a", b},
+                                      {stem + ".hada_w1_b", a},
+                                      {stem + ".hada_w2_a", b},
+                                      {stem + ".hada_w2_b", a}},
+                                     {}, "mem");
+    const LoraFile dora = parse_lora({{stem + ".lora_down.weight", a},
+                                      {stem + ".lora_up.weight", b},
+                                      {stem + ".dora_scale", random_normal({1, 3}, DType::F32, 3)}},
+                                     {}, "mem");
+    for (const LoraFile* f : {&lokr, &loha, &dora}) {
+      ASSERT_EQ(f->modules.size(), 1u) << stem;
+      EXPECT_EQ(f->modules[0].module, module) << stem;
+    }
+    EXPECT_EQ(lokr.modules[0].kind, LoraKind::LoKr);
+    EXPECT_EQ(loha.modules[0].kind, LoraKind::LoHa);
+    EXPECT_TRUE(dora.modules[0].dora());
+  }
+}
+
 // Malformed modules: one line naming the file and the key.
 TEST(LoraLycorisRejects, OneLineNamingTheKey) {
   const Tensor m2x3 = random_normal({2, 3}, DType::F32, 1), m3x2 = random_normal({3, 2}, DType::F32, 2);

@@ -68,6 +68,34 @@ constexpr Suffix kSuffixes[] = {
     {".lora_magnitude_vector.weight", Role::Peft},
 };
 
+// The kind a weight tensor's role says its module is; nullopt for alpha, scale and DoRA's magnitude,
+// which any kind may carry.
+std::optional<LoraKind> kind_of(Role role) {
+  switch (role) {
+    case Role::Down:
+    case Role::Up:
+      return LoraKind::Lora;
+    case Role::W1:
+    case Role::W1A:
+    case Role::W1B:
+    case Role::W2:
+    case Role::W2A:
+    case Role::W2B:
+      return LoraKind::LoKr;
+    case Role::HadaW1A:
+    case Role::HadaW1B:
+    case Role::HadaW2A:
+    case Role::HadaW2B:
+      return LoraKind::LoHa;
+    case Role::Alpha:
+    case Role::Scale:
+    case Role::Dora:
+    case Role::Peft:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 // Wrappers around the module name, stripped repeatedly (fal's base_model.model.diffusion_model.).
 constexpr const char* kPrefixes[] = {"transformer.base_model.model.",
                                      "base_model.model.",
@@ -493,17 +521,13 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
         m.magnitude_eps = suffix->role == Role::Dora;
         break;
     }
-    const LoraKind kind = suffix->role >= Role::HadaW1A && suffix->role <= Role::HadaW2B ? LoraKind::LoHa
-                          : suffix->role >= Role::W1 && suffix->role <= Role::W2B        ? LoraKind::LoKr
-                          : suffix->role == Role::Down || suffix->role == Role::Up       ? LoraKind::Lora
-                                                                                         : m.kind;
-    if (kind != LoraKind::Lora || suffix->role == Role::Down || suffix->role == Role::Up) {
+    if (const std::optional<LoraKind> kind = kind_of(suffix->role)) {
       const auto seen = kinds.find(*module);
-      FLUXRT_CHECK(seen == kinds.end() || seen->second == kind, ErrorCode::Format,
+      FLUXRT_CHECK(seen == kinds.end() || seen->second == *kind, ErrorCode::Format,
                    "{}: LoRA module '{}' mixes {} and {} tensors", description, raw_stem,
-                   lora_kind_name(seen == kinds.end() ? kind : seen->second), lora_kind_name(kind));
-      m.kind = kind;
-      kinds[*module] = kind;
+                   lora_kind_name(seen == kinds.end() ? *kind : seen->second), lora_kind_name(*kind));
+      m.kind = *kind;
+      kinds[*module] = *kind;
     }
     if (!m.alpha && suffix->role != Role::Alpha) {
       const bool t5 = te && starts_with(*module, kT5TextModulePrefix);
