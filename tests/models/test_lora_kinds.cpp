@@ -299,6 +299,24 @@ TEST(LoraKinds, EveryKeySchemeNamesTheSameModule) {
   }
 }
 
+// FLUX.1's text encoders take the same kinds: a LoKr module on CLIP-L's q_proj merges there.
+TEST(LoraKinds, TextEncoderModulesMergeToo) {
+  const std::string k = "lora_te1_text_model_encoder_layers_0_self_attn_q_proj.";
+  const Tensor w1 = random_normal({2, 2}, DType::F32, 1), w2 = random_normal({3, 4}, DType::F32, 2);
+  const LoraFile f = parse_lora({{k + "lokr_w1", w1}, {k + "lokr_w2", w2}}, {}, "mem");
+  TensorStore store;
+  const Tensor w = random_normal({6, 8}, DType::F32, 3);
+  store.add("encoder.layers.0.self_attn.q_proj.weight", w);
+  const std::vector<LoraDelta> d = lora_deltas(f, LoraComponent::ClipText, 0.5f, linear_shapes_of(store));
+  ASSERT_EQ(d.size(), 1u);
+  const Tensor got = merge_lora_deltas(store, d).get("encoder.layers.0.self_attn.q_proj.weight");
+  expect_close(
+      got,
+      [&](int64_t i, int64_t j) { return at(w, i, j) + 0.5 * at(w1, i / 3, j / 4) * at(w2, i % 3, j % 4); },
+      "CLIP q_proj");
+  EXPECT_TRUE(lora_deltas(f, LoraComponent::T5Text, 1.0f, linear_shapes_of(store)).empty());
+}
+
 // Malformed modules: one line naming the file and the key.
 TEST(LoraLycorisRejects, OneLineNamingTheKey) {
   const Tensor m2x3 = random_normal({2, 3}, DType::F32, 1), m3x2 = random_normal({3, 2}, DType::F32, 2);
