@@ -122,11 +122,12 @@ TEST_P(LoraLycorisByDtype, MixedFileMergedAndPerRequest) {
 
 TEST_P(LoraLycorisByDtype, PeftDoraIsPeftsOwnForward) {
   const DType dt = GetParam();
-  const Family& f = kFamilies.at(1);
-  expect_lora_image_matches(load(f, dt, {spec(f, "peft_dora")})->generate(lora_request()).images.at(0),
-                            reference(f, "peft_dora", dt), dt, "klein PEFT DoRA merged");
-  expect_lora_image_matches(load(f, dt)->generate(lora_request({spec(f, "peft_dora")})).images.at(0),
-                            reference(f, "peft_dora", dt), dt, "klein PEFT DoRA per request");
+  for (const Family& f : kFamilies) {
+    expect_lora_image_matches(load(f, dt, {spec(f, "peft_dora")})->generate(lora_request()).images.at(0),
+                              reference(f, "peft_dora", dt), dt, f.name + " PEFT DoRA merged");
+    expect_lora_image_matches(load(f, dt)->generate(lora_request({spec(f, "peft_dora")})).images.at(0),
+                              reference(f, "peft_dora", dt), dt, f.name + " PEFT DoRA per request");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LoraLycorisByDtype, ::testing::Values(DType::F32, DType::BF16),

@@ -13,7 +13,7 @@ the diffusers pipeline's own weights, from the bf16 values the files hold:
   DoRA  W' = W + s * (m * (W + dW) / ||W + dW|| - W), the norm over each input column for a
         [1, in] magnitude and each output row for an [out, 1] one (LyCORIS' two axes), plus f32
         epsilon as LyCORIS adds; other kinds W' = W + s * dW.
-The PEFT DoRA case is rendered by PEFT's own DoRA forward (the trainer's code), not by this math.
+The PEFT DoRA cases are rendered by PEFT's own DoRA forward (the trainer's code), not by this math.
 
 Writes tests/data/lora_lycoris/:
   <family>/kohya_mixed.safetensors   lora_unet_ + underscored BFL names: a module of each kind in
@@ -23,7 +23,7 @@ Writes tests/data/lora_lycoris/:
   <family>/comfy_mixed.safetensors   the same tensors as diffusion_model. + dotted BFL names
   <family>/merged.safetensors        the merged weights at strength 1 under the BFL module names
       (+ ".weight", f32, fused rows as in the file), to compare merges exactly
-  klein/peft_dora.safetensors        diffusers' save_lora_weights of a PEFT use_dora adapter
+  <family>/peft_dora.safetensors     diffusers' save_lora_weights of a PEFT use_dora adapter
       (lora_A / lora_B / lora_magnitude_vector) on every linear
   <family>_<case>_<dtype>/image_0.png  the images (64x64, 2 steps, dump_lora.py's prompt and seed)
   manifest.json                      the cases and the kinds of each file's modules
@@ -208,13 +208,13 @@ def render_merged(family, plan, strength, dtype):
     return dump_lora.render(pipe)
 
 
-def make_peft_dora(folder):
-    """A PEFT DoRA adapter on every linear of klein (random A, B, magnitude), saved by
+def make_peft_dora(family, folder):
+    """A PEFT DoRA adapter on every linear of the transformer (random A, B, magnitude), saved by
     diffusers; returns the pipeline with it active, whose image is PEFT's own DoRA forward."""
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
-    pipe = dump_lora.load_pipeline("klein", torch.float32)
+    pipe = dump_lora.load_pipeline(family, torch.float32)
     tr = pipe.transformer
     targets = dump_lora.linear_modules(tr)
     config = LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=targets, use_dora=True)
@@ -241,10 +241,10 @@ def make_peft_dora(folder):
     return sorted(load_file(str(folder / "peft_dora.safetensors")))[:3]
 
 
-def render_peft_dora(folder, dtype):
+def render_peft_dora(family, folder, dtype):
     from peft import LoraConfig, set_peft_model_state_dict
 
-    pipe = dump_lora.load_pipeline("klein", torch.float32)
+    pipe = dump_lora.load_pipeline(family, torch.float32)
     tr = pipe.transformer
     sd = load_file(str(folder / "peft_dora.safetensors"))
     targets = dump_lora.linear_modules(tr)
@@ -272,13 +272,12 @@ def main():
                 render_merged(family, plan, strength, dtype).save(out / "image_0.png")
             entry["cases"].append(dict(name=f"mixed_{case}", file="kohya_mixed", strength=strength))
             print(family, "mixed", case, "done")
-        if family == "klein":
-            entry["peft_dora_keys"] = make_peft_dora(folder)
-            for dname, dtype in dump_lora.DTYPES.items():
-                out = OUT / f"klein_peft_dora_{dname}"
-                out.mkdir()
-                render_peft_dora(folder, dtype).save(out / "image_0.png")
-            entry["cases"].append(dict(name="peft_dora", file="peft_dora", strength=1.0))
+        entry["peft_dora_keys"] = make_peft_dora(family, folder)
+        for dname, dtype in dump_lora.DTYPES.items():
+            out = OUT / f"{family}_peft_dora_{dname}"
+            out.mkdir()
+            render_peft_dora(family, folder, dtype).save(out / "image_0.png")
+        entry["cases"].append(dict(name="peft_dora", file="peft_dora", strength=1.0))
         manifest["families"][family] = entry
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
