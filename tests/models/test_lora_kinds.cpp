@@ -317,6 +317,28 @@ TEST(LoraKinds, TextEncoderModulesMergeToo) {
   EXPECT_TRUE(lora_deltas(f, LoraComponent::T5Text, 1.0f, linear_shapes_of(store)).empty());
 }
 
+// A layer whose source weight was released (synthetic benchmark weights keep a stride-0 stand-in)
+// has nothing to merge a per-request copy from: refused, never merged into zeros.
+TEST(LoraAttachment, ReleasedSourceIsRefused) {
+  TensorStore store;
+  store.add("img_in.weight", random_normal({4, 6}, DType::F32, 1));
+  std::map<std::string, nn::Linear> linears{
+      {"img_in.weight", nn::Linear::prepare(store.get("img_in.weight"))}};
+  linears["img_in.weight"].release_source();
+  const LoraFile f = parse_lora({{"img_in.lokr_w1", random_normal({2, 2}, DType::F32, 2)},
+                                 {"img_in.lokr_w2", random_normal({2, 3}, DType::F32, 3)}},
+                                {}, "mem");
+  const std::vector<LoraDelta> deltas = lora_deltas(f, flux2_lora_scheme(), 1.0f, linear_shapes_of(store));
+  ErrorCode code = ErrorCode::Internal;
+  try {
+    LoraAttachment attach(linears, deltas, DType::F32, Device::cpu());
+  } catch (const Error& e) {
+    code = e.code();
+  }
+  EXPECT_EQ(code, ErrorCode::Unsupported);
+  EXPECT_FALSE(linears["img_in.weight"].replaced());
+}
+
 // Malformed modules: one line naming the file and the key.
 TEST(LoraLycorisRejects, OneLineNamingTheKey) {
   const Tensor m2x3 = random_normal({2, 3}, DType::F32, 1), m3x2 = random_normal({3, 2}, DType::F32, 2);
