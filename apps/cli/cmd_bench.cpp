@@ -64,7 +64,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option(
          "--lora-rank", options.lora_rank,
          "transformer: also time a synthetic rank-R LoRA on every linear, merged into the weights and as "
-         "per-request branches")
+         "per-request branches, and a rank-R LoKr's per-request merged copies")
       ->check(CLI::Range(0, 1024));
   cmd->add_flag(
       "--op-times", options.op_times,

@@ -97,21 +97,29 @@ std::string quoted(const std::string& s) {
 }
 
 void print_lora(const LoraInfo& l, bool json) {
-  std::string ranks, alphas;
+  std::string ranks, alphas, kinds, kinds_json;
+  for (const auto& [k, n] : l.kinds) {
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", k, n);
+    kinds_json += fmt::format("{}{}: {}", kinds_json.empty() ? "" : ", ", quoted(k), n);
+  }
   for (int r : l.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   for (float a : l.alphas) alphas += (alphas.empty() ? "" : ", ") + fmt::format("{}", a);
   if (json) {
-    std::string list;
+    std::string list, module_kinds;
     for (const std::string& m : l.modules) list += (list.empty() ? "" : ", ") + quoted(m);
+    for (const std::string& k : l.module_kinds)
+      module_kinds += (module_kinds.empty() ? "" : ", ") + quoted(k);
     fmt::print(
-        "{{\"lora\": {{\"path\": {}, \"format\": {}, \"family\": {}, \"ranks\": [{}], \"alphas\": [{}], "
-        "\"sha256\": {}, \"modules\": [{}]}}}}\n",
-        quoted(l.path), quoted(l.format), quoted(l.family), ranks, alphas, quoted(l.sha256), list);
+        "{{\"lora\": {{\"path\": {}, \"format\": {}, \"family\": {}, \"kinds\": {{{}}}, \"ranks\": [{}], "
+        "\"alphas\": [{}], \"sha256\": {}, \"modules\": [{}], \"module_kinds\": [{}]}}}}\n",
+        quoted(l.path), quoted(l.format), quoted(l.family), kinds_json, ranks, alphas, quoted(l.sha256), list,
+        module_kinds);
     return;
   }
   fmt::print("LoRA:    {}\n", l.path);
   fmt::print("format:  {}\n", l.format);
   fmt::print("family:  {}\n", l.family);
+  fmt::print("kind:    {} (modules)\n", kinds);
   fmt::print("rank:    {}\n", ranks);
   fmt::print("alpha:   {}\n", alphas.empty() ? std::string("none (factor 1)") : alphas);
   fmt::print("sha256:  {} (metadata records {})\n", l.sha256, l.sha256.substr(0, 12));

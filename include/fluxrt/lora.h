@@ -2,6 +2,7 @@
 // What a LoRA file holds, as `fluxrt info FILE.safetensors` shows it (docs/lora.md). Standard C++
 // types only. Applying LoRAs: EngineOptions::loras (merged at load) and GenerateRequest::loras
 // (per request), fluxrt/engine.h.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,12 @@ struct LoraInfo {
   std::vector<int> ranks;            // the distinct ranks, ascending
   std::vector<float> alphas;         // the distinct alphas given (tensor or metadata), ascending; empty: none
   std::vector<std::string> modules;  // the adapted layers (normalised names), sorted
+  // Each module's kind, in the order of `modules`: "lora", "lokr" or "loha", "+dora" after it when
+  // the module carries a DoRA magnitude.
+  std::vector<std::string> module_kinds;
+  // How many modules of each kind ("lokr": 12, "dora": 3; dora counts the modules with a magnitude,
+  // whatever their kind).
+  std::map<std::string, int> kinds;
   std::string sha256;                // of the whole file, 64 hex digits
 };
 
@@ -24,8 +31,8 @@ struct LoraInfo {
 // unreadable files included.
 bool is_lora_file(const std::string& path);
 
-// Reads and classifies a LoRA file: the errors of loading it (unknown keys, LoKr / LoHa / DoRA,
-// text-encoder parts, a corrupt file), as fluxrt::Error.
+// Reads and classifies a LoRA file: the errors of loading it (unknown keys, malformed LoKr / LoHa /
+// DoRA modules, other LyCORIS algorithms, a corrupt file), as fluxrt::Error.
 LoraInfo inspect_lora(const std::string& path);
 
 }  // namespace fluxrt

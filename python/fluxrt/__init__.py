@@ -31,9 +31,10 @@ def inspect_model(model: str) -> dict:
 
 
 def inspect_lora(path: str) -> dict:
-    """`fluxrt info`'s data for a LoRA file: its key format, the family it is for, its ranks and
-    alphas, the layers it adapts and its SHA-256. Raises the loader's error for a file fluxrt
-    cannot apply (LoKr, LoHa, DoRA, unknown keys, a corrupt file)."""
+    """`fluxrt info`'s data for a LoRA file: its key format, the family it is for, its module
+    kinds (lora, lokr, loha, dora), ranks and alphas, the layers it adapts and its SHA-256. Raises
+    the loader's error for a file fluxrt cannot apply (a malformed LoKr / LoHa / DoRA module, other
+    LyCORIS algorithms, unknown keys, a corrupt file)."""
     import os
 
     return _fluxrt.inspect_lora(os.fspath(path))

@@ -71,8 +71,8 @@ class LoraLoaderMixin:
         """Loads a LoRA file (diffusers/PEFT, kohya, BFL/ComfyUI, fal, musubi or XLabs keys;
         docs/lora.md) as the adapter ``adapter_name`` (default ``default_N``) and makes it the
         active one, as diffusers does; set_adapters combines several. A folder takes
-        ``weight_name=`` (or must hold one .safetensors file). The file is checked now: LoKr,
-        LoHa, DoRA, unknown keys or a LoRA of the other family raise here; a LoRA for another
+        ``weight_name=`` (or must hold one .safetensors file). The file is checked now: a
+        malformed LoKr / LoHa / DoRA module, unknown keys or a LoRA of the other family raise here; a LoRA for another
         size of the model raises at the first call. Other diffusers keywords are accepted and
         have no effect."""
         path = _lora_file(pretrained_model_name_or_path_or_dict, weight_name)

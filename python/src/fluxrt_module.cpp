@@ -258,10 +258,12 @@ PYBIND11_MODULE(_fluxrt, m) {
         d["ranks"] = info.ranks;
         d["alphas"] = info.alphas;
         d["modules"] = info.modules;
+        d["module_kinds"] = info.module_kinds;
+        d["kinds"] = info.kinds;
         d["sha256"] = info.sha256;
         return d;
       },
-      py::arg("path"), "`fluxrt info` for a LoRA file: its format, family, ranks, alphas and modules");
+      py::arg("path"), "`fluxrt info` for a LoRA file: its format, family, kinds, ranks, alphas and modules");
 
   py::class_<fluxrt::GenerateRequest>(m, "Request")
       .def(py::init<>())

@@ -5,6 +5,9 @@
 
 namespace fluxrt::nn {
 
+Linear::Linear(std::shared_ptr<ops::PreparedLinear> prepared)
+    : prepared_(std::move(prepared)), attached_(std::make_shared<Attached>()) {}
+
 Linear Linear::prepare(const Tensor& weight, const Tensor& bias, Device device) {
   if (!weight.defined()) return Linear();
   return Linear(ops::prepare_linear(weight, bias, device));
@@ -16,7 +19,7 @@ Linear Linear::prepare_quantized(const QuantizedMatrix& weight, const Tensor& bi
 
 const ops::PreparedLinear& Linear::prepared() const {
   FLUXRT_CHECK(prepared_ != nullptr, ErrorCode::Internal, "[nn::Linear] used before its weight was bound");
-  return *prepared_;
+  return attached_->replacement ? *attached_->replacement : *prepared_;
 }
 
 int64_t Linear::in_features() const { return prepared().in_features(); }
@@ -45,16 +48,33 @@ void Linear::attach_low_rank(Linear down, Linear up) {
                up.bound() ? up.out_features() : 0, up.bound() ? up.in_features() : 0,
                down.bound() ? down.out_features() : 0, down.bound() ? down.in_features() : 0, out_features(),
                in_features());
-  branches_->push_back({std::move(down), std::move(up)});
+  attached_->branches.push_back({std::move(down), std::move(up)});
 }
 
 void Linear::detach_low_rank() {
-  if (branches_) branches_->clear();
+  if (attached_) attached_->branches.clear();
 }
+
+size_t Linear::low_rank_branches() const { return attached_ ? attached_->branches.size() : 0; }
+
+void Linear::attach_replacement(Linear replacement) {
+  FLUXRT_CHECK(bound() && replacement.bound() && replacement.in_features() == in_features() &&
+                   replacement.out_features() == out_features() && !replaced(),
+               ErrorCode::InvalidArgument,
+               "[nn::Linear] a replacement weight must fit an unreplaced [{}, {}] layer",
+               bound() ? out_features() : 0, bound() ? in_features() : 0);
+  attached_->replacement = replacement.prepared_;
+}
+
+void Linear::detach_replacement() {
+  if (attached_) attached_->replacement.reset();
+}
+
+bool Linear::replaced() const { return attached_ && attached_->replacement != nullptr; }
 
 Tensor Linear::with_branches(const Tensor& x, Activation act) const {
   Tensor y = ops::linear(x, prepared());  // [..., out]
-  for (const LowRank& b : *branches_)
+  for (const LowRank& b : attached_->branches)
     ops::add_(y, ops::linear(ops::linear(x, b.down.prepared()), b.up.prepared()));
   switch (act) {
     case Activation::None:

@@ -79,24 +79,34 @@ class Linear {
   void detach_low_rank();
   size_t low_rank_branches() const;
 
+  /// A per-request merged weight: every forward (and weight(), bias()) uses `replacement`, a layer
+  /// of the same shape, until detached. For the LoRA kinds that have no low-rank form to add
+  /// (LoKr, LoHa, DoRA's renormalised weight): the request gets a merged copy of just the layers
+  /// they touch. Shared by the copies of this layer, like the branches.
+  void attach_replacement(Linear replacement);
+  void detach_replacement();
+  bool replaced() const;
+
  private:
   struct LowRank;
-  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared)
-      : prepared_(std::move(prepared)), branches_(std::make_shared<std::vector<LowRank>>()) {}
+  struct Attached;
+  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared);
   const ops::PreparedLinear& prepared() const;
   // act(x W^T + b + branches): the unfused path taken while branches are attached.
   Tensor with_branches(const Tensor& x, Activation act) const;
 
   // Shared by copies of the layer (FLUX.1's shared-weight benchmark blocks reuse block 0's).
   std::shared_ptr<ops::PreparedLinear> prepared_;
-  std::shared_ptr<std::vector<LowRank>> branches_;  // shared by copies, like prepared_
+  std::shared_ptr<Attached> attached_;  // branches and replacement, shared by copies like prepared_
 };
 
 struct Linear::LowRank {
   Linear down, up;
 };
 
-// Defined once LowRank is complete: clang instantiates vector<LowRank>::size() where it is called.
-inline size_t Linear::low_rank_branches() const { return branches_ ? branches_->size() : 0; }
+struct Linear::Attached {
+  std::vector<LowRank> branches;
+  std::shared_ptr<ops::PreparedLinear> replacement;
+};
 
 }  // namespace fluxrt::nn

@@ -24,7 +24,7 @@ bool is_lora_file(const std::string& path) {
     for (const auto& t : file->tensors()) {
       const std::string& n = t.name;
       for (const char* s : {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight",
-                            ".lokr_w1", ".hada_w1_a", ".dora_scale"})
+                            ".lokr_w1", ".lokr_w1_a", ".hada_w1_a", ".dora_scale", ".lora_magnitude_vector"})
         if (ends_with(n, s)) return true;
       if (n.find(".processor.") != std::string::npos && ends_with(n, ".down.weight")) return true;
     }
@@ -47,9 +47,13 @@ LoraInfo inspect_lora(const std::string& path) {
   std::set<int> ranks;
   std::set<float> alphas;
   for (const models::LoraModule& m : f.modules) {
-    ranks.insert(static_cast<int>(m.rank()));
+    if (m.rank() > 0) ranks.insert(static_cast<int>(m.rank()));  // a LoKr of two whole halves has none
     if (m.alpha) alphas.insert(*m.alpha);
     info.modules.push_back(m.module);
+    const std::string kind = models::lora_kind_name(m.kind);
+    info.module_kinds.push_back(kind + (m.dora() ? "+dora" : ""));
+    ++info.kinds[kind];
+    if (m.dora()) ++info.kinds["dora"];
   }
   info.ranks.assign(ranks.begin(), ranks.end());
   info.alphas.assign(alphas.begin(), alphas.end());

@@ -244,7 +244,7 @@ TEST_F(CliInfo, LoraFile) {
 
   const fs::path lokr = tmp_ / "lokr.safetensors";
   {
-    // A minimal safetensors file holding one LoKr tensor.
+    // A minimal safetensors file holding one LoKr tensor, without its other half.
     const std::string header =
         R"({"double_blocks.0.img_attn.qkv.lokr_w1":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
     std::ofstream out(lokr, std::ios::binary);
@@ -253,5 +253,15 @@ TEST_F(CliInfo, LoraFile) {
     out << header;
     out.write("\0\0\0\0", 4);
   }
-  expect_one_line_error(run("info " + shell_quote(lokr.string())), "LoKr");
+  expect_one_line_error(run("info " + shell_quote(lokr.string())), "lokr_w2");
+
+  // A file mixing LoRA, LoKr, LoHa and DoRA modules (tools/reference/dump_lycoris.py): the kinds.
+  const fs::path mixed =
+      fs::path(FLUXRT_TEST_DATA_DIR) / "lora_lycoris" / "klein" / "kohya_mixed.safetensors";
+  const RunResult k = run("info --json " + shell_quote(mixed.string()));
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  const nlohmann::json kinds = nlohmann::json::parse(k.out)["lora"]["kinds"];
+  EXPECT_EQ(kinds, nlohmann::json::parse(R"({"lora": 7, "lokr": 10, "loha": 2, "dora": 6})")) << k.out;
+  const RunResult kt = run("info " + shell_quote(mixed.string()));
+  EXPECT_NE(kt.out.find("kind:    dora 6, loha 2, lokr 10, lora 7 (modules)"), std::string::npos) << kt.out;
 }

@@ -199,9 +199,12 @@ TEST(LoraFile, Refusals) {
     return ErrorCode::Internal;
   };
   const Tensor x = random_normal({2, 6}, DType::F32, 1);
-  EXPECT_EQ(code_of({{"lycoris_single_blocks_0_linear1.lokr_w1", x}}), ErrorCode::Unsupported);
-  EXPECT_EQ(code_of({{"double_blocks.0.img_attn.qkv.hada_w1_a", x}}), ErrorCode::Unsupported);
-  EXPECT_EQ(code_of({{"img_in.dora_scale", x}}), ErrorCode::Unsupported);
+  // LoKr / LoHa / DoRA modules missing their other tensors (test_lora_lycoris.cpp has the rest).
+  EXPECT_EQ(code_of({{"lycoris_single_blocks_0_linear1.lokr_w1", x}}), ErrorCode::Format);
+  EXPECT_EQ(code_of({{"double_blocks.0.img_attn.qkv.hada_w1_a", x}}), ErrorCode::Format);
+  EXPECT_EQ(code_of({{"img_in.dora_scale", x}}), ErrorCode::Format);
+  // The other LyCORIS algorithms, by name.
+  EXPECT_EQ(code_of({{"lycoris_single_blocks_0_linear1.oft_blocks", x}}), ErrorCode::Unsupported);
   // A T5 key naming no linear LoRA adapts (the relative position bias).
   EXPECT_EQ(
       code_of(

@@ -1,6 +1,7 @@
 """LoRAs from Python (diffusers' load_lora_weights / set_adapters / fuse_lora surface, and
 from_pretrained(loras=...)) on the tiny klein model in f32: each gives diffusers' image for the same
-adapters and weights (tests/data/lora, made by tools/reference/dump_lora.py), within 2/255."""
+adapters and weights (tests/data/lora, made by tools/reference/dump_lora.py), within 2/255; and
+LyCORIS LoKr / LoHa / DoRA files the trainers' image (tests/data/lora_lycoris, dump_lycoris.py)."""
 
 import json
 
@@ -84,6 +85,28 @@ def test_fused_and_merged_at_load(pipe):
                                                  loras=[(KLEIN_LORAS / "bfl.safetensors", -0.7)])
     merged.set_progress_bar_config(disable=True)
     assert_golden(render(merged), "negative")
+
+
+def lycoris_golden(case):
+    path = DATA / "lora_lycoris" / f"klein_{case}_f32" / "image_0.png"
+    return np.asarray(Image.open(path).convert("RGB")).astype(int)
+
+
+def test_lycoris_and_dora_files(pipe):
+    lycoris = DATA / "lora_lycoris" / "klein"
+    # A file mixing LoRA, LoKr, LoHa and DoRA modules, per call (a merged copy of the layers its
+    # LoKr / LoHa / DoRA modules touch) and fused.
+    pipe.load_lora_weights(lycoris / "kohya_mixed.safetensors", adapter_name="mixed")
+    pipe.set_adapters("mixed", 0.7)
+    diff = np.abs(np.asarray(render(pipe)).astype(int) - lycoris_golden("mixed_s07")).max()
+    assert diff <= 2, f"mixed 0.7 per call: {diff}/255"
+    pipe.load_lora_weights(lycoris / "peft_dora.safetensors", adapter_name="dora")
+    pipe.fuse_lora()
+    diff = np.abs(np.asarray(render(pipe)).astype(int) - lycoris_golden("peft_dora")).max()
+    assert diff <= 2, f"PEFT DoRA fused: {diff}/255"
+    info = fluxrt.inspect_lora(lycoris / "kohya_mixed.safetensors")
+    assert info["kinds"] == {"lora": 7, "lokr": 10, "loha": 2, "dora": 6}
+    assert len(info["module_kinds"]) == len(info["modules"])
 
 
 def test_inspect_lora():

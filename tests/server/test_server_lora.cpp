@@ -3,6 +3,7 @@
 // tools/reference/dump_lora.py from load_lora_weights + set_adapters) on the tiny klein model in
 // f32; the next request without them gets the base image; requests with and without LoRAs that
 // arrive together are not batched together; every bad `loras` value is a 400 naming the field.
+// LyCORIS LoKr / LoHa and DoRA files give the images of the trainers' math (tests/data/lora_lycoris).
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -226,6 +227,32 @@ TEST(ServerLoraFolder, UnusableFilesAre400s) {
   expect_golden(late, "klein_two_f32");
   s.reset();
   fs::remove_all(dir);
+}
+
+// LyCORIS LoKr / LoHa and DoRA files per request (tests/data/lora_lycoris, docs/lora.md): the
+// images of the trainers' math, and the base model's again after them.
+TEST(ServerLoraFolder, LycorisAndDoraFilesPerRequest) {
+  const fs::path lycoris = kData / "lora_lycoris";
+  auto s = start_server(klein_options(lycoris / "klein"));
+  auto c = client_for(s->port());
+  const json list = json_of(c->Get("/v1/loras"));
+  std::map<std::string, json> by_name;
+  for (const json& e : list["data"]) by_name[e["id"]] = e;
+  for (const char* name : {"kohya_mixed", "comfy_mixed", "peft_dora"})
+    EXPECT_EQ(by_name[name]["usable"], true) << list.dump();
+  auto golden = [&](const json& loras, const fs::path& image) {
+    SCOPED_TRACE(loras.dump());
+    const httplib::Result r =
+        c->Post("/v1/images/generations", golden_body(loras).dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body.substr(0, 400);
+    const auto d = compare_images(png_of(image_bytes(r)), io::read_png(image.string()));
+    EXPECT_LE(d.max_abs, 2) << image << ": " << d.str();
+  };
+  golden(json::array({{{"name", "kohya_mixed"}, {"strength", 0.7}}}),
+         lycoris / "klein_mixed_s07_f32" / "image_0.png");
+  golden(json::array({"peft_dora"}), lycoris / "klein_peft_dora_f32" / "image_0.png");
+  golden(nullptr, kLora / "klein_base_f32" / "image_0.png");
 }
 
 TEST(ServerLoraFolder, WithoutAFolderLorasAreRefused) {

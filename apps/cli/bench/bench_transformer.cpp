@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "models/flux/flux1_transformer.h"
 #include "models/flux/flux2_transformer.h"
 #include "models/lora/lora_delta.h"
+#include "models/lora/lora_file.h"
 #include "models/synthetic_weights.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
@@ -195,6 +197,43 @@ double min_step_seconds(const BenchModel& model, const BenchRequest& r, double s
   return best;
 }
 
+// A LoKr module on every linear (w1 [4, 4] whole, w2 [out/4, R] @ [R, in/4], as LyCORIS'
+// factor 4 writes it) as a request applies it: the layer's merged copy (LoraAttachment: the f32
+// merge of W + kron(w1, w2), one rounding, the backend's prepare), one layer at a time on a
+// synthetic W, timed whole. A request's steps then run the same dense GEMMs as the base model.
+void bench_lokr_per_request(const BenchRequest& r, const BenchModel& model, double params_ratio,
+                            const char* tag) {
+  uint64_t seed = 9900;
+  double make_s = 0;
+  size_t bytes = 0, layers = 0;
+  for (const auto& [name, layer] : *model.linears) {
+    const int64_t out = layer.out_features(), in = layer.in_features();
+    if (out % 4 != 0 || in % 4 != 0) continue;
+    models::LoraModule m;
+    m.kind = models::LoraKind::LoKr;
+    m.w1 = models::synthetic_tensor({4, 4}, DType::BF16, seed++, 1.0f);
+    m.w2_a = models::synthetic_tensor({out / 4, r.lora_rank}, DType::BF16, seed++, 0.01f);
+    m.w2_b =
+        models::synthetic_tensor({r.lora_rank, in / 4}, DType::BF16, seed++, 1.0f / std::sqrt(float(in)));
+    models::LoraDelta d;
+    d.target = name;
+    d.module = std::make_shared<const models::LoraModule>(m);
+    d.group = {name};
+    models::TensorStore one;
+    one.add(name, models::synthetic_tensor({out, in}, DType::BF16, seed++, 1.0f / std::sqrt(float(in))));
+    const double t0 = wall_seconds();
+    const Tensor merged = models::merge_lora_deltas(one, {d}).get(name);
+    const nn::Linear copy = nn::Linear::prepare(merged, Tensor(), r.device);
+    make_s += wall_seconds() - t0;
+    bytes += merged.nbytes();
+    ++layers;
+  }
+  std::printf(
+      "LoKr per request%s (a merged copy of each of %zu linears): %.2f s to make at the request's start, "
+      "%.0f MB held while it runs; its steps are the base model's dense GEMMs\n",
+      tag, layers, make_s * params_ratio, static_cast<double>(bytes) * params_ratio / 1e6);
+}
+
 // --lora-rank R: a synthetic rank-R LoRA on every linear of the timed model (A [R, in] and B
 // [out, R] random bf16, factor 1). Merged: each layer's W + B A on its own (a synthetic W of the
 // layer's shape; one layer at a time, so no second copy of the model), timed in the merge call
@@ -222,10 +261,13 @@ void bench_lora(const BenchRequest& r, const BenchModel& model, double scale, do
   std::printf("\nLoRA rank %lld on %zu linears (%.1f M parameters in the timed model)\n",
               static_cast<long long>(rank), deltas.size(), static_cast<double>(lora_params) / 1e6);
   std::printf("merge into the weights%s: %.2f s (W + B A in f32, one rounding to bf16)\n", tag, merge_s);
-  models::LoraAttachment attached(*model.linears, deltas, r.dtype, r.device);
-  const double lora_min_s = min_step_seconds(model, r, scale, "unmerged");
-  std::printf("unmerged branches%s: ms/step min %.1f vs %.1f without: +%.1f%% of a step\n", tag,
-              lora_min_s * 1e3, base_min_s * 1e3, 100.0 * (lora_min_s - base_min_s) / base_min_s);
+  {
+    models::LoraAttachment attached(*model.linears, deltas, r.dtype, r.device);
+    const double lora_min_s = min_step_seconds(model, r, scale, "unmerged");
+    std::printf("unmerged branches%s: ms/step min %.1f vs %.1f without: +%.1f%% of a step\n", tag,
+                lora_min_s * 1e3, base_min_s * 1e3, 100.0 * (lora_min_s - base_min_s) / base_min_s);
+  }
+  bench_lokr_per_request(r, model, params_ratio, tag);
 }
 
 // --op-times: one more step with every kernel call timed, printed by op and shape. The GEMMs and

@@ -1,9 +1,12 @@
 #include "models/lora/lora_delta.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "models/lora/lora_math.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
 
@@ -52,26 +55,43 @@ std::vector<LoraDelta> deltas_of(const LoraFile& lora, const LoraNameScheme* sch
     }
     int64_t rows = 0;
     bool inputs_fit = true;
+    const Shape delta_shape = m.delta_shape();
     for (const Shape& s : target_shapes) {
       rows += s[0];
-      inputs_fit = inputs_fit && s[1] == m.down.size(1);
+      inputs_fit = inputs_fit && s[1] == delta_shape[1];
     }
-    if (rows != m.up.size(0) || !inputs_fit) {
+    if (rows != delta_shape[0] || !inputs_fit) {
       std::string want;
       for (size_t i = 0; i < targets.size(); ++i)
         want += (i ? " + " : "") + targets[i] + " " + target_shapes[i].str();
+      const std::string have = m.kind == LoraKind::Lora
+                                   ? "up " + m.up.shape().str() + ", down " + m.down.shape().str()
+                                   : std::string(lora_kind_name(m.kind)) + " delta " + delta_shape.str();
       fail(ErrorCode::Format,
-           "{}: LoRA module '{}' (up {}, down {}) does not fit this {}'s {} (a LoRA for another model size "
-           "or family?)",
-           lora.path, m.key, m.up.shape().str(), m.down.shape().str(), model, want);
+           "{}: LoRA module '{}' ({}) does not fit this {}'s {} (a LoRA for another model size or family?)",
+           lora.path, m.key, have, model, want);
     }
     // Strength 0 is checked like any other and then adds nothing: the base model bit for bit.
     if (strength * m.factor() == 0.0f) continue;
+    const bool low_rank = m.kind == LoraKind::Lora && !m.dora();
+    const auto module = low_rank ? nullptr : std::make_shared<const LoraModule>(m);
     int64_t at = 0;
     for (size_t i = 0; i < targets.size(); ++i) {
       const int64_t r = target_shapes[i][0];
-      out.push_back(
-          {targets[i], m.down, m.up.narrow(0, at, r), strength * m.factor(), lora.path + ": " + m.key});
+      LoraDelta d;
+      d.target = targets[i];
+      d.scale = strength;
+      d.source = lora.path + ": " + m.key;
+      if (low_rank) {
+        d.down = m.down;
+        d.up = m.up.narrow(0, at, r);
+        d.scale = strength * m.factor();
+      } else {
+        d.module = module;
+        d.first_row = at;
+        d.group = targets;
+      }
+      out.push_back(std::move(d));
       at += r;
     }
   }
@@ -176,11 +196,91 @@ LinearShapes linear_shapes_of(const std::map<std::string, nn::Linear>& linears) 
   };
 }
 
+namespace {
+
+// The targets that some delta merges as a whole weight (LoKr, LoHa, DoRA), grouped so that a
+// DoRA module's targets (whose input-axis norm spans them all) land in one group.
+std::vector<std::vector<std::string>> exact_groups(const std::vector<LoraDelta>& deltas) {
+  std::map<std::string, std::string> parent;
+  std::function<std::string(const std::string&)> root = [&](const std::string& t) {
+    const std::string& p = parent.at(t);
+    return p == t ? t : root(p);
+  };
+  for (const LoraDelta& d : deltas)
+    if (!d.low_rank()) {
+      parent.emplace(d.target, d.target);
+      for (const std::string& g : d.group) parent.emplace(g, g);
+      for (const std::string& g : d.group) parent[root(g)] = root(d.target);
+    }
+  std::map<std::string, std::vector<std::string>> groups;
+  for (const auto& [t, p] : parent) groups[root(t)].push_back(t);
+  std::vector<std::vector<std::string>> out;
+  for (auto& [r, g] : groups) out.push_back(std::move(g));
+  return out;
+}
+
+// The weights of `group` with every delta on them applied in order, in f32: the plain ones added,
+// a DoRA module's rows renormalised together (lora_math.h). Each module's whole delta is formed
+// once, here, and dropped with the group.
+std::map<std::string, Tensor> merge_exact(const TensorStore& canonical, const std::vector<LoraDelta>& deltas,
+                                          const std::vector<std::string>& group) {
+  std::map<std::string, Tensor> work;
+  for (const std::string& t : group) work[t] = canonical.get(t).to(DType::F32).contiguous().clone();
+  std::map<const LoraModule*, Tensor> module_deltas;
+  auto rows_of = [&](const LoraDelta& d, int64_t rows) {
+    Tensor& whole = module_deltas[d.module.get()];
+    if (!whole.defined()) whole = lora_module_delta(*d.module);
+    return whole.narrow(0, d.first_row, rows);
+  };
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    const LoraDelta& d = deltas[i];
+    if (!work.count(d.target)) continue;
+    Tensor& w = work.at(d.target);
+    if (d.low_rank() || !d.module->dora()) {
+      Tensor add = d.low_rank() ? lora_matmul(d.up, d.down) : rows_of(d, w.size(0)).clone();
+      ops::scale_(add, d.scale);
+      ops::add_(w, add);
+      continue;
+    }
+    // A DoRA module: its deltas are consecutive, one per target in row order. Row norms are per
+    // target; an input-axis ([1, in]) norm needs all of the module's rows at once.
+    const Tensor& g = d.module->magnitude;
+    const bool per_column = g.dim() == 2 && g.size(0) == 1;
+    if (!per_column) {
+      apply_dora({w}, {rows_of(d, w.size(0))}, g.reshape({g.numel()}).narrow(0, d.first_row, w.size(0)),
+                 d.module->magnitude_eps, d.scale);
+      continue;
+    }
+    if (d.first_row != 0) continue;  // applied with the module's first target
+    std::vector<Tensor> blocks, rows;
+    for (size_t j = i; j < deltas.size() && blocks.size() < d.group.size(); ++j)
+      if (deltas[j].module == d.module) {
+        blocks.push_back(work.at(deltas[j].target));
+        rows.push_back(rows_of(deltas[j], blocks.back().size(0)));
+      }
+    FLUXRT_CHECK(blocks.size() == d.group.size(), ErrorCode::Internal,
+                 "{}: DoRA module's targets are not all here", d.source);
+    apply_dora(blocks, rows, g, d.module->magnitude_eps, d.scale);
+  }
+  return work;
+}
+
+}  // namespace
+
 TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<LoraDelta>& deltas,
                               std::optional<DType> dtype) {
-  std::map<std::string, std::vector<const LoraDelta*>> by_target;
-  for (const LoraDelta& d : deltas) by_target[d.target].push_back(&d);
   TensorStore out = canonical;  // same views
+  std::set<std::string> exact;
+  for (const std::vector<std::string>& group : exact_groups(deltas)) {
+    for (auto& [target, w] : merge_exact(canonical, deltas, group)) {
+      out.add(target, w.to(dtype.value_or(canonical.get(target).dtype())).contiguous(),
+              canonical.origin(target) + " + LoRA");
+      exact.insert(target);
+    }
+  }
+  std::map<std::string, std::vector<const LoraDelta*>> by_target;
+  for (const LoraDelta& d : deltas)
+    if (!exact.count(d.target)) by_target[d.target].push_back(&d);
   for (const auto& [target, list] : by_target) {
     const Tensor& w = canonical.get(target);  // [out, in], often a read-only mapping view
     const int64_t rows = w.size(0), cols = w.size(1);
@@ -218,11 +318,57 @@ TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<Lo
 
 LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
                                const std::vector<LoraDelta>& deltas, DType dtype, Device device) {
-  for (const LoraDelta& d : deltas) {
-    const auto it = linears.find(d.target);
+  auto layer_of = [&](const std::string& target) {
+    const auto it = linears.find(target);
     FLUXRT_CHECK(it != linears.end() && it->second.bound(), ErrorCode::Internal,
-                 "LoRA target '{}' is not bound", d.target);
-    nn::Linear layer = it->second;  // shares the model layer's branches
+                 "LoRA target '{}' is not bound", target);
+    return it->second;  // shares the model layer's branches
+  };
+  // Layers a LoKr, LoHa or DoRA module touches get a merged copy for the request, with every delta
+  // on them (plain ones too: DoRA renormalises what the deltas before it made).
+  const std::vector<std::vector<std::string>> groups = exact_groups(deltas);
+  std::set<std::string> exact;
+  for (const auto& group : groups) exact.insert(group.begin(), group.end());
+  // A group at a time: only its layers' base weights, their f32 work copies and one module's delta
+  // are held besides the merged copies the request keeps.
+  try {
+    for (const auto& group : groups) {
+      TensorStore base;
+      for (const std::string& t : group) {
+        const nn::Linear layer = layer_of(t);
+        FLUXRT_CHECK(
+            layer.quantized() == nullptr, ErrorCode::Unsupported,
+            "LoKr, LoHa and DoRA are not applied per request to quantized layers ('{}'); merge them at load",
+            t);
+        // A released source (synthetic benchmark weights) is a stride-0 stand-in: no weight to merge.
+        FLUXRT_CHECK(
+            layer.weight().dim() == 2 && (layer.weight().stride(0) != 0 || layer.weight().size(0) == 1),
+            ErrorCode::Unsupported, "'{}' keeps no source weight to merge a LoKr, LoHa or DoRA module into",
+            t);
+        Tensor w = Tensor::empty(layer.weight().shape(), layer.weight().dtype());
+        w.copy_from(layer.weight());  // the weight as the model holds it (engine LoRAs merged in)
+        base.add(t, w);
+      }
+      for (auto& [target, w] : merge_exact(base, deltas, group)) {
+        nn::Linear layer = layer_of(target);
+        Tensor bias;
+        if (layer.bias().defined()) {
+          bias = Tensor::empty(layer.bias().shape(), layer.bias().dtype());
+          bias.copy_from(layer.bias());
+        }
+        const Tensor merged = w.to(layer.weight().dtype()).contiguous();
+        layer.attach_replacement(nn::Linear::prepare(merged, bias, device));
+        replaced_.push_back(layer);
+        replaced_bytes_ += merged.nbytes();
+      }
+    }
+  } catch (...) {
+    for (nn::Linear& layer : replaced_) layer.detach_replacement();
+    throw;
+  }
+  for (const LoraDelta& d : deltas) {
+    if (exact.count(d.target)) continue;
+    nn::Linear layer = layer_of(d.target);
     // s folded into B in f32, then one rounding to the activation dtype.
     Tensor up = d.up.to(DType::F32).contiguous().clone();
     ops::scale_(up, d.scale);
@@ -234,6 +380,7 @@ LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
 
 LoraAttachment::~LoraAttachment() {
   for (nn::Linear& layer : touched_) layer.detach_low_rank();
+  for (nn::Linear& layer : replaced_) layer.detach_replacement();
 }
 
 }  // namespace fluxrt::models

@@ -4,7 +4,9 @@
 // ways to apply them (docs/lora.md):
 // - merged, at load: W' = W + sum(s * B @ A), computed in f32 and rounded once to W's dtype, new
 //   buffers only for the touched weights (the checkpoint mapping stays read-only);
-// - unmerged, per request: each delta attached to its nn::Linear as a low-rank side branch.
+// - unmerged, per request: each delta attached to its nn::Linear as a low-rank side branch; a layer
+//   that a LoKr, LoHa or DoRA module touches gets a merged copy of its weight for the request
+//   instead (they have no low-rank form, and DoRA rescales the whole weight).
 //
 // Fused and split projections meet by row slices of B (A shared): a BFL `img_attn.qkv` module
 // gives three deltas (q, k, v rows), FLUX.1's `linear1` four (q, k, v, MLP), the final layer's
@@ -40,8 +42,16 @@ struct LoraDelta {
   std::string target;  // canonical weight name: "double_blocks.0.img_attn.q.weight"
   Tensor down;         // A [r, in]
   Tensor up;           // B's rows for this target [out, r] (a row view for fused modules)
-  float scale = 1.0f;  // strength * the module's factor (lora_file.h)
+  float scale = 1.0f;  // strength * the module's factor (lora_file.h); the strength alone with `dense`
   std::string source;  // "file: key stem", for messages
+  // Or, for LoKr, LoHa and DoRA modules (down and up undefined): the module, whose whole delta
+  // (lora_math.h) is formed only while its weights merge, one group of layers at a time (held for
+  // every module at once, klein-4B's would be 16 GB of f32), the first of its rows this target
+  // holds, and all of its targets in row order (a DoRA input-axis norm spans them).
+  std::shared_ptr<const LoraModule> module;
+  int64_t first_row = 0;
+  std::vector<std::string> group;
+  bool low_rank() const { return module == nullptr; }
 };
 
 // Canonical weight name -> its [out, in] shape; nullopt when the model has no such linear.
@@ -81,7 +91,8 @@ LinearShapes linear_shapes_of(const std::map<std::string, nn::Linear>& linears);
 
 // `canonical` with every touched weight replaced by its merged copy (f32 math, one rounding to
 // `dtype`, else the stored dtype: an f32 model keeps the merged weight in f32 instead of rounding
-// it to a bf16 checkpoint's dtype first); untouched tensors stay the same views.
+// it to a bf16 checkpoint's dtype first); untouched tensors stay the same views. The deltas apply
+// in order: a DoRA module renormalises the weight as the deltas before it left it.
 TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<LoraDelta>& deltas,
                               std::optional<DType> dtype = std::nullopt);
 
@@ -95,10 +106,15 @@ class LoraAttachment {
   ~LoraAttachment();
   LoraAttachment(const LoraAttachment&) = delete;
   LoraAttachment& operator=(const LoraAttachment&) = delete;
-  size_t layers() const { return touched_.size(); }
+  size_t layers() const { return touched_.size() + replaced_.size(); }
+  // The layers given a merged copy (LoKr, LoHa, DoRA) and its bytes.
+  size_t replaced_layers() const { return replaced_.size(); }
+  size_t replaced_bytes() const { return replaced_bytes_; }
 
  private:
-  std::vector<nn::Linear> touched_;
+  std::vector<nn::Linear> touched_;   // low-rank branches attached
+  std::vector<nn::Linear> replaced_;  // merged copies attached
+  size_t replaced_bytes_ = 0;
 };
 
 }  // namespace fluxrt::models

@@ -1,6 +1,7 @@
 #include "models/lora/lora_file.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -18,18 +19,82 @@ bool ends_with(const std::string& s, const std::string& p) {
 }
 bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
 
-enum class Role { Down, Up, Alpha, Scale };
+enum class Role {
+  Down,
+  Up,
+  Alpha,
+  Scale,
+  W1,
+  W1A,
+  W1B,
+  W2,
+  W2A,
+  W2B,
+  HadaW1A,
+  HadaW1B,
+  HadaW2A,
+  HadaW2B,
+  Dora,
+  Peft
+};
 
-// The tensor suffixes each scheme writes after the module name.
+// The tensor suffixes each scheme writes after the module name (LyCORIS's under every scheme).
 struct Suffix {
   const char* text;
   Role role;
 };
 constexpr Suffix kSuffixes[] = {
-    {".lora_A.weight", Role::Down}, {".lora_B.weight", Role::Up}, {".lora_down.weight", Role::Down},
-    {".lora_up.weight", Role::Up},  {".down.weight", Role::Down}, {".up.weight", Role::Up},
-    {".alpha", Role::Alpha},        {".scale", Role::Scale},
+    {".lora_A.weight", Role::Down},
+    {".lora_B.weight", Role::Up},
+    {".lora_down.weight", Role::Down},
+    {".lora_up.weight", Role::Up},
+    {".down.weight", Role::Down},
+    {".up.weight", Role::Up},
+    {".alpha", Role::Alpha},
+    {".scale", Role::Scale},
+    {".lokr_w1", Role::W1},
+    {".lokr_w1_a", Role::W1A},
+    {".lokr_w1_b", Role::W1B},
+    {".lokr_w2", Role::W2},
+    {".lokr_w2_a", Role::W2A},
+    {".lokr_w2_b", Role::W2B},
+    {".hada_w1_a", Role::HadaW1A},
+    {".hada_w1_b", Role::HadaW1B},
+    {".hada_w2_a", Role::HadaW2A},
+    {".hada_w2_b", Role::HadaW2B},
+    {".dora_scale", Role::Dora},
+    // PEFT's state dict drops the magnitude layer's `.weight`; accept it kept too.
+    {".lora_magnitude_vector", Role::Peft},
+    {".lora_magnitude_vector.weight", Role::Peft},
 };
+
+// The kind a weight tensor's role says its module is; nullopt for alpha, scale and DoRA's magnitude,
+// which any kind may carry.
+std::optional<LoraKind> kind_of(Role role) {
+  switch (role) {
+    case Role::Down:
+    case Role::Up:
+      return LoraKind::Lora;
+    case Role::W1:
+    case Role::W1A:
+    case Role::W1B:
+    case Role::W2:
+    case Role::W2A:
+    case Role::W2B:
+      return LoraKind::LoKr;
+    case Role::HadaW1A:
+    case Role::HadaW1B:
+    case Role::HadaW2A:
+    case Role::HadaW2B:
+      return LoraKind::LoHa;
+    case Role::Alpha:
+    case Role::Scale:
+    case Role::Dora:
+    case Role::Peft:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 // Wrappers around the module name, stripped repeatedly (fal's base_model.model.diffusion_model.).
 constexpr const char* kPrefixes[] = {"transformer.base_model.model.",
@@ -133,7 +198,82 @@ std::string text_encoder_format_of_key(const std::string& key) {
 float scalar_of(const Tensor& t, const std::string& what) {
   FLUXRT_CHECK(t.numel() == 1, ErrorCode::Format, "{}: expected one value, found shape {}", what,
                t.shape().str());
-  return static_cast<float>(t.to(DType::F32).contiguous().data<float>()[0]);
+  const float v = static_cast<float>(t.to(DType::F32).contiguous().data<float>()[0]);
+  FLUXRT_CHECK(std::isfinite(v), ErrorCode::Format, "{}: {} is not a number to scale by", what, v);
+  return v;
+}
+
+bool is_matrix(const Tensor& t) { return t.defined() && t.dim() == 2 && t.numel() > 0; }
+
+// Every tensor a module's kind needs is there, 2-D, float, and the products multiply; the delta's
+// shape against the layer is lora_deltas' check. One line naming the file and the module.
+void check_module(const LoraModule& m, const std::string& description) {
+  const std::string where = description + ": LoRA module '" + m.key + "'";
+  auto need = [&](const Tensor& t, const char* name) {
+    FLUXRT_CHECK(t.defined(), ErrorCode::Format, "{} has no {} tensor", where, name);
+    FLUXRT_CHECK(is_matrix(t), ErrorCode::Format, "{}: {} is {}, not a matrix", where, name, t.shape().str());
+    FLUXRT_CHECK(dtype_is_float(t.dtype()), ErrorCode::Unsupported,
+                 "{}: {} is stored as {}, not a float dtype", where, name, dtype_name(t.dtype()));
+  };
+  auto inner = [&](const Tensor& a, const Tensor& b, const char* an, const char* bn) {
+    FLUXRT_CHECK(a.size(1) == b.size(0), ErrorCode::Format, "{}: {} {} and {} {} do not multiply", where, an,
+                 a.shape().str(), bn, b.shape().str());
+  };
+  switch (m.kind) {
+    case LoraKind::Lora:
+      FLUXRT_CHECK(m.down.defined() && m.up.defined(), ErrorCode::Format, "{} has no {} matrix", where,
+                   m.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)");
+      need(m.down, "down");
+      need(m.up, "up");
+      FLUXRT_CHECK(m.up.size(1) == m.down.size(0), ErrorCode::Format,
+                   "{}: down {} and up {} are not [r, in] and [out, r]", where, m.down.shape().str(),
+                   m.up.shape().str());
+      break;
+    case LoraKind::LoKr:
+      // Each half is either whole or a low-rank pair, never both and never half a pair.
+      FLUXRT_CHECK(m.w1.defined() != (m.w1_a.defined() || m.w1_b.defined()), ErrorCode::Format,
+                   "{} needs lokr_w1 or lokr_w1_a + lokr_w1_b (exactly one of them)", where);
+      FLUXRT_CHECK(m.w2.defined() != (m.w2_a.defined() || m.w2_b.defined()), ErrorCode::Format,
+                   "{} needs lokr_w2 or lokr_w2_a + lokr_w2_b (exactly one of them)", where);
+      if (m.w1.defined()) {
+        need(m.w1, "lokr_w1");
+      } else {
+        need(m.w1_a, "lokr_w1_a");
+        need(m.w1_b, "lokr_w1_b");
+        inner(m.w1_a, m.w1_b, "lokr_w1_a", "lokr_w1_b");
+      }
+      if (m.w2.defined()) {
+        need(m.w2, "lokr_w2");
+      } else {
+        need(m.w2_a, "lokr_w2_a");
+        need(m.w2_b, "lokr_w2_b");
+        inner(m.w2_a, m.w2_b, "lokr_w2_a", "lokr_w2_b");
+      }
+      break;
+    case LoraKind::LoHa:
+      need(m.w1_a, "hada_w1_a");
+      need(m.w1_b, "hada_w1_b");
+      need(m.w2_a, "hada_w2_a");
+      need(m.w2_b, "hada_w2_b");
+      inner(m.w1_a, m.w1_b, "hada_w1_a", "hada_w1_b");
+      inner(m.w2_a, m.w2_b, "hada_w2_a", "hada_w2_b");
+      FLUXRT_CHECK(m.w1_a.size(0) == m.w2_a.size(0) && m.w1_b.size(1) == m.w2_b.size(1), ErrorCode::Format,
+                   "{}: hada_w1 ({} x {}) and hada_w2 ({} x {}) are not the same shape", where,
+                   m.w1_a.size(0), m.w1_b.size(1), m.w2_a.size(0), m.w2_b.size(1));
+      break;
+  }
+  if (m.dora()) {
+    const Shape d = m.delta_shape();
+    const Tensor& g = m.magnitude;
+    const bool rows =
+        (g.dim() == 1 && g.size(0) == d[0]) || (g.dim() == 2 && g.size(0) == d[0] && g.size(1) == 1);
+    const bool cols = g.dim() == 2 && g.size(0) == 1 && g.size(1) == d[1];
+    FLUXRT_CHECK(rows || cols, ErrorCode::Format,
+                 "{}: the DoRA magnitude {} fits neither the delta's rows [{}] nor its columns [1, {}]",
+                 where, g.shape().str(), d[0], d[1]);
+    FLUXRT_CHECK(dtype_is_float(g.dtype()), ErrorCode::Unsupported, "{}: the DoRA magnitude is stored as {}",
+                 where, dtype_name(g.dtype()));
+  }
 }
 
 // diffusers' `lora_adapter_metadata`: the PEFT LoraConfig as JSON, keys optionally prefixed with
@@ -191,11 +331,19 @@ constexpr const char* kTextEncoderPrefixes[] = {"lora_te1_",
                                                 "te1.",
                                                 "te2."};
 
+// LyCORIS algorithms other than LoKr and LoHa: refused by name rather than as unmatched keys.
 std::string refused_format(const std::string& key) {
-  if (contains(key, "lokr_")) return "LyCORIS LoKr";
-  if (contains(key, "hada_")) return "LyCORIS LoHa";
-  if (contains(key, "dora_scale")) return "DoRA";
+  if (contains(key, ".oft_") || contains(key, ".boft_")) return "LyCORIS OFT / BOFT";
+  if (ends_with(key, ".diff") || ends_with(key, ".diff_b")) return "LyCORIS full (diff)";
+  if (ends_with(key, ".a1.weight") || ends_with(key, ".b1.weight")) return "LyCORIS GLoRA";
   return {};
+}
+
+// Tucker cores decompose a convolution's kernel dimensions; FLUX's adapted layers are all linear,
+// so a file with one is for another model (or broken), not something to drop silently.
+bool is_tucker_core(const std::string& key) {
+  return ends_with(key, ".lokr_t2") || ends_with(key, ".hada_t1") || ends_with(key, ".hada_t2") ||
+         ends_with(key, ".lora_mid.weight");
 }
 
 // A text-encoder key stem -> the module it adapts, named kClipTextModulePrefix + the
@@ -230,9 +378,53 @@ std::optional<std::string> text_encoder_module(const std::string& stem) {
 
 }  // namespace
 
+const char* lora_kind_name(LoraKind kind) {
+  switch (kind) {
+    case LoraKind::Lora:
+      return "lora";
+    case LoraKind::LoKr:
+      return "lokr";
+    case LoraKind::LoHa:
+      return "loha";
+  }
+  return "?";
+}
+
+int64_t LoraModule::rank() const {
+  switch (kind) {
+    case LoraKind::Lora:
+      return down.size(0);
+    case LoraKind::LoKr:
+      // ComfyUI's rule: w2's rank when it is decomposed, else w1's; LyCORIS gives both one rank.
+      return w2_b.defined() ? w2_b.size(0) : w1_b.defined() ? w1_b.size(0) : 0;
+    case LoraKind::LoHa:
+      return w1_b.size(0);
+  }
+  return 0;
+}
+
+Shape LoraModule::delta_shape() const {
+  switch (kind) {
+    case LoraKind::Lora:
+      return Shape{up.size(0), down.size(1)};
+    case LoraKind::LoKr: {
+      const int64_t a = w1.defined() ? w1.size(0) : w1_a.size(0),
+                    b = w1.defined() ? w1.size(1) : w1_b.size(1);
+      const int64_t c = w2.defined() ? w2.size(0) : w2_a.size(0),
+                    d = w2.defined() ? w2.size(1) : w2_b.size(1);
+      return Shape{a * c, b * d};
+    }
+    case LoraKind::LoHa:
+      return Shape{w1_a.size(0), w1_b.size(1)};
+  }
+  return Shape{};
+}
+
 float LoraModule::factor() const {
   if (scale) return *scale;
-  if (alpha) return *alpha / static_cast<float>(rank());
+  // A LoKr module with both halves whole has no rank: alpha does not apply (LyCORIS sets alpha to
+  // its dim there, and ComfyUI uses 1).
+  if (alpha && rank() > 0) return *alpha / static_cast<float>(rank());
   return 1.0f;
 }
 
@@ -245,12 +437,16 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
     const std::string refused = refused_format(key);
     if (!refused.empty())
       fail(ErrorCode::Unsupported,
-           "{}: {} tensors are not supported (first: '{}'); only plain LoRA (A/B) files load", description,
-           refused, key);
+           "{}: {} tensors are not supported (first: '{}'); LoRA, LoKr, LoHa and DoRA files load",
+           description, refused, key);
+    FLUXRT_CHECK(!is_tucker_core(key), ErrorCode::Format,
+                 "{}: '{}' is a Tucker core, which only a convolution has; FLUX's adapted layers are linear",
+                 description, key);
   }
   const PeftMetadata peft = read_peft_metadata(metadata, description);
 
   std::map<std::string, LoraModule> by_module;
+  std::map<std::string, LoraKind> kinds;  // set by the first A / B / LoKr / LoHa tensor
   std::vector<std::string> unmatched;
   std::set<std::string> formats;
   for (const auto& [key, t] : tensors) {
@@ -289,6 +485,49 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
       case Role::Scale:
         m.scale = scalar_of(t, what);
         break;
+      case Role::W1:
+        m.w1 = t;
+        break;
+      case Role::W1A:
+        m.w1_a = t;
+        break;
+      case Role::W1B:
+        m.w1_b = t;
+        break;
+      case Role::W2:
+        m.w2 = t;
+        break;
+      case Role::W2A:
+        m.w2_a = t;
+        break;
+      case Role::W2B:
+        m.w2_b = t;
+        break;
+      case Role::HadaW1A:
+        m.w1_a = t;
+        break;
+      case Role::HadaW1B:
+        m.w1_b = t;
+        break;
+      case Role::HadaW2A:
+        m.w2_a = t;
+        break;
+      case Role::HadaW2B:
+        m.w2_b = t;
+        break;
+      case Role::Dora:
+      case Role::Peft:
+        m.magnitude = t;
+        m.magnitude_eps = suffix->role == Role::Dora;
+        break;
+    }
+    if (const std::optional<LoraKind> kind = kind_of(suffix->role)) {
+      const auto seen = kinds.find(*module);
+      FLUXRT_CHECK(seen == kinds.end() || seen->second == *kind, ErrorCode::Format,
+                   "{}: LoRA module '{}' mixes {} and {} tensors", description, raw_stem,
+                   lora_kind_name(seen == kinds.end() ? *kind : seen->second), lora_kind_name(*kind));
+      m.kind = *kind;
+      kinds[*module] = *kind;
     }
     if (!m.alpha && suffix->role != Role::Alpha) {
       const bool t5 = te && starts_with(*module, kT5TextModulePrefix);
@@ -307,15 +546,10 @@ LoraFile parse_lora(const std::map<std::string, Tensor>& tensors,
          description, unmatched.size(), first, unmatched.size() > 4 ? "', ..." : "'");
   }
   for (auto& [name, m] : by_module) {
-    FLUXRT_CHECK(m.down.defined() && m.up.defined(), ErrorCode::Format,
-                 "{}: LoRA module '{}' has no {} matrix", description, m.key,
-                 m.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)");
-    FLUXRT_CHECK(m.down.dim() == 2 && m.up.dim() == 2 && m.up.size(1) == m.down.size(0) && m.down.size(0) > 0,
-                 ErrorCode::Format, "{}: LoRA module '{}': down {} and up {} are not [r, in] and [out, r]",
-                 description, m.key, m.down.shape().str(), m.up.shape().str());
-    FLUXRT_CHECK(dtype_is_float(m.down.dtype()) && dtype_is_float(m.up.dtype()), ErrorCode::Unsupported,
-                 "{}: LoRA module '{}' is stored as {}, not a float dtype", description, m.key,
-                 dtype_name(m.down.dtype()));
+    FLUXRT_CHECK(kinds.count(name) != 0, ErrorCode::Format,
+                 "{}: LoRA module '{}' has no weights (lora_A / lora_down, lokr_w1, hada_w1_a), only {}",
+                 description, m.key, m.dora() ? "a DoRA magnitude" : "an alpha / scale");
+    check_module(m, description);
     m.module = name;
     out.modules.push_back(std::move(m));
   }
