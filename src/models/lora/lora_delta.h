@@ -48,9 +48,9 @@ struct LoraDelta {
   // (lora_math.h) is formed only while its weights merge, one group of layers at a time (held for
   // every module at once, klein-4B's would be 16 GB of f32), the first of its rows this target
   // holds, and all of its targets in row order (a DoRA input-axis norm spans them).
-  std::shared_ptr<const LoraModule> module;
+  std::shared_ptr<const LoraModule> module = nullptr;
   int64_t first_row = 0;
-  std::vector<std::string> group;
+  std::vector<std::string> group = {};
   bool low_rank() const { return module == nullptr; }
 };
 
