@@ -23,7 +23,7 @@ struct LoraInfo {
   // How many modules of each kind ("lokr": 12, "dora": 3; dora counts the modules with a magnitude,
   // whatever their kind).
   std::map<std::string, int> kinds;
-  std::string sha256;                // of the whole file, 64 hex digits
+  std::string sha256;  // of the whole file, 64 hex digits
 };
 
 // True when `path` is a safetensors file whose tensor names are a LoRA's (lora_A / lora_down /
