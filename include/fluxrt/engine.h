@@ -204,7 +204,9 @@ class Engine {
   std::vector<GenerateResult> generate_batch(const std::vector<GenerateRequest>& requests,
                                              const Callbacks& callbacks = {});
   // What must agree for requests to share a batch, as a string: the plan's size, steps, guidance,
-  // CFG, text length, the request's LoRAs and the negative prompt CFG uses. "" for a request that
+  // CFG, text length, the negative prompt CFG uses, and of the request's LoRAs only whether it has
+  // any when they are all plain low-rank LoRAs of the transformer (each request's then apply to its
+  // own images only), else the list itself (LoKr, LoHa, DoRA, text-encoder modules). "" for a request that
   // cannot join a batch (reference images, an init image). Throws as plan does for a request the
   // model refuses.
   std::string batch_key(const GenerateRequest& request) const;

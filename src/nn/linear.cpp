@@ -1,5 +1,8 @@
 #include "nn/linear.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/error.h"
 #include "ops/elementwise.h"
 
@@ -40,7 +43,7 @@ void Linear::release_source() {
   prepared_->weight = Tensor::zeros({1, 1}, w.dtype(), w.device()).expand(w.shape());
 }
 
-void Linear::attach_low_rank(Linear down, Linear up) {
+void Linear::attach_low_rank(Linear down, Linear up, Rows rows) {
   FLUXRT_CHECK(down.bound() && up.bound() && down.in_features() == in_features() &&
                    up.out_features() == out_features() && up.in_features() == down.out_features(),
                ErrorCode::InvalidArgument,
@@ -48,7 +51,9 @@ void Linear::attach_low_rank(Linear down, Linear up) {
                up.bound() ? up.out_features() : 0, up.bound() ? up.in_features() : 0,
                down.bound() ? down.out_features() : 0, down.bound() ? down.in_features() : 0, out_features(),
                in_features());
-  attached_->branches.push_back({std::move(down), std::move(up)});
+  FLUXRT_CHECK(rows.all() || (rows.begin >= 0 && rows.count > 0), ErrorCode::InvalidArgument,
+               "[nn::Linear] a low-rank branch on rows [{}, +{}]", rows.begin, rows.count);
+  attached_->branches.push_back({std::move(down), std::move(up), rows});
 }
 
 void Linear::detach_low_rank() {
@@ -72,10 +77,9 @@ void Linear::detach_replacement() {
 
 bool Linear::replaced() const { return attached_ && attached_->replacement != nullptr; }
 
-Tensor Linear::with_branches(const Tensor& x, Activation act) const {
-  Tensor y = ops::linear(x, prepared());  // [..., out]
-  for (const LowRank& b : attached_->branches)
-    ops::add_(y, ops::linear(ops::linear(x, b.down.prepared()), b.up.prepared()));
+namespace {
+
+Tensor activate(Tensor y, Activation act) {
   switch (act) {
     case Activation::None:
       return y;
@@ -87,45 +91,122 @@ Tensor Linear::with_branches(const Tensor& x, Activation act) const {
   return y;
 }
 
+bool covers(const Linear::Rows& rows, int64_t b) {
+  return rows.all() || (b >= rows.begin && b < rows.begin + rows.count);
+}
+
+// [begin, end) runs of batch elements that the same branches cover, in order.
+std::vector<std::pair<int64_t, int64_t>> segments(const std::vector<Linear::Rows>& ranges, int64_t batch) {
+  std::vector<int64_t> cuts{0, batch};
+  for (const Linear::Rows& r : ranges) {
+    if (r.all()) continue;
+    FLUXRT_CHECK(r.begin + r.count <= batch, ErrorCode::Internal,
+                 "[nn::Linear] a low-rank branch on batch elements [{}, {}) of an input of {}", r.begin,
+                 r.begin + r.count, batch);
+    cuts.push_back(r.begin);
+    cuts.push_back(r.begin + r.count);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) runs.emplace_back(cuts[i], cuts[i + 1]);
+  return runs;
+}
+
+}  // namespace
+
+bool Linear::covered(int64_t b) const {
+  for (const LowRank& l : attached_->branches)
+    if (covers(l.rows, b)) return true;
+  return false;
+}
+
+bool Linear::every_row() const {
+  for (const LowRank& l : attached_->branches)
+    if (!l.rows.all()) return false;
+  return true;
+}
+
+Tensor Linear::unfused(const Tensor& x, int64_t first, Activation act) const {
+  Tensor y = ops::linear(x, prepared());  // [..., out]
+  for (const LowRank& b : attached_->branches)
+    if (covers(b.rows, first)) ops::add_(y, ops::linear(ops::linear(x, b.down.prepared()), b.up.prepared()));
+  return activate(std::move(y), act);
+}
+
+void Linear::with_branches_into(const Tensor& x, const Tensor& y, Activation act) const {
+  std::vector<Rows> ranges;
+  for (const LowRank& l : attached_->branches) ranges.push_back(l.rows);
+  for (const auto& [begin, end] : segments(ranges, x.size(0))) {
+    const Tensor xs = x.narrow(0, begin, end - begin);
+    Tensor ys = y.narrow(0, begin, end - begin);
+    if (covered(begin))
+      ys.copy_from(unfused(xs, begin, act));
+    else
+      ops::linear_into(xs, prepared(), ys, act);  // as without branches
+  }
+}
+
 Tensor Linear::operator()(const Tensor& x, Activation act) const {
-  if (low_rank_branches() != 0) return with_branches(x, act);
-  return ops::linear(x, prepared(), act);
+  if (low_rank_branches() == 0) return ops::linear(x, prepared(), act);
+  if (every_row()) return unfused(x, 0, act);
+  Shape shape = x.shape();
+  shape[x.dim() - 1] = out_features();
+  Tensor y = Tensor::empty(shape, x.dtype(), x.device());
+  with_branches_into(x, y, act);
+  return y;
 }
 
 void Linear::forward_into(const Tensor& x, const Tensor& y, Activation act) const {
-  if (low_rank_branches() != 0) {
+  if (low_rank_branches() == 0) {
+    ops::linear_into(x, prepared(), y, act);
+  } else if (every_row()) {
     Tensor out = y;
-    out.copy_from(with_branches(x, act));
-    return;
+    out.copy_from(unfused(x, 0, act));
+  } else {
+    with_branches_into(x, y, act);
   }
-  ops::linear_into(x, prepared(), y, act);
 }
 
 void Linear::gated_residual_into(const Tensor& x, const Tensor& gate, const Tensor& residual, const Tensor& y,
                                  Activation act) const {
-  if (low_rank_branches() != 0) {
-    // y = residual + gate[out] * act(...), gate broadcast over the rows.
-    const Tensor update = ops::mul(with_branches(x, act), gate);
-    if (residual.storage() != y.storage() || residual.offset() != y.offset() ||
-        residual.strides() != y.strides()) {
-      Tensor out = y;
-      out.copy_from(residual);
-    }
-    Tensor out = y;
-    ops::add_(out, update);
+  if (low_rank_branches() == 0) {
+    ops::linear_gated_residual_into(x, prepared(), gate, residual, y, act);
     return;
   }
-  ops::linear_gated_residual_into(x, prepared(), gate, residual, y, act);
+  // y = residual + gate[out] * act(...), gate broadcast over the rows, run by runs of rows that the
+  // same branches cover (the fused form where none does).
+  std::vector<Rows> ranges;
+  for (const LowRank& l : attached_->branches) ranges.push_back(l.rows);
+  const bool in_place = residual.storage() == y.storage() && residual.offset() == y.offset() &&
+                        residual.strides() == y.strides();
+  for (const auto& [begin, end] : segments(ranges, x.size(0))) {
+    const int64_t n = end - begin;
+    const Tensor xs = x.narrow(0, begin, n), rs = residual.narrow(0, begin, n);
+    Tensor ys = y.narrow(0, begin, n);
+    if (!covered(begin)) {
+      ops::linear_gated_residual_into(xs, prepared(), gate, rs, ys, act);
+      continue;
+    }
+    const Tensor update = ops::mul(unfused(xs, begin, act), gate);
+    if (!in_place) ys.copy_from(rs);
+    ops::add_(ys, update);
+  }
 }
 
 void Linear::add_gated_residual(const Tensor& h, const Tensor& gate, Tensor& x) const {
-  if (low_rank_branches() != 0) {
-    ops::gated_residual_(x, gate, with_branches(h, Activation::None));  // x += gate * this(h)
+  if (low_rank_branches() != 0 && every_row()) {
+    ops::gated_residual_(x, gate, unfused(h, 0, Activation::None));  // x += gate * this(h)
     return;
   }
   const ops::PreparedLinear& w = prepared();
   for (int64_t b = 0; b < x.size(0); ++b) {
     Tensor xb = x.select(0, b);  // [L, out]
+    if (low_rank_branches() != 0 && covered(b)) {
+      Tensor x1 = x.narrow(0, b, 1);  // [1, L, out]
+      ops::gated_residual_(x1, gate.narrow(0, b, 1), unfused(h.narrow(0, b, 1), b, Activation::None));
+      continue;
+    }
     ops::linear_gated_residual_into(h.select(0, b), w, gate.select(0, b), xb, xb);
   }
 }

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/device.h"
 #include "core/tensor.h"
@@ -23,6 +24,15 @@
 namespace fluxrt::nn {
 
 using ops::Activation;
+
+/// The batch elements (dim 0 of every input: [B, L, in] or [B, in]) a low-rank branch of a Linear
+/// applies to, [begin, begin + count); the default is every element. A batch of requests that each
+/// carry their own LoRAs gives each request's branches its own rows.
+struct BranchRows {
+  int64_t begin = 0;
+  int64_t count = -1;  // < 0: every element
+  bool all() const { return count < 0; }
+};
 
 class Linear {
  public:
@@ -71,11 +81,15 @@ class Linear {
   /// one gate row, so one fused GEMM per batch element (each still L rows).
   void add_gated_residual(const Tensor& h, const Tensor& gate, Tensor& x) const;
 
+  using Rows = BranchRows;
+
   /// Unmerged LoRA: adds the branch up(down(x)) (down [r, in], up [out, r] with the strength and
-  /// alpha / rank folded in) to every forward until detached, before the activation and the gate:
-  /// the forms above then run as GEMM + branches + epilogue (composed ops, no fused epilogue). The
-  /// branches are shared by the copies of this layer (the model's own included).
-  void attach_low_rank(Linear down, Linear up);
+  /// alpha / rank folded in) to every forward on `rows` until detached, before the activation and
+  /// the gate: those rows then run as GEMM + branches + epilogue (composed ops, no fused
+  /// epilogue), and rows no branch covers run the fused forms as without branches, so a request's
+  /// rows give what they give alone. The branches are shared by the copies of this layer (the
+  /// model's own included).
+  void attach_low_rank(Linear down, Linear up, Rows rows = {});
   void detach_low_rank();
   size_t low_rank_branches() const;
 
@@ -92,8 +106,14 @@ class Linear {
   struct Attached;
   explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared);
   const ops::PreparedLinear& prepared() const;
-  // act(x W^T + b + branches): the unfused path taken while branches are attached.
-  Tensor with_branches(const Tensor& x, Activation act) const;
+  // act(x W^T + b + the branches covering batch element `first`), composed: x is a run of
+  // elements that the same branches cover, starting at `first`.
+  Tensor unfused(const Tensor& x, int64_t first, Activation act) const;
+  // act(x W^T + b + branches) into y by runs of batch elements: unfused where branches cover them,
+  // the fused form for the rest (x and y [B, ...]).
+  void with_branches_into(const Tensor& x, const Tensor& y, Activation act) const;
+  bool covered(int64_t b) const;  // whether a branch covers batch element b
+  bool every_row() const;         // whether every branch covers every element
 
   // Shared by copies of the layer (FLUX.1's shared-weight benchmark blocks reuse block 0's).
   std::shared_ptr<ops::PreparedLinear> prepared_;
@@ -102,6 +122,7 @@ class Linear {
 
 struct Linear::LowRank {
   Linear down, up;
+  Rows rows;
 };
 
 struct Linear::Attached {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/utf8.h"
+#include "models/lora/lora_delta.h"
 
 namespace fluxrt {
 
@@ -109,10 +110,17 @@ std::string batch_key(const fluxrt::GenerateRequest& request, const fluxrt::Requ
   // Reference and init images are per request inputs of the loop (tokens, the start latents).
   if (!request.reference_images.empty() || request.init_image) return "";
   // The negative prompt last, with its length, so no prompt text can make two keys collide.
-  // The LoRA set before it: each path with its length, so no path can make two keys collide.
+  // The LoRA set before it: plain transformer LoRAs attach to each request's own images
+  // (RequestLoras), so any such sets share a batch; other sets (LoKr, LoHa, DoRA merge weights for
+  // the whole call, text-encoder modules change the batch's prompt encoding) only the same set,
+  // each path with its length, so no path can make two keys collide.
   std::string loras;
-  for (const fluxrt::Lora& l : request.loras)
-    loras += fmt::format("{}:{}:{} ", l.path.size(), l.path, l.strength);
+  if (models::loras_batch_by_rows(request.loras)) {
+    loras = "each request's own low-rank";
+  } else {
+    for (const fluxrt::Lora& l : request.loras)
+      loras += fmt::format("{}:{}:{} ", l.path.size(), l.path, l.strength);
+  }
   return fmt::format("{}x{} steps {} guidance {} cfg {} true_cfg {} text {} loras [{}] negative {}:{}",
                      p.width, p.height, p.steps, p.guidance, p.cfg,
                      p.true_cfg ? fmt::format("{}", *p.true_cfg) : "unset", p.max_sequence_length, loras,

@@ -177,7 +177,9 @@ TEST(EngineBatch, RefusesRequestsThatDoNotAgree) {
 
 // Per-request LoRAs: only requests with the same LoRA set share a batch, a batch of them gives
 // each request its images alone, and the metadata records each LoRA (name, strength, SHA-256).
-TEST(EngineBatch, LoraSetsBatchOnlyWhenEqual) {
+// Plain LoRA sets batch whatever their strengths and order (each request's apply to its own images:
+// test_engine_batch_loras.cpp); never with requests that carry none.
+TEST(EngineBatch, PlainLoraSetsBatchTogether) {
   fluxrt::Engine engine(kKlein.string());
   const std::string peft = (kData / "lora" / "klein" / "peft.safetensors").string();
   const std::string second = (kData / "lora" / "klein" / "second.safetensors").string();
@@ -188,9 +190,9 @@ TEST(EngineBatch, LoraSetsBatchOnlyWhenEqual) {
 
   fluxrt::GenerateRequest other = requests[0];
   other.loras[0].strength = 0.6f;
-  EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
-  other.loras = {{second, 1.0f}, {peft, 0.5f}};  // order is part of the set: summed the same, kept apart
-  EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
+  EXPECT_EQ(engine.batch_key(other), engine.batch_key(requests[0]));
+  other.loras = {{second, 1.0f}, {peft, 0.5f}};
+  EXPECT_EQ(engine.batch_key(other), engine.batch_key(requests[0]));
   other.loras.clear();
   EXPECT_NE(engine.batch_key(other), engine.batch_key(requests[0]));
   EXPECT_THROW(engine.generate_batch({requests[0], other}), fluxrt::Error);

@@ -164,6 +164,69 @@ TEST(NnLinear, LowRankBranchMatchesRefAndTheMergedWeight) {
   }
 }
 
+// Branches on some batch elements (a batch of requests with different LoRAs): each element gives
+// bit for bit what it gives alone with its own branches, and an element no branch covers what the
+// plain layer gives, fused forms included.
+TEST(NnLinear, LowRankBranchesOnRowsGiveEachRowItsOwn) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor w = random_normal({24, 16}, dt, 40, 0.0, 0.2);
+    const Tensor bias = random_normal({24}, dt, 41);
+    const Tensor a1 = random_normal({3, 16}, dt, 42, 0.0, 0.3), b1 = random_normal({24, 3}, dt, 43, 0.0, 0.3);
+    const Tensor a2 = random_normal({2, 16}, dt, 44, 0.0, 0.3), b2 = random_normal({24, 2}, dt, 45, 0.0, 0.3);
+    const Tensor x = random_normal({4, 5, 16}, dt, 46);
+    const Tensor gates = random_normal({4, 24}, dt, 47);
+    const Tensor acc0 = random_normal({4, 5, 24}, dt, 48);
+    const Tensor rows2d = random_normal({4, 16}, dt, 49);
+    const Tensor gate = random_normal({24}, dt, 50);
+    const Tensor residual = random_normal({4, 24}, dt, 51);
+    // Element 0: branch 1; elements 1-2: branch 2; element 3: none.
+    Linear batched = Linear::prepare(w, bias);
+    batched.attach_low_rank(Linear::prepare(a1), Linear::prepare(b1), Linear::Rows{0, 1});
+    batched.attach_low_rank(Linear::prepare(a2), Linear::prepare(b2), Linear::Rows{1, 2});
+    std::vector<Linear> alone(3, Linear());
+    alone[0] = Linear::prepare(w, bias);
+    alone[0].attach_low_rank(Linear::prepare(a1), Linear::prepare(b1));
+    alone[1] = Linear::prepare(w, bias);
+    alone[1].attach_low_rank(Linear::prepare(a2), Linear::prepare(b2));
+    alone[2] = Linear::prepare(w, bias);
+    struct Run {
+      int64_t begin, count;
+      const Linear* layer;
+    };
+    const std::vector<Run> runs{{0, 1, &alone[0]}, {1, 2, &alone[1]}, {3, 1, &alone[2]}};
+    auto forms = [&](const Linear& l, int64_t begin, int64_t count) {
+      const Tensor xs = x.narrow(0, begin, count);
+      std::vector<Tensor> out;
+      for (Activation act : {Activation::None, Activation::GeluTanh, Activation::Silu}) {
+        out.push_back(l(xs, act));
+        const Tensor y = Tensor::empty({count, 5, 24}, dt);
+        l.forward_into(xs, y, act);
+        out.push_back(y);
+      }
+      Tensor acc = acc0.narrow(0, begin, count).clone();
+      l.add_gated_residual(xs, gates.narrow(0, begin, count), acc);
+      out.push_back(acc);
+      const Tensor g = Tensor::empty({count, 24}, dt);
+      l.gated_residual_into(rows2d.narrow(0, begin, count), gate, residual.narrow(0, begin, count), g,
+                            Activation::GeluTanh);
+      out.push_back(g);
+      return out;
+    };
+    const std::vector<Tensor> got = forms(batched, 0, 4);
+    for (const Run& r : runs) {
+      const std::vector<Tensor> want = forms(*r.layer, r.begin, r.count);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(all_close(got[i].narrow(0, r.begin, r.count), want[i], TolClass::Exact))
+            << dtype_name(dt) << " form " << i << " elements from " << r.begin;
+    }
+    // Not vacuous: the branches change their elements.
+    EXPECT_FALSE(
+        all_close(got[0].narrow(0, 0, 1), Linear::prepare(w, bias)(x.narrow(0, 0, 1)), TolClass::Exact));
+    // A branch past the input's elements is a logic error, not a silent skip.
+    EXPECT_THROW((void)batched(x.narrow(0, 0, 2)), Error);
+  }
+}
+
 TEST(NnLinear, LowRankBranchShapesChecked) {
   Linear lin = Linear::prepare(random_normal({8, 4}, DType::F32, 1));
   EXPECT_THROW(lin.attach_low_rank(Linear::prepare(random_normal({2, 5}, DType::F32, 2)),

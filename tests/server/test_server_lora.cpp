@@ -1,8 +1,9 @@
 // `loras` on the server (--lora-dir, issue 25, docs/server.md): a request names LoRA files of the
 // server's folder with strengths and gets diffusers' image for them (tests/data/lora, made by
 // tools/reference/dump_lora.py from load_lora_weights + set_adapters) on the tiny klein model in
-// f32; the next request without them gets the base image; requests with and without LoRAs that
-// arrive together are not batched together; every bad `loras` value is a 400 naming the field.
+// f32; the next request without them gets the base image; requests with other LoRAs that arrive
+// together (batched when their files are plain LoRAs, each request's on its own images) each get
+// their own image; every bad `loras` value is a 400 naming the field.
 // LyCORIS LoKr / LoHa and DoRA files give the images of the trainers' math (tests/data/lora_lycoris).
 #include <filesystem>
 #include <fstream>
@@ -104,7 +105,7 @@ TEST_F(ServerLora, NamedLorasRenderTheDiffusersImages) {
   EXPECT_EQ(png_text_of(image_bytes(base)).count("loras"), 0u);
 }
 
-TEST_F(ServerLora, RequestsWithOtherLorasAreNotBatchedTogether) {
+TEST_F(ServerLora, RequestsWithOtherLorasArrivingTogetherGetTheirOwnImages) {
   const std::vector<std::pair<json, std::string>> cases = {
       {json::array({"peft"}), "klein_peft_f32"},
       {nullptr, "klein_base_f32"},

@@ -181,6 +181,19 @@ bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component) {
   return false;
 }
 
+bool loras_batch_by_rows(const std::vector<LoraSpec>& specs) {
+  if (specs.empty()) return false;
+  try {
+    for (const LoraSpec& spec : specs)
+      for (const LoraModule& m : read_lora_file(spec.path).modules)
+        if (m.kind != LoraKind::Lora || m.dora() || component_of(m.module) != LoraComponent::Transformer)
+          return false;
+  } catch (const Error&) {
+    return false;  // kept to batches of its own list; generate reports the error
+  }
+  return true;
+}
+
 LinearShapes linear_shapes_of(const TensorStore& canonical) {
   return [&canonical](const std::string& name) -> std::optional<Shape> {
     if (!canonical.contains(name) || canonical.get(name).dim() != 2) return std::nullopt;
@@ -317,7 +330,8 @@ TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<Lo
 }
 
 LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
-                               const std::vector<LoraDelta>& deltas, DType dtype, Device device) {
+                               const std::vector<LoraDelta>& deltas, DType dtype, Device device,
+                               nn::Linear::Rows rows) {
   auto layer_of = [&](const std::string& target) {
     const auto it = linears.find(target);
     FLUXRT_CHECK(it != linears.end() && it->second.bound(), ErrorCode::Internal,
@@ -327,6 +341,8 @@ LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
   // Layers a LoKr, LoHa or DoRA module touches get a merged copy for the request, with every delta
   // on them (plain ones too: DoRA renormalises what the deltas before it made).
   const std::vector<std::vector<std::string>> groups = exact_groups(deltas);
+  FLUXRT_CHECK(groups.empty() || rows.all(), ErrorCode::Internal,
+               "LoKr, LoHa and DoRA modules cannot be attached to some batch elements only");
   std::set<std::string> exact;
   for (const auto& group : groups) exact.insert(group.begin(), group.end());
   // A group at a time: only its layers' base weights, their f32 work copies and one module's delta
@@ -373,7 +389,7 @@ LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
     Tensor up = d.up.to(DType::F32).contiguous().clone();
     ops::scale_(up, d.scale);
     layer.attach_low_rank(nn::Linear::prepare(d.down.to(dtype).contiguous(), Tensor(), device),
-                          nn::Linear::prepare(up.to(dtype), Tensor(), device));
+                          nn::Linear::prepare(up.to(dtype), Tensor(), device), rows);
     touched_.push_back(layer);
   }
 }

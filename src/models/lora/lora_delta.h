@@ -84,6 +84,13 @@ TensorStore merge_loras(const TensorStore& canonical, const std::vector<LoraSpec
 // Whether any of the files adapts `component` (errors as lora_deltas', field "loras").
 bool loras_adapt(const std::vector<LoraSpec>& specs, LoraComponent component);
 
+// Whether requests carrying these files can share a batch with requests carrying other such files,
+// each request's deltas attached to its own batch elements (LoraAttachment's rows): every module
+// of every file is a plain low-rank pair (no LoKr, LoHa or DoRA, which attach merged weights) on
+// the transformer (no text-encoder module: the prompts are encoded once for the batch). False
+// for an empty list and for a file that cannot be read (generate then reports it).
+bool loras_batch_by_rows(const std::vector<LoraSpec>& specs);
+
 // The shapes of a canonical checkpoint store's 2-D tensors.
 LinearShapes linear_shapes_of(const TensorStore& canonical);
 // The shapes of a model's bound linears (by canonical weight name).
@@ -97,12 +104,14 @@ TensorStore merge_lora_deltas(const TensorStore& canonical, const std::vector<Lo
                               std::optional<DType> dtype = std::nullopt);
 
 // Unmerged: attaches the deltas to the named linears for the attachment's lifetime (a request) as
-// low-rank branches in `dtype` on `device`; detaches them again when destroyed. The linears are
-// shared with the model (nn::Linear copies share their branches).
+// low-rank branches in `dtype` on `device`, on the batch elements `rows` (a request's images in a
+// batch of requests with different LoRAs; only plain low-rank deltas can be limited to rows:
+// loras_batch_by_rows); detaches them again when destroyed. The linears are shared with the model
+// (nn::Linear copies share their branches).
 class LoraAttachment {
  public:
   LoraAttachment(const std::map<std::string, nn::Linear>& linears, const std::vector<LoraDelta>& deltas,
-                 DType dtype, Device device);
+                 DType dtype, Device device, nn::Linear::Rows rows = {});
   ~LoraAttachment();
   LoraAttachment(const LoraAttachment&) = delete;
   LoraAttachment& operator=(const LoraAttachment&) = delete;

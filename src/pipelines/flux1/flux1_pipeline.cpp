@@ -19,6 +19,7 @@
 #include "pipelines/denoise.h"
 #include "pipelines/flux1/flux1_components.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/request_loras.h"
 #include "pipelines/spans.h"
 #include "pipelines/step_graph.h"
 
@@ -444,12 +445,10 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   {
     auto transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
-    std::optional<models::LoraAttachment> loras;  // detached when the loop ends
-    if (!request.loras.empty())
-      loras.emplace(transformer->linears(),
-                    models::lora_deltas(request.loras, *kind().lora_scheme,
-                                        models::linear_shapes_of(transformer->linears())),
-                    model_dtype, m.options.device);
+    // Each request's own LoRAs, on its own images when the batch's requests differ in them;
+    // detached when the loop ends.
+    const RequestLoras loras(batch_requests, transformer->linears(), kind().lora_scheme, model_dtype,
+                             m.options.device);
     DenoiseLoop loop;
     loop.schedule = &result.schedule;
     loop.first_step = t_start;
@@ -466,7 +465,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     loop.width = width;
     loop.height = height;
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
-    if (m.options.cuda_graphs && !loras) {  // from the resident transformer's cache, or this request's own
+    if (m.options.cuda_graphs &&
+        loras.empty()) {  // from the resident transformer's cache, or this request's own
       auto on_device = [&](const Tensor& t) {
         return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
       };

@@ -19,6 +19,7 @@
 #include "pipelines/klein/klein_components.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
+#include "pipelines/request_loras.h"
 #include "pipelines/request_plan.h"
 #include "pipelines/spans.h"
 #include "pipelines/step_graph.h"
@@ -313,12 +314,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   {
     ComponentLease<models::Flux2Transformer> transformer = m.transformer_lease();
     const DType model_dtype = transformer->dtype();
-    std::optional<models::LoraAttachment> loras;  // detached when the loop ends
-    if (!request.loras.empty())
-      loras.emplace(transformer->linears(),
-                    models::lora_deltas(request.loras, *kind().lora_scheme,
-                                        models::linear_shapes_of(transformer->linears())),
-                    model_dtype, m.options.device);
+    // Each request's own LoRAs, on its own images when the batch's requests differ in them;
+    // detached when the loop ends.
+    const RequestLoras loras(batch_requests, transformer->linears(), kind().lora_scheme, model_dtype,
+                             m.options.device);
     DenoiseLoop loop;
     loop.schedule = &result.schedule;
     loop.latent_dtype = dtype;
@@ -334,7 +333,8 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     loop.width = width;
     loop.height = height;
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
-    if (m.options.cuda_graphs && !loras) {  // from the resident transformer's cache, or this request's own
+    if (m.options.cuda_graphs &&
+        loras.empty()) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
