@@ -6,9 +6,13 @@ generation requests from --clients threads (each one image, distinct seeds, one 
 images/s and latency p50/p99 per setting. Python's standard library only.
 
   bench/serve_bench.py build/cpu-release/fluxrt --clients 8 --requests 64 --steps 4 --size 64x64
+
+With --lora-dir DIR the server gets that folder and request i names its i-th LoRA file (cycling),
+so every concurrent request carries its own LoRA (bench/make_bench_loras.py writes such files).
 """
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +23,8 @@ import urllib.request
 
 def run(binary, max_batch, args):
     cmd = [binary, "serve", "--port", "0", "--max-batch", str(max_batch), "--batch-window-ms",
-           str(args.window_ms), "--max-queue", str(max(32, args.clients * 2))] + (["--model", args.model] if args.model else [])
+           str(args.window_ms), "--max-queue", str(max(32, args.clients * 2))] + (["--model", args.model] if args.model else []) \
+        + (["--lora-dir", args.lora_dir] if args.lora_dir else [])
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
     for line in proc.stderr:
@@ -34,6 +39,7 @@ def run(binary, max_batch, args):
     threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
     url = f"http://127.0.0.1:{port}/v1/images/generations"
     counter = iter(range(args.requests))
+    loras = sorted(f for f in os.listdir(args.lora_dir) if f.endswith(".safetensors")) if args.lora_dir else []
     lock = threading.Lock()
     latencies, failures = [], [0]
 
@@ -43,8 +49,11 @@ def run(binary, max_batch, args):
                 i = next(counter, None)
             if i is None:
                 return
-            body = json.dumps({"prompt": "a red circle on a blue background", "seed": i, "size": args.size,
-                               "num_inference_steps": args.steps}).encode()
+            fields = {"prompt": "a red circle on a blue background", "seed": i, "size": args.size,
+                      "num_inference_steps": args.steps}
+            if loras:
+                fields["loras"] = [loras[i % len(loras)]]
+            body = json.dumps(fields).encode()
             t0 = time.monotonic()
             try:
                 req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
@@ -67,7 +76,7 @@ def run(binary, max_batch, args):
     proc.wait(timeout=60)
     latencies.sort()
     pct = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))] if latencies else 0
-    print(f"--max-batch {max_batch}: {len(latencies)} images in {wall:.1f} s = {len(latencies) / wall:.2f} images/s; "
+    print(f"--max-batch {max_batch}{f' ({len(loras)} LoRAs)' if loras else ''}: {len(latencies)} images in {wall:.1f} s = {len(latencies) / wall:.2f} images/s; "
           f"latency p50 {pct(0.5):.2f} s, p99 {pct(0.99):.2f} s; {failures[0]} failed", flush=True)
 
 
@@ -81,6 +90,7 @@ def main():
     ap.add_argument("--size", default="64x64")
     ap.add_argument("--window-ms", type=int, default=20)
     ap.add_argument("--batches", default="1,8", help="the --max-batch values to compare")
+    ap.add_argument("--lora-dir", default="", help="each request names one of this folder's LoRA files")
     args = ap.parse_args()
     for b in args.batches.split(","):
         run(args.binary, int(b), args)

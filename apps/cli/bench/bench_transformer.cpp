@@ -238,35 +238,64 @@ void bench_lokr_per_request(const BenchRequest& r, const BenchModel& model, doub
 // [out, R] random bf16, factor 1). Merged: each layer's W + B A on its own (a synthetic W of the
 // layer's shape; one layer at a time, so no second copy of the model), timed in the merge call
 // only. Unmerged: the branches attached as a request's would be, and the steps timed again.
-void bench_lora(const BenchRequest& r, const BenchModel& model, double scale, double params_ratio,
-                double base_min_s, const char* tag) {
-  const int64_t rank = r.lora_rank;
+// A synthetic rank-R LoRA on every linear of the model, its values drawn from `seed` on.
+std::vector<models::LoraDelta> synthetic_lora(const BenchModel& model, int64_t rank, uint64_t seed) {
   std::vector<models::LoraDelta> deltas;
-  uint64_t seed = 7700;
-  double merge_s = 0;
-  int64_t lora_params = 0;
   for (const auto& [name, layer] : *model.linears) {
     const int64_t out = layer.out_features(), in = layer.in_features();
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
     deltas.push_back({name, models::synthetic_tensor({rank, in}, DType::BF16, seed++, bound),
                       models::synthetic_tensor({out, rank}, DType::BF16, seed++, 0.01f), 1.0f, "synthetic"});
+  }
+  return deltas;
+}
+
+// With --batch B > 1: B requests, each with its own rank-R LoRA, as one call (each request's
+// branches on its own image's rows, pipelines/request_loras.h), against the batch with one LoRA.
+// B requests alone are B steps of `--batch 1`: the same command at batch 1 gives that figure.
+void bench_lora_per_image(const BenchRequest& r, const BenchModel& model, double scale, double shared_min_s,
+                          double base_min_s, const char* tag) {
+  std::vector<std::unique_ptr<models::LoraAttachment>> own;
+  for (int64_t i = 0; i < r.batch; ++i)
+    own.push_back(std::make_unique<models::LoraAttachment>(
+        *model.linears, synthetic_lora(model, r.lora_rank, 9100 + 1000 * static_cast<uint64_t>(i)), r.dtype,
+        r.device, nn::BranchRows{i, 1}));
+  const double own_min_s = min_step_seconds(model, r, scale, "own LoRA per image");
+  std::printf(
+      "each of the %d images with its own LoRA, one call%s: ms/step min %.1f (%.1f per image) vs %.1f with "
+      "one LoRA for the batch and %.1f without LoRA; the same command with --batch 1 gives a request "
+      "alone\n",
+      r.batch, tag, own_min_s * 1e3, own_min_s * 1e3 / r.batch, shared_min_s * 1e3, base_min_s * 1e3);
+}
+
+void bench_lora(const BenchRequest& r, const BenchModel& model, double scale, double params_ratio,
+                double base_min_s, const char* tag) {
+  const int64_t rank = r.lora_rank;
+  const std::vector<models::LoraDelta> deltas = synthetic_lora(model, rank, 7700);
+  uint64_t seed = 8700;
+  double merge_s = 0;
+  int64_t lora_params = 0;
+  for (const models::LoraDelta& d : deltas) {
+    const int64_t out = d.up.size(0), in = d.down.size(1);
     lora_params += rank * (in + out);
     models::TensorStore one;
-    one.add(name, models::synthetic_tensor({out, in}, DType::BF16, seed++, bound));
+    one.add(d.target, models::synthetic_tensor({out, in}, DType::BF16, seed++, 1.0f / std::sqrt(float(in))));
     const double t0 = wall_seconds();
-    const models::TensorStore merged = models::merge_lora_deltas(one, {deltas.back()});
+    const models::TensorStore merged = models::merge_lora_deltas(one, {d});
     merge_s += wall_seconds() - t0;
   }
   merge_s *= params_ratio;
   std::printf("\nLoRA rank %lld on %zu linears (%.1f M parameters in the timed model)\n",
               static_cast<long long>(rank), deltas.size(), static_cast<double>(lora_params) / 1e6);
   std::printf("merge into the weights%s: %.2f s (W + B A in f32, one rounding to bf16)\n", tag, merge_s);
+  double lora_min_s = 0;
   {
     models::LoraAttachment attached(*model.linears, deltas, r.dtype, r.device);
-    const double lora_min_s = min_step_seconds(model, r, scale, "unmerged");
+    lora_min_s = min_step_seconds(model, r, scale, "unmerged");
     std::printf("unmerged branches%s: ms/step min %.1f vs %.1f without: +%.1f%% of a step\n", tag,
                 lora_min_s * 1e3, base_min_s * 1e3, 100.0 * (lora_min_s - base_min_s) / base_min_s);
   }
+  if (r.batch > 1) bench_lora_per_image(r, model, scale, lora_min_s, base_min_s, tag);
   bench_lokr_per_request(r, model, params_ratio, tag);
 }
 
