@@ -262,8 +262,8 @@ TEST_F(CliGenerateFlux1, BadFlux1FlagsAreOneLineErrorsBeforeLoading) {
   const std::string klein = "--model " + quote(kKlein.string()) + " --prompt x --size 64x64 --steps 1 --quiet --out " +
                             quote((tmp_ / "out").string());
   expect_one_line_error(run(klein + init), "init_image (img2img) is not for FLUX.2 klein models");
-  expect_one_line_error(run(klein + " --strength 0.5"),
-                        "strength is for img2img, which FLUX.2 klein models do not have");
+  // klein takes strength for inpainting, with the image it edits.
+  expect_one_line_error(run(klein + " --strength 0.5"), "strength is for img2img and needs init_image");
   expect_one_line_error(run(klein + " --true-cfg 3"), "true_cfg is not for FLUX.2 klein models");
 
   // A preset's key is checked the same way.
