@@ -66,6 +66,7 @@ RunSettings settings_from(const GenerateOptions& o) {
   if (given(o, "--out")) s.out_dir = o.out_dir;
   if (given(o, "--filename")) s.filename_pattern = o.filename;
   if (given(o, "--init-image")) s.init_image = o.init_image;
+  if (given(o, "--mask")) s.mask = o.mask;
   if (given(o, "--vae-tiling")) s.vae_tiling = o.vae_tiling;
   if (given(o, "--config")) s.preset = o.config;
   if (given(o, "--prompt")) s.prompt = o.prompt;
@@ -105,7 +106,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option(
       "--init-image", o.init_image,
-      "FLUX.1 img2img: start from this PNG, JPEG or WebP (resized to --size, default the model's)");
+      "FLUX.1 img2img: start from this PNG, JPEG or WebP (resized to --size, default the model's); with "
+      "--mask: the image being edited");
+  cmd->add_option("--mask", o.mask,
+                  "klein inpainting: the mask (PNG, JPEG or WebP, the --init-image's size): white repaints, "
+                  "black keeps (luminance at 0.5)");
   add_request_field_flags(*cmd, o.fields);
   CLI::Option* lora =
       cmd->add_option("--lora", o.loras,
@@ -151,7 +156,8 @@ int generate_and_write(const GenerateOptions& o) {
                                run.images() == 1 ? "" : "s"));
   for (const std::string& note : run.notes) progress.message("note: " + note);
   if (run.request.init_image)
-    progress.message(fmt::format("img2img from {}: strength {}, {} of {} steps run", run.init_image,
+    progress.message(fmt::format("{} {}: strength {}, {} of {} steps run",
+                                 run.request.mask_image ? "inpainting" : "img2img from", run.init_image,
                                  run.plan.strength.value_or(0), run.plan.steps_run, run.plan.steps));
 
   std::optional<Engine> engine(std::in_place, run);

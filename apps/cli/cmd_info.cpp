@@ -37,6 +37,11 @@ void print_text(const ModelInfo& m) {
   fmt::print("source:  {}{}\n", m.source,
              m.pipeline_class.empty() ? "" : fmt::format(" ({})", m.pipeline_class));
   fmt::print("variant: {}\n", m.description);
+  if (!m.pipelines.empty()) {
+    std::string runs;
+    for (const std::string& p : m.pipelines) runs += (runs.empty() ? "" : ", ") + p;
+    fmt::print("runs:    {}\n", runs);
+  }
   if (m.shape) {
     const TransformerShape& s = *m.shape;
     fmt::print("layout:  {}{}\n", m.layout,

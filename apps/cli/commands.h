@@ -48,7 +48,7 @@ struct GenerateOptions {
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], repeatable
   std::string components;  // with --model FILE: the pipeline folder of the other components
   std::string text_encoder;            // a .gguf / .safetensors file instead of the folder's Qwen3 / T5
-  std::string init_image, vae_tiling;  // FLUX.1 img2img; VAE tiling auto|on|off
+  std::string init_image, mask, vae_tiling;  // img2img / inpainting; VAE tiling auto|on|off
   // The request fields given (--steps, --size, ...: fluxrt/request_fields.h), as (key, text).
   std::vector<std::pair<std::string, std::string>> fields;
   int threads = 0;

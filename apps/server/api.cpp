@@ -339,7 +339,8 @@ ImageRequest parse_common(const Fields& f, const ApiLimits& limits, bool edit) {
   return r;
 }
 
-Image decode_upload(const Part& part, const ApiLimits& limits) {
+// `as_mask`: OpenAI's mask (decode_mask: fully transparent pixels are what to edit).
+Image decode_upload(const Part& part, const ApiLimits& limits, bool as_mask = false) {
   const std::string field = part.name;
   const std::optional<ImageHeader> header = probe_image(part.content);
   if (!header)
@@ -357,8 +358,9 @@ Image decode_upload(const Part& part, const ApiLimits& limits) {
                         std::to_string(limits.max_upload_pixels) + " pixels",
                     field, "image_too_large");
   try {
-    return decode_image(part.content.data(), part.content.size(),
-                        part.filename.empty() ? field : part.filename);
+    const std::string name = part.filename.empty() ? field : part.filename;
+    return as_mask ? decode_mask(part.content.data(), part.content.size(), name)
+                   : decode_image(part.content.data(), part.content.size(), name);
   } catch (const Error& e) {
     throw HttpError(400, "'" + field + "' could not be read: " + std::string(e.what()), field,
                     "invalid_image");
@@ -376,11 +378,14 @@ ImageRequest parse_generation(const std::string& body, const ApiLimits& limits) 
 }
 
 ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits) {
+  std::vector<const Part*> masks;
   for (const Part& p : parts)
-    if (p.name == "mask")
-      throw HttpError(
-          400, "inpainting not supported: fluxrt has no mask support yet; send the images without 'mask'",
-          "mask", "unsupported_parameter");
+    if (p.name == "mask") masks.push_back(&p);
+  if (!masks.empty() && !limits.model.mask)
+    throw HttpError(
+        400, "'mask': this model does not inpaint (FLUX.2 klein models do); send the images without it",
+        "mask", "unsupported_parameter");
+  if (masks.size() > 1) throw HttpError(400, "'mask' takes one image", "mask", "invalid_value");
   const Fields fields(&parts);
   ImageRequest r = parse_common(fields, limits, true);
   std::vector<const Part*> images;
@@ -391,10 +396,31 @@ ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits)
     }
   if (images.empty())
     throw HttpError(400, "'image' is required (a file part)", "image", "missing_required_parameter");
+  if (!masks.empty()) {  // inpainting: the first image is the one edited, the others references
+    Image mask = decode_upload(*masks.front(), limits, /*as_mask=*/true);
+    Image source = decode_upload(*images.front(), limits);
+    if (mask.width != source.width || mask.height != source.height)
+      throw HttpError(400,
+                      "'mask' is " + std::to_string(mask.width) + "x" + std::to_string(mask.height) +
+                          ", the image " + std::to_string(source.width) + "x" +
+                          std::to_string(source.height) + ": they must be the same size",
+                      "mask", "invalid_value");
+    r.request.mask_image = std::move(mask);
+    r.request.mask_image_name = masks.front()->filename.empty() ? "mask" : masks.front()->filename;
+    r.request.init_image = std::move(source);
+    r.request.init_image_name = images.front()->filename.empty() ? "image" : images.front()->filename;
+    images.erase(images.begin());
+    if (int(images.size()) > limits.model.max_reference_images)
+      throw HttpError(
+          400,
+          "'image' takes the image to edit and at most " + std::to_string(limits.model.max_reference_images) +
+              " reference images with a mask; got " + std::to_string(images.size() + 1) + " images",
+          "image", "invalid_value");
+  }
   // The family's inputs: reference images (klein), or one init image (FLUX.1 img2img).
   const bool init_image = limits.model.max_reference_images == 0 && limits.model.init_image;
   const int most = init_image ? 1 : limits.model.max_reference_images;
-  if (most == 0)
+  if (most == 0 && !images.empty())
     throw HttpError(400, "this model takes no images; use /v1/images/generations", "image", "invalid_value");
   if (int(images.size()) > most)
     throw HttpError(400,

@@ -21,6 +21,7 @@ std::string param_of_field(const std::string& field) {
   if (field == "prompts") return "prompt";
   if (field == "reference_images" || field == "init_image") return "image";
   if (field == "loras") return "loras";
+  if (field == "mask") return "mask";
   return "";
 }
 

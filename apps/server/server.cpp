@@ -96,6 +96,7 @@ nlohmann::json limits_object(const ApiLimits& l) {
           {"max_prompt_chars", m.max_prompt_chars},
           {"max_reference_images", m.max_reference_images},
           {"init_image", m.init_image},
+          {"mask", m.mask},
           {"fields", taken}};
 }
 

@@ -139,6 +139,7 @@ struct ImageMetadata {
   bool img2img = false;
   std::string init_image;         // img2img: the request's name for it
   std::optional<float> strength;  // img2img: the strength used
+  std::optional<std::string> mask;  // inpainting: the request's name for its mask
   std::optional<float> true_cfg;  // set only when true CFG ran
   struct LoraUsed {
     std::string name;  // the file name (no folders)
@@ -150,7 +151,7 @@ struct ImageMetadata {
 
 // The metadata as PNG text chunks: prompt, negative_prompt, seed, batch_index ("i of n"), steps,
 // guidance, size, max_sequence_length, model, variant, dtype, fluxrt_version; then, only when
-// used, reference_images (names joined by ", "), init_image, strength and scheduled_steps, and
+// used, reference_images (names joined by ", "), init_image, mask, strength and scheduled_steps, and
 // true_cfg; and `loras`: one "name:strength:hash" per LoRA (hash: the first 12 hex digits of
 // its SHA-256, as A1111 / ComfyUI record it), joined by ", ".
 TextChunks metadata_text(const ImageMetadata& metadata);

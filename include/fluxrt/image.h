@@ -35,6 +35,13 @@ Image read_image(const std::string& path);
 // appears in messages. Error Format when the bytes are not a readable PNG, JPEG or WebP.
 Image decode_image(const void* data, size_t size, const std::string& name = "<memory>");
 
+// Decodes an inpainting mask the way OpenAI's images.edit sends one, a PNG whose fully transparent
+// pixels mark what to edit: an image with an alpha channel and at least one pixel less than opaque
+// becomes white (repaint) where alpha is 0 and black elsewhere. Any other image (opaque, or
+// without alpha) is returned as decode_image returns it, and read as diffusers reads a mask: its
+// luminance, white (>= 128) repaints, black keeps.
+Image decode_mask(const void* data, size_t size, const std::string& name = "<memory>");
+
 // Encodes an RGB image as PNG bytes with the text chunks (UTF-8 values; keywords 1-79 Latin-1
 // characters), e.g. for a server's response. InvalidArgument for a malformed image or chunk.
 std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text = {});

@@ -44,6 +44,9 @@ struct ModelInfo {
   std::string repo_id;         // set when found in the Hugging Face cache
   std::string revision;        // the snapshot (a commit hash) for cache hits
   std::string pipeline_class;  // model_index.json "_class_name", e.g. "Flux2KleinPipeline"
+  // The diffusers pipelines the model runs as (its family's): "Flux2KleinPipeline",
+  // "Flux2KleinInpaintPipeline" (a request with a mask); empty when the family is unknown.
+  std::vector<std::string> pipelines;
 
   std::string description;  // one line for people: "FLUX.2-klein-4B (distilled)"
   std::string family;       // "flux.1", "flux.2" or "unknown"

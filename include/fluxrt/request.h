@@ -41,12 +41,15 @@ struct GenerateRequest {
   // FLUX.2 klein: images to edit or combine, encoded by the VAE and attended to.
   std::vector<Image> reference_images;
   // FLUX.1 img2img: start from this image (resized to the output size), noised by `strength` in
-  // (0, 1] (unset: 0.6); about steps x strength steps run.
+  // (0, 1] (unset: 0.6); about steps x strength steps run. With mask_image: the image being edited.
   std::optional<Image> init_image;
   std::optional<float> strength;
+  // Inpainting (RequestLimits::mask): white repaints, black keeps init_image (luminance, binarised
+  // at 0.5); the size of init_image. Unset strength: klein 0.8, FLUX.1 0.6 (as diffusers).
+  std::optional<Image> mask_image;
   // What the metadata records for the images above (file names, say); may be left empty.
   std::vector<std::string> reference_image_names;
-  std::string init_image_name;
+  std::string init_image_name, mask_image_name;
   // LoRAs for this request only, on top of the Engine's: applied unmerged (a low-rank branch next
   // to each touched projection) and removed after the request. Only requests with the same list
   // batch together (Engine::batch_key).
@@ -83,6 +86,7 @@ struct RequestLimits {
   // What the family takes besides a prompt (a field it cannot honour is refused, never dropped).
   int max_reference_images = 0;  // FLUX.2 klein: 4 (BFL's limit); 0: none
   bool init_image = false;       // img2img: init_image and strength (FLUX.1)
+  bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
   bool true_cfg = false;         // FLUX.1
 };
 

@@ -56,7 +56,8 @@ struct RunSettings {
   std::optional<std::string> prompt;
   std::optional<std::string> prompts_file;    // one prompt per line, each a prompt of the batch
   std::vector<std::string> reference_images;  // image files (klein)
-  std::optional<std::string> init_image;      // an image file (FLUX.1 img2img)
+  std::optional<std::string> init_image;      // an image file (FLUX.1 img2img; the image inpainted)
+  std::optional<std::string> mask;            // an image file: inpainting's mask (white = repaint)
 
   // Where `fluxrt generate` writes.
   std::optional<std::string> out_dir;  // default: the preset's, else "outputs"

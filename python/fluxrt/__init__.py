@@ -11,7 +11,8 @@ from __future__ import annotations
 from . import _fluxrt
 from ._errors import (BY_CODE, CancelledError, DeviceError, Error, FormatError, InternalError,
                       InvalidArgumentError, IoError, NotFoundError, OutOfMemoryError, UnsupportedError)
-from .pipeline import FluxPipeline, FluxPipelineOutput, bundled_demo_model, png_bytes, save_png
+from .pipeline import (Flux2KleinInpaintPipeline, FluxPipeline, FluxPipelineOutput, bundled_demo_model, png_bytes,
+                       save_png)
 
 _fluxrt._register_error_classes(BY_CODE)
 
@@ -20,6 +21,7 @@ __version__: str = _fluxrt.version()
 # diffusers' class names for the same pipeline, so that switching is a change of import.
 Flux2KleinPipeline = FluxPipeline
 FluxImg2ImgPipeline = FluxPipeline
+FluxInpaintPipeline = Flux2KleinInpaintPipeline  # a mask with the image: the model decides which
 
 
 def inspect_model(model: str) -> dict:
@@ -41,7 +43,8 @@ def inspect_lora(path: str) -> dict:
 
 
 __all__ = [
-    "CancelledError", "DeviceError", "Error", "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxPipeline",
+    "CancelledError", "DeviceError", "Error", "Flux2KleinInpaintPipeline", "Flux2KleinPipeline", "FluxImg2ImgPipeline",
+    "FluxInpaintPipeline", "FluxPipeline",
     "FluxPipelineOutput", "FormatError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
     "OutOfMemoryError", "UnsupportedError", "__version__", "bundled_demo_model", "inspect_lora", "inspect_model",
     "png_bytes", "save_png",

@@ -220,13 +220,18 @@ class FluxPipeline(LoraLoaderMixin):
         requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
                                             guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
                                             image, strength, max_sequence_length, loras)
+        return self._finish(requests, one_call, callback_on_step_end, output_type, return_dict)
+
+    def _finish(self, requests: list[_fluxrt.Request], one_call: bool, callback_on_step_end: Any,
+                output_type: str, return_dict: bool) -> Any:
         results = self._run(requests, one_call, callback_on_step_end)
         out = self._output(results, output_type)
         return out if return_dict else (out.images,)
 
     def _requests(self, prompt: Any, negative_prompt: Any, height: Any, width: Any, steps: Any, guidance: Any,
                   true_cfg: Any, images_per_prompt: Any, generator: Any, image: Any, strength: Any,
-                  max_sequence_length: Any, loras: list[tuple[str, float]]) -> tuple[list[_fluxrt.Request], bool]:
+                  max_sequence_length: Any, loras: list[tuple[str, float]],
+                  mask_image: Any = None, image_reference: Any = None) -> tuple[list[_fluxrt.Request], bool]:
         if isinstance(prompt, str):
             prompts = [prompt]
         elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
@@ -261,7 +266,18 @@ class FluxPipeline(LoraLoaderMixin):
                         value = float(value)
                     self._engine.set_field(r, name, value)
             r.loras = loras
-            self._add_images(r, image)
+            if mask_image is None:
+                self._add_images(r, image)
+            else:  # inpainting: the image edited, its mask, then the extra references
+                r.set_init_image(*_rgb_of(image, "image"))
+                mask = mask_image
+                if isinstance(mask, np.ndarray) and mask.ndim == 2:  # (H, W), as diffusers takes it
+                    mask = np.repeat(mask[:, :, None], 3, axis=2)
+                r.set_mask_image(*_rgb_of(mask, "mask_image"))
+                if image_reference is not None:
+                    refs = list(image_reference) if isinstance(image_reference, (list, tuple)) else [image_reference]
+                    for i, im in enumerate(refs):
+                        r.add_reference_image(*_rgb_of(im, f"image_reference[{i}]"))
             return r
 
         if isinstance(generator, (list, tuple)):
@@ -339,6 +355,36 @@ class FluxPipeline(LoraLoaderMixin):
         return FluxPipelineOutput(images=images, metadata=metadata, timings=report)
 
 
+class Flux2KleinInpaintPipeline(FluxPipeline):
+    """diffusers' Flux2KleinInpaintPipeline (and, on a FLUX.1 model, FluxInpaintPipeline, also
+    exported as fluxrt.FluxInpaintPipeline): ``image`` is edited where
+    ``mask_image`` is white (luminance >= 128; the image's size), noised by ``strength`` (default
+    klein 0.8, FLUX.1 0.6), with ``image_reference`` as extra reference images (klein). klein's
+    output has the image's size (brought down to 1024x1024 pixels when larger, floored to multiples
+    of 16), FLUX.1's the model's 1024x1024, unless ``height``/``width`` say otherwise."""
+
+    def __call__(self, prompt: str | list[str] | None = None, image: Any = None, mask_image: Any = None,
+                 image_reference: Any = None, height: int | None = None, width: int | None = None,
+                 strength: float | None = None, num_inference_steps: int | None = None,
+                 guidance_scale: float | None = None, num_images_per_prompt: int = 1, generator: Any = None,
+                 negative_prompt: str | None = None, max_sequence_length: int | None = 512,
+                 output_type: str = "pil", return_dict: bool = True,
+                 callback_on_step_end: Callable[..., Any] | None = None,
+                 joint_attention_kwargs: dict[str, Any] | None = None) -> Any:
+        if output_type not in ("pil", "np"):
+            raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
+        if image is None or isinstance(image, (list, tuple)):
+            raise InvalidArgumentError("image: inpainting takes one image to edit")
+        if mask_image is None:
+            raise InvalidArgumentError("mask_image is required (white = repaint)")
+        loras = self._call_loras(joint_attention_kwargs)
+        requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
+                                            guidance_scale, None, num_images_per_prompt, generator, image,
+                                            strength, max_sequence_length, loras, mask_image=mask_image,
+                                            image_reference=image_reference)
+        return self._finish(requests, one_call, callback_on_step_end, output_type, return_dict)
+
+
 def png_bytes(image: Any, text: dict[str, str] | None = None) -> bytes:
     """The image as PNG bytes with its settings as text chunks (a PIL image's ``.info``, else
     ``text``): exactly the file ``fluxrt generate`` writes for the same image."""
@@ -353,4 +399,4 @@ def save_png(image: Any, path: str | os.PathLike[str], text: dict[str, str] | No
     Path(path).write_bytes(png_bytes(image, text))
 
 
-__all__ = ["FluxPipeline", "FluxPipelineOutput", "bundled_demo_model", "png_bytes", "save_png"]
+__all__ = ["Flux2KleinInpaintPipeline", "FluxPipeline", "FluxPipelineOutput", "bundled_demo_model", "png_bytes", "save_png"]

@@ -299,6 +299,14 @@ PYBIND11_MODULE(_fluxrt, m) {
             r.init_image = image_from(width, height, rgb);
             r.init_image_name = name;
           },
+          py::arg("width"), py::arg("height"), py::arg("rgb"), py::arg("name") = "")
+      .def(
+          "set_mask_image",
+          [](fluxrt::GenerateRequest& r, int width, int height, const py::bytes& rgb,
+             const std::string& name) {
+            r.mask_image = image_from(width, height, rgb);
+            r.mask_image_name = name;
+          },
           py::arg("width"), py::arg("height"), py::arg("rgb"), py::arg("name") = "");
 
   py::class_<fluxrt::Run>(m, "Run")

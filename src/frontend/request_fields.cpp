@@ -30,7 +30,8 @@ const std::vector<RequestField> kFields = {
      "FLUX.1 true classifier-free guidance scale; runs when > 1 with a negative prompt (two forwards per "
      "step)"},
     {"strength", "--strength", "", "strength", FieldType::Number,
-     "FLUX.1 img2img: how far the init image is noised (default 0.6); about steps x strength steps run"},
+     "img2img / inpainting: how far the init image is noised (default 0.6; klein inpainting 0.8); about "
+     "steps x strength steps run"},
     {"seed", "--seed", "", "seed", FieldType::Seed,
      "noise seed, or random (printed and stored in the image)"},
     {"batch", "--batch", "-n", "n", FieldType::Integer, "images per prompt"},
@@ -254,7 +255,7 @@ std::string request_field_bounds(const RequestField& f, const RequestLimits& l) 
 bool request_field_taken(const RequestField& f, const RequestLimits& l) {
   const std::string_view key = f.key;
   if (key == "true_cfg") return l.true_cfg;
-  if (key == "strength") return l.init_image;
+  if (key == "strength") return l.init_image || l.mask;
   return true;
 }
 

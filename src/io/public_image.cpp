@@ -36,6 +36,25 @@ Image decode_image(const void* data, size_t size, const std::string& name) {
       io::decode_image(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), name));
 }
 
+Image decode_mask(const void* data, size_t size, const std::string& name) {
+  io::Image decoded =
+      io::decode_image(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size), name);
+  if (decoded.channels != 4) return io::to_public(std::move(decoded));
+  const size_t pixels = static_cast<size_t>(decoded.width) * decoded.height;
+  bool translucent = false;
+  for (size_t i = 0; i < pixels && !translucent; ++i) translucent = decoded.pixels[i * 4 + 3] != 255;
+  if (!translucent) return io::to_public(std::move(decoded));
+  Image mask;
+  mask.width = decoded.width;
+  mask.height = decoded.height;
+  mask.rgb.resize(pixels * 3);
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint8_t v = decoded.pixels[i * 4 + 3] == 0 ? 255 : 0;  // transparent: edit
+    mask.rgb[i * 3] = mask.rgb[i * 3 + 1] = mask.rgb[i * 3 + 2] = v;
+  }
+  return mask;
+}
+
 std::vector<uint8_t> encode_png(const Image& image, const TextChunks& text) {
   return io::encode_png(io::from_public(image), text);
 }

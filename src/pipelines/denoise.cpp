@@ -68,6 +68,7 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
       previews = loop.previewer->preview(predicted_clean_latents(latents, velocity, schedule.sigmas[i]),
                                          loop.grid_h, loop.grid_w, loop.width, loop.height);
     latents = euler_step(latents, velocity, schedule, i);
+    if (loop.after_step) latents = loop.after_step(i, std::move(latents));
     // A step's time is the device's: the Euler step no longer downloads, so wait here, only
     // when someone reads the time (no per-step synchronisation otherwise).
     if (prof || call.on_step) ops::synchronize(loop.device);

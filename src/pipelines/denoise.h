@@ -5,6 +5,7 @@
 // guidance between the conditional and the unconditional velocity, the Euler update, the step's
 // time for the profiler and the progress callback. What differs per family is the transformer
 // call, given as a DenoiseModel.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -48,6 +49,10 @@ struct DenoiseLoop {
   int64_t grid_h = 0, grid_w = 0;
   int width = 0, height = 0;
   const char* who = "pipeline";              // names the pipeline in the cancellation message
+  // Runs after each step's Euler update with the schedule index i and returns the latents the
+  // next step starts from: inpainting puts the kept region back (re-noised to sigma i + 1). Unset:
+  // the updated latents as they are.
+  std::function<Tensor(int i, Tensor latents)> after_step;
 };
 
 // v_neg + scale * (v_pos - v_neg) as torch evaluates it on tensors of the model dtype: each op

@@ -139,17 +139,29 @@ io::Image resize_lanczos_like_pil(const io::Image& image, int width, int height)
   const int ch = src.channels;
   // PIL skips a pass whose size does not change (the pass would be the identity anyway only up
   // to rounding, so skipping matters for exactness).
-  if (width != src.width) {
+  auto horizontal = [&] {
+    if (width == src.width) return;
     io::Image tmp{width, src.height, ch, std::vector<uint8_t>(static_cast<size_t>(width) * src.height * ch)};
     resample_axis(src.pixels.data(), src.width, src.height, tmp.pixels.data(), width, src.height, ch, true,
                   make_axis_filter(src.width, width));
     src = std::move(tmp);
-  }
-  if (height != src.height) {
+  };
+  auto vertical = [&] {
+    if (height == src.height) return;
     io::Image tmp{src.width, height, ch, std::vector<uint8_t>(static_cast<size_t>(src.width) * height * ch)};
     resample_axis(src.pixels.data(), src.width, src.height, tmp.pixels.data(), src.width, height, ch, false,
                   make_axis_filter(src.height, height));
     src = std::move(tmp);
+  };
+  // Pillow 13 (Resample.c, horizontal_first) filters rows first unless the height loses more
+  // than twice as many pixels as the width; the order decides the 8-bit rounding between passes.
+  const int lost_rows = image.height - height, lost_columns = image.width - width;
+  if (lost_rows > 0 && lost_rows > 2 * lost_columns) {
+    vertical();
+    horizontal();
+  } else {
+    horizontal();
+    vertical();
   }
   if (rgba) unpremultiply_alpha(src);
   return src;

@@ -3,10 +3,11 @@
 // Flux2ImageProcessor) and the PIL Lanczos resampling it relies on.
 //
 // diffusers works on PIL images, so the exact semantics are PIL's: Image.resize(LANCZOS) is a
-// separable two-pass filter (horizontal first) in 22-bit fixed point with the intermediate rows
-// rounded and clipped to 8 bits; RGBA images are resized with premultiplied alpha ("RGBa") and
-// un-premultiplied afterwards. resize_lanczos_like_pil reproduces that arithmetic, so results
-// equal PIL's except where a coefficient's double rounding lands on the other side of .5.
+// separable two-pass filter (horizontal first, vertical first when the height loses more than
+// twice as many pixels as the width, since Pillow 13) in 22-bit fixed point with the
+// intermediate rows rounded and clipped to 8 bits; RGBA images are resized with premultiplied alpha ("RGBa")
+// and un-premultiplied afterwards. resize_lanczos_like_pil reproduces that arithmetic, so results equal PIL's
+// except where a coefficient's double rounding lands on the other side of .5.
 #include <cstdint>
 #include <string>
 

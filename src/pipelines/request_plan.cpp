@@ -76,10 +76,22 @@ void check_request(const PipelineKind& kind, const fluxrt::GenerateRequest& r,
                        "{} reference images: {} models take at most {}", r.reference_images.size(), kind.name,
                        l.max_reference_images);
   }
-  FLUXRT_CHECK_FIELD(!r.init_image || l.init_image, ErrorCode::InvalidArgument, "init_image",
+  FLUXRT_CHECK_FIELD(!r.mask_image || l.mask, ErrorCode::InvalidArgument, "mask",
+                     "a mask (inpainting) is not for {} models", kind.name);
+  FLUXRT_CHECK_FIELD(!r.mask_image || r.init_image, ErrorCode::InvalidArgument, "mask",
+                     "a mask needs the image being edited (init_image)");
+  if (r.mask_image && r.init_image)
+    FLUXRT_CHECK_FIELD(
+        r.mask_image->width == r.init_image->width && r.mask_image->height == r.init_image->height,
+        ErrorCode::InvalidArgument, "mask",
+        "the mask is {}x{}, the image being edited {}x{}: they must match", r.mask_image->width,
+        r.mask_image->height, r.init_image->width, r.init_image->height);
+  FLUXRT_CHECK_FIELD(!r.init_image || l.init_image || r.mask_image, ErrorCode::InvalidArgument, "init_image",
                      "init_image (img2img) is not for {} models{}", kind.name,
-                     l.max_reference_images > 0 ? " (give the image as a reference image to edit it)" : "");
-  FLUXRT_CHECK_FIELD(!r.strength || l.init_image, ErrorCode::InvalidArgument, "strength",
+                     l.max_reference_images > 0
+                         ? " (give the image as a reference image to edit it, or with a mask to inpaint)"
+                         : "");
+  FLUXRT_CHECK_FIELD(!r.strength || l.init_image || l.mask, ErrorCode::InvalidArgument, "strength",
                      "strength is for img2img, which {} models do not have", kind.name);
   FLUXRT_CHECK_FIELD(!r.strength || r.init_image, ErrorCode::InvalidArgument, "strength",
                      "strength is for img2img and needs init_image");

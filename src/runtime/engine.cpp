@@ -129,6 +129,7 @@ fluxrt::ImageMetadata Engine::image_metadata(const pipelines::PlannedRequest& pl
   if (request.init_image) {
     m.img2img = true;
     m.init_image = request.init_image_name;
+    if (request.mask_image) m.mask = request.mask_image_name;
     m.strength = plan.strength;
   }
   m.true_cfg = plan.true_cfg;

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "pipelines/pipeline.h"
 
 namespace fluxrt::runtime {
 
@@ -86,6 +87,8 @@ fluxrt::ModelInfo to_public(const ModelReport& report) {
   info.distilled = v.distilled;
   info.distilled_from = v.distilled_from;
   if (v.kind != nullptr) {
+    info.pipelines.push_back(v.kind->pipeline_class);
+    for (const std::string& other : v.kind->other_classes) info.pipelines.push_back(other);
     const pipelines::TransformerShape& s = v.shape;
     info.shape = fluxrt::TransformerShape{s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,
                                           s.single_blocks, s.in_channels, s.context_dim, s.guidance_embed};
@@ -119,6 +122,7 @@ std::string model_info_json(const ModelInfo& info) {
     root["revision"] = info.revision;
   }
   if (!info.pipeline_class.empty()) root["pipeline_class"] = info.pipeline_class;
+  if (!info.pipelines.empty()) root["pipelines"] = info.pipelines;
   json variant;
   variant["description"] = info.description;
   variant["family"] = info.family;

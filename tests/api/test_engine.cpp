@@ -265,6 +265,12 @@ TEST(Engine, ErrorsNameTheRequestField) {
       {with([](auto& r) { r.reference_images.assign(5, gradient(64, 64)); }), "reference_images"},
       {with([](auto& r) { r.strength = 0.5f; }), "strength"},  // FLUX.1 img2img only
       {with([](auto& r) { r.init_image = gradient(64, 64); }), "init_image"},
+      {with([](auto& r) { r.mask_image = gradient(64, 64); }), "mask"},  // without the image it edits
+      {with([](auto& r) {
+         r.init_image = gradient(64, 64);
+         r.mask_image = gradient(32, 64);
+       }),
+       "mask"},  // of another size
       {with([](auto& r) { r.max_sequence_length = 0; }), "max_sequence_length"},
       {with([](auto& r) { r.images_per_prompt = 0; }), "batch"},  // the field table's key
       {with([](auto& r) { r.prompts.clear(); }), "prompts"},
@@ -292,6 +298,12 @@ TEST(Engine, ErrorsNameTheRequestField) {
   fluxrt::GenerateRequest no_init;
   no_init.strength = 0.5f;  // img2img's field without the init image
   EXPECT_EQ(field_of([&] { flux1.plan(no_init); }), "strength");
+  fluxrt::GenerateRequest masked;
+  masked.init_image = gradient(64, 64);
+  masked.mask_image = gradient(64, 64);
+  EXPECT_NO_THROW(flux1.plan(masked));   // FluxInpaintPipeline
+  masked.mask_image = gradient(64, 32);  // not the init image's size
+  EXPECT_EQ(field_of([&] { flux1.plan(masked); }), "mask");
   fluxrt::GenerateRequest cfg;
   cfg.true_cfg = 100.5f;
   cfg.negative_prompt = "";
@@ -387,6 +399,10 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
       ASSERT_TRUE(valid.count(f.key)) << "a valid value for the new field";
       fluxrt::set_request_field(r, f, valid.at(f.key), limits, f.key);
       if (std::string_view(f.key) == "strength" && limits.init_image) r.init_image = gradient(64, 64);
+      if (std::string_view(f.key) == "strength" && !limits.init_image && limits.mask) {  // klein inpainting
+        r.init_image = gradient(64, 64);
+        r.mask_image = gradient(64, 64);
+      }
       if (fluxrt::request_field_taken(f, limits)) {
         EXPECT_NO_THROW(engine.plan(r));
       } else {
@@ -394,7 +410,7 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
         EXPECT_EQ(field_of([&] { engine.plan(r); }), f.key);
       }
     }
-    EXPECT_EQ(not_taken, model == kKlein ? 2 : 0);  // klein: no true CFG, no img2img
+    EXPECT_EQ(not_taken, model == kKlein ? 1 : 0);  // klein: no true CFG (strength: inpainting)
   }
 }
 

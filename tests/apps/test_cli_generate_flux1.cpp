@@ -127,6 +127,30 @@ TEST_F(CliGenerateFlux1, SchnellFolderRendersTheDiffusersImage) {
   EXPECT_GE(d.ssim, 0.98) << d.str();
 }
 
+// `--init-image SRC --mask M` on the tiny klein folder: diffusers' Flux2KleinInpaintPipeline image
+// (the soft_disc_f32 case of tests/data/klein_inpaint: f32, every pixel within 2/255), the size
+// taken from the 100x75 source (floored to 96x64), the mask recorded in the PNG.
+TEST_F(CliGenerateFlux1, KleinInpaintingRendersTheDiffusersImage) {
+  const fs::path golden = kData / "klein_inpaint";
+  const int code = run("--model " + quote(kKlein.string()) +
+                       " --prompt 'a red apple' --steps 4 --strength 0.6"
+                       " --seed 3 --max-sequence-length 32 --dtype f32 --quiet --init-image " +
+                       quote((golden / "inputs" / "source_100x75.png").string()) + " --mask " +
+                       quote((golden / "inputs" / "mask_soft_disc_100x75.png").string()) + " --out " +
+                       quote((tmp_ / "out").string()));
+  ASSERT_EQ(code, 0) << err_;
+  const fluxrt::io::Image mine = written_image();
+  const fluxrt::io::Image expected =
+      fluxrt::io::read_png((golden / "soft_disc_f32" / "image_0.png").string());
+  const auto d = fluxrt::test::compare_images(mine, fluxrt::io::to_rgb(expected));
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  const auto text = written_text();
+  EXPECT_EQ(text.at("mask"), "mask_soft_disc_100x75.png");
+  EXPECT_EQ(text.at("init_image"), "source_100x75.png");
+  EXPECT_EQ(text.at("strength"), "0.6");
+  EXPECT_EQ(text.at("size"), "96x64");
+}
+
 TEST_F(CliGenerateFlux1, ReferenceImagesAreAOneLineError) {
   const fs::path ref = tmp_ / "ref.png";
   fluxrt::io::write_png(ref.string(), fluxrt::io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 90)});
@@ -262,9 +286,22 @@ TEST_F(CliGenerateFlux1, BadFlux1FlagsAreOneLineErrorsBeforeLoading) {
   const std::string klein = "--model " + quote(kKlein.string()) + " --prompt x --size 64x64 --steps 1 --quiet --out " +
                             quote((tmp_ / "out").string());
   expect_one_line_error(run(klein + init), "init_image (img2img) is not for FLUX.2 klein models");
-  expect_one_line_error(run(klein + " --strength 0.5"),
-                        "strength is for img2img, which FLUX.2 klein models do not have");
+  // klein takes strength for inpainting, with the image it edits.
+  expect_one_line_error(run(klein + " --strength 0.5"), "strength is for img2img and needs init_image");
   expect_one_line_error(run(klein + " --true-cfg 3"), "true_cfg is not for FLUX.2 klein models");
+
+  // Inpainting's mask: the image's size, an image, with the image it masks (both families).
+  const fs::path inputs = kData / "klein_inpaint" / "inputs";
+  const std::string source = " --init-image " + quote((inputs / "source_64.png").string());
+  const std::string mask = " --mask " + quote((inputs / "mask_white_64.png").string());
+  expect_one_line_error(run(dev + init + " --mask " + quote((inputs / "mask_soft_disc_100x75.png").string())),
+                        "the mask is 100x75, the image being edited 64x64: they must match");
+  expect_one_line_error(run(klein + mask), "a mask needs the image being edited (init_image)");
+  expect_one_line_error(run(klein + " --init-image " + quote((inputs / "source_100x75.png").string()) + mask),
+                        "the mask is 64x64, the image being edited 100x75: they must match");
+  expect_one_line_error(run(klein + source + " --mask " + quote((tmp_ / "not.png").string())), "--mask");
+  expect_one_line_error(run(klein + source + mask + " --strength 0"),
+                        "--strength 0 must be a number in (0, 1]");
 
   // A preset's key is checked the same way.
   std::ofstream(tmp_ / "p.yaml") << "strength: 0.5\n";

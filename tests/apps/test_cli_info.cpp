@@ -88,6 +88,8 @@ TEST_F(CliInfo, TinyKleinFolder) {
   EXPECT_NE(r.out.find("variant: flux.2-klein (custom: hidden 128, 1+1 blocks, distilled)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layout:  diffusers"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Flux2KleinPipeline"), std::string::npos) << r.out;
+  // The pipelines it runs as: text-to-image / references, and inpainting with a mask.
+  EXPECT_NE(r.out.find("runs:    Flux2KleinPipeline, Flux2KleinInpaintPipeline"), std::string::npos) << r.out;
   for (const char* component : {"transformer", "text_encoder", "vae", "tokenizer", "scheduler"})
     EXPECT_NE(r.out.find(component), std::string::npos) << component;
   EXPECT_NE(r.out.find("bf16 x29"), std::string::npos) << r.out;   // transformer
@@ -101,6 +103,7 @@ TEST_F(CliInfo, TinyKleinBflFileAsJson) {
   EXPECT_EQ(j["source"], "single-file");
   EXPECT_EQ(j["variant"]["family"], "flux.2");
   EXPECT_EQ(j["variant"]["layout"], "bfl");
+  EXPECT_EQ(j["pipelines"], nlohmann::json::array({"Flux2KleinPipeline", "Flux2KleinInpaintPipeline"}));
   EXPECT_EQ(j["variant"]["hidden_size"], 128);
   EXPECT_EQ(j["variant"]["double_blocks"], 1);
   ASSERT_EQ(j["components"].size(), 1u);

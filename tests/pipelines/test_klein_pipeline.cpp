@@ -462,7 +462,8 @@ TEST(KleinReferenceImage, PreprocessCropsToMultiplesOf16AndScales) {
 }
 
 TEST(KleinReferenceImage, LanczosMatchesPil) {
-  for (const char* name : {"rgb_mixed", "rgb_shrink", "rgb_enlarge", "rgba_alpha", "gray_only_x"}) {
+  for (const char* name : {"rgb_mixed", "rgb_shrink", "rgb_enlarge", "rgba_alpha", "gray_only_x",
+                           "rgb_rows_first", "rgb_tall_rows_first"}) {
     SCOPED_TRACE(name);
     const io::Image in = io::read_png((kResizeData / (std::string(name) + "_in.png")).string());
     const io::Image expected = io::read_png((kResizeData / (std::string(name) + "_out.png")).string());

@@ -1,7 +1,8 @@
 """The tiny golden models through the Python package match diffusers' checked-in images (the
 cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pixel within 2/255,
 docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
-reference images (klein), img2img and true CFG (FLUX.1)."""
+reference images (klein), img2img and true CFG (FLUX.1), and klein inpainting through
+fluxrt.Flux2KleinInpaintPipeline (tests/data/klein_inpaint) with diffusers' argument names."""
 
 import json
 from functools import lru_cache
@@ -15,6 +16,8 @@ from conftest import DATA, MODELS
 
 KLEIN_CASES = ["t2i_64_red_f32", "ref_64_f32", "batch_2x2_f32", "base_cfg_negative_f32"]
 FLUX1_CASES = ["dev_64_red_f32", "schnell_64_f32", "dev_true_cfg_f32", "dev_img2img_s06_f32"]
+INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
+FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
 
 
 @lru_cache(maxsize=None)
@@ -61,6 +64,49 @@ def test_flux1_matches_diffusers(name):
         num_images_per_prompt=c.get("images_per_prompt", 1), generator=c["seed"], image=init,
         strength=c.get("strength"), max_sequence_length=c.get("max_sequence_length", 512))
     expect_close(out.images, "flux1_pipeline", c)
+
+
+@pytest.mark.parametrize("name", INPAINT_CASES)
+def test_klein_inpainting_matches_diffusers(name):
+    c = case("klein_inpaint", name)
+    inputs = DATA / "klein_inpaint" / "inputs"
+    pipe = fluxrt.Flux2KleinInpaintPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=c["prompt"], image=Image.open(inputs / c["source"]), mask_image=Image.open(inputs / c["mask"]),
+               image_reference=Image.open(inputs / c["reference"]) if c["reference"] else None,
+               strength=c["strength"], num_inference_steps=c["steps"],
+               guidance_scale=c["guidance"] if c["guidance"] != 1.0 else None,
+               num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "klein_inpaint", c)
+    assert out.images[0].info["mask"].endswith(c["mask"])
+
+
+@pytest.mark.parametrize("name", FLUX1_INPAINT_CASES)
+def test_flux1_inpainting_matches_diffusers(name):
+    c = case("flux1_inpaint", name)
+    inputs = DATA / "flux1_inpaint" / "inputs"
+    pipe = fluxrt.FluxInpaintPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=c["prompt"], image=Image.open(inputs / c["source"]), mask_image=Image.open(inputs / c["mask"]),
+               height=c["height"], width=c["width"], strength=c["strength"], num_inference_steps=c["steps"],
+               guidance_scale=c["guidance"] if c["model"] == "flux1-dev-tiny" else None,
+               num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "flux1_inpaint", c)
+
+
+def test_inpainting_bad_masks_name_the_field():
+    inpaint = fluxrt.Flux2KleinInpaintPipeline.from_pretrained(MODELS / "flux2-klein-tiny", dtype="float32")
+    inpaint.set_progress_bar_config(disable=True)
+    source = Image.open(DATA / "klein_inpaint" / "inputs" / "source_64.png")
+    with pytest.raises(fluxrt.InvalidArgumentError, match="must match") as small:
+        inpaint("x", image=source, mask_image=Image.new("L", (32, 64), 255), num_inference_steps=1)
+    assert small.value.field == "mask"
+    with pytest.raises(fluxrt.InvalidArgumentError, match="mask_image must be a PIL image"):
+        inpaint("x", image=source, mask_image="mask.png", num_inference_steps=1)
+    with pytest.raises(fluxrt.InvalidArgumentError, match="mask_image is required"):
+        inpaint("x", image=source, num_inference_steps=1)
 
 
 def test_text_encoder_file_gives_diffusers_image():

@@ -173,8 +173,17 @@ std::vector<Case> corpus() {
                   {"image[]", "4.png", png},
                   {"image[]", "5.png", png}}),
        400, "image"},
-      {"edits with a mask", E, kMultipart,
-       multipart({{"prompt", "", "x"}, {"image", "a.png", png}, {"mask", "m.png", png}}), 400, "mask"},
+      {"edits mask of another size", E, kMultipart,
+       multipart(
+           {{"prompt", "", "x"}, {"image", "a.png", png}, {"mask", "m.png", png_bytes(32, 64, 1, 2, 3)}}),
+       400, "mask"},
+      {"edits mask not an image", E, kMultipart,
+       multipart({{"prompt", "", "x"}, {"image", "a.png", png}, {"mask", "m.png", "not an image"}}), 400,
+       "mask"},
+      {"edits two masks", E, kMultipart,
+       multipart(
+           {{"prompt", "", "x"}, {"image", "a.png", png}, {"mask", "m.png", png}, {"mask", "n.png", png}}),
+       400, "mask"},
       // Refusals the engine makes when it looks at the image still name the field.
       {"edits image too small", E, kMultipart,
        multipart({{"prompt", "", "x"}, {"image", "a.png", png_bytes(32, 64, 1, 2, 3)}}), 400, "image"},

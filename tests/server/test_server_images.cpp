@@ -163,6 +163,18 @@ TEST(ServerFlux1, Img2imgEqualsTheEngineWithTheSameInitImageAndStrength) {
   ASSERT_TRUE(two);
   EXPECT_EQ(two->status, 400);
   EXPECT_EQ(json_of(two)["error"]["param"], "image");
+
+  // With a mask: FluxInpaintPipeline, the engine's image for the same mask.
+  items.pop_back();
+  const std::string mask = png_bytes(64, 64, 255, 255, 255);
+  items.push_back({"mask", mask, "mask.png", "image/png"});
+  auto masked = client->Post("/v1/images/edits", items);
+  ASSERT_TRUE(masked);
+  ASSERT_EQ(masked->status, 200) << masked->body;
+  request.mask_image = public_image(mask);
+  const std::string inpainted = base64_decode(json_of(masked)["data"][0]["b64_json"]);
+  EXPECT_EQ(png_of(inpainted).pixels, engine.generate(request).images[0].image.rgb);
+  EXPECT_EQ(png_text_of(inpainted).at("mask"), "mask.png");
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ def main():
         ("rgb_enlarge", "RGB", (9, 7), (23, 16)),       # up-sampling: plain Lanczos-3 taps
         ("rgba_alpha", "RGBA", (33, 40), (17, 23)),     # premultiplied alpha
         ("gray_only_x", "L", (50, 20), (23, 20)),       # one pass only
+        # Pillow 13 filters columns first when the height loses more than twice the width's pixels.
+        ("rgb_rows_first", "RGB", (100, 75), (96, 64)),
+        ("rgb_tall_rows_first", "RGB", (30, 90), (36, 40)),  # wider, much shorter
     ]:
         image = random_image(rng, mode, *src)
         image.save(out / f"{name}_in.png")

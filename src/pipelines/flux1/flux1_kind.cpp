@@ -124,7 +124,7 @@ PipelineKind make_flux1_kind() {
   PipelineKind k;
   k.name = "FLUX.1";
   k.pipeline_class = "FluxPipeline";
-  k.other_classes = {"FluxImg2ImgPipeline"};  // the same folder layout and components
+  k.other_classes = {"FluxImg2ImgPipeline", "FluxInpaintPipeline"};  // the same folder layout and components
   k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
   k.text_encoder_component = "text_encoder_2";
   k.detection.model_family = "flux.1";

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <utility>
 
@@ -18,6 +17,7 @@
 #include "pipelines/batch.h"
 #include "pipelines/denoise.h"
 #include "pipelines/flux1/flux1_components.h"
+#include "pipelines/img2img.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/request_loras.h"
 #include "pipelines/spans.h"
@@ -40,32 +40,6 @@ StepGraph::Fn flux1_step(const models::Flux1Transformer& transformer) {
       v.push_back(transformer.forward_on_device(step[0], request[2], request[3], step[1], request[4], rope));
     return v;
   };
-}
-
-// One float rounded to a floating dtype, the way a torch op of that dtype stores its result.
-float round_to(float v, DType dtype) {
-  switch (dtype) {
-    case DType::BF16:
-      return bf16_to_f32(f32_to_bf16(v));
-    case DType::F16:
-      return f16_to_f32(f32_to_f16(v));
-    default:
-      return v;
-  }
-}
-
-void check_elementwise_dtype(DType dtype, const char* what) {
-  FLUXRT_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16, ErrorCode::InvalidArgument,
-               "{}: dtype {} not supported (f32, bf16 or f16)", what, dtype_name(dtype));
-}
-
-// The double nearest to the shortest decimal that reads back as `v` (what a user typed).
-double decimal_double(float v) {
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  double d = v;
-  std::from_chars(buf, res.ptr, d);
-  return d;
 }
 
 }  // namespace
@@ -120,42 +94,11 @@ Tensor flux1_text_ids(int64_t length) {
 }
 
 int flux1_img2img_start_index(int num_steps, float strength) {
-  FLUXRT_CHECK_FIELD(std::isfinite(strength) && strength >= 0.0f && strength <= 1.0f,
-                     ErrorCode::InvalidArgument, "strength", "img2img strength {} must be in [0, 1]",
-                     strength);
-  FLUXRT_CHECK_FIELD(num_steps >= 1, ErrorCode::InvalidArgument, "steps", "img2img: num_steps {} < 1",
-                     num_steps);
-  // Python: min(N * strength, N) in double, then int(). The user typed a decimal (0.6), which
-  // Python holds as the nearest double; widening the float (0.60000002...) instead would flip
-  // int() at exact products (5 * 0.6 = 3 gives t_start 2, 3.0000001 gives 1).
-  const double init_timestep =
-      std::min(static_cast<double>(num_steps) * decimal_double(strength), static_cast<double>(num_steps));
-  const int t_start = static_cast<int>(std::max(num_steps - init_timestep, 0.0));
-  FLUXRT_CHECK_FIELD(num_steps - t_start >= 1, ErrorCode::InvalidArgument, "strength",
-                     "img2img: strength {} with {} steps leaves no denoising step (raise strength or steps)",
-                     strength, num_steps);
-  return t_start;
+  return img2img_start_index(num_steps, strength);
 }
 
 Tensor flux1_scale_noise(const Tensor& sample, const Tensor& noise, float sigma) {
-  FLUXRT_CHECK(sample.defined() && noise.defined() && sample.shape() == noise.shape(),
-               ErrorCode::InvalidArgument, "scale_noise: sample {} and noise {} must have the same shape",
-               sample.defined() ? sample.shape().str() : "undefined",
-               noise.defined() ? noise.shape().str() : "undefined");
-  const DType dt = sample.dtype();
-  check_elementwise_dtype(dt, "scale_noise");
-  // scheduler.sigmas.to(sample.dtype): sigma and 1 - sigma are tensors of that dtype.
-  const float s = round_to(sigma, dt), one_minus = round_to(1.0f - s, dt);
-  // On the host (once per request); the result goes to the sample's device.
-  const Tensor x = models::to_device(sample, Device::cpu()).to(DType::F32).contiguous();
-  const Tensor n = models::to_device(noise, Device::cpu()).to(DType::F32).contiguous();
-  Tensor out = Tensor::empty(sample.shape(), DType::F32);
-  const float* xp = x.data<float>();
-  const float* np_ = n.data<float>();
-  float* op = out.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    op[i] = round_to(round_to(s * np_[i], dt) + round_to(one_minus * xp[i], dt), dt);
-  return models::to_device(out.to(dt), sample.device());
+  return scale_noise(sample, noise, sigma);
 }
 
 Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) {
@@ -181,31 +124,15 @@ Tensor flux1_sample_posterior(const Tensor& moments, TorchGenerator& generator) 
       float* o = op + (bi * c + ci) * hw;
       for (int64_t k = 0; k < hw; ++k) {
         const float lv = std::clamp(logvar[k], -30.0f, 20.0f);
-        const float stddev = round_to(std::exp(round_to(0.5f * lv, dt)), dt);
-        o[k] = round_to(mean[k] + round_to(stddev * e[k], dt), dt);
+        const float stddev = round_to_dtype(std::exp(round_to_dtype(0.5f * lv, dt)), dt);
+        o[k] = round_to_dtype(mean[k] + round_to_dtype(stddev * e[k], dt), dt);
       }
     }
   return models::to_device(out.to(dt), moments.device());
 }
 
 Tensor flux1_preprocess_init_image(const io::Image& image, int width, int height) {
-  FLUXRT_CHECK_FIELD(image.channels == 3 && image.width > 0 && image.height > 0 &&
-                         image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
-                     ErrorCode::InvalidArgument, "init_image",
-                     "init image: need a non-empty RGB 8-bit image, got {}x{} with {} channels", image.width,
-                     image.height, image.channels);
-  const io::Image sized = (image.width == width && image.height == height)
-                              ? image
-                              : resize_lanczos_like_pil(image, width, height);
-  Tensor out = Tensor::empty({1, 3, height, width}, DType::F32);
-  float* p = out.data<float>();
-  const int64_t plane = static_cast<int64_t>(width) * height;
-  for (int64_t i = 0; i < plane; ++i)
-    for (int c = 0; c < 3; ++c) {
-      const float x = static_cast<float>(sized.pixels[i * 3 + c]) / 255.0f;  // pil_to_numpy
-      p[c * plane + i] = 2.0f * x - 1.0f;                                    // normalize
-    }
-  return out;
+  return preprocess_init_image(image, width, height, "init image", "init_image");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -267,6 +194,7 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.limits.size_multiple = f.defaults.size_multiple;
   f.limits.max_sequence_length = 512;  // T5's limit in FluxPipeline
   f.limits.init_image = true;
+  f.limits.mask = true;  // FluxInpaintPipeline: the init image with a mask
   f.limits.true_cfg = true;
   f.weights = weights;
   f.guidance_embedded = defaults.guidance_distilled;
@@ -355,12 +283,18 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   }
   int t_start = 0;
   Tensor init_pixels;
+  // FluxInpaintPipeline (a mask with the init image): img2img whose kept region is put back after
+  // every step; its mask per latent pixel, packed as the latents.
+  std::optional<KeptRegion> kept;
   if (img2img) {
     FLUXRT_CHECK_FIELD(m.options.load_vae_encoder, ErrorCode::InvalidArgument, "init_image",
                        "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
     t_start = flux1_img2img_start_index(steps, *plan.strength);
     const io::Image init = image_of_request(*request.init_image, "init image", "init_image");
     init_pixels = flux1_preprocess_init_image(init, width, height);  // [1, 3, H, W] f32
+    if (request.mask_image)
+      kept = KeptRegion{prepare_latent_patch_mask(image_of_request(*request.mask_image, "mask", "mask"),
+                                                  init.width, init.height, width, height, lh, lw)};
   }
   check_cancel(call, kWho, "before text encoding");
 
@@ -430,6 +364,10 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   }
   Tensor noise = call.initial_latents ? call.initial_latents->to(dtype).contiguous()
                                       : draw_noise(calls, noise_shape, dtype, generator);
+  if (kept) {  // packed as the latents, on the device
+    kept->source = models::to_device(flux1_pack_latents(image_latents), m.options.device);
+    kept->noise = models::to_device(flux1_pack_latents(noise), m.options.device);
+  }
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]
@@ -464,6 +402,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     loop.grid_w = lw / 2;
     loop.width = width;
     loop.height = height;
+    if (kept) loop.after_step = [&](int i, Tensor x) { return kept->after_step(i, x, result.schedule); };
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
     if (m.options.cuda_graphs &&
         loras.empty()) {  // from the resident transformer's cache, or this request's own

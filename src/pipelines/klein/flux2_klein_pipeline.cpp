@@ -17,6 +17,7 @@
 #include "pipelines/batch.h"
 #include "pipelines/denoise.h"
 #include "pipelines/klein/klein_components.h"
+#include "pipelines/klein/klein_inpaint.h"
 #include "pipelines/noise.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/request_loras.h"
@@ -151,6 +152,7 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.limits.size_multiple = f.defaults.size_multiple;
   f.limits.max_sequence_length = 4096;  // Qwen3 reads far more; the prompt template is what matters
   f.limits.max_reference_images = 4;    // BFL's limit for klein
+  f.limits.mask = true;                 // Flux2KleinInpaintPipeline (klein_inpaint.h)
   f.weights = weights;
   f.cfg = !defaults.is_distilled;
   f.notes = defaults.notes;  // a file name and a folder disagreeing on distilled / base
@@ -185,7 +187,10 @@ fluxrt::RequestPlan Flux2KleinPipeline::plan_for(const fluxrt::GenerateRequest& 
   fluxrt::RequestPlan plan;
   plan.width = d.width;
   plan.height = d.height;
-  if (!r.reference_images.empty()) {
+  if (r.mask_image && r.init_image) {  // inpainting: the size of the image being edited
+    klein_inpaint_size(r.init_image->width, r.init_image->height, facts.vae_scale_factor, &plan.width,
+                       &plan.height);
+  } else if (!r.reference_images.empty()) {
     const fluxrt::Image& first = r.reference_images.front();
     reference_run_size(first.width, first.height, facts.vae_scale_factor, &plan.width, &plan.height);
   }
@@ -194,6 +199,10 @@ fluxrt::RequestPlan Flux2KleinPipeline::plan_for(const fluxrt::GenerateRequest& 
   plan.steps = plan.steps_run = r.steps.value_or(d.steps);
   plan.guidance = r.guidance.value_or(d.guidance);
   plan.max_sequence_length = r.max_sequence_length.value_or(d.max_sequence_length);
+  if (r.mask_image) {  // get_timesteps: the schedule's tail that strength keeps
+    plan.strength = r.strength.value_or(kKleinInpaintStrength);
+    plan.steps_run = plan.steps - img2img_start_index(plan.steps, *plan.strength);
+  }
   plan.cfg = facts.cfg && plan.guidance > 1.0f;  // do_classifier_free_guidance
   if (plan.cfg) plan.negative_prompt = r.negative_prompt.value_or("");
   if (r.guidance && !facts.cfg)
@@ -243,9 +252,19 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   FLUXRT_CHECK_FIELD(
       ref_pixels.empty() || m.options.load_vae_encoder, ErrorCode::InvalidArgument, "reference_images",
       "generate: reference images need the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+  // Inpainting (Flux2KleinInpaintPipeline): the image being edited and its mask, checked here.
+  std::optional<KleinInpaint> inpaint;
+  if (request.mask_image) {
+    FLUXRT_CHECK(batch_requests.size() == 1, ErrorCode::Internal,
+                 "generate: a call of several inpaint requests");
+    FLUXRT_CHECK_FIELD(
+        m.options.load_vae_encoder, ErrorCode::InvalidArgument, "mask",
+        "generate: inpainting needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
+    inpaint = KleinInpaint::prepare(request, plan, vae_scale);
+  }
   const int height = plan.height, width = plan.width;
   // The plan sized the run from the first image as the preprocessing crops it.
-  FLUXRT_CHECK(request.width || ref_pixels.empty() ||
+  FLUXRT_CHECK(request.width || inpaint || ref_pixels.empty() ||
                    (ref_pixels[0].size(2) == height && ref_pixels[0].size(3) == width),
                ErrorCode::Internal, "generate: the plan's size {}x{} is not the reference image's {}x{}",
                width, height, ref_pixels.empty() ? 0 : ref_pixels[0].size(3),
@@ -259,6 +278,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     FLUXRT_CHECK(call.initial_latents->shape() == noise_shape, ErrorCode::InvalidArgument,
                  "generate: initial_latents has shape {}, expected {}", call.initial_latents->shape().str(),
                  noise_shape.str());
+    FLUXRT_CHECK(!inpaint, ErrorCode::InvalidArgument, "generate: initial_latents and a mask are exclusive");
   }
   check_cancel(call, kWho, "before text encoding");
 
@@ -285,9 +305,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   Tensor latent_ids = klein_image_ids(lh, lw);
 
   // Reference tokens (prepare_image_latents): VAE mode latents, BN-normalised, packed, appended
-  // after the noise tokens with t = 10 + 10 r.
+  // after the noise tokens with t = 10 + 10 r. Inpainting's source image is the first of them.
   Tensor ref_tokens;
-  if (!ref_pixels.empty()) {
+  if (!ref_pixels.empty() || inpaint) {
+    if (inpaint) ref_pixels.insert(ref_pixels.begin(), inpaint->source_pixels);
     ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/true);
     ScopedTimer span(prof, kSpanReferenceEncode);
     std::vector<Tensor> tokens, ids{latent_ids};
@@ -296,6 +317,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       tokens.push_back(pack_latents(z));                                        // [1, hr*wr, 128]
       ids.push_back(klein_image_ids(z.size(2), z.size(3), 10 + 10 * static_cast<int64_t>(r)));
     }
+    if (inpaint) inpaint->kept.source = broadcast_batch(tokens[0], batch);  // [B, Li, 128]
     ref_tokens =
         broadcast_batch(tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1), batch);  // [B, Lr, 128]
     latent_ids = ops::concat(ids, 0);                                                     // [Li + Lr, 4]
@@ -309,6 +331,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   result.num_steps = steps;
   result.guidance_scale = guidance;
   result.used_cfg = cfg;
+  if (inpaint) {  // prepare_latents: the source noised to the first sigma that runs
+    inpaint->kept.noise = latents;
+    latents = inpaint->kept.start(result.schedule, inpaint->t_start);
+  }
 
   // 7. denoising loop
   {
@@ -332,6 +358,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     loop.grid_w = lw;
     loop.width = width;
     loop.height = height;
+    if (inpaint) {
+      loop.first_step = inpaint->t_start;
+      loop.after_step = [&](int i, Tensor x) { return inpaint->kept.after_step(i, x, result.schedule); };
+    }
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
     if (m.options.cuda_graphs &&
         loras.empty()) {  // from the resident transformer's cache, or this request's own

@@ -150,6 +150,8 @@ PipelineKind make_flux2_klein_kind() {
   PipelineKind k;
   k.name = "FLUX.2 klein";
   k.pipeline_class = "Flux2KleinPipeline";
+  // Inpainting runs on the same folders: a request with a mask (klein_inpaint.h).
+  k.other_classes = {"Flux2KleinInpaintPipeline"};
   k.weight_components = {"transformer", "text_encoder", "vae"};
   k.text_encoder_component = "text_encoder";
   k.detection.model_family = "flux.2";

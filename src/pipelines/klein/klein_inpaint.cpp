@@ -1,0 +1,48 @@
+// Flux2KleinInpaintPipeline's own steps (diffusers 0.42.1 pipeline_flux2_klein_inpaint.py): the
+// image and mask preprocessing of __call__ step 2, prepare_latents' start latents, prepare_mask_latents
+// (the blend at the end of each step is img2img.h's KeptRegion).
+#include "pipelines/klein/klein_inpaint.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "pipelines/reference_image.h"
+
+namespace fluxrt::pipelines {
+
+void klein_inpaint_size(int image_width, int image_height, int vae_scale_factor, int* width, int* height) {
+  const int multiple = 2 * vae_scale_factor;
+  int w = image_width, h = image_height;
+  if (static_cast<int64_t>(w) * h > kReferenceTargetArea)
+    reference_target_size(image_width, image_height, kReferenceTargetArea, &w, &h);
+  *width = std::max(w / multiple * multiple, multiple);
+  *height = std::max(h / multiple * multiple, multiple);
+}
+
+KleinInpaint KleinInpaint::prepare(const fluxrt::GenerateRequest& request, const fluxrt::RequestPlan& plan,
+                                   int vae_scale_factor) {
+  FLUXRT_CHECK_FIELD(request.init_image.has_value(), ErrorCode::InvalidArgument, "init_image",
+                     "inpainting needs the image being edited (init_image) with its mask");
+  FLUXRT_CHECK_FIELD(request.mask_image.has_value(), ErrorCode::InvalidArgument, "mask",
+                     "inpainting needs a mask (white = repaint)");
+  FLUXRT_CHECK(plan.strength.has_value(), ErrorCode::Internal, "inpaint: the plan has no strength");
+  KleinInpaint out;
+  out.t_start = img2img_start_index(plan.steps, *plan.strength);
+  const io::Image source = image_of_request(*request.init_image, "init image", "init_image");
+  const io::Image mask = image_of_request(*request.mask_image, "mask", "mask");
+  const int multiple = 2 * vae_scale_factor;
+  // 2. the image above 1024^2 pixels is brought down first, then resized to the run's size.
+  io::Image sized = source;
+  if (static_cast<int64_t>(source.width) * source.height > kReferenceTargetArea) {
+    int w = 0, h = 0;
+    reference_target_size(source.width, source.height, kReferenceTargetArea, &w, &h);
+    sized = resize_lanczos_like_pil(source, w, h);
+  }
+  out.source_pixels = preprocess_init_image(sized, plan.width, plan.height);  // [1, 3, H, W]
+  // The mask goes from its own size (the source's) straight to the run's size.
+  out.kept.mask = prepare_inpaint_mask(mask, source.width, source.height, plan.width, plan.height,
+                                       plan.height / multiple, plan.width / multiple);
+  return out;
+}
+
+}  // namespace fluxrt::pipelines
