@@ -47,7 +47,7 @@ struct GenerateOptions {
   std::vector<std::string> images;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], repeatable
   std::string components;  // with --model FILE: the pipeline folder of the other components
-  std::string text_encoder;            // a .gguf / .safetensors file instead of the folder's Qwen3 / T5
+  std::string text_encoder;                  // a .gguf / .safetensors file instead of the folder's Qwen3 / T5
   std::string init_image, mask, vae_tiling;  // img2img / inpainting; VAE tiling auto|on|off
   // The request fields given (--steps, --size, ...: fluxrt/request_fields.h), as (key, text).
   std::vector<std::pair<std::string, std::string>> fields;
