@@ -35,6 +35,7 @@ struct BenchOptions {
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
   int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
   bool op_times = false;        // transformer: one more step with every kernel call timed
+  std::string cache;            // pipeline: a step cache, as --cache text
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error
