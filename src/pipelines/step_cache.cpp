@@ -208,8 +208,7 @@ class FirstBlockBranch final : public StepCache::Branch {
     if (head_residual_.defined()) {
       // Relative L1 change of the head's residual since the last full step, in the model dtype.
       const float change = mean_abs(subtract(residual, head_residual_), dtype_);
-      const float previous = mean_abs(head_residual_, dtype_);
-      compute = static_cast<double>(round_to(change / previous, dtype_)) > threshold_;
+      compute = static_cast<double>(round_to(change / head_mean_abs_, dtype_)) > threshold_;
     }
     computing_ = compute;
     decision = compute ? 'F' : 'C';
@@ -221,6 +220,7 @@ class FirstBlockBranch final : public StepCache::Branch {
     head_img_ = img.clone();  // the later blocks update img and txt in place
     head_txt_ = txt.clone();
     head_residual_ = residual;
+    head_mean_abs_ = mean_abs(residual, dtype_);  // the denominator until the next full step
     return false;
   }
 
@@ -234,6 +234,7 @@ class FirstBlockBranch final : public StepCache::Branch {
  private:
   double threshold_;
   bool computing_ = true;
+  float head_mean_abs_ = 0;
   Tensor head_img_, head_txt_, head_residual_, tail_img_, tail_txt_;
 };
 
