@@ -27,6 +27,7 @@ CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& opti
   cmd->add_option("--steps", options.steps,
                   "denoising steps (default: the model's; the ratios are per step)");
   cmd->add_option("--size", options.size, "image size WxH (default: the model's)");
+  cmd->add_option("--max-sequence-length", options.max_sequence_length, "text tokens (default: the model's)");
   cmd->add_option("--seed", options.seed, "noise seed")->capture_default_str();
   cmd->add_option("--dtype", options.dtype, "bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
@@ -46,6 +47,9 @@ int run_calibrate_cache(const CalibrateCacheOptions& options) {
   const RequestLimits limits = engine.limits();
   if (options.steps > 0)
     set_request_field(request, *find_request_field("steps"), int64_t{options.steps}, limits, "--steps");
+  if (options.max_sequence_length > 0)
+    set_request_field(request, *find_request_field("max_sequence_length"),
+                      int64_t{options.max_sequence_length}, limits, "--max-sequence-length");
   if (!options.size.empty())
     set_request_field(request, *find_request_field("size"), options.size, limits, "--size");
   set_request_field(request, *find_request_field("cache"), std::string("mag:calibrate=true"), limits,

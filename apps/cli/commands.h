@@ -89,7 +89,8 @@ int run_quantize(const QuantizeOptions& options);  // throws fluxrt::Error
 struct CalibrateCacheOptions {
   std::string model, out, prompt = "a photo of a cat sitting on a wooden table, soft light";
   std::string dtype = "bf16", device = "cpu", size;
-  int steps = 0;  // 0: the model's
+  int steps = 0;                // 0: the model's
+  int max_sequence_length = 0;  // 0: the model's
   uint64_t seed = 0;
 };
 CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& options);
