@@ -173,7 +173,9 @@ std::vector<fluxrt::GenerateResult> Engine::generate_batch(
     FLUXRT_CHECK(
         !own.empty() && own == key, ErrorCode::InvalidArgument,
         "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
-        "guidance, CFG, text length, LoRAs or negative prompt differ from request 1)",
+        "guidance, CFG, text length, LoRAs, step cache or negative prompt differ from request 1; a "
+        "First-Block "
+        "Cache request runs alone)",
         i + 1);
   }
   return run(batch, callbacks);
