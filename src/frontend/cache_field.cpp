@@ -15,7 +15,7 @@
 #include "fluxrt/request_fields.h"
 #include "io/json_file.h"
 #include "io/utf8.h"
-#include "pipelines/step_cache.h"
+#include "pipelines/cache_text.h"
 
 namespace fluxrt {
 namespace {
@@ -39,7 +39,8 @@ struct CacheParser {
     const std::string text(value);
     char* end = nullptr;
     const double out = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(out))
+    // Finite as the float the config holds, so the text written back reads back.
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(static_cast<float>(out)))
       fail(fmt::format("{}='{}' must be a number", key, io::escape_for_message(text, 40)));
     return static_cast<float>(out);
   }
@@ -68,7 +69,11 @@ struct CacheParser {
     try {
       j = nlohmann::json::parse(io::read_small_file(std::filesystem::path(std::string(value))));
     } catch (const Error& e) {
-      fail(fmt::format("mag_ratios: {}", e.what()));
+      // The reader's message without the path as given (it may hold any bytes): one line.
+      const std::string what = e.what();
+      fail(fmt::format("mag_ratios: {} cannot be read as a ratios file ({})",
+                       io::escape_for_message(std::string(value), 80),
+                       io::escape_for_message(what.substr(what.rfind(": ") + 2), 60)));
     } catch (const std::exception& e) {
       fail(fmt::format("mag_ratios: {} is not JSON", io::escape_for_message(std::string(value), 80)));
     }
@@ -78,7 +83,9 @@ struct CacheParser {
           "mag_ratios: {} holds no list of numbers (a JSON list, or an object with \"mag_ratios\")",
           io::escape_for_message(std::string(value), 80)));
     for (const auto& e : j) {
-      if (!e.is_number()) fail(fmt::format("mag_ratios: {} holds a value that is no number", value));
+      if (!e.is_number() || !std::isfinite(e.get<float>()))
+        fail(fmt::format("mag_ratios: {} holds a value that is no finite number",
+                         io::escape_for_message(std::string(value), 80)));
       out.push_back(e.get<float>());
     }
     return out;
@@ -111,7 +118,8 @@ CacheConfig parse_cache_config(std::string_view text, std::string_view name) {
     if (eq == std::string_view::npos)
       p.fail(fmt::format("'{}' must be key=value", io::escape_for_message(std::string(item), 40)));
     const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (!seen.insert(std::string(key)).second) p.fail(fmt::format("{} is given twice", key));
+    if (!seen.insert(std::string(key)).second)
+      p.fail(fmt::format("{} is given twice", io::escape_for_message(std::string(key), 40)));
     bool known = true;
     if (auto* fbc = std::get_if<FirstBlockCacheConfig>(&config)) {
       if (key == "threshold")

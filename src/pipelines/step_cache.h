@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "fluxrt/request.h"
 #include "models/flux/flux_forward_hooks.h"
+#include "pipelines/cache_text.h"
 
 namespace fluxrt::pipelines {
 
@@ -35,9 +36,6 @@ fluxrt::CacheConfig resolve_cache_config(const fluxrt::CacheConfig& config, int 
 
 // "first-block threshold=0.05", ...: the method and its settings, for the metadata and notes.
 std::string describe_cache_config(const fluxrt::CacheConfig& config);
-// The config as the request field's text (fluxrt::parse_cache_config reads it back; MagCache's
-// ratios inline): what the metadata records.
-std::string cache_text(const fluxrt::CacheConfig& config);
 // Every setting of a resolved config (the description and MagCache's ratios), for the batch key.
 std::string cache_key(const fluxrt::CacheConfig& config);
 

@@ -230,6 +230,7 @@ TEST(RequestFields, BadCacheTextIsAOneLineErrorNamingTheField) {
       {"teacache:threshold=0.1", "method must be first-block, taylorseer or mag"},
       {"first-block:thresh=0.1", "'thresh' is no first-block setting (it takes threshold)"},
       {"first-block:threshold=abc", "threshold='abc' must be a number"},
+      {"first-block:threshold=1e39", "threshold='1e39' must be a number"},  // inf as a float
       {"first-block:threshold", "'threshold' must be key=value"},
       {"taylorseer:cache_interval=2.5", "cache_interval='2.5' must be an integer"},
       {"taylorseer:use_lite_mode=yes", "use_lite_mode='yes' must be true or false"},
