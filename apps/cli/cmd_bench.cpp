@@ -66,6 +66,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
          "transformer: also time a synthetic rank-R LoRA on every linear, merged into the weights and as "
          "per-request branches, and a rank-R LoKr's per-request merged copies")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option(
+      "--cache", options.cache,
+      "pipeline: a step cache, NAME:key=value,... as `fluxrt generate --cache` (docs/requests.md)");
   cmd->add_flag(
       "--op-times", options.op_times,
       "transformer: run one more step with every kernel call timed and print where it went, by op and shape");
@@ -96,6 +99,7 @@ int run_bench(const BenchOptions& options) {
   request.vae_tile_pixels = options.tile_size;
   request.lora_rank = options.lora_rank;
   request.op_times = options.op_times;
+  request.cache = options.cache;
   if (options.component == "pipeline") return bench_pipeline(request);
   if (options.component == "transformer") return bench_transformer(request);
   if (options.component == "text-encoder") return bench_text_encoder(request);

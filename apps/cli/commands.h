@@ -2,6 +2,7 @@
 // Subcommands of the `fluxrt` executable. Each registers its options on the CLI11 app and runs
 // only when parsed; the work itself lives in the libraries, a command only prints.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,7 @@ struct BenchOptions {
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
   int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
   bool op_times = false;        // transformer: one more step with every kernel call timed
+  std::string cache;            // pipeline: a step cache, as --cache text
 };
 CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
 int run_bench(const BenchOptions& options);  // throws fluxrt::Error
@@ -81,5 +83,17 @@ struct QuantizeOptions {
 };
 CLI::App* add_quantize_command(CLI::App& app, QuantizeOptions& options);
 int run_quantize(const QuantizeOptions& options);  // throws fluxrt::Error
+
+// `fluxrt calibrate-cache`: MagCache's magnitude ratios of a model (diffusers' MagCacheConfig
+// calibrate=True run), written as JSON for `--cache mag:mag_ratios=FILE`.
+struct CalibrateCacheOptions {
+  std::string model, out, prompt = "a photo of a cat sitting on a wooden table, soft light";
+  std::string dtype = "bf16", device = "cpu", size;
+  int steps = 0;                // 0: the model's
+  int max_sequence_length = 0;  // 0: the model's
+  uint64_t seed = 0;
+};
+CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& options);
+int run_calibrate_cache(const CalibrateCacheOptions& options);  // throws fluxrt::Error
 
 }  // namespace fluxrt::cli

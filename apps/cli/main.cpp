@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   CLI::App* serve = fluxrt::cli::add_serve_command(app, serve_options);
   fluxrt::cli::QuantizeOptions quantize_options;
   CLI::App* quantize = fluxrt::cli::add_quantize_command(app, quantize_options);
+  fluxrt::cli::CalibrateCacheOptions calibrate_options;
+  CLI::App* calibrate = fluxrt::cli::add_calibrate_cache_command(app, calibrate_options);
 
   try {
     app.parse(argc, argv);
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
     if (generate->parsed()) return fluxrt::cli::run_generate(generate_options);
     if (serve->parsed()) return fluxrt::cli::run_serve(serve_options);
     if (quantize->parsed()) return fluxrt::cli::run_quantize(quantize_options);
+    if (calibrate->parsed()) return fluxrt::cli::run_calibrate_cache(calibrate_options);
   } catch (const fluxrt::Error& e) {
     // Ctrl-C: one line and the shell's exit code for SIGINT (128 + 2).
     if (e.code() == fluxrt::ErrorCode::Cancelled) {

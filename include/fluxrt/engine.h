@@ -147,6 +147,11 @@ struct ImageMetadata {
     std::string sha256;  // the file's SHA-256, 64 hex digits
   };
   std::vector<LoraUsed> loras;  // the Engine's, then the request's
+  // With a step cache (GenerateRequest::cache): its settings as the `cache` field's text, and one
+  // character per step that ran: F the whole transformer, C the cache reused, P the CFG branches
+  // differed (First-Block Cache).
+  std::string cache;
+  std::string cache_steps;
 };
 
 // The metadata as PNG text chunks: prompt, negative_prompt, seed, batch_index ("i of n"), steps,
@@ -168,6 +173,10 @@ struct GenerateResult {
   float guidance = 0;
   bool used_cfg = false;  // two forwards per step (klein base with guidance > 1, FLUX.1 true CFG)
   int graph_steps = 0;    // steps that replayed a recorded graph (EngineOptions::cuda_graphs)
+  // With a step cache: ImageMetadata::cache_steps; MagCache with calibrate: the ratio per step
+  // (the conditional branch's), for MagCacheConfig::mag_ratios.
+  std::string cache_steps;
+  std::vector<float> mag_ratios;
   // Settings of the request that changed nothing for this model (RequestPlan::notes).
   std::vector<std::string> notes;
   // This call: run timings, the engine's load as cold_load, total_s the call's wall time.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fluxrt/image.h"
@@ -19,6 +20,49 @@ struct Lora {
   std::string path;
   float strength = 1.0f;
 };
+
+// Step caching: transformer work skipped on steps whose output barely changes, each method as
+// diffusers 0.42.1's hooks compute it (`transformer.enable_cache(...)`), with its config field
+// names and defaults (docs/requests.md "cache"). The cache lives for one request, one state per
+// CFG branch; the method's per-step decisions are in the result (GenerateResult::cache_steps).
+
+// First-Block Cache: double block 0 always runs; when the relative L1 change of its image
+// residual since the last full step is at most `threshold`, the other blocks are skipped and
+// their residual from that step is added instead.
+struct FirstBlockCacheConfig {
+  float threshold = 0.05f;
+};
+
+// TaylorSeer: full steps every `cache_interval` steps (and every step before
+// `disable_cache_before_step` and from `disable_cache_after_step`); on the others each attention
+// module's outputs (use_lite_mode: the whole transformer output) are extrapolated by a Taylor
+// series of order `max_order` from finite differences of the full steps, stored in
+// `taylor_factors_dtype` ("bfloat16", "float16" or "float32").
+struct TaylorSeerCacheConfig {
+  int cache_interval = 5;
+  int disable_cache_before_step = 3;
+  std::optional<int> disable_cache_after_step;
+  int max_order = 1;
+  std::string taylor_factors_dtype = "bfloat16";
+  bool use_lite_mode = false;
+};
+
+// MagCache: after the first retention_ratio of the steps, a step is skipped (the blocks' last
+// residual reused) while the accumulated error of the magnitude ratios stays at most `threshold`
+// for at most `max_skip_steps` steps in a row. `mag_ratios` (one per step, nearest-interpolated to
+// num_inference_steps) are the model's: empty takes the ones shipped for the model (FLUX.1 dev,
+// diffusers' FLUX_MAG_RATIOS), and a model without them is refused (`fluxrt calibrate-cache`
+// makes them). `calibrate`: skip nothing, measure the ratios (GenerateResult::mag_ratios).
+struct MagCacheConfig {
+  float threshold = 0.06f;
+  int max_skip_steps = 3;
+  float retention_ratio = 0.2f;
+  std::optional<int> num_inference_steps;  // unset: the denoising steps the request runs
+  std::vector<float> mag_ratios;
+  bool calibrate = false;
+};
+
+using CacheConfig = std::variant<FirstBlockCacheConfig, TaylorSeerCacheConfig, MagCacheConfig>;
 
 struct GenerateRequest {
   // One image per (prompt, repetition): prompts[p] repeated images_per_prompt times, in order
@@ -54,6 +98,8 @@ struct GenerateRequest {
   // to each touched projection) and removed after the request. Only requests with the same list
   // batch together (Engine::batch_key).
   std::vector<Lora> loras;
+  // Step caching (above); unset: every step runs the whole transformer.
+  std::optional<CacheConfig> cache;
 };
 
 // The model's own defaults: what a request's unset fields become.
@@ -88,6 +134,9 @@ struct RequestLimits {
   bool init_image = false;       // img2img: init_image and strength (FLUX.1)
   bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
   bool true_cfg = false;         // FLUX.1
+  // Step caching (GenerateRequest::cache): models of many steps; the few-step distilled ones
+  // take a cache as a no-op with a note.
+  bool step_cache = true;
 };
 
 // The bounds that hold for every model, for a front end that has not opened one yet.
@@ -107,6 +156,9 @@ struct RequestPlan {
   std::optional<float> true_cfg;  // set when FLUX.1 true CFG runs
   std::string negative_prompt;    // the one CFG guides against ("" when none was given)
   int images = 0;
+  // The step cache that runs, checked and completed (MagCache: num_inference_steps and the ratios
+  // it uses); unset when none was asked for or the model takes none (then a note says so).
+  std::optional<CacheConfig> cache;
   // Settings the request gives that change nothing for this model (a guidance on a distilled
   // model, a negative prompt without CFG), one sentence each, for the front end to show.
   std::vector<std::string> notes;

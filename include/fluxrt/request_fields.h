@@ -27,6 +27,7 @@ enum class FieldType {
   Number,   // a finite number within the field's bounds
   Size,     // "WxH" (width and height); the server also takes "auto" (unset)
   Seed,     // an integer in [0, 2^64); "random" (the server also -1) picks one
+  Cache,    // "NAME:key=value,..." (parse_cache_config); "none" (or "") for no cache
 };
 
 struct RequestField {
@@ -66,5 +67,15 @@ bool request_field_taken(const RequestField& field, const RequestLimits& limits)
 
 // The field's value in `request` as text ("" when unset), as a preset or a flag would give it.
 std::string request_field_text(const GenerateRequest& request, const RequestField& field);
+
+// A step cache as text, the same on every surface: "NAME" or "NAME:key=value,...", NAME
+// first-block, taylorseer or mag, each key a field of its config in request.h (diffusers'
+// names): "first-block:threshold=0.2", "mag:threshold=0.06,mag_ratios=ratios.json". mag_ratios
+// is a file (a JSON list of numbers, or an object with "mag_ratios", as `fluxrt calibrate-cache`
+// writes) or the numbers inline, separated by ';'. InvalidArgument with field "cache" and a
+// one-line message naming `name` for an unknown method or key, a bad value or an unreadable file.
+CacheConfig parse_cache_config(std::string_view text, std::string_view name = "cache");
+// The config as parse_cache_config reads it back (MagCache's ratios inline).
+std::string cache_config_text(const CacheConfig& config);
 
 }  // namespace fluxrt

@@ -35,6 +35,9 @@ struct RunTimings {
   double step_max_s = 0;
   // Steps that replayed a recorded graph (EngineOptions::cuda_graphs); unset without graphs.
   std::optional<int> graph_steps;
+  // With a step cache: one character per step, F the whole transformer ran, C the cache was
+  // reused, P the CFG branches differed; "" without one.
+  std::string cache_steps;
   double vae_decode_s = 0;
   double load_s = 0;         // loads inside the call (low-memory mode loads per request), else 0
   LoadTimings loads;         // their split per component

@@ -9,6 +9,7 @@ diffusers' pipeline API (docs/python.md):
 from __future__ import annotations
 
 from . import _fluxrt
+from ._cache import FirstBlockCacheConfig, MagCacheConfig, TaylorSeerCacheConfig
 from ._errors import (BY_CODE, CancelledError, DeviceError, Error, FormatError, InternalError,
                       InvalidArgumentError, IoError, NotFoundError, OutOfMemoryError, UnsupportedError)
 from .pipeline import (Flux2KleinInpaintPipeline, FluxPipeline, FluxPipelineOutput, bundled_demo_model, png_bytes,
@@ -43,9 +44,9 @@ def inspect_lora(path: str) -> dict:
 
 
 __all__ = [
-    "CancelledError", "DeviceError", "Error", "Flux2KleinInpaintPipeline", "Flux2KleinPipeline", "FluxImg2ImgPipeline",
-    "FluxInpaintPipeline", "FluxPipeline",
-    "FluxPipelineOutput", "FormatError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
-    "OutOfMemoryError", "UnsupportedError", "__version__", "bundled_demo_model", "inspect_lora", "inspect_model",
-    "png_bytes", "save_png",
+    "CancelledError", "DeviceError", "Error", "FirstBlockCacheConfig", "Flux2KleinInpaintPipeline",
+    "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxPipeline", "FluxPipelineOutput",
+    "FormatError", "InternalError", "InvalidArgumentError", "IoError", "MagCacheConfig", "NotFoundError",
+    "OutOfMemoryError", "TaylorSeerCacheConfig", "UnsupportedError", "__version__", "bundled_demo_model",
+    "inspect_lora", "inspect_model", "png_bytes", "save_png",
 ]

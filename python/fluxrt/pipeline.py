@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _fluxrt
+from ._cache import Transformer
 from ._errors import InvalidArgumentError
 from ._lora import LoraLoaderMixin, lora_list
 from ._progress import make_bar
@@ -108,6 +109,9 @@ class FluxPipeline(LoraLoaderMixin):
         self._open_options = open_options  # resolve_run's keyword arguments, for to() and fuse_lora
         self._scheduler_options = scheduler_options or {}  # max_batch, batch_window_ms
         self._progress_bar_config: dict[str, Any] = {}
+        # diffusers' pipe.transformer.enable_cache(...) / disable_cache(): the step cache every
+        # later call asks for (the request field "cache").
+        self.transformer = Transformer()
         self._use_run(run)
         self._init_loras()
 
@@ -245,7 +249,8 @@ class FluxPipeline(LoraLoaderMixin):
                 f"num_images_per_prompt must be a positive int, got {images_per_prompt!r}")
         count = len(prompts) * int(images_per_prompt)
         fields = {"negative_prompt": negative_prompt, "num_inference_steps": steps, "guidance_scale": guidance,
-                  "true_cfg_scale": true_cfg, "strength": strength, "max_sequence_length": max_sequence_length}
+                  "true_cfg_scale": true_cfg, "strength": strength, "max_sequence_length": max_sequence_length,
+                  "cache": self.transformer._cache_text}
 
         def request(prompts_: list[str], per_prompt: int, seed: int) -> _fluxrt.Request:
             r = self._resolved.request  # a copy: the preset's settings, if any

@@ -37,6 +37,9 @@ const std::vector<RequestField> kFields = {
     {"batch", "--batch", "-n", "n", FieldType::Integer, "images per prompt"},
     {"max_sequence_length", "--max-sequence-length", "", "max_sequence_length", FieldType::Integer,
      "text tokens (default: the model's, 512; FLUX.1 schnell 256)"},
+    {"cache", "--cache", "", "cache", FieldType::Cache,
+     "step cache NAME:key=value,... with NAME first-block, taylorseer or mag (diffusers' config names; "
+     "docs/requests.md), or none"},
 };
 
 struct Bounds {
@@ -173,6 +176,15 @@ bool set_request_field(GenerateRequest& r, const RequestField& f, const FieldVal
     case FieldType::Size:
       set_size(r, f, v, l, name);
       return false;
+    case FieldType::Cache: {
+      const auto* text = std::get_if<std::string>(&v);
+      if (!text) bad(f, name, "must be a string \"NAME:key=value,...\", e.g. \"first-block:threshold=0.2\"");
+      if (text->empty() || *text == "none")
+        r.cache.reset();
+      else
+        r.cache = parse_cache_config(*text, name);
+      return false;
+    }
     case FieldType::Seed: {
       const auto* text = std::get_if<std::string>(&v);
       const std::optional<int64_t> whole = integer_of(v);
@@ -236,6 +248,7 @@ bool set_request_field(GenerateRequest& r, const RequestField& f, const FieldVal
 std::string request_field_bounds(const RequestField& f, const RequestLimits& l) {
   switch (f.type) {
     case FieldType::Text:
+    case FieldType::Cache:
       return "";
     case FieldType::Seed:
       return fmt::format("0 to {} or random", UINT64_MAX);
@@ -271,6 +284,7 @@ std::string request_field_text(const GenerateRequest& r, const RequestField& f) 
   if (key == "seed") return std::to_string(r.seed);
   if (key == "batch") return std::to_string(r.images_per_prompt);
   if (key == "max_sequence_length") return opt(r.max_sequence_length);
+  if (key == "cache") return r.cache ? cache_config_text(*r.cache) : std::string();
   return "";
 }
 

@@ -52,7 +52,9 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
       v = std::move(replay.tensors);
       out.graph_steps += replay.replayed;
     } else {
+      if (loop.step_cache) loop.step_cache->begin_step();
       v = model.forward(input, timestep);
+      if (loop.step_cache) loop.step_cache->end_step();
     }
     FLUXRT_CHECK(v.size() == (guided ? 2u : 1u), ErrorCode::Internal,
                  "denoise: {} velocities for {} guidance", v.size(), guided ? "with" : "without");

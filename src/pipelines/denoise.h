@@ -14,6 +14,7 @@
 #include "pipelines/latent_preview.h"
 #include "pipelines/pipeline.h"
 #include "pipelines/schedule.h"
+#include "pipelines/step_cache.h"
 #include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
@@ -40,6 +41,9 @@ struct DenoiseLoop {
   // (when set) after the whole loop; a failed or cancelled loop drops it.
   std::unique_ptr<StepGraph> graph;
   StepGraphCache* graph_cache = nullptr;
+  // The request's step cache (its hooks are live between its begin_step and end_step, which the
+  // loop calls around each step's transformer calls), or null.
+  StepCache* step_cache = nullptr;
   Device device = Device::cpu();
   Profiler* profiler = nullptr;              // kSpanDenoiseStep per step, kSpanDenoiseTotal
   const CallContext* call = nullptr;         // its on_step, cancel and previews

@@ -109,6 +109,11 @@ struct GenerateResult {
   float guidance_scale = 0;
   bool used_cfg = false;
   int graph_steps = 0;  // denoising steps whose transformer calls ran as a replayed graph
+  // With a step cache: one character per step that ran, 'F' the whole transformer ran, 'C' the
+  // cache was reused, 'P' the CFG branches differed (pipelines/step_cache.h); and MagCache's
+  // calibrated ratios.
+  std::string cache_steps;
+  std::vector<float> mag_ratios;
   Schedule schedule;
   Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
 };
@@ -122,6 +127,9 @@ struct ModelFacts {
   ResidentWeights weights;         // from the checkpoint headers (0 for synthetic pipelines)
   bool cfg = false;                // guidance > 1 runs classifier-free guidance (klein base)
   bool guidance_embedded = false;  // the guidance value goes into the transformer (FLUX.1 dev)
+  // MagCache's magnitude ratios shipped for this model (FLUX.1 dev: diffusers' FLUX_MAG_RATIOS);
+  // empty: a MagCache request must bring its own.
+  std::vector<float> mag_ratios;
   // What the model's files said that a user should hear (two sources disagreeing, say).
   std::vector<std::string> notes;
 };

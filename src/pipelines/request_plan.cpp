@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/utf8.h"
 #include "models/lora/lora_delta.h"
+#include "pipelines/step_cache.h"
 
 namespace fluxrt {
 
@@ -115,6 +116,19 @@ fluxrt::RequestPlan plan_request(const PipelineKind& kind, const fluxrt::Generat
   check_image_size(plan.width, plan.height, plan.images, facts.vae_scale_factor);
   kind.validate_size(plan.width, plan.height, plan.images, facts.vae_scale_factor, memory);
   for (const std::string& note : facts.notes) plan.notes.push_back(note);
+  if (request.cache) {
+    const fluxrt::CacheConfig cache =
+        resolve_cache_config(*request.cache, plan.steps_run, facts.mag_ratios, kind.name);
+    // The few-step distilled models gain nothing from a step cache (peers switch it off there):
+    // a no-op, said, never a silent slowdown.
+    if (facts.limits.step_cache)
+      plan.cache = cache;
+    else
+      plan.notes.push_back(
+          fmt::format("cache ({}) not used: this {} model is distilled to a few steps, "
+                      "where a step cache saves nothing",
+                      describe_cache_config(cache), kind.name));
+  }
   return plan;
 }
 
@@ -133,10 +147,15 @@ std::string batch_key(const fluxrt::GenerateRequest& request, const fluxrt::Requ
     for (const fluxrt::Lora& l : request.loras)
       loras += fmt::format("{}:{}:{} ", l.path.size(), l.path, l.strength);
   }
-  return fmt::format("{}x{} steps {} guidance {} cfg {} true_cfg {} text {} loras [{}] negative {}:{}",
-                     p.width, p.height, p.steps, p.guidance, p.cfg,
-                     p.true_cfg ? fmt::format("{}", *p.true_cfg) : "unset", p.max_sequence_length, loras,
-                     p.negative_prompt.size(), p.negative_prompt);
+  // First-Block Cache decides from the whole batch's residual: its requests run alone, as they
+  // would alone. TaylorSeer and MagCache decide from the step alone and compute per row: the
+  // same settings share a call.
+  if (p.cache && std::holds_alternative<fluxrt::FirstBlockCacheConfig>(*p.cache)) return "";
+  return fmt::format(
+      "{}x{} steps {} guidance {} cfg {} true_cfg {} text {} loras [{}] cache [{}] negative {}:{}", p.width,
+      p.height, p.steps, p.guidance, p.cfg, p.true_cfg ? fmt::format("{}", *p.true_cfg) : "unset",
+      p.max_sequence_length, loras, p.cache ? cache_key(*p.cache) : "", p.negative_prompt.size(),
+      p.negative_prompt);
 }
 
 fluxrt::RequestPlan Pipeline::plan(const fluxrt::GenerateRequest& request) const {

@@ -13,6 +13,7 @@
 #include "pipelines/memory_estimate.h"
 #include "pipelines/pipeline.h"
 #include "pipelines/request_plan.h"
+#include "pipelines/step_cache.h"
 #include "runtime/timing_report.h"
 
 namespace fluxrt::runtime {
@@ -133,6 +134,10 @@ fluxrt::ImageMetadata Engine::image_metadata(const pipelines::PlannedRequest& pl
     m.strength = plan.strength;
   }
   m.true_cfg = plan.true_cfg;
+  if (plan.cache) {
+    m.cache = pipelines::cache_text(*plan.cache);
+    m.cache_steps = result.cache_steps;
+  }
   for (const auto* list : {&options_.loras, &request.loras})
     for (const fluxrt::Lora& l : *list)
       m.loras.push_back({fs::path(l.path).filename().string(), l.strength, lora_hash(l.path)});
@@ -169,7 +174,9 @@ std::vector<fluxrt::GenerateResult> Engine::generate_batch(
     FLUXRT_CHECK(
         !own.empty() && own == key, ErrorCode::InvalidArgument,
         "generate_batch: request {} cannot join the batch (reference or init images, or its size, steps, "
-        "guidance, CFG, text length, LoRAs or negative prompt differ from request 1)",
+        "guidance, CFG, text length, LoRAs, step cache or negative prompt differ from request 1; a "
+        "First-Block "
+        "Cache request runs alone)",
         i + 1);
   }
   return run(batch, callbacks);
@@ -212,6 +219,7 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<pipelines::Pla
   RunTimings run = run_timings_from(profiler_);
   run.total_s = watch.seconds();
   if (options_.cuda_graphs) run.graph_steps = out.graph_steps;
+  run.cache_steps = out.cache_steps;
 
   std::vector<fluxrt::GenerateResult> results;
   size_t first_image = 0;  // of this request in the batch's images
@@ -225,6 +233,8 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<pipelines::Pla
     result.guidance = out.guidance_scale;
     result.used_cfg = out.used_cfg;
     result.graph_steps = out.graph_steps;
+    result.cache_steps = out.cache_steps;
+    result.mag_ratios = out.mag_ratios;
     const size_t count = q->prompts.size() * static_cast<size_t>(q->images_per_prompt);
     FLUXRT_CHECK(first_image + count <= out.images.size(), ErrorCode::Internal,
                  "generate: the pipeline returned {} images for a batch of more", out.images.size());

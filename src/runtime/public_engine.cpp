@@ -69,6 +69,10 @@ TextChunks metadata_text(const ImageMetadata& m) {
     text.emplace_back("scheduled_steps", std::to_string(m.scheduled_steps));
   }
   if (m.true_cfg) text.emplace_back("true_cfg", fmt::format("{}", *m.true_cfg));
+  if (!m.cache.empty()) {
+    text.emplace_back("cache", m.cache);
+    text.emplace_back("cache_steps", m.cache_steps);
+  }
   if (!m.loras.empty()) {
     std::string loras;
     for (const auto& l : m.loras)

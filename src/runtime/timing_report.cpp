@@ -1,13 +1,13 @@
 #include "runtime/timing_report.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -68,6 +68,8 @@ nlohmann::ordered_json run_json(const RunTimings& r) {
       {"ms_per_step_max", r.step_max_s * 1e3},
       {"it_per_s", r.steps_per_second()},
       {"graph_steps", r.graph_steps ? nlohmann::ordered_json(*r.graph_steps) : nullptr},
+      {"cache_steps",
+       r.cache_steps.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.cache_steps)},
       {"vae_decode_s", r.vae_decode_s},
       {"load_s", r.load_s},
       {"load_detail", r.load_s > 0 ? load_json(r.loads) : nlohmann::ordered_json(nullptr)},
@@ -104,6 +106,13 @@ std::string format_timing_report(const TimingReport& t) {
   if (r.graph_steps)
     out += line("  CUDA graphs", fmt::format("{:>13}", fmt::format("{} of {}", *r.graph_steps, r.steps)),
                 "steps replayed as a recorded graph");
+  if (!r.cache_steps.empty()) {
+    const auto full = std::count(r.cache_steps.begin(), r.cache_steps.end(), 'F');
+    out += line(
+        "  step cache",
+        fmt::format("{:>13}", fmt::format("{} of {}", r.cache_steps.size() - full, r.cache_steps.size())),
+        fmt::format("steps reused the cache: {} (F full, C cached, P per CFG branch)", r.cache_steps));
+  }
   if (t.throughput) {
     const LoopThroughput& p = *t.throughput;
     std::string detail = fmt::format("{:.3f} TFLOP", p.flop / 1e12);

@@ -386,7 +386,8 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
                                                     {"strength", "0.5"},
                                                     {"seed", "1"},
                                                     {"batch", "1"},
-                                                    {"max_sequence_length", "64"}};
+                                                    {"max_sequence_length", "64"},
+                                                    {"cache", "first-block:threshold=0.2"}};
   fluxrt::EngineOptions options;
   options.low_memory = true;  // planning loads nothing
   for (const fs::path& model : {kKlein, kSchnell}) {

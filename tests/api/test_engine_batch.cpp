@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iterator>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "fluxrt/engine.h"
@@ -89,6 +91,44 @@ TEST(EngineBatch, Flux1TrueCfgBatch) {
     r.negative_prompt = "blurry";
   }
   expect_batch_equals_alone(engine, requests);
+}
+
+// TaylorSeer and MagCache decide from the step alone and keep their state per row: requests with
+// the same settings share a call and still get the images they get alone (8 steps: some cached).
+TEST(EngineBatch, StepCachedRequestsOfOneSettingBatch) {
+  fluxrt::Engine engine(kKleinBase.string());
+  for (const fluxrt::CacheConfig& cache :
+       {fluxrt::CacheConfig(fluxrt::TaylorSeerCacheConfig{2, 2}),
+        fluxrt::CacheConfig(
+            fluxrt::MagCacheConfig{0.2f, 2, 0.2f, {}, {1.0f, 1.05f, 1.02f, 1.0f, 0.99f, 0.98f}})}) {
+    std::vector<fluxrt::GenerateRequest> requests = mixed_requests();
+    for (fluxrt::GenerateRequest& r : requests) {
+      r.steps = 8;
+      r.guidance = 3.0f;
+      r.cache = cache;
+    }
+    expect_batch_equals_alone(engine, requests);
+    EXPECT_NE(engine.generate(requests[0]).cache_steps.find('C'), std::string::npos);
+  }
+}
+
+// First-Block Cache decides from one mean over the call's residual: its requests run alone, and
+// the cache settings are part of every key.
+TEST(EngineBatch, StepCacheSettingsAreInTheKey) {
+  fluxrt::Engine engine(kKleinBase.string());
+  fluxrt::GenerateRequest base = request({"a red circle"}, 3);
+  fluxrt::GenerateRequest fbc = base, taylor = base, taylor2 = base, mag = base, mag2 = base;
+  fbc.cache = fluxrt::FirstBlockCacheConfig{0.2f};
+  taylor.cache = taylor2.cache = fluxrt::TaylorSeerCacheConfig{};
+  std::get<fluxrt::TaylorSeerCacheConfig>(*taylor2.cache).max_order = 2;
+  mag.cache = mag2.cache = fluxrt::MagCacheConfig{0.06f, 3, 0.2f, {}, {1.0f, 1.1f}};
+  std::get<fluxrt::MagCacheConfig>(*mag2.cache).mag_ratios = {1.0f, 1.2f};
+  EXPECT_EQ(engine.batch_key(fbc), "");
+  EXPECT_EQ(engine.batch_key(taylor), engine.batch_key(fluxrt::GenerateRequest(taylor)));
+  const std::string keys[] = {engine.batch_key(base), engine.batch_key(taylor), engine.batch_key(taylor2),
+                              engine.batch_key(mag), engine.batch_key(mag2)};
+  for (size_t i = 0; i < std::size(keys); ++i)
+    for (size_t j = i + 1; j < std::size(keys); ++j) EXPECT_NE(keys[i], keys[j]) << i << " " << j;
 }
 
 TEST(EngineBatch, KeysSayWhatMayShareABatch) {

@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "fluxrt/error.h"
 #include "fluxrt/request_fields.h"
@@ -62,6 +64,7 @@ TEST(RequestFields, TextAndJsonValuesSetTheSameRequest) {
       {"seed", {std::string("18446744073709551615"), std::string("18446744073709551615")}},
       {"size", {std::string("96x64"), std::string("96x64")}},
       {"negative_prompt", {std::string("blurry"), std::string("blurry")}},
+      {"cache", {std::string("first-block:threshold=0.2"), std::string("first-block:threshold=0.2")}},
   };
   for (const auto& [key, values] : cases) {
     EXPECT_FALSE(set_request_field(from_text, field(key), values.first, limits, key));
@@ -178,6 +181,73 @@ TEST(RequestFields, RandomSeedsAndAutoSize) {
 }
 
 // docs/requests.md's table: one row per field with its key, flag and API name, in table order.
+TEST(RequestFields, CacheTextNamesAMethodAndDiffusersKeys) {
+  const CacheConfig fbc = parse_cache_config("first-block:threshold=0.2");
+  ASSERT_TRUE(std::holds_alternative<FirstBlockCacheConfig>(fbc));
+  EXPECT_FLOAT_EQ(std::get<FirstBlockCacheConfig>(fbc).threshold, 0.2f);
+  EXPECT_FLOAT_EQ(std::get<FirstBlockCacheConfig>(parse_cache_config("first-block")).threshold, 0.05f);
+
+  const auto ts = std::get<TaylorSeerCacheConfig>(parse_cache_config(
+      "taylorseer:cache_interval=4,disable_cache_before_step=2,disable_cache_after_step=40,max_order=2,"
+      "taylor_factors_dtype=float32,use_lite_mode=true"));
+  EXPECT_EQ(ts.cache_interval, 4);
+  EXPECT_EQ(ts.disable_cache_before_step, 2);
+  EXPECT_EQ(ts.disable_cache_after_step, std::optional<int>(40));
+  EXPECT_EQ(ts.max_order, 2);
+  EXPECT_EQ(ts.taylor_factors_dtype, "float32");
+  EXPECT_TRUE(ts.use_lite_mode);
+
+  const auto mag = std::get<MagCacheConfig>(
+      parse_cache_config("mag:threshold=0.1,max_skip_steps=2,retention_ratio=0.3,mag_ratios=1;1.1;0.9"));
+  EXPECT_FLOAT_EQ(mag.threshold, 0.1f);
+  EXPECT_EQ(mag.max_skip_steps, 2);
+  EXPECT_FLOAT_EQ(mag.retention_ratio, 0.3f);
+  EXPECT_EQ(mag.mag_ratios, (std::vector<float>{1.0f, 1.1f, 0.9f}));
+
+  // A file of ratios: a list, or an object as `fluxrt calibrate-cache` writes it.
+  const auto file = std::filesystem::temp_directory_path() / "fluxrt_test_ratios.json";
+  std::ofstream(file) << R"({"model": "m", "mag_ratios": [1.0, 1.25]})";
+  EXPECT_EQ(std::get<MagCacheConfig>(parse_cache_config("mag:mag_ratios=" + file.string())).mag_ratios,
+            (std::vector<float>{1.0f, 1.25f}));
+  std::filesystem::remove(file);
+
+  // The text round-trips, and the field sets the request (none clears it).
+  for (const char* text :
+       {"first-block:threshold=0.2", "mag:threshold=0.1,max_skip_steps=2,retention_ratio=0.3",
+        "taylorseer:cache_interval=4,disable_cache_before_step=2,max_order=1,"
+        "taylor_factors_dtype=bfloat16"})
+    EXPECT_EQ(cache_config_text(parse_cache_config(text)), text);
+  GenerateRequest r;
+  set_request_field(r, field("cache"), std::string("mag"), {}, "--cache");
+  EXPECT_TRUE(r.cache && std::holds_alternative<MagCacheConfig>(*r.cache));
+  EXPECT_EQ(request_field_text(r, field("cache")), "mag:threshold=0.06,max_skip_steps=3,retention_ratio=0.2");
+  set_request_field(r, field("cache"), std::string("none"), {}, "--cache");
+  EXPECT_FALSE(r.cache);
+}
+
+TEST(RequestFields, BadCacheTextIsAOneLineErrorNamingTheField) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"teacache:threshold=0.1", "method must be first-block, taylorseer or mag"},
+      {"first-block:thresh=0.1", "'thresh' is no first-block setting (it takes threshold)"},
+      {"first-block:threshold=abc", "threshold='abc' must be a number"},
+      {"first-block:threshold=1e39", "threshold='1e39' must be a number"},  // inf as a float
+      {"first-block:threshold", "'threshold' must be key=value"},
+      {"taylorseer:cache_interval=2.5", "cache_interval='2.5' must be an integer"},
+      {"taylorseer:use_lite_mode=yes", "use_lite_mode='yes' must be true or false"},
+      {"mag:threshold=1,threshold=2", "threshold is given twice"},
+      {"mag:mag_ratios=/no/such/ratios.json", "mag_ratios:"},
+  };
+  for (const auto& [text, message] : bad) {
+    std::string error_field;
+    const std::string error = error_of("cache", std::string(text), {}, &error_field);
+    EXPECT_NE(error.find(message), std::string::npos) << text << ": " << error;
+    EXPECT_EQ(error.rfind("--x ", 0), 0u) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    EXPECT_EQ(error_field, "cache") << text;
+  }
+  EXPECT_NE(error_of("cache", int64_t{3}).find("must be a string"), std::string::npos);
+}
+
 TEST(RequestFields, DocsListEveryFieldAsTheTableHasIt) {
   std::ifstream in(std::filesystem::path(FLUXRT_TEST_DATA_DIR) / ".." / ".." / "docs" / "requests.md");
   ASSERT_TRUE(in.good());

@@ -39,6 +39,8 @@ struct BenchRequest {
   // bench transformer: one more step after the timed ones with every kernel call timed
   // (ops::ScopedKernelTiming), printed as a table by op and shape.
   bool op_times = false;
+  // bench pipeline: a step cache, as `--cache` text (fluxrt/request_fields.h); "" none.
+  std::string cache;
 };
 
 // --weights as a type: nothing for "bf16" (dense), F8E4M3 for "fp8", else the GGUF type named

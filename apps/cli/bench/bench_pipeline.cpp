@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "fluxrt/request_fields.h"
 #include "pipelines/pipeline.h"
 #include "pipelines/schedule.h"
 #include "runtime/model_resolution.h"
@@ -54,6 +55,7 @@ fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
   request.steps = r.steps;
   request.max_sequence_length = r.max_sequence_length;
   request.seed = 0;
+  if (!r.cache.empty()) request.cache = fluxrt::parse_cache_config(r.cache, "--cache");
   return request;
 }
 
@@ -175,6 +177,7 @@ int bench_pipeline(const BenchRequest& r) {
   report.writes_images = false;
   profiler.clear();
   const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
+  report.run.cache_steps = result.cache_steps;
 
   // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
   const int64_t image_tokens =

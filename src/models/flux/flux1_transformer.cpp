@@ -226,8 +226,9 @@ Tensor Flux1Transformer::conditioning(const Tensor& timesteps, const Tensor& gui
 }
 
 // diffusers FluxTransformer2DModel.forward.
-Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
-                                 const Tensor& pooled, const Tensor& timesteps, const Tensor& guidance) const {
+Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx,
+                                 const Tensor& ctx_ids, const Tensor& pooled, const Tensor& timesteps,
+                                 const Tensor& guidance, FluxForwardHooks* hooks) const {
   const Flux1Config& c = config_;
   FLUXRT_CHECK(x.dim() == 3 && x.size(2) == c.in_channels, ErrorCode::InvalidArgument,
                "[flux1] latents must be [B, Li, {}], got {}", c.in_channels, x.shape().str());
@@ -250,8 +251,8 @@ Tensor Flux1Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
                "[flux1] image ids {} and text ids {} must both be 2-D or both 3-D", x_ids.shape().str(),
                ctx_ids.shape().str());
   check_conditioning_inputs(timesteps, guidance, pooled);
-  return forward_on_device(x, ctx, pooled, projection(timesteps), c.guidance ? projection(guidance) : Tensor(),
-                           rope_tables(x_ids, ctx_ids));
+  return forward_on_device(x, ctx, pooled, projection(timesteps),
+                           c.guidance ? projection(guidance) : Tensor(), rope_tables(x_ids, ctx_ids), hooks);
 }
 
 Flux1Transformer::Rope Flux1Transformer::rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const {
@@ -260,7 +261,7 @@ Flux1Transformer::Rope Flux1Transformer::rope_tables(const Tensor& x_ids, const 
 
 Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled,
                                            const Tensor& timestep_proj, const Tensor& guidance_proj,
-                                           const Rope& rope) const {
+                                           const Rope& rope, FluxForwardHooks* hooks) const {
   const Flux1Config& c = config_;
   const DType dt = options_.dtype;
   FLUXRT_CHECK(x.dim() == 3 && ctx.dim() == 3 && timestep_proj.dim() == 2 && timestep_proj.size(0) == x.size(0) &&
@@ -268,6 +269,8 @@ Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
                ErrorCode::InvalidArgument, "[flux1] forward_on_device: latents {}, text {}, timestep projection {}",
                x.shape().str(), ctx.shape().str(), timestep_proj.shape().str());
   const int64_t li = x.size(1), lt = ctx.size(1);
+  if (hooks)
+    if (Tensor cached = hooks->cached_output(); cached.defined()) return cached;
 
   // 1. Conditioning vector; every block's modulation linear reads SiLU(vec).
   const Tensor vec = conditioning_on_device(timestep_proj, guidance_proj, pooled);  // [B, D]
@@ -278,21 +281,24 @@ Tensor Flux1Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   Tensor txt = txt_in_(flux_to_device(ctx.to(dt).contiguous(), options_.device));  // [B, Lt, D]
 
   // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables), each modulated by its
-  // own img_mod / txt_mod: (shift, scale, gate) x 2 of [B, D].
-  const ops::AttentionOptions attention = flux_attention_options(rope);
-  for (const auto& blk : double_)
-    flux_double_block(blk, img, txt, blk.img.mod(vec_act), blk.txt.mod(vec_act), attention, c.eps);
-
-  // 4. Single-stream blocks on [txt ; img], modulation (shift, scale, gate) of [B, D] each.
-  Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
-  for (const auto& blk : single_) flux_single_block(blk, h, blk.mod(vec_act)[0], attention, c.eps);
+  // own img_mod / txt_mod: (shift, scale, gate) x 2 of [B, D]; 4. single-stream blocks on
+  // [txt ; img], modulation (shift, scale, gate) of [B, D] each.
+  FluxBlockModulations mods;
+  mods.double_block = [&](const FluxDoubleBlock& blk) {
+    return std::pair{blk.img.mod(vec_act), blk.txt.mod(vec_act)};
+  };
+  mods.single_block = [&](const FluxSingleBlock& blk) { return blk.mod(vec_act)[0]; };
+  const Tensor h = flux_block_stack(double_, single_, std::move(img), std::move(txt), mods,
+                                    flux_attention_options(rope), c.eps, hooks);  // [B, L, D]
 
   // 5. Final layer (AdaLayerNormContinuous: scale/shift from vec) on the image rows.
   const Tensor shift = final_shift_(vec_act);                           // [B, D]
   const Tensor scale = final_scale_(vec_act);                           // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();         // [B, Li, D]
   const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
-  return final_linear_(n);                                              // [B, Li, out]
+  Tensor out = final_linear_(n);                                        // [B, Li, out]
+  if (hooks) hooks->output_computed(out);
+  return out;
 }
 
 }  // namespace fluxrt::models

@@ -69,8 +69,10 @@ class Flux1Transformer {
   // scale (dev: required; schnell: must be undefined). Timesteps and guidance are scaled by 1000
   // inside, in the model dtype (bf16: 3.5 -> 3504, as the reference). Returns the velocity
   // [B, Li, out] in the model dtype.
-  Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids, const Tensor& pooled,
-                 const Tensor& timesteps, const Tensor& guidance = Tensor()) const;
+  // `hooks`: a step cache's (flux_forward_hooks.h), or null.
+  Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                 const Tensor& pooled, const Tensor& timesteps, const Tensor& guidance = Tensor(),
+                 FluxForwardHooks* hooks = nullptr) const;
   // The conditioning vector [B, D] (diffusers time_text_embed output) every modulation reads.
   Tensor conditioning(const Tensor& timesteps, const Tensor& guidance, const Tensor& pooled) const;
 
@@ -83,8 +85,9 @@ class Flux1Transformer {
   // [B, 256] in the model dtype on the model's device, of timesteps or guidance as forward takes them.
   Tensor projection(const Tensor& values) const;
   Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;
-  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled, const Tensor& timestep_proj,
-                           const Tensor& guidance_proj, const Rope& rope) const;
+  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& pooled,
+                           const Tensor& timestep_proj, const Tensor& guidance_proj, const Rope& rope,
+                           FluxForwardHooks* hooks = nullptr) const;
 
   const Flux1Config& config() const { return config_; }
   DType dtype() const { return options_.dtype; }

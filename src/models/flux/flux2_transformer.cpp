@@ -203,20 +203,23 @@ void Flux2Transformer::check_inputs(const Tensor& x, const Tensor& x_ids, const 
                timesteps.shape().str());
 }
 
-Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
-                                 const Tensor& timesteps) const {
+Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx,
+                                 const Tensor& ctx_ids, const Tensor& timesteps,
+                                 FluxForwardHooks* hooks) const {
   check_inputs(x, x_ids, ctx, ctx_ids, timesteps);
-  return forward_on_device(x, ctx, timestep_projection(timesteps), rope_tables(x_ids, ctx_ids));
+  return forward_on_device(x, ctx, timestep_projection(timesteps), rope_tables(x_ids, ctx_ids), hooks);
 }
 
 Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj,
-                                           const Rope& rope) const {
+                                           const Rope& rope, FluxForwardHooks* hooks) const {
   const Flux2Config& c = config_;
   const DType dt = options_.dtype;
   FLUXRT_CHECK(x.dim() == 3 && ctx.dim() == 3 && timestep_proj.dim() == 2 && timestep_proj.size(0) == x.size(0),
                ErrorCode::InvalidArgument, "[flux2] forward_on_device: latents {}, text {}, timestep projection {}",
                x.shape().str(), ctx.shape().str(), timestep_proj.shape().str());
   const int64_t li = x.size(1), lt = ctx.size(1);
+  if (hooks)
+    if (Tensor cached = hooks->cached_output(); cached.defined()) return cached;
 
   // 1. Timestep embedding and the shared modulations, once per forward.
   const Tensor t_proj = to_device(timestep_proj, options_.device);  // [B, 256]
@@ -232,20 +235,22 @@ Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   Tensor img = img_in_(to_device(x, options_.device).to(dt));    // [B, Li, D]
   Tensor txt = txt_in_(to_device(ctx, options_.device).to(dt));  // [B, Lt, D]
 
-  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables).
-  const ops::AttentionOptions attention = flux_attention_options(rope);
-  for (const auto& blk : double_) flux_double_block(blk, img, txt, mod_img, mod_txt, attention, c.eps);
-
-  // 4. Single-stream blocks on [txt ; img].
-  Tensor h = ops::concat({txt, img}, 1);                             // [B, L, D]
-  for (const auto& blk : single_) flux_single_block(blk, h, mod_single[0], attention, c.eps);
+  // 3. Double-stream blocks (RoPE over [text ; image] from rope_tables); 4. single-stream blocks
+  // on [txt ; img].
+  FluxBlockModulations mods;
+  mods.double_block = [&](const FluxDoubleBlock&) { return std::pair{mod_img, mod_txt}; };
+  mods.single_block = [&](const FluxSingleBlock&) { return mod_single[0]; };
+  const Tensor h = flux_block_stack(double_, single_, std::move(img), std::move(txt), mods,
+                                    flux_attention_options(rope), c.eps, hooks);  // [B, L, D]
 
   // 5. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
   const Tensor shift = final_shift_(temb_act);                       // [B, D]
   const Tensor scale = final_scale_(temb_act);                       // [B, D]
   const Tensor out_rows = h.slice(1, lt, lt + li).contiguous();      // [B, Li, D]
   const Tensor n = ops::adaln_modulate(out_rows, shift, scale, c.eps);  // [B, Li, D]
-  return final_linear_(n);                                              // [B, Li, out]
+  Tensor out = final_linear_(n);                                        // [B, Li, out]
+  if (hooks) hooks->output_computed(out);
+  return out;
 }
 
 }  // namespace fluxrt::models

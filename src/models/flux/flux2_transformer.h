@@ -63,8 +63,9 @@ class Flux2Transformer {
   // [B, Li, 4]; ctx [B, Lt, C] text embeddings; ctx_ids [Lt, 4] or [B, Lt, 4]; timesteps [B] as
   // the diffusers transformer receives them (sigma in [0, 1]; scaled by 1000 inside in the model
   // dtype). Returns the velocity [B, Li, out] in the model dtype.
+  // `hooks`: a step cache's (flux_forward_hooks.h), or null.
   Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
-                 const Tensor& timesteps) const;
+                 const Tensor& timesteps, FluxForwardHooks* hooks = nullptr) const;
 
   // forward() in its two parts, for recording a step once and replaying it (ops::DeviceGraph):
   // what the host builds per call and uploads (the timesteps' sinusoidal projection [B, 256], the
@@ -75,7 +76,8 @@ class Flux2Transformer {
   using Rope = FluxRope;  // [(B,) Lt + Li, head_dim / 2] on the model's device
   Tensor timestep_projection(const Tensor& timesteps) const;
   Rope rope_tables(const Tensor& x_ids, const Tensor& ctx_ids) const;
-  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj, const Rope& rope) const;
+  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj, const Rope& rope,
+                           FluxForwardHooks* hooks = nullptr) const;
 
   const Flux2Config& config() const { return config_; }
   DType dtype() const { return options_.dtype; }

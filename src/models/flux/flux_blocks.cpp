@@ -1,5 +1,6 @@
 #include "models/flux/flux_blocks.h"
 
+#include "nn/modulation.h"
 #include "ops/elementwise.h"
 
 namespace fluxrt::models {
@@ -14,8 +15,22 @@ ops::AttentionOptions flux_attention_options(const FluxRope& rope) {
 void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
                        const std::vector<nn::AdaLnParams>& mod_img,
                        const std::vector<nn::AdaLnParams>& mod_txt, const ops::AttentionOptions& attention,
-                       float eps) {
+                       float eps, FluxForwardHooks* hooks, size_t module) {
+  const bool hooked = hooks && hooks->attention_hooked();
   const int64_t lt = txt.size(1), l = lt + img.size(1);
+  auto mlp = [&](const FluxStream& s, Tensor& x, const std::vector<nn::AdaLnParams>& mod) {
+    const Tensor n = nn::adaln(x, mod[1], eps);                     // [B, Lx, D]
+    s.mlp.out.add_gated_residual(s.mlp.hidden(n), mod[1].gate, x);  // x += g2 * mlp(n)
+  };
+  if (hooked && hooks->attention_cached()) {
+    // The attention module's projected (img, txt) outputs from the cache; the rest runs.
+    const std::vector<Tensor> out = hooks->cached_attention(module);
+    ops::gated_residual_(img, mod_img[0].gate, out[0]);  // img += g1 * attn_img
+    ops::gated_residual_(txt, mod_txt[0].gate, out[1]);  // txt += g1 * attn_txt
+    mlp(blk.img, img, mod_img);
+    mlp(blk.txt, txt, mod_txt);
+    return;
+  }
   const nn::QkvHeads hi = blk.img.attn.project(nn::adaln(img, mod_img[0], eps));  // [B, Li, H, d] x 3
   const nn::QkvHeads ht = blk.txt.attn.project(nn::adaln(txt, mod_txt[0], eps));  // [B, Lt, H, d] x 3
 
@@ -24,24 +39,50 @@ void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
                            ops::concat({ht.v, hi.v}, 1)};  // [B, L, H, d] x 3
   const Tensor attn = nn::attend(joint, attention);        // [B, L, D]
 
+  if (hooked) {
+    // diffusers' order: to_out, then the gate, then the residual, each rounded, as the cache
+    // sees the projected outputs.
+    const std::vector<Tensor> out{blk.img.attn.to_out(attn.slice(1, lt, l).contiguous()),   // [B, Li, D]
+                                  blk.txt.attn.to_out(attn.slice(1, 0, lt).contiguous())};  // [B, Lt, D]
+    hooks->attention_computed(module, out);
+    ops::gated_residual_(img, mod_img[0].gate, out[0]);
+    ops::gated_residual_(txt, mod_txt[0].gate, out[1]);
+    mlp(blk.img, img, mod_img);
+    mlp(blk.txt, txt, mod_txt);
+    return;
+  }
   auto finish = [&](const FluxStream& s, Tensor& x, const std::vector<nn::AdaLnParams>& mod,
                     const Tensor& attn_x) {
-    s.attn.to_out.add_gated_residual(attn_x, mod[0].gate, x);       // x += g1 * proj(attn)
-    const Tensor n = nn::adaln(x, mod[1], eps);                     // [B, Lx, D]
-    s.mlp.out.add_gated_residual(s.mlp.hidden(n), mod[1].gate, x);  // x += g2 * mlp(n)
+    s.attn.to_out.add_gated_residual(attn_x, mod[0].gate, x);  // x += g1 * proj(attn)
+    mlp(s, x, mod);
   };
   finish(blk.img, img, mod_img, attn.slice(1, lt, l));
   finish(blk.txt, txt, mod_txt, attn.slice(1, 0, lt));
 }
 
 void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
-                       const ops::AttentionOptions& attention, float eps) {
+                       const ops::AttentionOptions& attention, float eps, FluxForwardHooks* hooks,
+                       size_t module) {
+  const bool hooked = hooks && hooks->attention_hooked();
+  const bool cached = hooked && hooks->attention_cached();
   const nn::QkNormAttention& a = blk.attn;
   const int64_t d = a.heads * a.head_dim, m = blk.linear2.in_features() - d;
+  if (cached && blk.linear1) {
+    // FLUX.2's `attn` is the whole parallel attention + MLP: only the gated residual runs.
+    ops::gated_residual_(x, mod.gate, hooks->cached_attention(module)[0]);  // x += gate * attn
+    return;
+  }
   const Tensor n = nn::adaln(x, mod, eps);  // [B, L, D]
   // linear2's input [attention ; MLP], written in place by both (no concat copies it).
   const Tensor cat = Tensor::empty({x.size(0), x.size(1), d + m}, x.dtype(), x.device());  // [B, L, D + M]
-  nn::QkvHeads qkv;                                                                        // [B, L, H, d] x 3
+  if (cached) {
+    // FLUX.1: the attention [B, L, D] from the cache, the MLP computed.
+    cat.narrow(2, 0, d).copy_from(hooks->cached_attention(module)[0]);
+    blk.mlp.hidden_into(n, cat.narrow(2, d, m));
+    blk.linear2.add_gated_residual(cat, mod.gate, x);
+    return;
+  }
+  nn::QkvHeads qkv;  // [B, L, H, d] x 3
   if (blk.linear1) {
     // FLUX.2: q, k, v and the MLP input in one GEMM.
     const Tensor h = blk.linear1(n);  // [B, L, 3D + 2M]
@@ -55,7 +96,37 @@ void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnPar
     blk.mlp.hidden_into(n, cat.narrow(2, d, m));
   }
   nn::attend_into(qkv, attention, cat.narrow(2, 0, d));
+  if (hooked && blk.linear1) {
+    const Tensor out = blk.linear2(cat);  // [B, L, D], the module output the cache sees
+    hooks->attention_computed(module, {out});
+    ops::gated_residual_(x, mod.gate, out);
+    return;
+  }
+  if (hooked) hooks->attention_computed(module, {cat.narrow(2, 0, d).contiguous()});
   blk.linear2.add_gated_residual(cat, mod.gate, x);  // x += gate * linear2([attn ; mlp])
+}
+
+Tensor flux_block_stack(const std::vector<FluxDoubleBlock>& doubles,
+                        const std::vector<FluxSingleBlock>& singles, Tensor img, Tensor txt,
+                        const FluxBlockModulations& mods, const ops::AttentionOptions& attention, float eps,
+                        FluxForwardHooks* hooks) {
+  const int64_t lt = txt.size(1);
+  if (hooks && hooks->blocks_cached(img, txt)) return ops::concat({txt, img}, 1);  // [B, L, D]
+  size_t module = 0;
+  bool rest_cached = false;
+  for (size_t i = 0; i < doubles.size() && !rest_cached; ++i) {
+    // The blocks update img in place: the first block's input is kept for the hook.
+    const Tensor img_in = i == 0 && hooks ? img.clone() : Tensor();
+    const auto [mod_img, mod_txt] = mods.double_block(doubles[i]);
+    flux_double_block(doubles[i], img, txt, mod_img, mod_txt, attention, eps, hooks, module++);
+    if (i == 0 && hooks) rest_cached = hooks->rest_cached(img_in, img, txt);
+  }
+  Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
+  if (rest_cached) return h;
+  for (const auto& blk : singles)
+    flux_single_block(blk, h, mods.single_block(blk), attention, eps, hooks, module++);
+  if (hooks) hooks->blocks_computed(h, lt);
+  return h;
 }
 
 }  // namespace fluxrt::models

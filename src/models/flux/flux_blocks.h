@@ -9,10 +9,13 @@
 //   (row views of linear1), FLUX.2 runs linear1 as one GEMM and takes its columns;
 // - biases (FLUX.1) or none (FLUX.2), which only change what the Linears hold.
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
 #include "models/flux/flux_common.h"
+#include "models/flux/flux_forward_hooks.h"
 #include "nn/attention.h"
 #include "nn/linear.h"
 #include "nn/mlp.h"
@@ -43,15 +46,34 @@ struct FluxSingleBlock {
 ops::AttentionOptions flux_attention_options(const FluxRope& rope);
 
 // diffusers FluxTransformerBlock / Flux2TransformerBlock.forward: img [B, Li, D] and txt
-// [B, Lt, D] updated in place; mod_img / mod_txt the (attention, MLP) modulation pairs.
+// [B, Lt, D] updated in place; mod_img / mod_txt the (attention, MLP) modulation pairs. With
+// `hooks` whose attention_hooked(), the attention module's outputs are materialised (or taken
+// from the cache) as attention module `module`.
 void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
                        const std::vector<nn::AdaLnParams>& mod_img,
                        const std::vector<nn::AdaLnParams>& mod_txt, const ops::AttentionOptions& attention,
-                       float eps);
+                       float eps, FluxForwardHooks* hooks = nullptr, size_t module = 0);
 
 // diffusers FluxSingleTransformerBlock / Flux2SingleTransformerBlock.forward on x [B, L, D]
-// ([txt ; img]), in place.
+// ([txt ; img]), in place; hooks as above.
 void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
-                       const ops::AttentionOptions& attention, float eps);
+                       const ops::AttentionOptions& attention, float eps, FluxForwardHooks* hooks = nullptr,
+                       size_t module = 0);
+
+// Each block's modulation: FLUX.1 computes it per block, FLUX.2 once per call for all.
+struct FluxBlockModulations {
+  // (attention, MLP) pairs of the image and the text stream.
+  std::function<std::pair<std::vector<nn::AdaLnParams>, std::vector<nn::AdaLnParams>>(const FluxDoubleBlock&)>
+      double_block;
+  std::function<nn::AdaLnParams(const FluxSingleBlock&)> single_block;
+};
+
+// The block stack both transformers run: the double blocks on img [B, Li, D] and txt [B, Lt, D],
+// then the single blocks on [txt ; img]. Returns h = [txt ; img] [B, Lt + Li, D] after the last
+// block. `hooks` (may be null) is where a step cache skips blocks (flux_forward_hooks.h).
+Tensor flux_block_stack(const std::vector<FluxDoubleBlock>& doubles,
+                        const std::vector<FluxSingleBlock>& singles, Tensor img, Tensor txt,
+                        const FluxBlockModulations& mods, const ops::AttentionOptions& attention, float eps,
+                        FluxForwardHooks* hooks);
 
 }  // namespace fluxrt::models

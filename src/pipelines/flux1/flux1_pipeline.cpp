@@ -21,6 +21,7 @@
 #include "pipelines/reference_image.h"
 #include "pipelines/request_loras.h"
 #include "pipelines/spans.h"
+#include "pipelines/step_cache.h"
 #include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
@@ -198,6 +199,9 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.limits.true_cfg = true;
   f.weights = weights;
   f.guidance_embedded = defaults.guidance_distilled;
+  // dev runs 28 steps; schnell, distilled to 4, gains nothing from a step cache.
+  f.limits.step_cache = defaults.guidance_distilled;
+  if (defaults.guidance_distilled) f.mag_ratios = flux1_dev_mag_ratios();
   return f;
 }
 
@@ -393,6 +397,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     loop.latent_dtype = dtype;
     loop.batch = batch;
     if (do_true_cfg) loop.guidance_scale = cfg_scale;
+    std::optional<StepCache> step_cache;
+    if (plan.cache) loop.step_cache = &step_cache.emplace(*plan.cache, do_true_cfg ? 2 : 1, model_dtype);
     loop.device = m.options.device;
     loop.profiler = prof;
     loop.call = &call;
@@ -403,9 +409,10 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     loop.width = width;
     loop.height = height;
     if (kept) loop.after_step = [&](int i, Tensor x) { return kept->after_step(i, x, result.schedule); };
-    // A kept graph replays without the request's LoRA branches: such requests run eagerly.
-    if (m.options.cuda_graphs &&
-        loras.empty()) {  // from the resident transformer's cache, or this request's own
+    // A kept graph replays without the request's LoRA branches, and a step cache decides per step
+    // on the host: such requests run eagerly.
+    if (m.options.cuda_graphs && loras.empty() &&
+        !step_cache) {  // the resident transformer's, or this request's own
       auto on_device = [&](const Tensor& t) {
         return t.defined() ? models::to_device(t, m.options.device).to(model_dtype) : Tensor();
       };
@@ -426,17 +433,22 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     DenoiseModel model;
     model.input = [&](const Tensor& x) { return x.to(model_dtype); };
     model.forward = [&](const Tensor& input, const Tensor& timestep) {
+      auto hooks = [&](int branch) { return step_cache ? step_cache->hooks(branch) : nullptr; };
       std::vector<Tensor> v{transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep,
-                                                 guidance_tensor)};
+                                                 guidance_tensor, hooks(0))};
       if (do_true_cfg)
         v.push_back(transformer->forward(input, latent_ids, negative_embeds, text_ids, negative_pooled,
-                                         timestep, guidance_tensor));
+                                         timestep, guidance_tensor, hooks(1)));
       return v;
     };
     model.timestep_projection = [&](const Tensor& timestep) { return transformer->projection(timestep); };
     DenoiseOutcome denoised = denoise(std::move(latents), std::move(loop), model);
     latents = std::move(denoised.latents);
     result.graph_steps = denoised.graph_steps;
+    if (step_cache) {
+      result.cache_steps = step_cache->decisions();
+      result.mag_ratios = step_cache->calibration_ratios();
+    }
   }
   check_cancel(call, kWho, "before VAE decode");
 

@@ -23,6 +23,7 @@
 #include "pipelines/request_loras.h"
 #include "pipelines/request_plan.h"
 #include "pipelines/spans.h"
+#include "pipelines/step_cache.h"
 #include "pipelines/step_graph.h"
 
 namespace fluxrt::pipelines {
@@ -155,6 +156,7 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.limits.mask = true;                 // Flux2KleinInpaintPipeline (klein_inpaint.h)
   f.weights = weights;
   f.cfg = !defaults.is_distilled;
+  f.limits.step_cache = !defaults.is_distilled;  // the distilled model runs 4 steps
   f.notes = defaults.notes;  // a file name and a folder disagreeing on distilled / base
   return f;
 }
@@ -349,6 +351,8 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     loop.latent_dtype = dtype;
     loop.batch = batch;
     if (cfg) loop.guidance_scale = guidance;
+    std::optional<StepCache> step_cache;
+    if (plan.cache) loop.step_cache = &step_cache.emplace(*plan.cache, cfg ? 2 : 1, model_dtype);
     loop.device = m.options.device;
     loop.profiler = prof;
     loop.call = &call;
@@ -363,8 +367,9 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       loop.after_step = [&](int i, Tensor x) { return inpaint->kept.after_step(i, x, result.schedule); };
     }
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
-    if (m.options.cuda_graphs &&
-        loras.empty()) {  // from the resident transformer's cache, or this request's own
+    // A step cache decides per step on the host: such requests run eagerly too.
+    if (m.options.cuda_graphs && loras.empty() &&
+        !step_cache) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
@@ -382,8 +387,11 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       return (ref_tokens.defined() ? ops::concat({x, ref_tokens}, 1) : x).to(model_dtype);
     };
     model.forward = [&](const Tensor& input, const Tensor& timestep) {
-      std::vector<Tensor> v{transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep)};
-      if (cfg) v.push_back(transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep));
+      auto hooks = [&](int branch) { return step_cache ? step_cache->hooks(branch) : nullptr; };
+      std::vector<Tensor> v{
+          transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep, hooks(0))};
+      if (cfg)
+        v.push_back(transformer->forward(input, latent_ids, negative_embeds, text_ids, timestep, hooks(1)));
       return v;
     };
     model.timestep_projection = [&](const Tensor& timestep) {
@@ -392,6 +400,10 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     DenoiseOutcome denoised = denoise(std::move(latents), std::move(loop), model);
     latents = std::move(denoised.latents);
     result.graph_steps = denoised.graph_steps;
+    if (step_cache) {
+      result.cache_steps = step_cache->decisions();
+      result.mag_ratios = step_cache->calibration_ratios();
+    }
   }
   check_cancel(call, kWho, "before VAE decode");
 
