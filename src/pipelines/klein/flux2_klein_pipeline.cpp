@@ -157,7 +157,7 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.weights = weights;
   f.cfg = !defaults.is_distilled;
   f.limits.step_cache = !defaults.is_distilled;  // the distilled model runs 4 steps
-  f.notes = defaults.notes;  // a file name and a folder disagreeing on distilled / base
+  f.notes = defaults.notes;                      // a file name and a folder disagreeing on distilled / base
   return f;
 }
 
