@@ -95,10 +95,13 @@ bool covers(const Linear::Rows& rows, int64_t b) {
   return rows.all() || (b >= rows.begin && b < rows.begin + rows.count);
 }
 
-// [begin, end) runs of batch elements that the same branches cover, in order.
-std::vector<std::pair<int64_t, int64_t>> segments(const std::vector<Linear::Rows>& ranges, int64_t batch) {
+// [begin, end) runs of batch elements that the same branches cover, in order (a template so that it
+// takes the layer's private branch list as it is).
+template <typename Branches>
+std::vector<std::pair<int64_t, int64_t>> segments(const Branches& branches, int64_t batch) {
   std::vector<int64_t> cuts{0, batch};
-  for (const Linear::Rows& r : ranges) {
+  for (const auto& branch : branches) {
+    const Linear::Rows& r = branch.rows;
     if (r.all()) continue;
     FLUXRT_CHECK(r.begin + r.count <= batch, ErrorCode::Internal,
                  "[nn::Linear] a low-rank branch on batch elements [{}, {}) of an input of {}", r.begin,
@@ -135,9 +138,7 @@ Tensor Linear::unfused(const Tensor& x, int64_t first, Activation act) const {
 }
 
 void Linear::with_branches_into(const Tensor& x, const Tensor& y, Activation act) const {
-  std::vector<Rows> ranges;
-  for (const LowRank& l : attached_->branches) ranges.push_back(l.rows);
-  for (const auto& [begin, end] : segments(ranges, x.size(0))) {
+  for (const auto& [begin, end] : segments(attached_->branches, x.size(0))) {
     const Tensor xs = x.narrow(0, begin, end - begin);
     Tensor ys = y.narrow(0, begin, end - begin);
     if (covered(begin))
@@ -176,11 +177,9 @@ void Linear::gated_residual_into(const Tensor& x, const Tensor& gate, const Tens
   }
   // y = residual + gate[out] * act(...), gate broadcast over the rows, run by runs of rows that the
   // same branches cover (the fused form where none does).
-  std::vector<Rows> ranges;
-  for (const LowRank& l : attached_->branches) ranges.push_back(l.rows);
   const bool in_place = residual.storage() == y.storage() && residual.offset() == y.offset() &&
                         residual.strides() == y.strides();
-  for (const auto& [begin, end] : segments(ranges, x.size(0))) {
+  for (const auto& [begin, end] : segments(attached_->branches, x.size(0))) {
     const int64_t n = end - begin;
     const Tensor xs = x.narrow(0, begin, n), rs = residual.narrow(0, begin, n);
     Tensor ys = y.narrow(0, begin, n);
