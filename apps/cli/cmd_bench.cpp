@@ -66,6 +66,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
          "transformer: also time a synthetic rank-R LoRA on every linear, merged into the weights and as "
          "per-request branches, and a rank-R LoKr's per-request merged copies")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--references", options.references,
+                  "pipeline (klein): edit with N reference images of random pixels at the request's size "
+                  "(flux.2-klein-9b-kv: as cached keys and values)")
+      ->check(CLI::Range(0, 4));
   cmd->add_option(
       "--cache", options.cache,
       "pipeline: a step cache, NAME:key=value,... as `fluxrt generate --cache` (docs/requests.md)");
@@ -98,6 +102,7 @@ int run_bench(const BenchOptions& options) {
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;
   request.lora_rank = options.lora_rank;
+  request.references = options.references;
   request.op_times = options.op_times;
   request.cache = options.cache;
   if (options.component == "pipeline") return bench_pipeline(request);

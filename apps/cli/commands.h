@@ -35,6 +35,7 @@ struct BenchOptions {
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
   int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
+  int references = 0;           // pipeline (klein): edit with N random reference images
   bool op_times = false;        // transformer: one more step with every kernel call timed
   std::string cache;            // pipeline: a step cache, as --cache text
 };

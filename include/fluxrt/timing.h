@@ -26,6 +26,14 @@ struct RunTimings {
   double t5_encoding_s = 0;
   double reference_encode_s = 0;
   bool has_reference_images = false;
+  // Reference images of the call, and how many of them the engine's reference cache already
+  // held encoded (a hit skips the VAE encoder).
+  int reference_images = 0;
+  int reference_images_cached = 0;
+  // klein-9B-KV: the pass that computes the reference keys and values (once per request, before
+  // the loop) and their size, freed when the request ends; 0 otherwise.
+  double reference_kv_s = 0;
+  size_t reference_kv_bytes = 0;
   // The kernels' one-time work for the request's shapes, done before the first step (CPU; 0
   // where the backend needs none); not in denoise_total_s.
   double kernel_planning_s = 0;

@@ -21,6 +21,9 @@ __version__: str = _fluxrt.version()
 
 # diffusers' class names for the same pipeline, so that switching is a change of import.
 Flux2KleinPipeline = FluxPipeline
+# klein-9B-KV: the model says it (its folder's model_index.json, or a transformer file named
+# "...-kv..."), and its reference images then run as cached keys and values.
+Flux2KleinKVPipeline = FluxPipeline
 FluxImg2ImgPipeline = FluxPipeline
 FluxInpaintPipeline = Flux2KleinInpaintPipeline  # a mask with the image: the model decides which
 
@@ -45,7 +48,7 @@ def inspect_lora(path: str) -> dict:
 
 __all__ = [
     "CancelledError", "DeviceError", "Error", "FirstBlockCacheConfig", "Flux2KleinInpaintPipeline",
-    "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxPipeline", "FluxPipelineOutput",
+    "Flux2KleinKVPipeline", "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxPipeline", "FluxPipelineOutput",
     "FormatError", "InternalError", "InvalidArgumentError", "IoError", "MagCacheConfig", "NotFoundError",
     "OutOfMemoryError", "TaylorSeerCacheConfig", "UnsupportedError", "__version__", "bundled_demo_model",
     "inspect_lora", "inspect_model", "png_bytes", "save_png",

@@ -114,6 +114,12 @@ struct GenerateResult {
   // calibrated ratios.
   std::string cache_steps;
   std::vector<float> mag_ratios;
+  // Reference images given (inpainting's source among them) and how many of them came encoded
+  // from the pipeline's reference latent cache; klein-9B-KV: the bytes of the request's reference
+  // keys and values (freed when the call returns).
+  int reference_latents = 0;
+  int reference_latents_kept = 0;
+  size_t reference_kv_bytes = 0;
   Schedule schedule;
   Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)
 };

@@ -14,6 +14,8 @@ inline constexpr const char* kSpanTextEncoding = "text_encoding";
 inline constexpr const char* kSpanTextEncodingClip = "text_encoding.clip";
 inline constexpr const char* kSpanTextEncodingT5 = "text_encoding.t5";
 inline constexpr const char* kSpanReferenceEncode = "reference_encode";
+// klein-9B-KV: the pass over the reference tokens that fills their keys and values, once per request.
+inline constexpr const char* kSpanReferenceKv = "reference_kv";
 // The kernels' one-time work for the request's shapes, before the first step (a forward under
 // ops::ScopedKernelPlanning: primitives, weight reorders, scratch); not part of any step.
 inline constexpr const char* kSpanKernelPlanning = "denoise.kernel_planning";

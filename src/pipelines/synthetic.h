@@ -37,6 +37,11 @@ struct SyntheticPipeline {
   // GEMM + attention FLOPs of one transformer forward at batch 1 (flux-reference.md section 6).
   std::function<double(const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens)>
       flops_per_forward;
+  // The same with `reference_tokens` of reference images, as the pipeline runs them (extra tokens
+  // of every forward, or klein-9B-KV's cached keys); unset for families without references.
+  std::function<double(const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens,
+                       int64_t reference_tokens)>
+      flops_with_references;
 };
 
 }  // namespace fluxrt::pipelines

@@ -51,6 +51,22 @@ void take_distilled(VariantInfo& v, const io::ResolvedModel& model, const io::Re
 
 const char* distilled_word(bool distilled) { return distilled ? "distilled" : "base"; }
 
+// The folder's own class, else a single file's name, else the components folder's class: any of
+// them naming the recipe selects it (a KV file run with a plain klein-9B folder's components is
+// the common case, so the file name is not overruled by that folder).
+void take_reference_kv(VariantInfo& v, const io::ResolvedModel& model, const io::ResolvedModel* components) {
+  const TransformerDetection& d = v.kind->detection;
+  if (!d.reference_kv_from_class || !d.reference_kv_from_file_name) return;
+  if (d.reference_kv_from_class(model.pipeline_class)) {
+    v.reference_kv_from = "model_index.json";
+  } else if (model.source == io::ModelSource::SingleFile && d.reference_kv_from_file_name(model.path)) {
+    v.reference_kv_from = "file name";
+  } else if (components && d.reference_kv_from_class(components->pipeline_class)) {
+    v.reference_kv_from = components->path + "/model_index.json";
+  }
+  v.reference_kv = !v.reference_kv_from.empty();
+}
+
 }  // namespace
 
 VariantInfo detect_variant_from_shapes(const std::map<std::string, Shape>& shapes) {
@@ -96,6 +112,7 @@ VariantInfo detect_variant(const io::ResolvedModel& model, const io::ResolvedMod
   v.distilled_from.clear();
   std::optional<bool> file_name_says;
   take_distilled(v, model, components, &file_name_says);
+  take_reference_kv(v, model, components);
   v.kind->detection.name_variant(v);
   // Only a components folder's word can differ from the file name's (take_distilled).
   if (v.distilled.has_value() && file_name_says.has_value() && *file_name_says != *v.distilled)

@@ -44,7 +44,14 @@ struct VariantInfo {
   // two share the architecture, only model_index.json "is_distilled" (or a file name) says.
   std::optional<bool> distilled;
   std::string distilled_from;  // "model_index.json", "file name" or empty
-  std::string description;     // one line for people: "FLUX.2-klein-4B (distilled)", ...
+  // klein only: FLUX.2-klein-9B-KV, klein-9B's architecture distilled for reference K/V caching.
+  // Nothing in the tensors tells: a folder's model_index.json (Flux2KleinKVPipeline), the
+  // components folder's, or the file name ("...-kv...") does.
+  bool reference_kv = false;
+  std::string reference_kv_from;  // "model_index.json", "file name" or empty
+  std::string description;        // one line for people: "FLUX.2-klein-4B (distilled)", ...
+  // The diffusers pipeline classes it runs as, when not every class of its kind (name_variant).
+  std::vector<std::string> pipelines;
   // What a run of it should show its user: where two sources disagreed and which one was taken.
   std::vector<std::string> notes;
 };
@@ -61,6 +68,10 @@ struct TransformerDetection {
   // What the file name of a single checkpoint says about `distilled` (nullopt: nothing). Null for
   // families without that choice.
   std::optional<bool> (*distilled_from_file_name)(const std::string& path) = nullptr;
+  // Whether a folder's pipeline class or a single file's name says the reference K/V recipe
+  // (VariantInfo::reference_kv). Null for families without it.
+  bool (*reference_kv_from_class)(const std::string& pipeline_class) = nullptr;
+  bool (*reference_kv_from_file_name)(const std::string& path) = nullptr;
   // Names what was recognised from its shape and `distilled`: variant, description, `runs`; drops
   // `distilled` where the variant has no such choice.
   void (*name_variant)(VariantInfo& v) = nullptr;

@@ -220,6 +220,9 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<pipelines::Pla
   run.total_s = watch.seconds();
   if (options_.cuda_graphs) run.graph_steps = out.graph_steps;
   run.cache_steps = out.cache_steps;
+  run.reference_images = out.reference_latents;
+  run.reference_images_cached = out.reference_latents_kept;
+  run.reference_kv_bytes = out.reference_kv_bytes;
 
   std::vector<fluxrt::GenerateResult> results;
   size_t first_image = 0;  // of this request in the batch's images

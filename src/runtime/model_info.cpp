@@ -87,8 +87,12 @@ fluxrt::ModelInfo to_public(const ModelReport& report) {
   info.distilled = v.distilled;
   info.distilled_from = v.distilled_from;
   if (v.kind != nullptr) {
-    info.pipelines.push_back(v.kind->pipeline_class);
-    for (const std::string& other : v.kind->other_classes) info.pipelines.push_back(other);
+    if (!v.pipelines.empty()) {
+      info.pipelines = v.pipelines;
+    } else {
+      info.pipelines.push_back(v.kind->pipeline_class);
+      for (const std::string& other : v.kind->other_classes) info.pipelines.push_back(other);
+    }
     const pipelines::TransformerShape& s = v.shape;
     info.shape = fluxrt::TransformerShape{s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,
                                           s.single_blocks, s.in_channels, s.context_dim, s.guidance_embed};

@@ -60,6 +60,10 @@ nlohmann::ordered_json run_json(const RunTimings& r) {
       {"clip_encoding_s", optional_s(r.clip_encoding_s)},
       {"t5_encoding_s", optional_s(r.t5_encoding_s)},
       {"reference_encode_s", r.has_reference_images ? nlohmann::ordered_json(r.reference_encode_s) : nullptr},
+      {"reference_images", r.reference_images},
+      {"reference_images_cached", r.reference_images_cached},
+      {"reference_kv_s", r.reference_kv_bytes > 0 ? nlohmann::ordered_json(r.reference_kv_s) : nullptr},
+      {"reference_kv_bytes", r.reference_kv_bytes},
       {"kernel_planning_s", r.kernel_planning_s},
       {"denoise_total_s", r.denoise_total_s},
       {"steps", r.steps},
@@ -96,7 +100,17 @@ std::string format_timing_report(const TimingReport& t) {
   if (r.clip_encoding_s > 0 || r.t5_encoding_s > 0)
     text_detail = fmt::format("CLIP {:.1f}, T5 {:.1f} ms", r.clip_encoding_s * 1e3, r.t5_encoding_s * 1e3);
   out += line("text encoding", ms(r.text_encoding_s), text_detail);
-  out += line("reference encoding", r.has_reference_images ? ms(r.reference_encode_s) : fmt::format("{:>13}", "-"));
+  std::string reference_detail;
+  if (r.reference_images > 0)
+    reference_detail = fmt::format("{} image{}, {} from the reference cache", r.reference_images,
+                                   r.reference_images == 1 ? "" : "s", r.reference_images_cached);
+  out +=
+      line("reference encoding",
+           r.has_reference_images ? ms(r.reference_encode_s) : fmt::format("{:>13}", "-"), reference_detail);
+  if (r.reference_kv_bytes > 0)
+    out += line("reference K/V", ms(r.reference_kv_s),
+                fmt::format("keys and values of every attention, {:.1f} MiB, freed after the request",
+                            static_cast<double>(r.reference_kv_bytes) / (1 << 20)));
   if (r.kernel_planning_s > 0)
     out += line("kernel planning", ms(r.kernel_planning_s),
                 "one-time work for these shapes, before the first step");
@@ -189,6 +203,7 @@ RunTimings run_timings_from(const Profiler& profiler) {
     r.has_reference_images = true;
     r.reference_encode_s = e->total_seconds;
   }
+  r.reference_kv_s = span_total(entries, pl::kSpanReferenceKv);
   if (const ProfileEntry* e = span(entries, pl::kSpanDenoiseStep)) {
     r.steps = e->count;
     r.step_min_s = e->min_seconds;

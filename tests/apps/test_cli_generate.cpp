@@ -334,6 +334,31 @@ TEST_F(CliGenerate, BenchPipelineTinySynthetic) {
   expect_one_line_error(run("bench pipeline --synthetic --variant flux.2-klein-tiny --size 60x64", false), "16");
 }
 
+// --references: an editing request of random reference images; on the KV recipe they become the
+// request's cached keys and values (its own report line), with a warm-up the timed run takes the
+// encoded references from the model's cache.
+TEST_F(CliGenerate, BenchPipelineReferencesAndKv) {
+  const fs::path json = tmp_ / "bench.json";
+  RunResult r =
+      run("bench pipeline --variant flux.2-klein-tiny-kv --synthetic --size 64x64 --steps 2 "
+          "--skip-peak --warmup --references 2 --json " +
+              quote(json.string()),
+          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("reference K/V"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 images, 2 from the reference cache"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  EXPECT_GT(j["run"]["reference_kv_bytes"].get<size_t>(), 0u);
+  EXPECT_EQ(j["run"]["reference_images_cached"], 2);
+  r =
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 --skip-peak "
+          "--references 1",
+          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("reference K/V"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 image, 0 from the reference cache"), std::string::npos) << r.out;
+}
+
 // --low-memory: the components are made when used (their loads land inside the run, not before it).
 TEST_F(CliGenerate, BenchPipelineTinySyntheticLowMemory) {
   const RunResult r = run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 "

@@ -96,6 +96,18 @@ TEST_F(CliInfo, TinyKleinFolder) {
   EXPECT_NE(r.out.find("bf16 x398"), std::string::npos) << r.out;  // text encoder
 }
 
+// klein-9B-KV: the same tensors as klein; its folder's class names the recipe, which runs alone.
+TEST_F(CliInfo, TinyKleinKvFolder) {
+  const RunResult r = run("info " + shell_quote((kModels / "flux2-klein-kv-tiny").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(
+      r.out.find("variant: flux.2-klein (custom: hidden 128, 1+1 blocks, reference K/V caching, from the "
+                 "model_index.json)"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("runs:    Flux2KleinKVPipeline\n"), std::string::npos) << r.out;
+}
+
 TEST_F(CliInfo, TinyKleinBflFileAsJson) {
   const RunResult r = run("--log-level warn info --json " + shell_quote((kModels / "flux2-klein-tiny-bfl.safetensors").string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -336,5 +336,37 @@ TEST(VariantDetection, OnlyKleinReadsDistilledFromAFileName) {
   EXPECT_EQ(v.distilled_from, "");
 }
 
+// klein-9B-KV has klein-9B's tensors: its folder's class or its file name says it.
+TEST(VariantDetection, KleinKvFromItsFolderOrItsFileName) {
+  const VariantInfo folder =
+      detect_variant(resolve_model((kModels / "flux2-klein-kv-tiny").string(), "/nonexistent-hub"));
+  EXPECT_TRUE(folder.reference_kv);
+  EXPECT_EQ(folder.reference_kv_from, "model_index.json");
+  EXPECT_EQ(folder.pipelines, std::vector<std::string>{"Flux2KleinKVPipeline"});
+  EXPECT_NE(folder.description.find("reference K/V caching"), std::string::npos) << folder.description;
+  const VariantInfo plain = detect_variant(resolve_model(kKleinFolder.string(), "/nonexistent-hub"));
+  EXPECT_FALSE(plain.reference_kv);
+  EXPECT_EQ(plain.pipelines, (std::vector<std::string>{"Flux2KleinPipeline", "Flux2KleinInpaintPipeline"}));
+
+  TempDir tmp;
+  const fs::path kv = tmp.path() / "flux-2-klein-9b-kv-Q4_K_M.safetensors";
+  write_header_only(kv, bfl_skeleton("", true, 4096, 128, 12288, 8, 24, false));
+  VariantInfo v = detect_variant(resolve_model(kv.string(), "/nonexistent-hub"));
+  EXPECT_TRUE(v.reference_kv);
+  EXPECT_EQ(v.reference_kv_from, "file name");
+  EXPECT_EQ(v.description, "FLUX.2-klein-9B-KV (reference K/V caching, from the file name)");
+  // A "kv" inside another word is not the recipe's token.
+  for (const char* name : {"flux-2-klein-9b-kvass.safetensors", "flux-2-klein-9b.safetensors"}) {
+    const fs::path other = tmp.path() / name;
+    write_header_only(other, bfl_skeleton("", true, 4096, 128, 12288, 8, 24, false));
+    EXPECT_FALSE(detect_variant(resolve_model(other.string(), "/nonexistent-hub")).reference_kv) << name;
+  }
+  // A plain file with a KV folder's components runs as the folder says.
+  const ResolvedModel components =
+      resolve_model((kModels / "flux2-klein-kv-tiny").string(), "/nonexistent-hub");
+  v = detect_variant(resolve_model(kKleinBfl.string(), "/nonexistent-hub"), &components);
+  EXPECT_TRUE(v.reference_kv);
+}
+
 }  // namespace
 }  // namespace fluxrt::pipelines

@@ -2,7 +2,8 @@
 cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pixel within 2/255,
 docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
 reference images (klein), img2img and true CFG (FLUX.1), and klein inpainting through
-fluxrt.Flux2KleinInpaintPipeline (tests/data/klein_inpaint) with diffusers' argument names."""
+fluxrt.Flux2KleinInpaintPipeline (tests/data/klein_inpaint), and klein-9B-KV's reference K/V caching
+through fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
 
 import json
 from functools import lru_cache
@@ -18,6 +19,7 @@ KLEIN_CASES = ["t2i_64_red_f32", "ref_64_f32", "batch_2x2_f32", "base_cfg_negati
 FLUX1_CASES = ["dev_64_red_f32", "schnell_64_f32", "dev_true_cfg_f32", "dev_img2img_s06_f32"]
 INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
 FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
+KV_CASES = ["one_ref_f32", "two_refs_f32", "one_ref_two_images_f32"]
 
 
 @lru_cache(maxsize=None)
@@ -51,6 +53,20 @@ def test_klein_matches_diffusers(name):
         num_images_per_prompt=c["images_per_prompt"], generator=c["seed"], image=refs or None,
         max_sequence_length=c["max_sequence_length"])
     expect_close(out.images, "klein_pipeline", c)
+
+
+@pytest.mark.parametrize("name", KV_CASES)
+def test_klein_kv_matches_diffusers(name):
+    c = case("klein_kv", name)
+    pipe = fluxrt.Flux2KleinKVPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.info["pipelines"] == ["Flux2KleinKVPipeline"]
+    refs = [Image.open(DATA / "klein_pipeline" / "inputs" / r) for r in c["references"]]
+    out = pipe(image=refs, prompt=c["prompt"], num_inference_steps=c["steps"],
+               num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "klein_kv", c)
+    assert out.timings["run"]["reference_kv_bytes"] > 0
 
 
 @pytest.mark.parametrize("name", FLUX1_CASES)

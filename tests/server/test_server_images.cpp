@@ -2,8 +2,11 @@
 // engine gives with the same decoded image, output_format jpeg / webp answers (b64_json and url,
 // with their Content-Type) decode to the requested size and carry the settings as XMP, and the
 // FLUX.1 img2img path (the first image as the init image, with strength) equals
-// fluxrt::Engine::generate with that init image and strength.
+// fluxrt::Engine::generate with that init image and strength; on a klein-9B-KV folder the edit
+// runs with cached reference keys and values, each request with its own.
 #include <regex>
+#include <thread>
+#include <vector>
 
 #include "fluxrt/engine.h"
 #include "fluxrt/image.h"
@@ -14,6 +17,8 @@ namespace {
 
 using nlohmann::json;
 
+const std::string kKleinKvTiny =
+    (std::filesystem::path(FLUXRT_SOURCE_DIR) / "tests" / "data" / "models" / "flux2-klein-kv-tiny").string();
 const std::string kFlux1Tiny =
     (std::filesystem::path(FLUXRT_SOURCE_DIR) / "tests" / "data" / "models" / "flux1-dev-tiny").string();
 
@@ -175,6 +180,41 @@ TEST(ServerFlux1, Img2imgEqualsTheEngineWithTheSameInitImageAndStrength) {
   const std::string inpainted = base64_decode(json_of(masked)["data"][0]["b64_json"]);
   EXPECT_EQ(png_of(inpainted).pixels, engine.generate(request).images[0].image.rgb);
   EXPECT_EQ(png_text_of(inpainted).at("mask"), "mask.png");
+}
+
+// Concurrent edits with different references on a klein-9B-KV model: each response is the
+// engine's image for its own reference alone (no request sees another's cached keys).
+TEST(ServerKleinKv, EditsWithDifferentReferencesGetTheirOwnImages) {
+  server::ServerOptions o = demo_options();
+  o.model = kKleinKvTiny;
+  o.max_batch = 4;
+  const auto server = start_server(o);
+  const std::vector<std::string> uploads = {png_bytes(64, 64, 200, 40, 40), png_bytes(64, 64, 30, 60, 220),
+                                            png_bytes(64, 64, 20, 200, 90)};
+  std::vector<std::string> pngs(uploads.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < uploads.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::MultipartFormDataItems items = {{"prompt", "a red square", "", ""},
+                                               {"image", uploads[i], "ref.png", "image/png"},
+                                               {"seed", "5", "", ""},
+                                               {"num_inference_steps", "2", "", ""}};
+      auto r = client_for(server->port())->Post("/v1/images/edits", items);
+      if (r && r->status == 200) pngs[i] = base64_decode(json_of(r)["data"][0]["b64_json"]);
+    });
+  for (std::thread& t : clients) t.join();
+
+  Engine engine(kKleinKvTiny);
+  for (size_t i = 0; i < uploads.size(); ++i) {
+    ASSERT_FALSE(pngs[i].empty()) << "request " << i << " failed";
+    GenerateRequest request;
+    request.prompts = {"a red square"};
+    request.steps = 2;
+    request.seed = 5;
+    request.reference_images = {public_image(uploads[i])};
+    EXPECT_EQ(png_of(pngs[i]).pixels, engine.generate(request).images[0].image.rgb) << "request " << i;
+  }
+  EXPECT_NE(png_of(pngs[0]).pixels, png_of(pngs[1]).pixels);
 }
 
 }  // namespace

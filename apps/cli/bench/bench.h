@@ -36,6 +36,9 @@ struct BenchRequest {
   // bench transformer: > 0 also times a synthetic rank-R LoRA on every linear, merged into the
   // weights (f32 math, one layer at a time) and as unmerged per-request branches (steps rerun).
   int lora_rank = 0;
+  // bench pipeline: this many reference images (random pixels, the request's size) edited with
+  // (klein; klein-9B-KV keeps them as cached keys and values).
+  int references = 0;
   // bench transformer: one more step after the timed ones with every kernel call timed
   // (ops::ScopedKernelTiming), printed as a table by op and shape.
   bool op_times = false;

@@ -56,6 +56,19 @@ fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
   request.max_sequence_length = r.max_sequence_length;
   request.seed = 0;
   if (!r.cache.empty()) request.cache = fluxrt::parse_cache_config(r.cache, "--cache");
+  // Deterministic pixel noise, a different pattern per image.
+  for (int i = 0; i < r.references; ++i) {
+    fluxrt::Image image;
+    image.width = r.width;
+    image.height = r.height;
+    image.rgb.resize(static_cast<size_t>(r.width) * r.height * 3);
+    uint32_t state = 0x9e3779b9u * static_cast<uint32_t>(i + 1);
+    for (uint8_t& p : image.rgb) {
+      state = state * 1664525u + 1013904223u;
+      p = static_cast<uint8_t>(state >> 24);
+    }
+    request.reference_images.push_back(std::move(image));
+  }
   return request;
 }
 
@@ -115,7 +128,7 @@ int bench_pipeline(const BenchRequest& r) {
   pipelines::PipelineOptions options;
   options.dtype = r.dtype;
   options.device = r.device;
-  options.load_vae_encoder = false;
+  options.load_vae_encoder = r.references > 0;
   options.low_memory = synthetic.always_low_memory || r.low_memory;
   // Made per request, its step graphs are per request too.
   options.cuda_graphs = r.cuda_graphs;
@@ -178,13 +191,23 @@ int bench_pipeline(const BenchRequest& r) {
   profiler.clear();
   const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
   report.run.cache_steps = result.cache_steps;
+  report.run.reference_images = result.reference_latents;
+  report.run.reference_images_cached = result.reference_latents_kept;
+  report.run.reference_kv_bytes = result.reference_kv_bytes;
 
   // Packed tokens as the pipeline counts them: (H / 2f) * (W / 2f), f its VAE's factor.
   const int64_t image_tokens =
       pipelines::packed_image_seq_len(result.height, result.width, pipe->facts().vae_scale_factor);
   const double forwards_per_step = result.used_cfg ? 2.0 : 1.0;
-  const double flop_per_step =
-      forwards_per_step * r.batch * synthetic.flops_per_forward(*pipe, image_tokens, r.max_sequence_length);
+  // Reference images of the request's size: as many tokens each as the image.
+  const int64_t reference_tokens = image_tokens * r.references;
+  FLUXRT_CHECK(r.references == 0 || synthetic.flops_with_references, ErrorCode::InvalidArgument,
+               "bench pipeline: {} takes no reference images", r.variant);
+  const double flop_per_forward =
+      r.references > 0
+          ? synthetic.flops_with_references(*pipe, image_tokens, r.max_sequence_length, reference_tokens)
+          : synthetic.flops_per_forward(*pipe, image_tokens, r.max_sequence_length);
+  const double flop_per_step = forwards_per_step * r.batch * flop_per_forward;
   throughput.flop = flop_per_step * report.run.steps;
   throughput.gflops = report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;
   if (report.run.steps > 1 && cpu_after_last > cpu_after_first)

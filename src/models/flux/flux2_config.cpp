@@ -47,6 +47,14 @@ double Flux2Config::flops_per_forward(int64_t image_tokens, int64_t text_tokens)
   return double_blocks * dbl + single_blocks * sgl + io + vec;
 }
 
+double Flux2Config::flops_per_forward_with_reference_kv(int64_t image_tokens, int64_t text_tokens,
+                                                        int64_t reference_tokens) const {
+  const double queries = static_cast<double>(image_tokens + text_tokens);
+  // Scores and their weighted sum against the extra keys: 2 x 2 x L x Lr x D MACs per block.
+  const double extra = 4.0 * queries * static_cast<double>(reference_tokens) * static_cast<double>(hidden);
+  return flops_per_forward(image_tokens, text_tokens) + (double_blocks + single_blocks) * extra;
+}
+
 Flux2Config flux2_preset(const std::string& variant) {
   Flux2Config c;
   if (variant == "flux.2-klein-4b" || variant == "flux.2-klein-base-4b") {

@@ -31,6 +31,10 @@ struct Flux2Config {
   int64_t parameter_count() const;
   // GEMM + attention FLOPs of one forward at batch 1 (flux-reference.md section 6 counting rule).
   double flops_per_forward(int64_t image_tokens, int64_t text_tokens) const;
+  // The same with `reference_tokens` cached keys and values (klein-9B-KV): every attention's
+  // queries also meet them; the reference pass itself (once per request) is not counted.
+  double flops_per_forward_with_reference_kv(int64_t image_tokens, int64_t text_tokens,
+                                             int64_t reference_tokens) const;
 };
 
 // Presets: "flux.2-klein-4b", "flux.2-klein-9b", "flux.2-klein-base-4b", "flux.2-klein-base-9b".

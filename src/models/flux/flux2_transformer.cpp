@@ -210,8 +210,73 @@ Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Ten
   return forward_on_device(x, ctx, timestep_projection(timesteps), rope_tables(x_ids, ctx_ids), hooks);
 }
 
+size_t Flux2Transformer::ReferenceCache::bytes() const {
+  size_t total = 0;
+  for (const FluxReferenceKv& m : modules) total += m.k.nbytes() + m.v.nbytes();
+  return total;
+}
+
+// diffusers Flux2Transformer2DModel.forward(kv_cache_mode="extract") on the reference rows: their
+// modulation from ref_fixed_timestep 0 (image stream of the double blocks, the single blocks'),
+// attention among themselves only, each module's keys and values stored after QK norm.
+Flux2Transformer::ReferenceCache Flux2Transformer::reference_cache(const Tensor& refs,
+                                                                   const Tensor& ids) const {
+  const Flux2Config& c = config_;
+  FLUXRT_CHECK(refs.dim() == 3 && refs.size(2) == c.in_channels && ids.dim() == 2 &&
+                   ids.size(0) == refs.size(1) && ids.size(1) == static_cast<int64_t>(c.axes_dim.size()),
+               ErrorCode::InvalidArgument,
+               "[flux2] reference tokens must be [B, Lr, {}] with ids [Lr, {}], got {} and {}", c.in_channels,
+               c.axes_dim.size(), refs.shape().str(), ids.shape().str());
+  ReferenceCache cache;
+  cache.ids = ids;
+  const Tensor zero = Tensor::zeros({refs.size(0)}, DType::F32);
+  const Tensor t_proj = to_device(timestep_projection(zero), options_.device);  // [Bref, 256]
+  const Tensor temb_act = ops::silu(time_in_2_(time_in_1_(t_proj, nn::Activation::Silu)));
+  const auto mod_img = mod_img_(temb_act);        // the reference rows' image-stream modulation
+  const auto mod_single = mod_single_(temb_act);  // and single-block modulation
+  // RoPE over the reference positions alone (no text rows: an empty text table).
+  const Rope rope = flux_rope_tables(ids, Tensor::zeros({0, ids.size(1)}, DType::I64), c.axes_dim,
+                                     c.rope_theta, options_.device);
+  const ops::AttentionOptions attention = flux_attention_options(rope);
+  Tensor img = img_in_(to_device(refs, options_.device).to(options_.dtype));  // [Bref, Lr, D]
+  Tensor no_text;
+  cache.modules.resize(double_.size() + single_.size());
+  size_t module = 0;
+  for (const FluxDoubleBlock& blk : double_) {
+    flux_double_block(blk, img, no_text, mod_img, {}, attention, c.eps, nullptr, module,
+                      {nullptr, &cache.modules[module], 0});
+    ++module;
+  }
+  for (const FluxSingleBlock& blk : single_) {
+    flux_single_block(blk, img, mod_single[0], attention, c.eps, nullptr, module,
+                      {nullptr, &cache.modules[module], 0});
+    ++module;
+  }
+  return cache;
+}
+
+Tensor Flux2Transformer::forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx,
+                                 const Tensor& ctx_ids, const Tensor& timesteps,
+                                 const ReferenceCache& refs) const {
+  check_inputs(x, x_ids, ctx, ctx_ids, timesteps);
+  FLUXRT_CHECK(
+      x_ids.dim() == 2 && ctx_ids.dim() == 2 && refs.modules.size() == double_.size() + single_.size(),
+      ErrorCode::InvalidArgument,
+      "[flux2] a forward with cached reference keys takes 2-D ids and a cache of this model");
+  const Rope rope = rope_tables(x_ids, ctx_ids);  // the queries: [text ; image]
+  // The keys: [text ; reference ; image], where the cache's rows are inserted.
+  const Rope key_rope = rope_tables(ops::concat({refs.ids, x_ids}, 0), ctx_ids);
+  return forward_on_device(x, ctx, timestep_projection(timesteps), rope, nullptr, &refs, &key_rope);
+}
+
 Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj,
                                            const Rope& rope, FluxForwardHooks* hooks) const {
+  return forward_on_device(x, ctx, timestep_proj, rope, hooks, nullptr, nullptr);
+}
+
+Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj,
+                                           const Rope& rope, FluxForwardHooks* hooks,
+                                           const ReferenceCache* refs, const Rope* key_rope) const {
   const Flux2Config& c = config_;
   const DType dt = options_.dtype;
   FLUXRT_CHECK(x.dim() == 3 && ctx.dim() == 3 && timestep_proj.dim() == 2 && timestep_proj.size(0) == x.size(0),
@@ -240,8 +305,11 @@ Tensor Flux2Transformer::forward_on_device(const Tensor& x, const Tensor& ctx, c
   FluxBlockModulations mods;
   mods.double_block = [&](const FluxDoubleBlock&) { return std::pair{mod_img, mod_txt}; };
   mods.single_block = [&](const FluxSingleBlock&) { return mod_single[0]; };
-  const Tensor h = flux_block_stack(double_, single_, std::move(img), std::move(txt), mods,
-                                    flux_attention_options(rope), c.eps, hooks);  // [B, L, D]
+  ops::AttentionOptions attention = flux_attention_options(key_rope ? *key_rope : rope);
+  if (key_rope) attention.rope_q_table = {rope.cos, rope.sin};
+  const Tensor h =
+      flux_block_stack(double_, single_, std::move(img), std::move(txt), mods, attention, c.eps, hooks,
+                       refs ? &refs->modules : nullptr);  // [B, L, D]
 
   // 5. Final layer (AdaLayerNormContinuous: scale/shift from temb) on the image rows.
   const Tensor shift = final_shift_(temb_act);                       // [B, D]

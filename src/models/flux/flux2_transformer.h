@@ -67,6 +67,25 @@ class Flux2Transformer {
   Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
                  const Tensor& timesteps, FluxForwardHooks* hooks = nullptr) const;
 
+  // FLUX.2-klein-9B-KV (diffusers Flux2KVCache): every attention module's reference keys and
+  // values, computed once per request. The reference tokens only attend to each other and are
+  // modulated at timestep 0, so what diffusers' "extract" step computes for them does not depend
+  // on the text or the latents: one pass over the reference tokens alone gives the cache, and
+  // every step (the first included) then runs the latents with it ("cached" mode).
+  struct ReferenceCache {
+    std::vector<FluxReferenceKv> modules;  // double blocks, then single blocks
+    Tensor ids;                            // [Lr, 4] the reference tokens' position ids
+    int64_t tokens() const { return ids.defined() ? ids.size(0) : 0; }
+    size_t bytes() const;
+  };
+  // refs [Bref, Lr, in] packed reference latents (Bref 1: shared by every image of a call),
+  // ids [Lr, 4]. Keys and values in the model dtype on the model's device.
+  ReferenceCache reference_cache(const Tensor& refs, const Tensor& ids) const;
+  // forward() with the cache's keys and values inserted after the text keys of every attention
+  // (x_ids 2-D; the queries keep [text ; image] positions).
+  Tensor forward(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
+                 const Tensor& timesteps, const ReferenceCache& refs) const;
+
   // forward() in its two parts, for recording a step once and replaying it (ops::DeviceGraph):
   // what the host builds per call and uploads (the timesteps' sinusoidal projection [B, 256], the
   // RoPE tables of the ids), and the device part, which reads nothing from the host besides its
@@ -96,6 +115,9 @@ class Flux2Transformer {
   void bind(const Fetch& fetch);
   nn::Linear prepare(const Fetch& fetch, const std::string& name, const Shape& shape);
 
+  // forward_on_device with reference keys and values (key_rope: over [text ; reference ; image]).
+  Tensor forward_on_device(const Tensor& x, const Tensor& ctx, const Tensor& timestep_proj, const Rope& rope,
+                           FluxForwardHooks* hooks, const ReferenceCache* refs, const Rope* key_rope) const;
   void check_inputs(const Tensor& x, const Tensor& x_ids, const Tensor& ctx, const Tensor& ctx_ids,
                     const Tensor& timesteps) const;
 

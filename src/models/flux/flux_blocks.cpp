@@ -1,5 +1,6 @@
 #include "models/flux/flux_blocks.h"
 
+#include "core/error.h"
 #include "nn/modulation.h"
 #include "ops/elementwise.h"
 
@@ -12,11 +13,43 @@ ops::AttentionOptions flux_attention_options(const FluxRope& rope) {
   return opt;
 }
 
+namespace {
+
+// x [B, L, H, d] with `refs` [B or 1, Lr, H, d] inserted after its first `at` rows.
+Tensor with_reference_rows(const Tensor& x, const Tensor& refs, int64_t at) {
+  const int64_t b = x.size(0), l = x.size(1);
+  const Tensor r = refs.size(0) == b ? refs : refs.expand({b, refs.size(1), refs.size(2), refs.size(3)});
+  return ops::concat({x.slice(1, 0, at), r, x.slice(1, at, l)}, 1);  // [B, L + Lr, H, d]
+}
+
+// The block's keys and values as the attention reads them: the cached reference rows inserted,
+// and this block's own kept when recording.
+void meet_reference_kv(nn::QkvHeads& qkv, const FluxKvAccess& kv) {
+  if (kv.record) *kv.record = {qkv.k, qkv.v};
+  if (kv.cached) {
+    qkv.k = with_reference_rows(qkv.k, kv.cached->k, kv.text_tokens);
+    qkv.v = with_reference_rows(qkv.v, kv.cached->v, kv.text_tokens);
+  }
+}
+
+}  // namespace
+
 void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
                        const std::vector<nn::AdaLnParams>& mod_img,
                        const std::vector<nn::AdaLnParams>& mod_txt, const ops::AttentionOptions& attention,
-                       float eps, FluxForwardHooks* hooks, size_t module) {
+                       float eps, FluxForwardHooks* hooks, size_t module, const FluxKvAccess& kv) {
   const bool hooked = hooks && hooks->attention_hooked();
+  FLUXRT_CHECK(!hooked || (!kv.cached && !kv.record && txt.defined()), ErrorCode::Internal,
+               "flux_double_block: a step cache with reference keys and values");
+  if (!txt.defined()) {
+    // The image stream alone: its tokens attend to each other only.
+    nn::QkvHeads hi = blk.img.attn.project(nn::adaln(img, mod_img[0], eps));  // [B, Li, H, d] x 3
+    meet_reference_kv(hi, kv);
+    blk.img.attn.to_out.add_gated_residual(nn::attend(hi, attention), mod_img[0].gate, img);
+    const Tensor n = nn::adaln(img, mod_img[1], eps);
+    blk.img.mlp.out.add_gated_residual(blk.img.mlp.hidden(n), mod_img[1].gate, img);
+    return;
+  }
   const int64_t lt = txt.size(1), l = lt + img.size(1);
   auto mlp = [&](const FluxStream& s, Tensor& x, const std::vector<nn::AdaLnParams>& mod) {
     const Tensor n = nn::adaln(x, mod[1], eps);                     // [B, Lx, D]
@@ -34,10 +67,11 @@ void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
   const nn::QkvHeads hi = blk.img.attn.project(nn::adaln(img, mod_img[0], eps));  // [B, Li, H, d] x 3
   const nn::QkvHeads ht = blk.txt.attn.project(nn::adaln(txt, mod_txt[0], eps));  // [B, Lt, H, d] x 3
 
-  // Joint attention over [txt ; img] (text first).
-  const nn::QkvHeads joint{ops::concat({ht.q, hi.q}, 1), ops::concat({ht.k, hi.k}, 1),
-                           ops::concat({ht.v, hi.v}, 1)};  // [B, L, H, d] x 3
-  const Tensor attn = nn::attend(joint, attention);        // [B, L, D]
+  // Joint attention over [txt ; img] (text first); cached reference keys after the text's.
+  nn::QkvHeads joint{ops::concat({ht.q, hi.q}, 1), ops::concat({ht.k, hi.k}, 1),
+                     ops::concat({ht.v, hi.v}, 1)};  // [B, L, H, d] x 3
+  meet_reference_kv(joint, {kv.cached, nullptr, lt});
+  const Tensor attn = nn::attend(joint, attention);  // [B, L, D]
 
   if (hooked) {
     // diffusers' order: to_out, then the gate, then the residual, each rounded, as the cache
@@ -62,8 +96,10 @@ void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
 
 void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
                        const ops::AttentionOptions& attention, float eps, FluxForwardHooks* hooks,
-                       size_t module) {
+                       size_t module, const FluxKvAccess& kv) {
   const bool hooked = hooks && hooks->attention_hooked();
+  FLUXRT_CHECK(!hooked || (!kv.cached && !kv.record), ErrorCode::Internal,
+               "flux_single_block: a step cache with reference keys and values");
   const bool cached = hooked && hooks->attention_cached();
   const nn::QkNormAttention& a = blk.attn;
   const int64_t d = a.heads * a.head_dim, m = blk.linear2.in_features() - d;
@@ -95,6 +131,7 @@ void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnPar
     qkv = a.project(n);
     blk.mlp.hidden_into(n, cat.narrow(2, d, m));
   }
+  meet_reference_kv(qkv, kv);
   nn::attend_into(qkv, attention, cat.narrow(2, 0, d));
   if (hooked && blk.linear1) {
     const Tensor out = blk.linear2(cat);  // [B, L, D], the module output the cache sees
@@ -109,8 +146,14 @@ void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnPar
 Tensor flux_block_stack(const std::vector<FluxDoubleBlock>& doubles,
                         const std::vector<FluxSingleBlock>& singles, Tensor img, Tensor txt,
                         const FluxBlockModulations& mods, const ops::AttentionOptions& attention, float eps,
-                        FluxForwardHooks* hooks) {
+                        FluxForwardHooks* hooks, const std::vector<FluxReferenceKv>* reference_kv) {
   const int64_t lt = txt.size(1);
+  FLUXRT_CHECK(!reference_kv || reference_kv->size() == doubles.size() + singles.size(), ErrorCode::Internal,
+               "flux_block_stack: {} cached reference modules for {} blocks",
+               reference_kv ? reference_kv->size() : 0, doubles.size() + singles.size());
+  auto kv = [&](size_t module) {
+    return FluxKvAccess{reference_kv ? &(*reference_kv)[module] : nullptr, nullptr, lt};
+  };
   if (hooks && hooks->blocks_cached(img, txt)) return ops::concat({txt, img}, 1);  // [B, L, D]
   size_t module = 0;
   bool rest_cached = false;
@@ -118,13 +161,16 @@ Tensor flux_block_stack(const std::vector<FluxDoubleBlock>& doubles,
     // The blocks update img in place: the first block's input is kept for the hook.
     const Tensor img_in = i == 0 && hooks ? img.clone() : Tensor();
     const auto [mod_img, mod_txt] = mods.double_block(doubles[i]);
-    flux_double_block(doubles[i], img, txt, mod_img, mod_txt, attention, eps, hooks, module++);
+    flux_double_block(doubles[i], img, txt, mod_img, mod_txt, attention, eps, hooks, module, kv(module));
+    ++module;
     if (i == 0 && hooks) rest_cached = hooks->rest_cached(img_in, img, txt);
   }
   Tensor h = ops::concat({txt, img}, 1);  // [B, L, D]
   if (rest_cached) return h;
-  for (const auto& blk : singles)
-    flux_single_block(blk, h, mods.single_block(blk), attention, eps, hooks, module++);
+  for (const auto& blk : singles) {
+    flux_single_block(blk, h, mods.single_block(blk), attention, eps, hooks, module, kv(module));
+    ++module;
+  }
   if (hooks) hooks->blocks_computed(h, lt);
   return h;
 }

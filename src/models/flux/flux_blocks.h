@@ -45,20 +45,40 @@ struct FluxSingleBlock {
 // The attention options both blocks use: RoPE in FLUX's adjacent-pair layout over [txt ; img].
 ops::AttentionOptions flux_attention_options(const FluxRope& rope);
 
+// One attention module's share of diffusers' Flux2KVCache (FLUX.2-klein-9B-KV): the reference
+// tokens' keys, QK-normed but not rotated (the attention kernel rotates keys as it reads them,
+// by the key RoPE table), and values, [B or 1, Lr, H, d].
+struct FluxReferenceKv {
+  Tensor k, v;
+};
+
+// How a block's attention meets reference tokens kept as keys and values:
+// - `cached`: their keys and values are inserted after the first `text_tokens` keys (diffusers'
+//   "cached" mode); the attention options then carry key tables over [txt ; ref ; img] and query
+//   tables over [txt ; img]. A batch of 1 is broadcast to the block's batch.
+// - `record`: receives the block's own keys and values (the reference-only pass).
+struct FluxKvAccess {
+  const FluxReferenceKv* cached = nullptr;
+  FluxReferenceKv* record = nullptr;
+  int64_t text_tokens = 0;
+};
+
 // diffusers FluxTransformerBlock / Flux2TransformerBlock.forward: img [B, Li, D] and txt
 // [B, Lt, D] updated in place; mod_img / mod_txt the (attention, MLP) modulation pairs. With
 // `hooks` whose attention_hooked(), the attention module's outputs are materialised (or taken
-// from the cache) as attention module `module`.
+// from the cache) as attention module `module`. An undefined `txt` runs the image stream alone
+// (the reference-only pass of klein-9B-KV, whose reference tokens attend only to each other).
 void flux_double_block(const FluxDoubleBlock& blk, Tensor& img, Tensor& txt,
                        const std::vector<nn::AdaLnParams>& mod_img,
                        const std::vector<nn::AdaLnParams>& mod_txt, const ops::AttentionOptions& attention,
-                       float eps, FluxForwardHooks* hooks = nullptr, size_t module = 0);
+                       float eps, FluxForwardHooks* hooks = nullptr, size_t module = 0,
+                       const FluxKvAccess& kv = {});
 
 // diffusers FluxSingleTransformerBlock / Flux2SingleTransformerBlock.forward on x [B, L, D]
-// ([txt ; img]), in place; hooks as above.
+// ([txt ; img]), in place; hooks and kv as above.
 void flux_single_block(const FluxSingleBlock& blk, Tensor& x, const nn::AdaLnParams& mod,
                        const ops::AttentionOptions& attention, float eps, FluxForwardHooks* hooks = nullptr,
-                       size_t module = 0);
+                       size_t module = 0, const FluxKvAccess& kv = {});
 
 // Each block's modulation: FLUX.1 computes it per block, FLUX.2 once per call for all.
 struct FluxBlockModulations {
@@ -71,9 +91,11 @@ struct FluxBlockModulations {
 // The block stack both transformers run: the double blocks on img [B, Li, D] and txt [B, Lt, D],
 // then the single blocks on [txt ; img]. Returns h = [txt ; img] [B, Lt + Li, D] after the last
 // block. `hooks` (may be null) is where a step cache skips blocks (flux_forward_hooks.h).
+// `reference_kv` (may be null): each attention module's cached reference keys and values
+// (doubles, then singles), inserted after the text keys (FluxKvAccess::cached).
 Tensor flux_block_stack(const std::vector<FluxDoubleBlock>& doubles,
                         const std::vector<FluxSingleBlock>& singles, Tensor img, Tensor txt,
                         const FluxBlockModulations& mods, const ops::AttentionOptions& attention, float eps,
-                        FluxForwardHooks* hooks);
+                        FluxForwardHooks* hooks, const std::vector<FluxReferenceKv>* reference_kv = nullptr);
 
 }  // namespace fluxrt::models

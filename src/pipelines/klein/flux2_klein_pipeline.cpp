@@ -153,11 +153,13 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.limits.size_multiple = f.defaults.size_multiple;
   f.limits.max_sequence_length = 4096;  // Qwen3 reads far more; the prompt template is what matters
   f.limits.max_reference_images = 4;    // BFL's limit for klein
-  f.limits.mask = true;                 // Flux2KleinInpaintPipeline (klein_inpaint.h)
+  // Flux2KleinInpaintPipeline (klein_inpaint.h); diffusers has no inpainting for klein-9B-KV.
+  f.limits.mask = !defaults.reference_kv;
   f.weights = weights;
-  f.cfg = !defaults.is_distilled;
-  f.limits.step_cache = !defaults.is_distilled;  // the distilled model runs 4 steps
-  f.notes = defaults.notes;                      // a file name and a folder disagreeing on distilled / base
+  // Flux2KleinKVPipeline runs without guidance, as the distilled models do.
+  f.cfg = !defaults.is_distilled && !defaults.reference_kv;
+  f.limits.step_cache = f.cfg;  // the distilled models run 4 steps
+  f.notes = defaults.notes;     // a file name and a folder disagreeing on distilled / base
   return f;
 }
 
@@ -305,28 +307,45 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(pack_latents(noise), m.options.device);  // [B, Li, 128]
   Tensor latent_ids = klein_image_ids(lh, lw);
+  GenerateResult result;
 
-  // Reference tokens (prepare_image_latents): VAE mode latents, BN-normalised, packed, appended
-  // after the noise tokens with t = 10 + 10 r. Inpainting's source image is the first of them.
-  Tensor ref_tokens;
+  // Reference tokens (prepare_image_latents): VAE mode latents, BN-normalised, packed, with ids
+  // t = 10 + 10 r; appended after the noise tokens, or, for klein-9B-KV, kept as keys and values
+  // (below). Inpainting's source image is the first of them. Encoded latents are kept by content
+  // for later requests (reference_latent_cache.h).
+  Tensor ref_tokens, ref_ids;  // [1, Lr, 128], [Lr, 4]
   if (!ref_pixels.empty() || inpaint) {
     if (inpaint) ref_pixels.insert(ref_pixels.begin(), inpaint->source_pixels);
-    ComponentLease<models::Flux2Vae> vae = m.vae_lease(/*with_encoder=*/true);
     ScopedTimer span(prof, kSpanReferenceEncode);
-    std::vector<Tensor> tokens, ids{latent_ids};
+    std::optional<ComponentLease<models::Flux2Vae>> vae;  // loaded on the first image not kept
+    std::vector<Tensor> tokens, ids;
     for (size_t r = 0; r < ref_pixels.size(); ++r) {
-      const Tensor z = vae->encode_latents(ref_pixels[r].to(m.options.dtype));  // [1, 128, hr, wr]
-      tokens.push_back(pack_latents(z));                                        // [1, hr*wr, 128]
+      bool kept = false;
+      const Tensor z = m.reference_latents->get_or_encode(
+          ref_pixels[r],
+          [&] {
+            if (!vae) vae.emplace(m.vae_lease(/*with_encoder=*/true));
+            return (*vae)->encode_latents(ref_pixels[r].to(m.options.dtype));  // [1, 128, hr, wr]
+          },
+          &kept);
+      result.reference_latents += 1;
+      result.reference_latents_kept += kept ? 1 : 0;
+      tokens.push_back(pack_latents(models::to_device(z, m.options.device)));  // [1, hr*wr, 128]
       ids.push_back(klein_image_ids(z.size(2), z.size(3), 10 + 10 * static_cast<int64_t>(r)));
     }
     if (inpaint) inpaint->kept.source = broadcast_batch(tokens[0], batch);  // [B, Li, 128]
-    ref_tokens =
-        broadcast_batch(tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1), batch);  // [B, Lr, 128]
-    latent_ids = ops::concat(ids, 0);                                                     // [Li + Lr, 4]
+    ref_tokens = tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1);
+    ref_ids = ops::concat(ids, 0);
+  }
+  // Flux2KleinKVPipeline: the reference tokens run once, as keys and values; other klein models
+  // append them to the noise tokens of every step.
+  const bool reference_kv = ref_tokens.defined() && m.defaults.reference_kv;
+  if (ref_tokens.defined() && !reference_kv) {
+    ref_tokens = broadcast_batch(ref_tokens, batch);     // [B, Lr, 128]
+    latent_ids = ops::concat({latent_ids, ref_ids}, 0);  // [Li + Lr, 4]
   }
 
   // 6. timesteps with the empirical mu of the noise-token count
-  GenerateResult result;
   result.schedule = flux2_schedule(m.scheduler, steps, image_tokens);
   result.width = width;
   result.height = height;
@@ -366,17 +385,26 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       loop.first_step = inpaint->t_start;
       loop.after_step = [&](int i, Tensor x) { return inpaint->kept.after_step(i, x, result.schedule); };
     }
+    // klein-9B-KV: the reference keys and values of every attention module, with the request's
+    // LoRAs; freed when the request ends (they are this request's and no other's).
+    std::optional<models::Flux2Transformer::ReferenceCache> kv_cache;
+    if (reference_kv) {
+      ScopedTimer span(prof, kSpanReferenceKv);
+      kv_cache = transformer->reference_cache(ref_tokens.to(model_dtype), ref_ids);
+      ops::synchronize(m.options.device);
+      result.reference_kv_bytes = kv_cache->bytes();
+    }
     // A kept graph replays without the request's LoRA branches: such requests run eagerly.
-    // A step cache decides per step on the host: such requests run eagerly too.
-    if (m.options.cuda_graphs && loras.empty() &&
-        !step_cache) {  // from the resident transformer's cache, or this request's own
+    // A step cache decides per step on the host, and the reference keys are not among a graph's
+    // inputs: such requests run eagerly too.
+    if (m.options.cuda_graphs && loras.empty() && !step_cache &&
+        !kv_cache) {  // from the resident transformer's cache, or this request's own
       const models::Flux2Transformer::Rope rope = transformer->rope_tables(latent_ids, text_ids);
       const std::vector<Tensor> request_inputs{
           models::to_device(prompt_embeds, m.options.device).to(model_dtype),
           cfg ? models::to_device(negative_embeds, m.options.device).to(model_dtype) : Tensor(), rope.cos,
           rope.sin};
-      const Shape input_shape{batch, latents.size(1) + (ref_tokens.defined() ? ref_tokens.size(1) : 0),
-                              latents.size(2)};
+      const Shape input_shape{batch, latent_ids.size(0), latents.size(2)};
       loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
                                    {input_shape, Shape{batch, transformer->config().timestep_channels}},
                                    klein_step(*transformer));
@@ -384,9 +412,12 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     }
     DenoiseModel model;
     model.input = [&](const Tensor& x) {
-      return (ref_tokens.defined() ? ops::concat({x, ref_tokens}, 1) : x).to(model_dtype);
+      return (ref_tokens.defined() && !kv_cache ? ops::concat({x, ref_tokens}, 1) : x).to(model_dtype);
     };
     model.forward = [&](const Tensor& input, const Tensor& timestep) {
+      if (kv_cache)  // no CFG and no step cache: the KV model is distilled (plan_for)
+        return std::vector<Tensor>{
+            transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep, *kv_cache)};
       auto hooks = [&](int branch) { return step_cache ? step_cache->hooks(branch) : nullptr; };
       std::vector<Tensor> v{
           transformer->forward(input, latent_ids, prompt_embeds, text_ids, timestep, hooks(0))};

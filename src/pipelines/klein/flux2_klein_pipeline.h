@@ -45,6 +45,8 @@ namespace fluxrt::pipelines {
 
 // Flux2KleinPipeline::synthetic variant with the shapes of tests/data/models/flux2-klein-tiny.
 inline constexpr const char* kKleinTinySyntheticVariant = "flux.2-klein-tiny";
+// The same shapes run with the klein-9B-KV recipe (KleinModelDefaults::reference_kv).
+inline constexpr const char* kKleinTinyKvSyntheticVariant = "flux.2-klein-tiny-kv";
 
 // What the model folder says about itself (model_index.json, scheduler config, transformer
 // config): the defaults a request falls back to.
@@ -55,6 +57,11 @@ struct KleinModelDefaults {
   int width = 1024;             // diffusers' default_sample_size 128 x vae_scale_factor
   int height = 1024;
   int max_sequence_length = 512;
+  // FLUX.2-klein-9B-KV (model_index.json Flux2KleinKVPipeline, or a transformer file named
+  // "...-kv..."): reference images run once as cached keys and values (Flux2Transformer::
+  // reference_cache) instead of as tokens of every step. The weights are a separate
+  // distillation for that recipe; the architecture is klein-9B's.
+  bool reference_kv = false;
   // What the run should show (a transformer file whose name disagrees with the folder's
   // model_index.json, which is taken: VariantInfo::notes).
   std::vector<std::string> notes;

@@ -1,6 +1,8 @@
 // Component sources and loading for Flux2KleinPipeline (see klein_components.h).
 #include "pipelines/klein/klein_components.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -35,6 +37,20 @@ void set_variant_defaults(KleinModelDefaults& d, bool distilled) {
   d.is_distilled = distilled;
   d.num_steps = distilled ? 4 : 50;
   d.guidance_scale = distilled ? 1.0f : 4.0f;
+}
+
+// Flux2KleinKVPipeline: 4 steps and no guidance argument at all, whatever is_distilled says.
+void set_reference_kv(KleinModelDefaults& d) {
+  set_variant_defaults(d, true);
+  d.reference_kv = true;
+}
+
+// "flux.2-klein-9b-kv" runs the 9B shapes with the KV recipe; "...-tiny-kv" the tiny ones.
+std::string without_kv_suffix(const std::string& variant, bool* kv) {
+  const std::string suffix = "-kv";
+  *kv = variant.size() > suffix.size() &&
+        variant.compare(variant.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return *kv ? variant.substr(0, variant.size() - suffix.size()) : variant;
 }
 
 // Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2 patch
@@ -150,6 +166,8 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   m.root = model_root;
   m.options = options;
   set_variant_defaults(m.defaults, model.is_distilled.value_or(false));  // diffusers' default: not distilled
+  if (flux2_klein_kind().detection.reference_kv_from_class(model.pipeline_class))
+    set_reference_kv(m.defaults);
   m.scheduler = load_flow_match_scheduler_config(model_root);
   m.scheduler.validate();
   if (!transformer_file.empty()) {
@@ -168,7 +186,13 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
     if (info.distilled && info.distilled_from == "file name")
       set_variant_defaults(m.defaults, *info.distilled);
     m.defaults.notes = info.notes;
-    for (const std::string& note : info.notes) FLUXRT_LOG_WARN("{}", note);
+    if (info.reference_kv && !m.defaults.reference_kv) {
+      set_reference_kv(m.defaults);
+      m.defaults.notes.push_back(fmt::format(
+          "{}: running it as FLUX.2-klein-9B-KV (reference images as cached keys and values), as its {} says",
+          transformer_file.filename().string(), info.reference_kv_from));
+    }
+    for (const std::string& note : m.defaults.notes) FLUXRT_LOG_WARN("{}", note);
   } else if (fs::exists(model_root / "transformer" / "config.json")) {
     m.transformer_config =
         models::flux2_config_from_json((model_root / "transformer" / "config.json").string());
@@ -188,11 +212,13 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_variant(const std::strin
                                                                 const PipelineOptions& options,
                                                                 uint64_t seed) {
   Impl m;
-  if (variant == kKleinTinySyntheticVariant) {
+  bool kv = false;
+  const std::string shapes = without_kv_suffix(variant, &kv);
+  if (shapes == kKleinTinySyntheticVariant) {
     set_tiny_configs(m);
   } else {
-    m.transformer_config = models::flux2_preset(variant);  // InvalidArgument listing the known names
-    const bool nine_b = variant.find("9b") != std::string::npos;
+    m.transformer_config = models::flux2_preset(shapes);  // InvalidArgument listing the known names
+    const bool nine_b = shapes.find("9b") != std::string::npos;
     m.text_config = nine_b ? models::Qwen3Config::qwen3_8b() : models::Qwen3Config::qwen3_4b();
   }
   require_tokenizer(tokenizer_dir, "synthetic " + variant);
@@ -201,6 +227,7 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_variant(const std::strin
   m.synthetic_seed = seed;
   m.options = options;
   set_variant_defaults(m.defaults, variant.find("base") == std::string::npos);
+  if (kv) set_reference_kv(m.defaults);
   m.scheduler = FlowMatchSchedulerConfig::flux2_klein();
   return m;
 }

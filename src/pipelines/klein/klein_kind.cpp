@@ -58,6 +58,24 @@ std::optional<bool> distilled_from_file_name(const std::string& path) {
   return name.find("base") == std::string::npos;
 }
 
+constexpr const char* kKvPipelineClass = "Flux2KleinKVPipeline";
+
+bool reference_kv_from_class(const std::string& pipeline_class) { return pipeline_class == kKvPipelineClass; }
+
+// BFL names the file "flux-2-klein-9b-kv.safetensors"; quantized copies keep the "-kv" (a
+// "kv" token of the name, between separators, so that no other word containing "kv" counts).
+bool reference_kv_from_file_name(const std::string& path) {
+  std::string name = fs::path(path).stem().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name.find("klein") == std::string::npos) return false;
+  for (size_t at = name.find("kv"); at != std::string::npos; at = name.find("kv", at + 1)) {
+    const bool starts = at == 0 || !std::isalnum(static_cast<unsigned char>(name[at - 1]));
+    const bool ends = at + 2 == name.size() || !std::isalnum(static_cast<unsigned char>(name[at + 2]));
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
 bool path_exists(const fs::path& p) {
   std::error_code ec;
   return fs::exists(p, ec);
@@ -106,6 +124,14 @@ SyntheticPipeline synthetic(const SyntheticRequest& request) {
     return static_cast<const Flux2KleinPipeline&>(pipeline).transformer_config().flops_per_forward(
         image_tokens, text_tokens);
   };
+  s.flops_with_references = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens,
+                               int64_t reference_tokens) {
+    const auto& klein = static_cast<const Flux2KleinPipeline&>(pipeline);
+    const models::Flux2Config& c = klein.transformer_config();
+    return klein.defaults().reference_kv
+               ? c.flops_per_forward_with_reference_kv(image_tokens, text_tokens, reference_tokens)
+               : c.flops_per_forward(image_tokens + reference_tokens, text_tokens);
+  };
   return s;
 }
 
@@ -129,11 +155,19 @@ void name_variant(VariantInfo& v) {
   const std::string kind = !v.distilled.has_value() ? "distilled or base: unknown"
                            : *v.distilled           ? "distilled"
                                                     : "base";
+  if (!klein) {
+    v.reference_kv = false;
+    v.reference_kv_from.clear();
+  }
+  const std::string recipe =
+      v.reference_kv ? fmt::format("reference K/V caching, from the {}", v.reference_kv_from) : "";
   if (v.variant == kFlux2Dev) {
     v.description = "FLUX.2-dev (not supported)";
   } else if (!custom) {
     const char* size = v.variant == std::string("flux.2-klein-4b") ? "4B" : "9B";
-    if (v.distilled.has_value() && !*v.distilled)
+    if (v.reference_kv)
+      v.description = fmt::format("FLUX.2-klein-{}-KV ({})", size, recipe);
+    else if (v.distilled.has_value() && !*v.distilled)
       v.description = fmt::format("FLUX.2-klein-base-{}", size);
     else
       v.description = fmt::format("FLUX.2-klein-{} ({})", size, kind);
@@ -141,8 +175,14 @@ void name_variant(VariantInfo& v) {
     std::string details =
         fmt::format("hidden {}, {}+{} blocks", s.hidden_size, s.double_blocks, s.single_blocks);
     if (s.guidance_embed) details += ", guidance";
-    if (klein) details += ", " + kind;
+    if (klein) details += ", " + (v.reference_kv ? recipe : kind);
     v.description = fmt::format("{} (custom: {})", klein ? "flux.2-klein" : "flux.2", details);
+  }
+  // The KV distillation runs only as its own pipeline (no inpainting, no CFG there).
+  if (klein) {
+    v.pipelines = v.reference_kv
+                      ? std::vector<std::string>{kKvPipelineClass}
+                      : std::vector<std::string>{"Flux2KleinPipeline", "Flux2KleinInpaintPipeline"};
   }
 }
 
@@ -151,7 +191,8 @@ PipelineKind make_flux2_klein_kind() {
   k.name = "FLUX.2 klein";
   k.pipeline_class = "Flux2KleinPipeline";
   // Inpainting runs on the same folders: a request with a mask (klein_inpaint.h).
-  k.other_classes = {"Flux2KleinInpaintPipeline"};
+  // klein-9B-KV's folders name their own class (KleinModelDefaults::reference_kv).
+  k.other_classes = {"Flux2KleinInpaintPipeline", kKvPipelineClass};
   k.weight_components = {"transformer", "text_encoder", "vae"};
   k.text_encoder_component = "text_encoder";
   k.detection.model_family = "flux.2";
@@ -159,11 +200,16 @@ PipelineKind make_flux2_klein_kind() {
   k.detection.read_shapes = &read_shapes;
   k.detection.read_config = &read_config;
   k.detection.distilled_from_file_name = &distilled_from_file_name;
+  k.detection.reference_kv_from_class = &reference_kv_from_class;
+  k.detection.reference_kv_from_file_name = &reference_kv_from_file_name;
   k.detection.name_variant = &name_variant;
   k.lora_scheme = &models::flux2_lora_scheme();
   k.check_folder = &check_folder;
-  k.bench_variants = {"flux.2-klein-4b", "flux.2-klein-9b", "flux.2-klein-base-4b", "flux.2-klein-base-9b",
-                      kKleinTinySyntheticVariant};
+  // "-kv": the KV recipe on those shapes; BFL released only 9B-KV, 4B-KV is a smaller stand-in
+  // for timing the recipe where the 9B does not fit.
+  k.bench_variants = {"flux.2-klein-4b",          "flux.2-klein-9b",           "flux.2-klein-base-4b",
+                      "flux.2-klein-base-9b",     "flux.2-klein-9b-kv",        "flux.2-klein-4b-kv",
+                      kKleinTinySyntheticVariant, kKleinTinyKvSyntheticVariant};
   k.synthetic = &synthetic;
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux2KleinPipeline::load(root, options);
