@@ -109,8 +109,8 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       "FLUX.1 img2img: start from this PNG, JPEG or WebP (resized to --size, default the model's); with "
       "--mask: the image being edited");
   cmd->add_option("--mask", o.mask,
-                  "klein inpainting: the mask (PNG, JPEG or WebP, the --init-image's size): white repaints, "
-                  "black keeps (luminance at 0.5)");
+                  "inpainting (klein, FLUX.1, FLUX.1 Fill, which needs it): the mask (PNG, JPEG or WebP, the "
+                  "--init-image's size): white repaints, black keeps (luminance at 0.5)");
   add_request_field_flags(*cmd, o.fields);
   CLI::Option* lora =
       cmd->add_option("--lora", o.loras,

@@ -386,6 +386,11 @@ ImageRequest parse_edit(const std::vector<Part>& parts, const ApiLimits& limits)
         400, "'mask': this model does not inpaint (FLUX.2 klein models do); send the images without it",
         "mask", "unsupported_parameter");
   if (masks.size() > 1) throw HttpError(400, "'mask' takes one image", "mask", "invalid_value");
+  if (masks.empty() && limits.model.mask_required)
+    throw HttpError(400,
+                    "'mask' is required: this model (FLUX.1 Fill) repaints the image where the mask is "
+                    "transparent",
+                    "mask", "missing_required_parameter");
   const Fields fields(&parts);
   ImageRequest r = parse_common(fields, limits, true);
   std::vector<const Part*> images;

@@ -97,6 +97,7 @@ nlohmann::json limits_object(const ApiLimits& l) {
           {"max_reference_images", m.max_reference_images},
           {"init_image", m.init_image},
           {"mask", m.mask},
+          {"mask_required", m.mask_required},
           {"fields", taken}};
 }
 

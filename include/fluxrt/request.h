@@ -89,7 +89,8 @@ struct GenerateRequest {
   std::optional<Image> init_image;
   std::optional<float> strength;
   // Inpainting (RequestLimits::mask): white repaints, black keeps init_image (luminance, binarised
-  // at 0.5); the size of init_image. Unset strength: klein 0.8, FLUX.1 0.6 (as diffusers).
+  // at 0.5); the size of init_image. Unset strength: klein 0.8, FLUX.1 0.6, FLUX.1 Fill 1 (as
+  // diffusers). FLUX.1 Fill needs it (RequestLimits::mask_required).
   std::optional<Image> mask_image;
   // What the metadata records for the images above (file names, say); may be left empty.
   std::vector<std::string> reference_image_names;
@@ -133,6 +134,7 @@ struct RequestLimits {
   int max_reference_images = 0;  // FLUX.2 klein: 4 (BFL's limit); 0: none
   bool init_image = false;       // img2img: init_image and strength (FLUX.1)
   bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
+  bool mask_required = false;    // FLUX.1 Fill: every request is an init_image with its mask
   bool true_cfg = false;         // FLUX.1
   // Step caching (GenerateRequest::cache): models of many steps; the few-step distilled ones
   // take a cache as a no-op with a note.

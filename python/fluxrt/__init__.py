@@ -26,6 +26,7 @@ Flux2KleinPipeline = FluxPipeline
 Flux2KleinKVPipeline = FluxPipeline
 FluxImg2ImgPipeline = FluxPipeline
 FluxInpaintPipeline = Flux2KleinInpaintPipeline  # a mask with the image: the model decides which
+FluxFillPipeline = Flux2KleinInpaintPipeline  # on a FLUX.1 Fill folder (model_index.json FluxFillPipeline)
 
 
 def inspect_model(model: str) -> dict:
@@ -48,7 +49,8 @@ def inspect_lora(path: str) -> dict:
 
 __all__ = [
     "CancelledError", "DeviceError", "Error", "FirstBlockCacheConfig", "Flux2KleinInpaintPipeline",
-    "Flux2KleinKVPipeline", "Flux2KleinPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline", "FluxPipeline", "FluxPipelineOutput",
+    "Flux2KleinKVPipeline", "Flux2KleinPipeline", "FluxFillPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline",
+    "FluxPipeline", "FluxPipelineOutput",
     "FormatError", "InternalError", "InvalidArgumentError", "IoError", "MagCacheConfig", "NotFoundError",
     "OutOfMemoryError", "TaylorSeerCacheConfig", "UnsupportedError", "__version__", "bundled_demo_model",
     "inspect_lora", "inspect_model", "png_bytes", "save_png",

@@ -361,12 +361,12 @@ class FluxPipeline(LoraLoaderMixin):
 
 
 class Flux2KleinInpaintPipeline(FluxPipeline):
-    """diffusers' Flux2KleinInpaintPipeline (and, on a FLUX.1 model, FluxInpaintPipeline, also
-    exported as fluxrt.FluxInpaintPipeline): ``image`` is edited where
+    """diffusers' Flux2KleinInpaintPipeline (and, on a FLUX.1 model, FluxInpaintPipeline, on a
+    FLUX.1 Fill model FluxFillPipeline, also exported under those names): ``image`` is edited where
     ``mask_image`` is white (luminance >= 128; the image's size), noised by ``strength`` (default
-    klein 0.8, FLUX.1 0.6), with ``image_reference`` as extra reference images (klein). klein's
-    output has the image's size (brought down to 1024x1024 pixels when larger, floored to multiples
-    of 16), FLUX.1's the model's 1024x1024, unless ``height``/``width`` say otherwise."""
+    klein 0.8, FLUX.1 0.6, Fill 1), with ``image_reference`` as extra reference images (klein).
+    klein's output has the image's size (brought down to 1024x1024 pixels when larger, floored to
+    multiples of 16), FLUX.1's the model's 1024x1024, unless ``height``/``width`` say otherwise."""
 
     def __call__(self, prompt: str | list[str] | None = None, image: Any = None, mask_image: Any = None,
                  image_reference: Any = None, height: int | None = None, width: int | None = None,

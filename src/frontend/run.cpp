@@ -217,9 +217,14 @@ Run resolve_run(const RunSettings& s) {
   // The plan with the components resident together; a model whose components do not fit
   // (klein-9B, FLUX.1 with T5-XXL on 24 GiB) runs one component at a time rather than failing,
   // unless low_memory was set to false explicitly.
+  // A front end with requests of its own (a server, a binding) plans here only the defaults its
+  // requests start from: the images a model needs with every request (FLUX.1 Fill's mask) come
+  // with those requests and are checked with them (Engine::plan).
+  pipelines::ModelFacts plan_facts = facts;
+  if (!s.writes_images) plan_facts.limits.mask_required = false;
   auto plan_with = [&](bool low_memory) {
     return pipelines::plan_request(
-        *resolved.kind, r, facts,
+        *resolved.kind, r, plan_facts,
         pipelines::MemoryCheck{facts.weights.peak(low_memory), s.ram_limit_bytes, !low_memory});
   };
   bool low_memory = low_memory_asked.value_or(false);

@@ -104,12 +104,8 @@ bool InpaintMask::all_keep() const {
   return std::all_of(weights.begin(), weights.end(), [](float w) { return w == 0.0f; });
 }
 
-namespace {
-
-// mask_processor.preprocess: resized to width x height (in the image's own mode), convert("L"),
-// / 255, binarised at 0.5. width * height values in {0, 1}, raster order.
-std::vector<float> binarised_mask(const io::Image& mask, int source_width, int source_height, int width,
-                                  int height) {
+std::vector<float> binarise_inpaint_mask(const io::Image& mask, int source_width, int source_height,
+                                         int width, int height) {
   FLUXRT_CHECK_FIELD(mask.channels == 3 && mask.width > 0 && mask.height > 0 &&
                          mask.pixels.size() == static_cast<size_t>(mask.width) * mask.height * 3,
                      ErrorCode::InvalidArgument, "mask", "mask: need a non-empty RGB 8-bit image, got {}x{}",
@@ -129,13 +125,11 @@ std::vector<float> binarised_mask(const io::Image& mask, int source_width, int s
   return pixels;
 }
 
-}  // namespace
-
 InpaintMask prepare_inpaint_mask(const io::Image& mask, int source_width, int source_height, int width,
                                  int height, int64_t grid_h, int64_t grid_w) {
   FLUXRT_CHECK(grid_h > 0 && grid_w > 0 && height % grid_h == 0 && width % grid_w == 0, ErrorCode::Internal,
                "mask: a {}x{} token grid does not divide {}x{}", grid_w, grid_h, width, height);
-  const std::vector<float> pixels = binarised_mask(mask, source_width, source_height, width, height);
+  const std::vector<float> pixels = binarise_inpaint_mask(mask, source_width, source_height, width, height);
   // F.interpolate(size=(grid_h, grid_w), mode="bilinear", align_corners=False), as ATen's CPU
   // kernel computes it in float: source index scale * (dst + 0.5) - 0.5, clamped at 0.
   InpaintMask out;
@@ -171,7 +165,7 @@ InpaintMask prepare_latent_patch_mask(const io::Image& mask, int source_width, i
                                       int height, int64_t latent_h, int64_t latent_w) {
   FLUXRT_CHECK(latent_h > 0 && latent_w > 0 && latent_h % 2 == 0 && latent_w % 2 == 0, ErrorCode::Internal,
                "mask: a {}x{} latent grid is not made of 2x2 patches", latent_w, latent_h);
-  const std::vector<float> pixels = binarised_mask(mask, source_width, source_height, width, height);
+  const std::vector<float> pixels = binarise_inpaint_mask(mask, source_width, source_height, width, height);
   // ATen's nearest: source index floor(dst * (in / out)) in float, at most in - 1.
   const float scale_h = static_cast<float>(height) / static_cast<float>(latent_h);
   const float scale_w = static_cast<float>(width) / static_cast<float>(latent_w);

@@ -48,6 +48,13 @@ struct InpaintMask {
   bool all_keep() const;
 };
 
+// mask_processor.preprocess of the inpaint pipelines: the mask resized to width x height (Lanczos
+// on its RGB, as PIL resizes before converting), converted to luminance (PIL's "L"), v / 255
+// binarised at 0.5; width * height values in {0, 1}, raster order. The mask must be the size of the
+// image being edited (`source_width` x `source_height`): InvalidArgument (field "mask") otherwise.
+std::vector<float> binarise_inpaint_mask(const io::Image& mask, int source_width, int source_height,
+                                         int width, int height);
+
 // The mask as diffusers' inpaint pipelines read a PIL image: resized to width x height (Lanczos on
 // its RGB, as PIL resizes before converting), converted to luminance (PIL's "L"), v / 255 binarised
 // at 0.5; then F.interpolate(mode="bilinear", align_corners=False) to grid_h x grid_w. The mask must

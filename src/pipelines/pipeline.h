@@ -160,7 +160,7 @@ class Pipeline {
 // A pipeline family as the registry knows it: how to recognise its folders and checkpoints, what
 // its requests may carry, and how to load it.
 struct PipelineKind {
-  const char* name = "";                   // "FLUX.2 klein", "FLUX.1"
+  const char* name = "";                   // "FLUX.2 klein", "FLUX.1", "FLUX.1 Fill"
   const char* pipeline_class = "";         // the diffusers class its folders name: "Flux2KleinPipeline", ...
   std::vector<std::string> other_classes;  // further classes with the same folder layout
   std::vector<std::string> weight_components;  // the components whose weights a folder must have
@@ -206,6 +206,7 @@ struct PipelineKind {
 const std::vector<const PipelineKind*>& pipeline_kinds();
 const PipelineKind& flux2_klein_kind();
 const PipelineKind& flux1_kind();
+const PipelineKind& flux1_fill_kind();  // FLUX.1 Fill: its own transformer (masked-image channels)
 // The kind whose folders name `pipeline_class`; null when none does.
 const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
 // Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight

@@ -79,6 +79,10 @@ void check_request(const PipelineKind& kind, const fluxrt::GenerateRequest& r,
   }
   FLUXRT_CHECK_FIELD(!r.mask_image || l.mask, ErrorCode::InvalidArgument, "mask",
                      "a mask (inpainting) is not for {} models", kind.name);
+  FLUXRT_CHECK_FIELD(!l.mask_required || r.mask_image, ErrorCode::InvalidArgument, "mask",
+                     "{} models repaint a masked image: give the image (init_image) and a mask (white "
+                     "repaints)",
+                     kind.name);
   FLUXRT_CHECK_FIELD(!r.mask_image || r.init_image, ErrorCode::InvalidArgument, "mask",
                      "a mask needs the image being edited (init_image)");
   if (r.mask_image && r.init_image)

@@ -17,9 +17,22 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-const PipelineKind* kind_of_config_class(const std::string& class_name) {
+bool known_config_class(const std::string& class_name) {
   for (const PipelineKind* kind : pipeline_kinds())
-    if (class_name == kind->detection.config_class) return kind;
+    if (class_name == kind->detection.config_class) return true;
+  return false;
+}
+
+// The kind whose config_class and shape a config.json has, with the shape read; null when none.
+const PipelineKind* kind_of_config(const std::string& class_name, const fs::path& config_json,
+                                   TransformerShape* shape) {
+  for (const PipelineKind* kind : pipeline_kinds()) {
+    if (class_name != kind->detection.config_class) continue;
+    const TransformerShape s = kind->detection.read_config(config_json);
+    if (kind->detection.takes_shape && !kind->detection.takes_shape(s)) continue;
+    *shape = s;
+    return kind;
+  }
   return nullptr;
 }
 
@@ -97,13 +110,16 @@ VariantInfo detect_variant(const io::ResolvedModel& model, const io::ResolvedMod
   }
   VariantInfo v;
   if (!tc->weights.empty()) v = detect_variant_from_shapes(io::tensor_shapes(tc->weights));
-  const PipelineKind* by_class = kind_of_config_class(tc->class_name);
   const fs::path config_path = tc->folder.empty() ? fs::path() : fs::path(tc->folder) / "config.json";
-  if (by_class && is_file(config_path)) {
+  TransformerShape config_shape;
+  const PipelineKind* by_class = known_config_class(tc->class_name) && is_file(config_path)
+                                     ? kind_of_config(tc->class_name, config_path, &config_shape)
+                                     : nullptr;
+  if (by_class) {
     // config.json is what diffusers builds the model from; the tensors still say the layout.
     recognised_by(*by_class, v);
-    v.shape = by_class->detection.read_config(config_path);
-  } else if (!tc->class_name.empty() && !by_class && v.kind == nullptr) {
+    v.shape = config_shape;
+  } else if (!tc->class_name.empty() && !known_config_class(tc->class_name) && v.kind == nullptr) {
     v.description = fmt::format("not a FLUX transformer (class {})", tc->class_name);
     return v;
   }

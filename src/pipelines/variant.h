@@ -65,6 +65,9 @@ struct TransformerDetection {
   bool (*read_shapes)(const std::map<std::string, Shape>& shapes, VariantInfo& v) = nullptr;
   // From a config.json of config_class (the class's own defaults for absent keys).
   TransformerShape (*read_config)(const std::filesystem::path& config_json) = nullptr;
+  // Where kinds share a config_class (FLUX.1 and FLUX.1 Fill): whether a shape read from such a
+  // config.json is this kind's. Null: every shape is.
+  bool (*takes_shape)(const TransformerShape& shape) = nullptr;
   // What the file name of a single checkpoint says about `distilled` (nullopt: nothing). Null for
   // families without that choice.
   std::optional<bool> (*distilled_from_file_name)(const std::string& path) = nullptr;

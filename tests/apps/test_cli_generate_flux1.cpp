@@ -151,6 +151,37 @@ TEST_F(CliGenerateFlux1, KleinInpaintingRendersTheDiffusersImage) {
   EXPECT_EQ(text.at("size"), "96x64");
 }
 
+// A FluxFillPipeline folder: `--init-image SRC --mask M` renders diffusers' FluxFillPipeline image
+// (tests/data/flux1_fill soft_disc_f32: f32, every pixel within 2/255) with Fill's own defaults
+// (guidance 30, strength 1); without the mask it is a one-line error.
+TEST_F(CliGenerateFlux1, FillRendersTheDiffusersImage) {
+  const fs::path golden = kData / "flux1_fill";
+  const std::string fill = "--model " + quote((kData / "models" / "flux1-fill-tiny").string()) +
+                           " --prompt 'a red apple' --size 64x64 --steps 4 --seed 3 --max-sequence-length 32"
+                           " --dtype f32 --quiet --init-image " +
+                           quote((golden / "inputs" / "source_64.png").string()) + " --out " +
+                           quote((tmp_ / "out").string());
+  expect_one_line_error(run(fill), "FLUX.1 Fill models repaint a masked image");
+  ASSERT_EQ(run(fill + " --mask " + quote((golden / "inputs" / "mask_soft_disc_64.png").string())), 0)
+      << err_;
+  const fluxrt::io::Image expected =
+      fluxrt::io::to_rgb(fluxrt::io::read_png((golden / "soft_disc_f32" / "image_0.png").string()));
+  const auto d = fluxrt::test::compare_images(written_image(), expected);
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  EXPECT_EQ(written_text().at("guidance"), "30");
+  // Its transformer as a single file: the widened input names it Fill, as the folder does.
+  const fs::path folder = kData / "models" / "flux1-fill-tiny";
+  fs::remove_all(tmp_ / "out");
+  ASSERT_EQ(
+      run("--model " + quote((folder / "transformer" / "diffusion_pytorch_model.safetensors").string()) +
+          " --components " + quote(folder.string()) + fill.substr(fill.find(" --prompt")) + " --mask " +
+          quote((golden / "inputs" / "mask_soft_disc_64.png").string())),
+      0)
+      << err_;
+  const auto from_file = fluxrt::test::compare_images(written_image(), expected);
+  EXPECT_LE(from_file.max_abs, 2) << from_file.str();
+}
+
 TEST_F(CliGenerateFlux1, ReferenceImagesAreAOneLineError) {
   const fs::path ref = tmp_ / "ref.png";
   fluxrt::io::write_png(ref.string(), fluxrt::io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 90)});

@@ -108,6 +108,15 @@ TEST_F(CliInfo, TinyKleinKvFolder) {
   EXPECT_NE(r.out.find("runs:    Flux2KleinKVPipeline\n"), std::string::npos) << r.out;
 }
 
+// FLUX.1 Fill is told by its transformer's widened input: it runs as its own diffusers class.
+TEST_F(CliInfo, TinyFillFolderNamesItsPipeline) {
+  RunResult r = run("info " + shell_quote((kModels / "flux1-fill-tiny").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("variant: flux.1 fill (custom: hidden 128, 1+1 blocks, guidance)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("runs:    FluxFillPipeline\n"), std::string::npos) << r.out;
+}
+
 TEST_F(CliInfo, TinyKleinBflFileAsJson) {
   const RunResult r = run("--log-level warn info --json " + shell_quote((kModels / "flux2-klein-tiny-bfl.safetensors").string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;

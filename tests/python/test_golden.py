@@ -1,9 +1,10 @@
 """The tiny golden models through the Python package match diffusers' checked-in images (the
 cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pixel within 2/255,
 docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
-reference images (klein), img2img and true CFG (FLUX.1), and klein inpainting through
-fluxrt.Flux2KleinInpaintPipeline (tests/data/klein_inpaint), and klein-9B-KV's reference K/V caching
-through fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
+reference images (klein), img2img and true CFG (FLUX.1), klein and FLUX.1 inpainting through
+fluxrt.Flux2KleinInpaintPipeline / FluxInpaintPipeline (tests/data/klein_inpaint, flux1_inpaint),
+FLUX.1 Fill through fluxrt.FluxFillPipeline (tests/data/flux1_fill) and klein-9B-KV's reference K/V
+caching through fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
 
 import json
 from functools import lru_cache
@@ -20,6 +21,7 @@ FLUX1_CASES = ["dev_64_red_f32", "schnell_64_f32", "dev_true_cfg_f32", "dev_img2
 INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
 FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
 KV_CASES = ["one_ref_f32", "two_refs_f32", "one_ref_two_images_f32"]
+FILL_CASES = ["soft_disc_f32", "resized_s08_f32"]
 
 
 @lru_cache(maxsize=None)
@@ -110,6 +112,19 @@ def test_flux1_inpainting_matches_diffusers(name):
                num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
                max_sequence_length=c["max_sequence_length"])
     expect_close(out.images, "flux1_inpaint", c)
+
+
+@pytest.mark.parametrize("name", FILL_CASES)
+def test_flux1_fill_matches_diffusers(name):
+    c = case("flux1_fill", name)
+    inputs = DATA / "flux1_fill" / "inputs"
+    pipe = fluxrt.FluxFillPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=c["prompt"], image=Image.open(inputs / c["source"]), mask_image=Image.open(inputs / c["mask"]),
+               height=c["height"], width=c["width"], strength=c["strength"], num_inference_steps=c["steps"],
+               guidance_scale=c["guidance"], num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "flux1_fill", c)
 
 
 def test_inpainting_bad_masks_name_the_field():

@@ -419,6 +419,31 @@ TEST(ServerParse, MaskOnAModelWithoutInpaintingNamesMask) {
   EXPECT_EQ(r.request.mask_image_name, "m.png");
 }
 
+// FLUX.1 Fill's limits: the image is edited only with its mask; without one, a 400 naming `mask`
+// (not "this model takes no images").
+TEST(ServerParse, FillModelNeedsTheMask) {
+  server::ApiLimits limits;
+  limits.model_ids = {"demo"};
+  limits.model.mask = true;
+  limits.model.mask_required = true;
+  const std::string png = png_bytes(64, 64, 1, 2, 3);
+  const std::vector<server::Part> image_only = {{"prompt", "", "", "x"},
+                                                {"image", "a.png", "image/png", png}};
+  try {
+    server::parse_edit(image_only, limits);
+    ADD_FAILURE() << "accepted";
+  } catch (const server::HttpError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.param(), "mask") << e.what();
+    EXPECT_NE(std::string(e.what()).find("'mask' is required"), std::string::npos) << e.what();
+  }
+  std::vector<server::Part> with_mask = image_only;
+  with_mask.push_back({"mask", "m.png", "image/png", png});
+  const server::ImageRequest r = server::parse_edit(with_mask, limits);
+  ASSERT_TRUE(r.request.mask_image && r.request.init_image);
+  EXPECT_TRUE(r.request.reference_images.empty());
+}
+
 TEST(ServerOptionsTest, ApiKeyCorsAndBinding) {
   server::ServerOptions o = demo_options();
   o.api_key = "sekret-key";

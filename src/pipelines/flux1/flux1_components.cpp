@@ -12,6 +12,7 @@
 #include "models/flux/flux1_transformer.h"
 #include "models/t5/t5_file.h"
 #include "pipelines/component_loading.h"
+#include "pipelines/flux1/flux1_fill.h"
 #include "pipelines/spans.h"
 #include "pipelines/variant.h"
 
@@ -36,6 +37,15 @@ void set_variant_defaults(Flux1ModelDefaults& d, bool dev) {
   d.guidance_distilled = dev;
   d.num_steps = dev ? 28 : 4;
   d.max_sequence_length = dev ? tokenizers::kT5MaxSequenceLengthDev : tokenizers::kT5MaxSequenceLengthSchnell;
+}
+
+// FluxFillPipeline.__call__'s defaults: every request is an edit, and the image enters through the
+// masked condition, so its strength and guidance are the call's own.
+void set_fill_defaults(Flux1ModelDefaults& d) {
+  d.num_steps = kFlux1FillSteps;
+  d.guidance_scale = kFlux1FillGuidance;
+  d.img2img_guidance_scale = kFlux1FillGuidance;
+  d.img2img_strength = kFlux1FillStrength;
 }
 
 // The config of a single transformer checkpoint: the named preset when its shapes are a released
@@ -117,8 +127,10 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   FLUXRT_CHECK(fs::exists(model_root / "model_index.json"), ErrorCode::NotFound,
                "flux.1 pipeline: {} is not a diffusers pipeline folder (no model_index.json)", where);
   const io::ResolvedModel model = io::resolve_model(where);
-  FLUXRT_CHECK(model.pipeline_class.empty() || flux1_kind().accepts_class(model.pipeline_class),
-               ErrorCode::Unsupported, "flux.1 pipeline: {} holds a {}, not a FluxPipeline", where,
+  const PipelineKind* kind =
+      model.pipeline_class.empty() ? &flux1_kind() : find_pipeline_kind(model.pipeline_class);
+  FLUXRT_CHECK(kind == &flux1_kind() || kind == &flux1_fill_kind(), ErrorCode::Unsupported,
+               "flux.1 pipeline: {} holds a {}, not a FluxPipeline or FluxFillPipeline", where,
                model.pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
   const fs::path& text_encoder_file = options.text_encoder_file;
@@ -134,12 +146,13 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                  "flux.1 pipeline: transformer file {} not found", transformer_file.string());
   const VariantInfo info =
       detect_variant(transformer_file.empty() ? model : io::resolve_model(transformer_file.string()));
-  FLUXRT_CHECK(flux1_kind().takes_transformer(info), ErrorCode::Unsupported,
-               "flux.1 pipeline: {} holds a {} transformer, not FLUX.1",
-               transformer_file.empty() ? where : transformer_file.string(), info.description);
+  FLUXRT_CHECK(kind->takes_transformer(info), ErrorCode::Unsupported,
+               "flux.1 pipeline: {} holds a {} transformer, not {}",
+               transformer_file.empty() ? where : transformer_file.string(), info.description, kind->name);
 
   Impl m;
   m.root = model_root;
+  m.kind = kind;
   m.options = options;
   m.scheduler = load_flow_match_scheduler_config(model_root);
   m.scheduler.validate();
@@ -180,16 +193,21 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
     m.transformer_config = models::flux1_preset(info.shape.guidance_embed ? "flux.1-dev" : "flux.1-schnell");
   }
   set_variant_defaults(m.defaults, m.transformer_config.guidance);
+  if (m.fill()) set_fill_defaults(m.defaults);
   if (!text_encoder_file.empty()) check_t5_file_fits(text_encoder_file, m.transformer_config);
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux1VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   // Any number of VAE levels works (diffusers derives vae_scale_factor from them); the 2x2-packed
-  // latent channels must be what the transformer reads.
-  FLUXRT_CHECK(
-      m.vae_config.latent_channels * 4 == m.transformer_config.in_channels, ErrorCode::Unsupported,
-      "flux.1 pipeline: {}: the VAE ({} latent channels) does not fit the transformer ({} packed channels = "
-      "4 x the latent channels)",
-      where, m.vae_config.latent_channels, m.transformer_config.in_channels);
+  // latent channels must be what the transformer reads and writes (Fill reads the masked image's
+  // too, and the mask's f x f pixels per latent pixel).
+  const int64_t packed = 4 * m.vae_config.latent_channels, f = m.vae_config.spatial_factor();
+  const int64_t reads = m.fill() ? 2 * packed + 4 * f * f : packed;
+  FLUXRT_CHECK(m.transformer_config.in_channels == reads && m.transformer_config.out_channels == packed,
+               ErrorCode::Unsupported,
+               "flux.1 pipeline: {}: the VAE ({} latent channels, factor {}) does not fit the {} transformer "
+               "({} input and {} output channels; {} and {} expected)",
+               where, m.vae_config.latent_channels, f, kind->name, m.transformer_config.in_channels,
+               m.transformer_config.out_channels, reads, packed);
   m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
   // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();

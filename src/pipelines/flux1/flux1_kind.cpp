@@ -1,5 +1,6 @@
-// FLUX.1 as the registry knows it (pipelines/pipeline.h PipelineKind): its folders, what its
-// requests may carry, how it recognises its transformers, and its factory.
+// FLUX.1 and FLUX.1 Fill as the registry knows them (pipelines/pipeline.h PipelineKind): their
+// folders, what their requests may carry, how they recognise their transformers, and the factory
+// (one Flux1Pipeline for both).
 #include <fmt/format.h>
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "models/flux/flux_checkpoint_shape.h"
 #include "models/flux/flux_lora_names.h"
 #include "models/fp8_weights.h"
+#include "pipelines/flux1/flux1_fill.h"
 #include "pipelines/flux1/flux1_pipeline.h"
 #include "pipelines/pipeline.h"
 
@@ -17,7 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The released FLUX.1 transformers' sizes (flux-reference.md section 1.1): dev is guidance-distilled.
+// The released FLUX.1 transformers' sizes (flux-reference.md section 1.1): dev and Fill-dev are
+// guidance-distilled.
 struct KnownShape {
   const char* variant;
   const char* description;
@@ -27,14 +30,27 @@ struct KnownShape {
 constexpr KnownShape kKnownShapes[] = {
     {"flux.1-dev", "FLUX.1-dev", 3072, 19, 38, 4096, 64, true},
     {"flux.1-schnell", "FLUX.1-schnell", 3072, 19, 38, 4096, 64, false},
+    {"flux.1-fill-dev", "FLUX.1-Fill-dev", 3072, 19, 38, 4096, kFlux1FillInChannels, true},
 };
 
+bool is_fill_shape(const TransformerShape& s) { return s.in_channels == kFlux1FillInChannels; }
+bool is_plain_shape(const TransformerShape& s) { return !is_fill_shape(s); }
+
 // FLUX.2's shared modulation is checked first: a FLUX.2 checkpoint is never taken for FLUX.1's.
-bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
+// `fill`: the Fill transformer's (its input widened by the masked image and the mask), else the
+// others'.
+bool read_family_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v, bool fill) {
   const std::optional<models::FluxCheckpointShape> s = models::read_flux_checkpoint_shape(shapes);
   if (!s || s->shared_modulation || !s->pooled_text_embedder) return false;
+  if ((s->in_channels == kFlux1FillInChannels) != fill) return false;
   take_flux_checkpoint_shape(*s, v);
   return true;
+}
+bool read_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
+  return read_family_shapes(shapes, v, /*fill=*/false);
+}
+bool read_fill_shapes(const std::map<std::string, Shape>& shapes, VariantInfo& v) {
+  return read_family_shapes(shapes, v, /*fill=*/true);
 }
 
 // FluxTransformer2DModel's defaults are FLUX.1's sizes, without the guidance embedding.
@@ -116,25 +132,21 @@ void name_variant(VariantInfo& v) {
     }
   }
   if (v.variant != "custom") return;
-  v.description = fmt::format("flux.1 (custom: hidden {}, {}+{} blocks, {})", s.hidden_size, s.double_blocks,
+  v.description = fmt::format("flux.1{} (custom: hidden {}, {}+{} blocks, {})",
+                              is_fill_shape(s) ? " fill" : "", s.hidden_size, s.double_blocks,
                               s.single_blocks, s.guidance_embed ? "guidance" : "no guidance");
 }
 
-PipelineKind make_flux1_kind() {
+// What FLUX.1's kinds share: the components, the text encoders, the transformer's names.
+PipelineKind make_flux1_family_kind() {
   PipelineKind k;
-  k.name = "FLUX.1";
-  k.pipeline_class = "FluxPipeline";
-  k.other_classes = {"FluxImg2ImgPipeline", "FluxInpaintPipeline"};  // the same folder layout and components
   k.weight_components = {"transformer", "text_encoder", "text_encoder_2", "vae"};
   k.text_encoder_component = "text_encoder_2";
   k.detection.model_family = "flux.1";
   k.detection.config_class = "FluxTransformer2DModel";
-  k.detection.read_shapes = &read_shapes;
   k.detection.read_config = &read_config;
   k.detection.name_variant = &name_variant;
   k.lora_scheme = &models::flux1_lora_scheme();
-  k.bench_variants = {"flux.1-dev", "flux.1-schnell", "flux.1-tiny"};
-  k.synthetic = &synthetic;
   k.load = [](const fs::path& root, const PipelineOptions& options) -> std::unique_ptr<Pipeline> {
     return Flux1Pipeline::load(root, options);
   };
@@ -148,10 +160,38 @@ PipelineKind make_flux1_kind() {
   return k;
 }
 
+PipelineKind make_flux1_kind() {
+  PipelineKind k = make_flux1_family_kind();
+  k.name = "FLUX.1";
+  k.pipeline_class = "FluxPipeline";
+  k.other_classes = {"FluxImg2ImgPipeline", "FluxInpaintPipeline"};  // the same folder layout and components
+  k.detection.read_shapes = &read_shapes;
+  k.detection.takes_shape = &is_plain_shape;
+  k.bench_variants = {"flux.1-dev", "flux.1-schnell", "flux.1-tiny"};
+  k.synthetic = &synthetic;
+  return k;
+}
+
+// FluxFillPipeline's folders: FLUX.1's layout with a transformer whose input carries the masked
+// image's latents and the mask (flux1_fill.h).
+PipelineKind make_flux1_fill_kind() {
+  PipelineKind k = make_flux1_family_kind();
+  k.name = "FLUX.1 Fill";
+  k.pipeline_class = "FluxFillPipeline";
+  k.detection.read_shapes = &read_fill_shapes;
+  k.detection.takes_shape = &is_fill_shape;
+  return k;
+}
+
 }  // namespace
 
 const PipelineKind& flux1_kind() {
   static const PipelineKind kind = make_flux1_kind();
+  return kind;
+}
+
+const PipelineKind& flux1_fill_kind() {
+  static const PipelineKind kind = make_flux1_fill_kind();
   return kind;
 }
 

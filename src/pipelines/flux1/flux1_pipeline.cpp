@@ -1,6 +1,6 @@
 // Flux1Pipeline: diffusers 0.42.1 FluxPipeline.__call__ / FluxImg2ImgPipeline.__call__ step for
-// step (the comments name the upstream step each block mirrors). Component loading lives in
-// flux1_components.cpp.
+// step (the comments name the upstream step each block mirrors), with FluxInpaintPipeline's blend
+// and FluxFillPipeline's condition (flux1_fill.h). Component loading lives in flux1_components.cpp.
 #include "pipelines/flux1/flux1_pipeline.h"
 
 #include <fmt/format.h>
@@ -17,6 +17,7 @@
 #include "pipelines/batch.h"
 #include "pipelines/denoise.h"
 #include "pipelines/flux1/flux1_components.h"
+#include "pipelines/flux1/flux1_fill.h"
 #include "pipelines/img2img.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/request_loras.h"
@@ -177,7 +178,7 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
 
-const PipelineKind& Flux1Pipeline::kind() const { return flux1_kind(); }
+const PipelineKind& Flux1Pipeline::kind() const { return *impl_->kind; }
 const Flux1ModelDefaults& Flux1Pipeline::defaults() const { return impl_->defaults; }
 const ModelFacts& Flux1Pipeline::facts() const { return impl_->facts; }
 
@@ -194,14 +195,16 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.defaults.img2img_strength = defaults.img2img_strength;
   f.limits.size_multiple = f.defaults.size_multiple;
   f.limits.max_sequence_length = 512;  // T5's limit in FluxPipeline
-  f.limits.init_image = true;
-  f.limits.mask = true;  // FluxInpaintPipeline: the init image with a mask
-  f.limits.true_cfg = true;
+  f.limits.init_image = !fill();       // Fill: only with a mask
+  f.limits.mask = true;                // FluxInpaintPipeline: the init image with a mask; FluxFillPipeline
+  f.limits.mask_required = fill();
+  f.limits.true_cfg = !fill();  // FluxFillPipeline has no negative prompt
   f.weights = weights;
   f.guidance_embedded = defaults.guidance_distilled;
-  // dev runs 28 steps; schnell, distilled to 4, gains nothing from a step cache.
+  // dev runs 28 steps, Fill 50; schnell, distilled to 4, gains nothing from a step cache.
   f.limits.step_cache = defaults.guidance_distilled;
-  if (defaults.guidance_distilled) f.mag_ratios = flux1_dev_mag_ratios();
+  // diffusers' FLUX_MAG_RATIOS were measured on dev; Fill's must be calibrated.
+  if (defaults.guidance_distilled && kind == &flux1_kind()) f.mag_ratios = flux1_dev_mag_ratios();
   return f;
 }
 
@@ -261,6 +264,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   const fluxrt::GenerateRequest& request = *batch_requests.front().request;
   const fluxrt::RequestPlan& plan = batch_requests.front().plan;
   const bool img2img = request.init_image.has_value();
+  FLUXRT_CHECK(!m.fill() || (img2img && request.mask_image), ErrorCode::InvalidArgument,
+               "generate: FLUX.1 Fill needs the image being edited and its mask");
   FLUXRT_CHECK(!img2img || batch_requests.size() == 1, ErrorCode::InvalidArgument,
                "generate: batched requests are for text to image, not img2img");
   const int steps = plan.steps;
@@ -276,8 +281,10 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
                 MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
   // latent grid: 2 * (H // (vae_scale_factor * 2)), even for the 2x2 packing
   const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
+  // The latents are what the transformer writes (FluxPipeline reads in_channels // 4, Fill the
+  // VAE's latent channels: both out_channels / 4).
   const Shape noise_shape =
-      flux1_noise_shape(batch, height, width, m.transformer_config.in_channels / 4, vae_scale);
+      flux1_noise_shape(batch, height, width, m.transformer_config.out_channels / 4, vae_scale);
   if (call.initial_latents) {
     FLUXRT_CHECK(!img2img, ErrorCode::InvalidArgument,
                  "generate: initial_latents and init_image are exclusive");
@@ -288,17 +295,24 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   int t_start = 0;
   Tensor init_pixels;
   // FluxInpaintPipeline (a mask with the init image): img2img whose kept region is put back after
-  // every step; its mask per latent pixel, packed as the latents.
+  // every step; its mask per latent pixel, packed as the latents. FluxFillPipeline instead feeds
+  // the masked image and the mask to the transformer (flux1_fill.h).
   std::optional<KeptRegion> kept;
+  std::optional<Flux1FillCondition> fill;
   if (img2img) {
     FLUXRT_CHECK_FIELD(m.options.load_vae_encoder, ErrorCode::InvalidArgument, "init_image",
                        "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
     t_start = flux1_img2img_start_index(steps, *plan.strength);
     const io::Image init = image_of_request(*request.init_image, "init image", "init_image");
     init_pixels = flux1_preprocess_init_image(init, width, height);  // [1, 3, H, W] f32
-    if (request.mask_image)
-      kept = KeptRegion{prepare_latent_patch_mask(image_of_request(*request.mask_image, "mask", "mask"),
-                                                  init.width, init.height, width, height, lh, lw)};
+    if (request.mask_image) {
+      const io::Image mask = image_of_request(*request.mask_image, "mask", "mask");
+      if (m.fill())
+        fill =
+            Flux1FillCondition::prepare(init_pixels, mask, init.width, init.height, width, height, vae_scale);
+      else
+        kept = KeptRegion{prepare_latent_patch_mask(mask, init.width, init.height, width, height, lh, lw)};
+    }
   }
   check_cancel(call, kWho, "before text encoding");
 
@@ -372,6 +386,15 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     kept->source = models::to_device(flux1_pack_latents(image_latents), m.options.device);
     kept->noise = models::to_device(flux1_pack_latents(noise), m.options.device);
   }
+  // prepare_mask_latents: the masked image's posterior sample is drawn after the noise.
+  Tensor fill_condition;  // [B, N, 64 + 4 f^2]
+  if (fill) {
+    auto vae = m.vae_lease(/*with_encoder=*/true);
+    ScopedTimer span(prof, kSpanReferenceEncode);
+    const Tensor moments = vae->core().encode_moments(fill->masked_pixels.to(dtype), "fill encode");
+    fill_condition =
+        fill->condition(vae->scale_latents(flux1_sample_posterior(moments, generator)), batch, dtype);
+  }
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]
@@ -425,13 +448,18 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
           guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(),
           rope.cos,
           rope.sin};
+      Shape input_shape = latents.shape();  // Fill: widened by its condition
+      input_shape[2] = transformer->config().in_channels;
       loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
-                                   {latents.shape(), Shape{batch, transformer->config().timestep_channels}},
+                                   {input_shape, Shape{batch, transformer->config().timestep_channels}},
                                    flux1_step(*transformer));
       loop.graph_cache = m.step_graphs.get();
     }
     DenoiseModel model;
-    model.input = [&](const Tensor& x) { return x.to(model_dtype); };
+    // Fill: torch.cat((latents, masked_image_latents), dim=2)
+    model.input = [&](const Tensor& x) {
+      return (fill_condition.defined() ? ops::concat({x, fill_condition}, 2) : x).to(model_dtype);
+    };
     model.forward = [&](const Tensor& input, const Tensor& timestep) {
       auto hooks = [&](int branch) { return step_cache ? step_cache->hooks(branch) : nullptr; };
       std::vector<Tensor> v{transformer->forward(input, latent_ids, prompt_embeds, text_ids, pooled, timestep,

@@ -13,6 +13,9 @@
 // [-1, 1], VAE-encoded with a posterior SAMPLE drawn from the same generator (before the noise, as
 // diffusers' retrieve_latents), (z - shift) * scale, the schedule trimmed by strength
 // (t_start = int(N - min(N * strength, N))), and noised with sigma_{t_start} (scale_noise).
+// With a mask: FluxInpaintPipeline (the kept region put back after every step, img2img.h); on a
+// FluxFillPipeline folder (kind() is flux1_fill_kind()) FluxFillPipeline instead, the masked image
+// and the mask concatenated to the transformer's input (flux1_fill.h).
 //
 // It takes the request / result / options types every pipeline takes (pipelines/pipeline.h)
 // and records the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
@@ -52,10 +55,10 @@ struct Flux1ModelDefaults {
 
 class Flux1Pipeline final : public Pipeline {
  public:
-  // A diffusers FluxPipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,
-  // text_encoder_2/, tokenizer_2/, vae/, scheduler/). With options.low_memory nothing is loaded
-  // here: each generate() loads the text encoders, frees them, then the transformer (bf16 weights
-  // used in place from the mapping), then the VAE.
+  // A diffusers FluxPipeline or FluxFillPipeline folder (model_index.json, transformer/,
+  // text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/, vae/, scheduler/). With options.low_memory
+  // nothing is loaded here: each generate() loads the text encoders, frees them, then the transformer (bf16
+  // weights used in place from the mapping), then the VAE.
   static std::unique_ptr<Flux1Pipeline> load(const std::filesystem::path& model_root,
                                              const PipelineOptions& options);
   // Random weights of a variant's real shapes and no weight files (benchmarks): "flux.1-dev",
