@@ -82,7 +82,8 @@ struct GenerateRequest {
   std::optional<float> true_cfg;
   uint64_t seed = 0;  // the noise, drawn as torch.randn would on a CPU generator with this seed
   std::optional<int> max_sequence_length;  // text tokens; unset: the model's (512; schnell 256)
-  // FLUX.2 klein: images to edit or combine, encoded by the VAE and attended to.
+  // FLUX.2 klein: images to edit or combine, encoded by the VAE and attended to; FLUX.1 Kontext:
+  // the one image it edits.
   std::vector<Image> reference_images;
   // FLUX.1 img2img: start from this image (resized to the output size), noised by `strength` in
   // (0, 1] (unset: 0.6); about steps x strength steps run. With mask_image: the image being edited.
@@ -131,7 +132,8 @@ struct RequestLimits {
   int max_images = 1024;         // prompts x images_per_prompt of one request
   int max_prompt_chars = 32000;  // code points of a prompt or negative prompt
   // What the family takes besides a prompt (a field it cannot honour is refused, never dropped).
-  int max_reference_images = 0;  // FLUX.2 klein: 4 (BFL's limit); 0: none
+  int max_reference_images = 0;  // FLUX.2 klein: 4 (BFL's limit), FLUX.1 Kontext: 1; 0: none
+  int min_reference_images = 0;  // FLUX.1 Kontext: 1 (the image it edits)
   bool init_image = false;       // img2img: init_image and strength (FLUX.1)
   bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
   bool mask_required = false;    // FLUX.1 Fill: every request is an init_image with its mask

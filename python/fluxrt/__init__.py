@@ -27,6 +27,7 @@ Flux2KleinKVPipeline = FluxPipeline
 FluxImg2ImgPipeline = FluxPipeline
 FluxInpaintPipeline = Flux2KleinInpaintPipeline  # a mask with the image: the model decides which
 FluxFillPipeline = Flux2KleinInpaintPipeline  # on a FLUX.1 Fill folder (model_index.json FluxFillPipeline)
+FluxKontextPipeline = FluxPipeline  # on a FLUX.1 Kontext folder: ``image`` is the image to edit
 
 
 def inspect_model(model: str) -> dict:
@@ -50,6 +51,7 @@ def inspect_lora(path: str) -> dict:
 __all__ = [
     "CancelledError", "DeviceError", "Error", "FirstBlockCacheConfig", "Flux2KleinInpaintPipeline",
     "Flux2KleinKVPipeline", "Flux2KleinPipeline", "FluxFillPipeline", "FluxImg2ImgPipeline", "FluxInpaintPipeline",
+    "FluxKontextPipeline",
     "FluxPipeline", "FluxPipelineOutput",
     "FormatError", "InternalError", "InvalidArgumentError", "IoError", "MagCacheConfig", "NotFoundError",
     "OutOfMemoryError", "TaylorSeerCacheConfig", "UnsupportedError", "__version__", "bundled_demo_model",

@@ -213,11 +213,13 @@ class FluxPipeline(LoraLoaderMixin):
         """Generates ``len(prompt) x num_images_per_prompt`` images. ``generator``: None (a random
         seed, recorded in the metadata), an int seed, a torch.Generator (its seed is read), or a
         list of them, one per image. ``image``: FLUX.2 klein's reference image(s), FLUX.1's
-        img2img init image (noised by ``strength``). ``callback_on_step_end(pipe, step, timestep,
-        kwargs)`` runs after each step (0-based step; timestep the schedule's t, sigma x 1000, as a
-        float; kwargs {}: no tensor crosses the engine's API). Ctrl-C stops at the next step with
-        KeyboardInterrupt. The active LoRA adapters (load_lora_weights, set_adapters) apply,
-        their weights times ``joint_attention_kwargs["scale"]`` when given."""
+        img2img init image (noised by ``strength``), FLUX.1 Kontext's image to edit (resized to
+        the preferred Kontext resolution of its aspect ratio, as diffusers' FluxKontextPipeline).
+        ``callback_on_step_end(pipe, step, timestep, kwargs)`` runs after each step (0-based step;
+        timestep the schedule's t, sigma x 1000, as a float; kwargs {}: no tensor crosses the
+        engine's API). Ctrl-C stops at the next step with KeyboardInterrupt. The active LoRA
+        adapters (load_lora_weights, set_adapters) apply, their weights times
+        ``joint_attention_kwargs["scale"]`` when given."""
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
         loras = self._call_loras(joint_attention_kwargs)
@@ -304,7 +306,9 @@ class FluxPipeline(LoraLoaderMixin):
         if image is None:
             return
         images = list(image) if isinstance(image, (list, tuple)) else [image]
-        if self._info["variant"].get("family") == "flux.1":
+        # klein's references and FLUX.1 Kontext's image to edit are reference images; the rest of
+        # FLUX.1 takes the image as img2img's init image.
+        if self._engine.max_reference_images() == 0:
             if len(images) != 1:
                 raise InvalidArgumentError(f"image: FLUX.1 img2img takes one init image, got {len(images)}")
             r.set_init_image(*_rgb_of(images[0], "image"))

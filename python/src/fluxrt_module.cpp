@@ -363,6 +363,9 @@ PYBIND11_MODULE(_fluxrt, m) {
           py::arg("request"))
       .def("defaults", [](const fluxrt::Engine& e) { return defaults_dict(e.defaults()); })
       .def("info_json", [](const fluxrt::Engine& e) { return fluxrt::model_info_json(e.info()); })
+      .def(
+          "max_reference_images", [](const fluxrt::Engine& e) { return e.limits().max_reference_images; },
+          "how many reference images a request may carry (klein 4, FLUX.1 Kontext 1, FLUX.1 0)")
       .def_property_readonly("model", &fluxrt::Engine::model)
       .def_property_readonly("variant", &fluxrt::Engine::variant)
       .def_property_readonly("device", [](const fluxrt::Engine& e) { return e.options().device; })

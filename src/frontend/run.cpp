@@ -218,10 +218,13 @@ Run resolve_run(const RunSettings& s) {
   // (klein-9B, FLUX.1 with T5-XXL on 24 GiB) runs one component at a time rather than failing,
   // unless low_memory was set to false explicitly.
   // A front end with requests of its own (a server, a binding) plans here only the defaults its
-  // requests start from: the images a model needs with every request (FLUX.1 Fill's mask) come
-  // with those requests and are checked with them (Engine::plan).
+  // requests start from: the images a model needs with every request (FLUX.1 Fill's mask, Kontext's
+  // image) come with those requests and are checked with them (Engine::plan).
   pipelines::ModelFacts plan_facts = facts;
-  if (!s.writes_images) plan_facts.limits.mask_required = false;
+  if (!s.writes_images) {
+    plan_facts.limits.mask_required = false;
+    plan_facts.limits.min_reference_images = 0;
+  }
   auto plan_with = [&](bool low_memory) {
     return pipelines::plan_request(
         *resolved.kind, r, plan_facts,

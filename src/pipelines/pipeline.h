@@ -169,6 +169,10 @@ struct PipelineKind {
   const char* text_encoder_component = "";
   // How it recognises its transformers (pipelines/variant.h: detect_variant asks every kind).
   TransformerDetection detection;
+  // The kind whose transformers its folders hold when they are not told apart by their own
+  // (FLUX.1 Kontext's are FLUX.1's shapes): a single file of that kind runs with its folders. Null:
+  // its own.
+  const PipelineKind& (*transformers_of)() = nullptr;
   // How LoRA files name its transformer's layers: which files it takes, and where they apply.
   const models::LoraNameScheme* lora_scheme = nullptr;
   // Its own checks of a pipeline folder beyond the weight components (check_pipeline_folder),
@@ -198,7 +202,7 @@ struct PipelineKind {
   bool accepts_class(std::string_view class_name) const;
   // Whether a transformer checkpoint (detect_variant) runs here.
   bool takes_transformer(const VariantInfo& transformer) const {
-    return transformer.runs && transformer.kind == this;
+    return transformer.runs && transformer.kind == (transformers_of ? &transformers_of() : this);
   }
 };
 
@@ -206,7 +210,8 @@ struct PipelineKind {
 const std::vector<const PipelineKind*>& pipeline_kinds();
 const PipelineKind& flux2_klein_kind();
 const PipelineKind& flux1_kind();
-const PipelineKind& flux1_fill_kind();  // FLUX.1 Fill: its own transformer (masked-image channels)
+const PipelineKind& flux1_fill_kind();     // FLUX.1 Fill: its own transformer (masked-image channels)
+const PipelineKind& flux1_kontext_kind();  // FLUX.1 Kontext: dev's transformer, an image to edit
 // The kind whose folders name `pipeline_class`; null when none does.
 const PipelineKind* find_pipeline_kind(std::string_view pipeline_class);
 // Checks that `model` is a complete diffusers pipeline folder of a registered kind (its weight

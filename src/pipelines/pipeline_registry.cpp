@@ -1,5 +1,5 @@
 // The registry of pipeline families (pipelines/pipeline.h): the list of kinds, each defined with
-// its family (klein_kind.cpp, flux1_kind.cpp: FLUX.1 and FLUX.1 Fill), and the look-ups over it.
+// its family (klein_kind.cpp, flux1_kind.cpp: FLUX.1, FLUX.1 Fill and Kontext), and the look-ups over it.
 #include <algorithm>
 
 #include "core/error.h"
@@ -15,7 +15,8 @@ bool PipelineKind::accepts_class(std::string_view class_name) const {
 }
 
 const std::vector<const PipelineKind*>& pipeline_kinds() {
-  static const std::vector<const PipelineKind*> kinds{&flux2_klein_kind(), &flux1_kind(), &flux1_fill_kind()};
+  static const std::vector<const PipelineKind*> kinds{&flux2_klein_kind(), &flux1_kind(), &flux1_fill_kind(),
+                                                      &flux1_kontext_kind()};
   return kinds;
 }
 

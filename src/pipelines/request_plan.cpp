@@ -77,6 +77,11 @@ void check_request(const PipelineKind& kind, const fluxrt::GenerateRequest& r,
                        "{} reference images: {} models take at most {}", r.reference_images.size(), kind.name,
                        l.max_reference_images);
   }
+  FLUXRT_CHECK_FIELD(static_cast<int>(r.reference_images.size()) >= l.min_reference_images,
+                     ErrorCode::InvalidArgument, "reference_images",
+                     "{} models edit an image: give it as a reference image (--image, the edits endpoint's "
+                     "'image')",
+                     kind.name);
   FLUXRT_CHECK_FIELD(!r.mask_image || l.mask, ErrorCode::InvalidArgument, "mask",
                      "a mask (inpainting) is not for {} models", kind.name);
   FLUXRT_CHECK_FIELD(!l.mask_required || r.mask_image, ErrorCode::InvalidArgument, "mask",

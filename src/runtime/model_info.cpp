@@ -90,8 +90,11 @@ fluxrt::ModelInfo to_public(const ModelReport& report) {
     if (!v.pipelines.empty()) {
       info.pipelines = v.pipelines;
     } else {
-      info.pipelines.push_back(v.kind->pipeline_class);
-      for (const std::string& other : v.kind->other_classes) info.pipelines.push_back(other);
+      // A folder runs as the kind its model_index.json names (Kontext's transformer has dev's shapes).
+      const pipelines::PipelineKind* folder_kind = pipelines::find_pipeline_kind(m.pipeline_class);
+      const pipelines::PipelineKind& kind = folder_kind != nullptr ? *folder_kind : *v.kind;
+      info.pipelines.push_back(kind.pipeline_class);
+      for (const std::string& other : kind.other_classes) info.pipelines.push_back(other);
     }
     const pipelines::TransformerShape& s = v.shape;
     info.shape = fluxrt::TransformerShape{s.hidden_size,   s.head_dim,    s.num_heads,   s.double_blocks,

@@ -104,8 +104,11 @@ io::ResolvedModel find_components_folder(const io::ResolvedModel& file,
         "for its text encoder, tokenizer, VAE and scheduler (no model_index.json next to the file)",
         file.path, kind->name, kind->pipeline_class);
   }
+  // A folder of a kind running this family's transformers takes the file too (FLUX.1 Kontext's).
+  const pipelines::PipelineKind* folder_kind = pipelines::find_pipeline_kind(folder.pipeline_class);
   FLUXRT_CHECK(
-      kind->accepts_class(folder.pipeline_class), ErrorCode::Unsupported,
+      kind->accepts_class(folder.pipeline_class) || (folder_kind && folder_kind->takes_transformer(info)),
+      ErrorCode::Unsupported,
       "model {} is a {} transformer but the components in {} are a {}: they must be a {} folder", file.path,
       info.description, folder.path,
       folder.pipeline_class.empty() ? std::string("pipeline without a _class_name") : folder.pipeline_class,

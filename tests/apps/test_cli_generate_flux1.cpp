@@ -182,6 +182,37 @@ TEST_F(CliGenerateFlux1, FillRendersTheDiffusersImage) {
   EXPECT_LE(from_file.max_abs, 2) << from_file.str();
 }
 
+// A FluxKontextPipeline folder: `--image SRC` is the image to edit (diffusers' FluxKontextPipeline
+// image, tests/data/flux1_kontext square_f32); it needs one, and takes no mask.
+TEST_F(CliGenerateFlux1, KontextRendersTheDiffusersImage) {
+  const fs::path golden = kData / "flux1_kontext";
+  const std::string kontext = "--model " + quote((kData / "models" / "flux1-kontext-tiny").string()) +
+                              " --prompt 'make it red' --size 64x64 --steps 3 --guidance 2.5 --seed 3"
+                              " --max-sequence-length 32 --dtype f32 --quiet --out " +
+                              quote((tmp_ / "out").string());
+  const std::string image = " --image " + quote((golden / "inputs" / "source_64.png").string());
+  expect_one_line_error(run(kontext), "FLUX.1 Kontext models edit an image");
+  expect_one_line_error(
+      run(kontext + image + " --init-image " + quote((golden / "inputs" / "source_64.png").string()) +
+          " --mask " + quote((kData / "flux1_fill" / "inputs" / "mask_white_64.png").string())),
+      "a mask (inpainting) is not for FLUX.1 Kontext models");
+  const fluxrt::io::Image expected =
+      fluxrt::io::to_rgb(fluxrt::io::read_png((golden / "square_f32" / "image_0.png").string()));
+  ASSERT_EQ(run(kontext + image), 0) << err_;
+  const auto d = fluxrt::test::compare_images(written_image(), expected);
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  // Its transformer as a single file (dev's shapes, named FLUX.1's) runs with the Kontext folder.
+  const fs::path folder = kData / "models" / "flux1-kontext-tiny";
+  fs::remove_all(tmp_ / "out");
+  ASSERT_EQ(
+      run("--model " + quote((folder / "transformer" / "diffusion_pytorch_model.safetensors").string()) +
+          " --components " + quote(folder.string()) + kontext.substr(kontext.find(" --prompt")) + image),
+      0)
+      << err_;
+  const auto from_file = fluxrt::test::compare_images(written_image(), expected);
+  EXPECT_LE(from_file.max_abs, 2) << from_file.str();
+}
+
 TEST_F(CliGenerateFlux1, ReferenceImagesAreAOneLineError) {
   const fs::path ref = tmp_ / "ref.png";
   fluxrt::io::write_png(ref.string(), fluxrt::io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 90)});

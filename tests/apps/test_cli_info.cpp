@@ -108,13 +108,17 @@ TEST_F(CliInfo, TinyKleinKvFolder) {
   EXPECT_NE(r.out.find("runs:    Flux2KleinKVPipeline\n"), std::string::npos) << r.out;
 }
 
-// FLUX.1 Fill is told by its transformer's widened input: it runs as its own diffusers class.
-TEST_F(CliInfo, TinyFillFolderNamesItsPipeline) {
+// FLUX.1 Fill is told by its transformer's widened input, Kontext (dev's shapes) by its folder's
+// model_index.json: each runs as its own diffusers class.
+TEST_F(CliInfo, TinyFillAndKontextFoldersNameTheirPipelines) {
   RunResult r = run("info " + shell_quote((kModels / "flux1-fill-tiny").string()));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("variant: flux.1 fill (custom: hidden 128, 1+1 blocks, guidance)"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("runs:    FluxFillPipeline\n"), std::string::npos) << r.out;
+  r = run("info " + shell_quote((kModels / "flux1-kontext-tiny").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("runs:    FluxKontextPipeline\n"), std::string::npos) << r.out;
 }
 
 TEST_F(CliInfo, TinyKleinBflFileAsJson) {

@@ -31,11 +31,13 @@ TEST(PipelineRegistry, FindsEachFamilyByItsClasses) {
   EXPECT_EQ(find_pipeline_kind("Flux2Pipeline"), nullptr);  // FLUX.2 dev: not run here
   EXPECT_EQ(find_pipeline_kind(""), nullptr);
   EXPECT_EQ(find_pipeline_kind("fluxpipeline"), nullptr);  // class names are exact
-  // FLUX.1 Fill's folders run their own transformer: a kind of its own.
+  // FLUX.1 Fill's folders run their own transformer, Kontext's take an image: kinds of their own.
   EXPECT_EQ(find_pipeline_kind("FluxFillPipeline"), &flux1_fill_kind());
-  EXPECT_EQ(pipeline_kinds().size(), 3u);
+  EXPECT_EQ(find_pipeline_kind("FluxKontextPipeline"), &flux1_kontext_kind());
+  EXPECT_EQ(pipeline_kinds().size(), 4u);
   EXPECT_EQ(supported_pipelines_text(),
-            "Flux2KleinPipeline (FLUX.2 klein), FluxPipeline (FLUX.1) and FluxFillPipeline (FLUX.1 Fill)");
+            "Flux2KleinPipeline (FLUX.2 klein), FluxPipeline (FLUX.1), FluxFillPipeline (FLUX.1 Fill) and "
+            "FluxKontextPipeline (FLUX.1 Kontext)");
 }
 
 TEST(PipelineRegistry, MapsTransformerCheckpointsToTheirFamily) {
@@ -59,8 +61,9 @@ TEST(PipelineRegistry, TellsWhichKindsALoraFileFits) {
   EXPECT_EQ(lora_family_name(klein), "FLUX.2");
   const models::LoraFile flux1 =
       models::read_lora_file((kData / "lora" / "flux1" / "kohya.safetensors").string());
-  // FLUX.1's two kinds share the transformer's layer names.
-  EXPECT_EQ(kinds_taking_lora(flux1), (std::vector<const PipelineKind*>{&flux1_kind(), &flux1_fill_kind()}));
+  // FLUX.1's three kinds share the transformer's layer names.
+  EXPECT_EQ(kinds_taking_lora(flux1),
+            (std::vector<const PipelineKind*>{&flux1_kind(), &flux1_fill_kind(), &flux1_kontext_kind()}));
   EXPECT_EQ(lora_family_name(flux1), "FLUX.1");
   models::LoraFile shared = klein;  // only the layers both have left
   std::erase_if(shared.modules, [](const models::LoraModule& m) {

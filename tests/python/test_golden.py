@@ -3,8 +3,9 @@ cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pix
 docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
 reference images (klein), img2img and true CFG (FLUX.1), klein and FLUX.1 inpainting through
 fluxrt.Flux2KleinInpaintPipeline / FluxInpaintPipeline (tests/data/klein_inpaint, flux1_inpaint),
-FLUX.1 Fill through fluxrt.FluxFillPipeline (tests/data/flux1_fill) and klein-9B-KV's reference K/V
-caching through fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
+FLUX.1 Fill through fluxrt.FluxFillPipeline (tests/data/flux1_fill), FLUX.1 Kontext through
+fluxrt.FluxKontextPipeline (tests/data/flux1_kontext) and klein-9B-KV's reference K/V caching through
+fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
 
 import json
 from functools import lru_cache
@@ -22,6 +23,7 @@ INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
 FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
 KV_CASES = ["one_ref_f32", "two_refs_f32", "one_ref_two_images_f32"]
 FILL_CASES = ["soft_disc_f32", "resized_s08_f32"]
+KONTEXT_CASES = ["square_f32"]
 
 
 @lru_cache(maxsize=None)
@@ -125,6 +127,19 @@ def test_flux1_fill_matches_diffusers(name):
                guidance_scale=c["guidance"], num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
                max_sequence_length=c["max_sequence_length"])
     expect_close(out.images, "flux1_fill", c)
+
+
+@pytest.mark.parametrize("name", KONTEXT_CASES)
+def test_flux1_kontext_matches_diffusers(name):
+    c = case("flux1_kontext", name)
+    pipe = fluxrt.FluxKontextPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=c["prompt"], image=Image.open(DATA / "flux1_kontext" / "inputs" / c["image"]),
+               negative_prompt=c["negative_prompt"], true_cfg_scale=c["true_cfg"], height=c["height"],
+               width=c["width"], num_inference_steps=c["steps"], guidance_scale=c["guidance"],
+               num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
+               max_sequence_length=c["max_sequence_length"])
+    expect_close(out.images, "flux1_kontext", c)
 
 
 def test_inpainting_bad_masks_name_the_field():

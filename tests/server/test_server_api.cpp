@@ -394,8 +394,8 @@ TEST(ServerParse, RefusalsQuoteTheRequestOnOneLine) {
   EXPECT_EQ(server::escape_for_message("\xe2\x82\xac\xe2\x82", 10), "\xe2\x82\xac\\xe2\\x82");
 }
 
-// A mask for a model whose limits take none (every family fluxrt runs inpaints today; a future
-// one may not): 400 naming `mask`, before any upload is decoded.
+// A mask for a model whose limits take none (FLUX.1 Kontext): 400 naming `mask`, before any
+// upload is decoded.
 TEST(ServerParse, MaskOnAModelWithoutInpaintingNamesMask) {
   server::ApiLimits limits;
   limits.model_ids = {"demo"};

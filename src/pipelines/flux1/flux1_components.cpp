@@ -129,9 +129,10 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
   const io::ResolvedModel model = io::resolve_model(where);
   const PipelineKind* kind =
       model.pipeline_class.empty() ? &flux1_kind() : find_pipeline_kind(model.pipeline_class);
-  FLUXRT_CHECK(kind == &flux1_kind() || kind == &flux1_fill_kind(), ErrorCode::Unsupported,
-               "flux.1 pipeline: {} holds a {}, not a FluxPipeline or FluxFillPipeline", where,
-               model.pipeline_class);
+  FLUXRT_CHECK(kind == &flux1_kind() || kind == &flux1_fill_kind() || kind == &flux1_kontext_kind(),
+               ErrorCode::Unsupported,
+               "flux.1 pipeline: {} holds a {}, not a FluxPipeline, FluxFillPipeline or FluxKontextPipeline",
+               where, model.pipeline_class);
   const fs::path& transformer_file = options.transformer_file;
   const fs::path& text_encoder_file = options.text_encoder_file;
   for (const char* component :

@@ -36,8 +36,9 @@ struct Flux1TextEncoders {
 struct Flux1Pipeline::Impl {
   // Source: a diffusers pipeline folder, or (synthetic_variant non-empty) random weights.
   std::filesystem::path root;
-  // FLUX.1 (FluxPipeline and the img2img / inpaint classes of the same folders) or FLUX.1 Fill
-  // (FluxFillPipeline: flux1_fill.h), as the folder's model_index.json says.
+  // FLUX.1 (FluxPipeline and the img2img / inpaint classes of the same folders), FLUX.1 Fill
+  // (FluxFillPipeline: flux1_fill.h) or FLUX.1 Kontext (FluxKontextPipeline: flux1_kontext.h), as
+  // the folder's model_index.json says.
   const PipelineKind* kind = &flux1_kind();
   std::string synthetic_variant;
   std::filesystem::path clip_tokenizer_dir, t5_tokenizer_dir;
@@ -72,6 +73,7 @@ struct Flux1Pipeline::Impl {
   // The facts the configs above give (Flux1Pipeline's describe).
   ModelFacts make_facts() const;
   bool fill() const { return kind == &flux1_fill_kind(); }
+  bool kontext() const { return kind == &flux1_kontext_kind(); }
 
   // Loads the components (each on its own thread with options.parallel_load).
   void load_resident();

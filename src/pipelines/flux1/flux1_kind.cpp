@@ -1,6 +1,6 @@
-// FLUX.1 and FLUX.1 Fill as the registry knows them (pipelines/pipeline.h PipelineKind): their
-// folders, what their requests may carry, how they recognise their transformers, and the factory
-// (one Flux1Pipeline for both).
+// FLUX.1, FLUX.1 Fill and FLUX.1 Kontext as the registry knows them (pipelines/pipeline.h
+// PipelineKind): their folders, what their requests may carry, how they recognise their
+// transformers, and the factory (one Flux1Pipeline for the three).
 #include <fmt/format.h>
 
 #include <memory>
@@ -183,7 +183,28 @@ PipelineKind make_flux1_fill_kind() {
   return k;
 }
 
+// FluxKontextPipeline's folders: FLUX.1's layout and dev's transformer shapes, so only the folder's
+// model_index.json tells them apart, never a checkpoint; the image it edits is a reference image
+// (flux1_kontext.h).
+bool never_from_shapes(const std::map<std::string, Shape>&, VariantInfo&) { return false; }
+bool never_from_config(const TransformerShape&) { return false; }
+
+PipelineKind make_flux1_kontext_kind() {
+  PipelineKind k = make_flux1_family_kind();
+  k.name = "FLUX.1 Kontext";
+  k.pipeline_class = "FluxKontextPipeline";
+  k.detection.read_shapes = &never_from_shapes;
+  k.detection.takes_shape = &never_from_config;
+  k.transformers_of = &flux1_kind;
+  return k;
+}
+
 }  // namespace
+
+const PipelineKind& flux1_kontext_kind() {
+  static const PipelineKind kind = make_flux1_kontext_kind();
+  return kind;
+}
 
 const PipelineKind& flux1_kind() {
   static const PipelineKind kind = make_flux1_kind();

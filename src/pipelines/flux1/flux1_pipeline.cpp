@@ -18,6 +18,7 @@
 #include "pipelines/denoise.h"
 #include "pipelines/flux1/flux1_components.h"
 #include "pipelines/flux1/flux1_fill.h"
+#include "pipelines/flux1/flux1_kontext.h"
 #include "pipelines/img2img.h"
 #include "pipelines/reference_image.h"
 #include "pipelines/request_loras.h"
@@ -75,7 +76,7 @@ Tensor flux1_unpack_latents(const Tensor& tokens, int64_t h, int64_t w) {
       .view({b, c, h, w});
 }
 
-Tensor flux1_image_ids(int64_t h, int64_t w) {
+Tensor flux1_image_ids(int64_t h, int64_t w, int64_t first) {
   FLUXRT_CHECK(h > 0 && w > 0 && h % 2 == 0 && w % 2 == 0, ErrorCode::InvalidArgument,
                "flux1_image_ids: latent size {}x{} must be positive and even", h, w);
   const int64_t h2 = h / 2, w2 = w / 2;
@@ -83,7 +84,7 @@ Tensor flux1_image_ids(int64_t h, int64_t w) {
   int64_t* p = ids.data<int64_t>();
   for (int64_t i = 0; i < h2; ++i)
     for (int64_t j = 0; j < w2; ++j, p += 3) {
-      p[0] = 0;
+      p[0] = first;
       p[1] = i;
       p[2] = j;
     }
@@ -195,15 +196,17 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.defaults.img2img_strength = defaults.img2img_strength;
   f.limits.size_multiple = f.defaults.size_multiple;
   f.limits.max_sequence_length = 512;  // T5's limit in FluxPipeline
-  f.limits.init_image = !fill();       // Fill: only with a mask
-  f.limits.mask = true;                // FluxInpaintPipeline: the init image with a mask; FluxFillPipeline
+  // Kontext edits its one reference image; Fill takes the image only with a mask.
+  f.limits.init_image = !fill() && !kontext();
+  f.limits.mask = !kontext();  // FluxInpaintPipeline: the init image with a mask; FluxFillPipeline
   f.limits.mask_required = fill();
+  f.limits.max_reference_images = f.limits.min_reference_images = kontext() ? 1 : 0;
   f.limits.true_cfg = !fill();  // FluxFillPipeline has no negative prompt
   f.weights = weights;
   f.guidance_embedded = defaults.guidance_distilled;
   // dev runs 28 steps, Fill 50; schnell, distilled to 4, gains nothing from a step cache.
   f.limits.step_cache = defaults.guidance_distilled;
-  // diffusers' FLUX_MAG_RATIOS were measured on dev; Fill's must be calibrated.
+  // diffusers' FLUX_MAG_RATIOS were measured on dev; Fill's and Kontext's must be calibrated.
   if (defaults.guidance_distilled && kind == &flux1_kind()) f.mag_ratios = flux1_dev_mag_ratios();
   return f;
 }
@@ -314,6 +317,16 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
         kept = KeptRegion{prepare_latent_patch_mask(mask, init.width, init.height, width, height, lh, lw)};
     }
   }
+  // FluxKontextPipeline: the image being edited, at the preferred Kontext resolution of its aspect.
+  Tensor kontext_pixels;
+  if (m.kontext()) {
+    FLUXRT_CHECK_FIELD(request.reference_images.size() == 1 && m.options.load_vae_encoder,
+                       ErrorCode::InvalidArgument, "reference_images",
+                       "generate: FLUX.1 Kontext edits one image, with the VAE encoder loaded");
+    kontext_pixels = kontext_preprocess_image(
+        image_of_request(request.reference_images.front(), "the image to edit", "reference_images"),
+        2 * vae_scale);
+  }
   check_cancel(call, kWho, "before text encoding");
 
   // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
@@ -398,7 +411,18 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   if (img2img) noise = flux1_scale_noise(image_latents, noise, result.schedule.sigmas[t_start]);
   // Noise is drawn on the host (the torch CPU generator) and the latents live on the device.
   Tensor latents = models::to_device(flux1_pack_latents(noise), m.options.device);  // [B, (h/2)(w/2), 64]
-  const Tensor latent_ids = flux1_image_ids(lh, lw);
+  Tensor latent_ids = flux1_image_ids(lh, lw);
+  // Kontext's image tokens (prepare_latents): VAE mode latents, scaled, packed, after the noise
+  // tokens with ids (1, i, j).
+  Tensor kontext_tokens;  // [B, Nr, 64]
+  if (kontext_pixels.defined()) {
+    auto vae = m.vae_lease(/*with_encoder=*/true);
+    ScopedTimer span(prof, kSpanReferenceEncode);
+    const Tensor z = vae->encode_latents(kontext_pixels.to(dtype));  // [1, 16, hr, wr]
+    kontext_tokens = broadcast_batch(flux1_pack_latents(models::to_device(z, Device::cpu())), batch);
+    kontext_tokens = models::to_device(kontext_tokens, m.options.device);
+    latent_ids = ops::concat({latent_ids, flux1_image_ids(z.size(2), z.size(3), 1)}, 0);
+  }
 
   // guidance: torch.full([1], guidance_scale, float32).expand(B), dev only
   const Tensor guidance_tensor =
@@ -448,17 +472,21 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
           guidance_tensor.defined() ? transformer->projection(guidance_tensor) : Tensor(),
           rope.cos,
           rope.sin};
-      Shape input_shape = latents.shape();  // Fill: widened by its condition
+      Shape input_shape = latents.shape();  // Fill: widened by its condition; Kontext: lengthened
       input_shape[2] = transformer->config().in_channels;
+      if (kontext_tokens.defined()) input_shape[1] += kontext_tokens.size(1);
       loop.graph = bind_step_graph(m.step_graphs.get(), m.options.device, request_inputs,
                                    {input_shape, Shape{batch, transformer->config().timestep_channels}},
                                    flux1_step(*transformer));
       loop.graph_cache = m.step_graphs.get();
     }
     DenoiseModel model;
-    // Fill: torch.cat((latents, masked_image_latents), dim=2)
+    // Fill: torch.cat((latents, masked_image_latents), dim=2); Kontext: torch.cat([latents,
+    // image_latents], dim=1), whose extra rows' velocities denoise() drops.
     model.input = [&](const Tensor& x) {
-      return (fill_condition.defined() ? ops::concat({x, fill_condition}, 2) : x).to(model_dtype);
+      if (fill_condition.defined()) return ops::concat({x, fill_condition}, 2).to(model_dtype);
+      if (kontext_tokens.defined()) return ops::concat({x, kontext_tokens}, 1).to(model_dtype);
+      return x.to(model_dtype);
     };
     model.forward = [&](const Tensor& input, const Tensor& timestep) {
       auto hooks = [&](int branch) { return step_cache ? step_cache->hooks(branch) : nullptr; };

@@ -16,11 +16,14 @@
 // With a mask: FluxInpaintPipeline (the kept region put back after every step, img2img.h); on a
 // FluxFillPipeline folder (kind() is flux1_fill_kind()) FluxFillPipeline instead, the masked image
 // and the mask concatenated to the transformer's input (flux1_fill.h).
+// On a FluxKontextPipeline folder (flux1_kontext_kind()): the request's reference image appended
+// as tokens with their own ids (flux1_kontext.h).
 //
 // It takes the request / result / options types every pipeline takes (pipelines/pipeline.h)
 // and records the profiler span names of pipelines/spans.h, so the CLI and the benchmarks drive both the
 // same way; inside kSpanTextEncoding it also records CLIP-L and T5-XXL apart (kSpanTextEncodingClip / T5).
-// Fields that mean nothing for FLUX.1 (reference_images) are refused by plan_request.
+// Fields that mean nothing for the model (reference_images but on Kontext) are refused by
+// plan_request.
 //
 //   auto pipe = Flux1Pipeline::load("models/flux1-schnell", {});
 //   GenerateRequest req; req.prompts = {"a red circle"}; req.seed = 7;
@@ -55,7 +58,7 @@ struct Flux1ModelDefaults {
 
 class Flux1Pipeline final : public Pipeline {
  public:
-  // A diffusers FluxPipeline or FluxFillPipeline folder (model_index.json, transformer/,
+  // A diffusers FluxPipeline, FluxFillPipeline or FluxKontextPipeline folder (model_index.json, transformer/,
   // text_encoder/, tokenizer/, text_encoder_2/, tokenizer_2/, vae/, scheduler/). With options.low_memory
   // nothing is loaded here: each generate() loads the text encoders, frees them, then the transformer (bf16
   // weights used in place from the mapping), then the VAE.
@@ -104,8 +107,9 @@ class Flux1Pipeline final : public Pipeline {
 Tensor flux1_pack_latents(const Tensor& latents);
 // FluxPipeline._unpack_latents: [B, (h/2)*(w/2), 4C] -> [B, C, h, w].
 Tensor flux1_unpack_latents(const Tensor& tokens, int64_t h, int64_t w);
-// _prepare_latent_image_ids: [(h/2)*(w/2), 3] i64 rows (0, i, j) in raster order (h, w: latent size).
-Tensor flux1_image_ids(int64_t h, int64_t w);
+// _prepare_latent_image_ids: [(h/2)*(w/2), 3] i64 rows (first, i, j) in raster order (h, w: latent
+// size); `first` is 0 for the generated image, 1 for Kontext's image to edit.
+Tensor flux1_image_ids(int64_t h, int64_t w, int64_t first = 0);
 // text ids: zeros [length, 3] i64.
 Tensor flux1_text_ids(int64_t length);
 
