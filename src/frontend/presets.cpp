@@ -121,7 +121,7 @@ const std::vector<std::string>& preset_keys() {
     std::vector<std::string> k = {"model"};
     for (const RequestField& f : request_fields()) k.push_back(f.key);
     for (const char* other : {"dtype", "device", "threads", "low_memory", "out", "filename", "prompts",
-                              "init_image", "vae_tiling", "loras"})
+                              "init_image", "mask", "vae_tiling", "loras"})
       k.push_back(other);
     return k;
   }();
@@ -189,6 +189,8 @@ Preset parse_preset(const std::string& yaml_text, const std::string& source) {
       preset.prompts = std::move(prompts);
     } else if (key == "init_image") {
       preset.init_image = non_empty(source, value, key);
+    } else if (key == "mask") {
+      preset.mask = non_empty(source, value, key);
     } else if (key == "vae_tiling") {
       preset.vae_tiling = one_of(source, value, key, {"auto", "on", "off"});
     } else if (key == "loras") {
@@ -210,7 +212,7 @@ Preset load_preset(const fs::path& file) {
   text << in.rdbuf();
   FLUXRT_CHECK(!in.bad(), ErrorCode::Io, "cannot read preset {}", file.string());
   Preset preset = parse_preset(text.str(), file.string());
-  for (std::optional<std::string>* path : {&preset.model, &preset.init_image})
+  for (std::optional<std::string>* path : {&preset.model, &preset.init_image, &preset.mask})
     if (*path) **path = beside_preset(file, **path);
   if (preset.loras)
     for (Lora& l : *preset.loras) l.path = beside_preset(file, l.path);
@@ -228,6 +230,7 @@ Preset merge_presets(const Preset& base, const Preset& over) {
   }
   take(out.prompts, over.prompts);
   take(out.init_image, over.init_image);
+  take(out.mask, over.mask);
   take(out.model, over.model);
   take(out.dtype, over.dtype);
   take(out.device, over.device);

@@ -28,8 +28,9 @@ struct Preset {
   std::map<std::string, std::string> fields;
   std::map<std::string, std::string> where;
   std::optional<std::vector<std::string>> prompts;
-  std::optional<std::string>
-      init_image;  // a relative path is taken from the preset's folder when it exists there
+  // The image being edited and its inpainting mask (white repaints): a relative path is taken from
+  // the preset's folder when it exists there.
+  std::optional<std::string> init_image, mask;
   // The model and how to open it.
   std::optional<std::string> model;
   std::optional<std::string> dtype;       // "bf16" or "f32"

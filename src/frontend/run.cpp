@@ -179,9 +179,9 @@ Run resolve_run(const RunSettings& s) {
     r.init_image_name = fs::path(*init).filename().string();
     run.init_image = *init;
   }
-  if (s.mask) {
-    r.mask_image = read_request_image(*s.mask, "--mask");
-    r.mask_image_name = fs::path(*s.mask).filename().string();
+  if (const std::optional<std::string> mask = s.mask ? s.mask : preset.mask) {
+    r.mask_image = read_request_image(*mask, "--mask");
+    r.mask_image_name = fs::path(*mask).filename().string();
   }
   // The encoder only when this request needs it: its weights and load time otherwise.
   e.vae_encoder = !r.reference_images.empty() || r.init_image.has_value();

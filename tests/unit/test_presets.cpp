@@ -89,15 +89,16 @@ prompts:
 
   // Every request field is a preset key, under its field-table key.
   const std::vector<std::string>& keys = fluxrt::frontend::preset_keys();
-  EXPECT_EQ(keys.size(), 21u);
+  EXPECT_EQ(keys.size(), 22u);
   for (const fluxrt::RequestField& f : fluxrt::request_fields())
     EXPECT_NE(std::find(keys.begin(), keys.end(), f.key), keys.end()) << f.key;
 }
 
 TEST(Presets, ParsesFlux1AndVaeTilingKeys) {
-  const Preset c =
-      parse_preset("init_image: photo.png\nstrength: 0.75\ntrue_cfg: 4\nvae_tiling: on\n", "f.yaml");
+  const Preset c = parse_preset(
+      "init_image: photo.png\nstrength: 0.75\ntrue_cfg: 4\nvae_tiling: on\nmask: m.png\n", "f.yaml");
   EXPECT_EQ(c.init_image, "photo.png");
+  EXPECT_EQ(c.mask, "m.png");
   EXPECT_EQ(c.fields.at("strength"), "0.75");
   EXPECT_EQ(c.fields.at("true_cfg"), "4");
   EXPECT_EQ(c.vae_tiling, "on");  // YAML 1.1's boolean spelling stays the word
@@ -129,6 +130,7 @@ TEST(Presets, ParsesFlux1AndVaeTilingKeys) {
   EXPECT_EQ(merged.where.at("strength"), "over.yaml:1: strength");
   EXPECT_EQ(merged.vae_tiling, "off");
   EXPECT_EQ(merged.init_image, "photo.png");
+  EXPECT_EQ(merged.mask, "m.png");
   EXPECT_EQ(merged.fields.at("true_cfg"), "4");
   EXPECT_EQ(merged.where.at("true_cfg"), "f.yaml:3: true_cfg");
   EXPECT_EQ(merged.source, "over.yaml");
@@ -253,10 +255,12 @@ TEST(Presets, SizeFieldTakesWidthxHeight) {
 TEST(Presets, FindsPresetsByNameAndPath) {
   const fs::path dir = fs::temp_directory_path() / ("fluxrt_presets_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "mine.yaml") << "steps: 3\nmodel: sub/model\ninit_image: sub/init.png\n"
-                                      "loras: [sub/style.safetensors, elsewhere.safetensors]\n";
+  std::ofstream(dir / "mine.yaml")
+      << "steps: 3\nmodel: sub/model\ninit_image: sub/init.png\nmask: sub/mask.png\n"
+         "loras: [sub/style.safetensors, elsewhere.safetensors]\n";
   fs::create_directories(dir / "sub" / "model");
   std::ofstream(dir / "sub" / "init.png") << "x";
+  std::ofstream(dir / "sub" / "mask.png") << "x";
   std::ofstream(dir / "sub" / "style.safetensors") << "x";
   ::setenv("FLUXRT_CONFIG_DIR", dir.c_str(), 1);
   const fs::path found = fluxrt::frontend::find_preset("mine");
@@ -267,6 +271,7 @@ TEST(Presets, FindsPresetsByNameAndPath) {
   // A relative path that exists beside the preset is made absolute; one that does not stays.
   EXPECT_EQ(fs::path(*c.model), (dir / "sub" / "model").lexically_normal());
   EXPECT_EQ(fs::path(*c.init_image), (dir / "sub" / "init.png").lexically_normal());
+  EXPECT_EQ(fs::path(*c.mask), (dir / "sub" / "mask.png").lexically_normal());
   ASSERT_TRUE(c.loras.has_value());
   ASSERT_EQ(c.loras->size(), 2u);
   EXPECT_EQ(fs::path((*c.loras)[0].path), (dir / "sub" / "style.safetensors").lexically_normal());
