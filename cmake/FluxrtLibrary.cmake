@@ -24,6 +24,9 @@ foreach(_layer ${FLUXRT_LAYERS})
     endif()
   endforeach()
 endforeach()
+# The HTTP API (include/fluxrt/http_api.h) is public too: its objects (apps/server, on the public
+# API alone) go in beside the layers'; what it links besides them is header-only.
+list(APPEND _objects $<TARGET_OBJECTS:fluxrt_http_api>)
 list(REMOVE_DUPLICATES _deps)
 # Header-only: nothing for a static library's users to link.
 set(_link_deps ${_deps})

@@ -8,20 +8,20 @@ namespace {
 
 using nlohmann::json;
 
-void handle_models(const ServerState& server, const httplib::Request& req, httplib::Response& res) {
+void handle_models(const ServerState& server, const RouteCall& call, HttpResponse& res) {
   server.require_ready();
-  if (req.matches.size() > 1) {
-    if (req.matches[1] != server.model_id)
-      throw HttpError(404, "no model '" + req.matches[1].str() + "'", "", "model_not_found");
-    res.set_content(server.model_object.dump(), "application/json");
+  if (call.matches.size() > 1) {
+    if (call.matches[1] != server.model_id)
+      throw HttpError(404, "no model '" + call.matches[1] + "'", "", "model_not_found");
+    set_content(res, server.model_object.dump(), "application/json");
     return;
   }
-  res.set_content(json{{"object", "list"}, {"data", json::array({server.model_object})}}.dump(),
-                  "application/json");
+  set_content(res, json{{"object", "list"}, {"data", json::array({server.model_object})}}.dump(),
+              "application/json");
 }
 
 // GET /v1/loras: what `loras` may name, in the list shape of /v1/models.
-void handle_loras(const ServerState& server, httplib::Response& res) {
+void handle_loras(const ServerState& server, HttpResponse& res) {
   server.require_ready();
   json data = json::array();
   if (server.loras)
@@ -36,12 +36,12 @@ void handle_loras(const ServerState& server, httplib::Response& res) {
       }
       data.push_back(std::move(item));
     }
-  res.set_content(
-      json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace),
-      "application/json");
+  set_content(res,
+              json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace),
+              "application/json");
 }
 
-void handle_health(const ServerState& server, httplib::Response& res) {
+void handle_health(const ServerState& server, HttpResponse& res) {
   const std::string s = server.status_text();
   json body = {{"status", s}};
   if (s == "ok") body["model"] = server.model_id;
@@ -50,24 +50,25 @@ void handle_health(const ServerState& server, httplib::Response& res) {
     if (server.load_error) body["message"] = server.load_error->what();
   }
   res.status = s == "ok" ? 200 : 503;
-  res.set_content(body.dump(), "application/json");
+  set_content(res, body.dump(), "application/json");
 }
 
 }  // namespace
 
-void add_model_routes(httplib::Server& http, ServerState& server) {
-  using httplib::Request;
-  using httplib::Response;
-  http.Get("/health", [&server](const Request&, Response& res) { handle_health(server, res); });
-  http.Get("/metrics", [&server](const Request&, Response& res) {
-    res.set_content(metrics_text(server.metrics, server.scheduler_stats()),
-                    "text/plain; version=0.0.4; charset=utf-8");
+void add_model_routes(RouteTable& routes, const std::shared_ptr<ServerState>& server) {
+  // The handlers hold the state: a Python caller may keep a response past the API object.
+  routes.add("GET", "/health",
+             [server](const RouteCall&, HttpResponse& res) { handle_health(*server, res); });
+  routes.add("GET", "/metrics", [server](const RouteCall&, HttpResponse& res) {
+    set_content(res, metrics_text(server->metrics, server->scheduler_stats()),
+                "text/plain; version=0.0.4; charset=utf-8");
   });
-  http.Get("/v1/models",
-           guarded([&server](const Request& req, Response& res) { handle_models(server, req, res); }));
-  http.Get(R"(/v1/models/([^/]+))",
-           guarded([&server](const Request& req, Response& res) { handle_models(server, req, res); }));
-  http.Get("/v1/loras", guarded([&server](const Request&, Response& res) { handle_loras(server, res); }));
+  routes.add("GET", "/v1/models",
+             [server](const RouteCall& call, HttpResponse& res) { handle_models(*server, call, res); });
+  routes.add("GET", "/v1/models/([^/]+)",
+             [server](const RouteCall& call, HttpResponse& res) { handle_models(*server, call, res); });
+  routes.add("GET", "/v1/loras",
+             [server](const RouteCall&, HttpResponse& res) { handle_loras(*server, res); });
 }
 
 }  // namespace fluxrt::server

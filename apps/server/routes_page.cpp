@@ -5,9 +5,9 @@
 
 namespace fluxrt::server {
 
-void add_page_route(httplib::Server& http) {
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(index_page(), "text/html; charset=utf-8");
+void add_page_route(RouteTable& routes) {
+  routes.add("GET", "/", [](const RouteCall&, HttpResponse& res) {
+    set_content(res, index_page(), "text/html; charset=utf-8");
   });
 }
 

@@ -1,32 +1,22 @@
-// `fluxrt serve` itself (docs/server.md): options, binding, the model's load on its own thread,
-// authentication, CORS, header limits, the JSON answers for what no route handles (404, 405,
-// 413, ...), the per-endpoint request counter, and the drain on shutdown. The endpoints live one
-// file per surface (routes.h); the jobs run on the library's fluxrt::Scheduler.
+// `fluxrt serve` itself (docs/server.md): the HTTP API (fluxrt::HttpApi, http_api.cpp) behind
+// cpp-httplib: options, binding, the listen backlog, the translation of httplib's requests and
+// responses (a streamed answer as chunks), the watch on the client's connection, and the drain on
+// shutdown. What a request gets is decided in the API alone, so the Python package's transports
+// answer alike.
 #include "server.h"
 
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <sys/socket.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <regex>
 #include <thread>
 
-#include "fluxrt/request_fields.h"
-#include "output.h"
-#include "routes.h"
+#include "connection.h"
 
 namespace fluxrt::server {
-
-using nlohmann::json;
 
 bool is_loopback_host(const std::string& host) {
   if (host == "localhost" || host == "::1" || host == "[::1]") return true;
@@ -35,145 +25,84 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  // Every byte of the longer string is looked at whatever matches, so the time says nothing
-  // about how much of the key was right.
-  const size_t n = std::max(a.size(), b.size());
-  unsigned diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? a[i] : 0, y = i < b.size() ? b[i] : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
-
 namespace {
 
-struct Route {
-  const char* pattern;
-  const char* methods;
-};
-// Every path served, for 405 (a known path, another method) against 404.
-const Route kRoutes[] = {{"/", "GET"},
-                         {"/health", "GET"},
-                         {"/metrics", "GET"},
-                         {"/v1/models", "GET"},
-                         {"/v1/models/[^/]+", "GET"},
-                         {"/v1/loras", "GET"},
-                         {"/v1/images/generations", "POST"},
-                         {"/v1/images/edits", "POST"},
-                         {"/v1/images/[^/]+/content", "GET"}};
-
-const char* allowed_methods(const std::string& path) {
-  for (const Route& r : kRoutes)
-    if (std::regex_match(path, std::regex(r.pattern))) return r.methods;
-  return nullptr;
+// The API's view of an httplib request: the headers, the body or the multipart parts httplib
+// parsed, and the watch on the client's socket.
+HttpRequest api_request(const httplib::Request& req) {
+  HttpRequest r;
+  r.method = req.method;
+  r.path = req.path;
+  r.headers.assign(req.headers.begin(), req.headers.end());
+  r.body = req.body;
+  for (const auto& [name, f] : req.files) r.parts.push_back({name, f.filename, f.content_type, f.content});
+  auto connection = std::make_shared<ClientConnection>(req.remote_addr, req.remote_port, req.local_port);
+  r.client_gone = [connection] { return connection->closed(); };
+  return r;
 }
 
-// The endpoint label for metrics: the route, not the path (ids would make a label per image).
-std::string endpoint_of(const std::string& path) {
-  for (const Route& r : kRoutes)
-    if (std::regex_match(path, std::regex(r.pattern))) return r.pattern;
-  return "other";
-}
-
-// What a request may ask of this server, as /v1/models lists it: the model's bounds with the
-// server's own (--max-size, --max-images) where those are tighter, so a client can check before
-// it sends.
-nlohmann::json limits_object(const ApiLimits& l) {
-  const RequestLimits& m = l.model;
-  // The field table's rows this model takes, by their JSON names (FLUX.1 has two more).
-  nlohmann::json taken = nlohmann::json::array();
-  for (const RequestField& f : request_fields())
-    if (request_field_taken(f, m)) taken.push_back(f.api);
-  return {{"max_steps", m.max_steps},
-          {"max_guidance", m.max_guidance},
-          {"max_sequence_length", m.max_sequence_length},
-          {"size_multiple", m.size_multiple},
-          {"max_width", std::min(l.max_width, m.max_side)},
-          {"max_height", std::min(l.max_height, m.max_side)},
-          {"max_n", std::min(l.max_images, m.max_images_per_prompt)},
-          {"max_prompt_chars", m.max_prompt_chars},
-          {"max_reference_images", m.max_reference_images},
-          {"init_image", m.init_image},
-          {"mask", m.mask},
-          {"mask_required", m.mask_required},
-          {"fields", taken}};
+// `client_gone` ends a streamed answer early (then dropping the stream cancels its job).
+void send(const HttpResponse& from, httplib::Response& res, std::function<bool()> client_gone = {}) {
+  res.status = from.status;
+  std::string content_type = "text/plain";
+  for (const auto& [name, value] : from.headers) {
+    if (name == "Content-Type")
+      content_type = value;
+    else
+      res.set_header(name, value);
+  }
+  if (!from.stream) {
+    res.set_content(from.body, content_type);
+    return;
+  }
+  // The events go out as the job makes them.
+  auto stream = from.stream;
+  res.set_chunked_content_provider(
+      content_type,
+      [stream, client_gone](size_t, httplib::DataSink& sink) {
+        std::string chunk;
+        const bool more = stream->next(chunk);
+        if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
+        if (!more) sink.done();
+        return !more || !client_gone || !client_gone();
+      },
+      [stream](bool) mutable { stream.reset(); });
 }
 
 }  // namespace
 
-std::string ServerState::status_text() const {
-  switch (status.load()) {
-    case ServerStatus::Loading:
-      return "loading";
-    case ServerStatus::Ready:
-      return "ok";
-    case ServerStatus::Failed:
-      return "error";
-    case ServerStatus::Draining:
-      return "draining";
-  }
-  return "error";
-}
-
-void ServerState::require_ready() const {
-  switch (status.load()) {
-    case ServerStatus::Ready:
-      return;
-    case ServerStatus::Loading:
-      throw HttpError(503, "the model is still loading; GET /health says when it is ready", "",
-                      "model_loading");
-    case ServerStatus::Draining:
-      throw HttpError(503, "the server is shutting down", "", "shutting_down");
-    case ServerStatus::Failed:
-      throw HttpError(503, "the model failed to load", "", "model_load_failed");
-  }
-}
-
-SchedulerStats ServerState::scheduler_stats() const {
-  // The scheduler exists from Ready on; shutdown drops it only once no handler runs.
-  const ServerStatus s = status.load();
-  return (s == ServerStatus::Ready || s == ServerStatus::Draining) && scheduler ? scheduler->stats()
-                                                                                : SchedulerStats{};
-}
-
 class ImageServer::Impl {
  public:
-  explicit Impl(ServerOptions options) : server_(std::move(options)) {}
+  explicit Impl(ServerOptions options) : options_(std::move(options)) {}
 
   void start();
-  void load();
   void shutdown();
-  void wait_until_loaded();
-  std::string status() const { return server_.status_text(); }
+  void wait_until_loaded() {
+    if (!api_) throw Error(ErrorCode::InvalidArgument, "ImageServer::wait_until_loaded before start()");
+    api_->wait_until_loaded();
+  }
+  std::string status() const { return api_ ? api_->status() : "loading"; }
   int port() const { return port_; }
 
  private:
   void routes();
-  void authorize(const httplib::Request& req) const;
 
-  ServerState server_;
+  const ServerOptions options_;
+  std::unique_ptr<HttpApi> api_;  // made by start(), which checks the options
   httplib::Server http_;
-  std::thread listen_thread_, load_thread_;
+  std::thread listen_thread_;
   int port_ = 0;
-  std::condition_variable loaded_;
   std::once_flag shutdown_once_;
 };
 
 void ImageServer::Impl::start() {
-  const ServerOptions& o = server_.options;
+  const ServerOptions& o = options_;
   if (!is_loopback_host(o.host) && o.api_key.empty() && !o.insecure_no_auth)
     throw Error(ErrorCode::InvalidArgument,
                 "refusing to serve on " + o.host +
                     " (not a loopback address) without an API key: give --api-key (or FLUXRT_API_KEY), or "
                     "--insecure-no-auth to serve anyone who can reach the port");
-  if (o.max_queue < 1 || o.max_batch < 1 || o.max_images < 1 || o.batch_window_ms < 0)
-    throw Error(ErrorCode::InvalidArgument, "--max-queue, --max-batch and --max-images must be at least 1");
-  if (o.max_width < 16 || o.max_height < 16)
-    throw Error(ErrorCode::InvalidArgument, "--max-size is too small");
-  // Checked before binding, so a mistyped folder is an error at start, not a 400 per request.
-  if (!o.lora_dir.empty()) static_cast<void>(LoraDirectory(o.lora_dir, ""));
+  api_ = std::make_unique<HttpApi>(o);
 
   const int threads = o.http_threads > 0 ? o.http_threads : o.max_queue + o.max_batch + 16;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -202,174 +131,61 @@ void ImageServer::Impl::start() {
   if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
     std::fprintf(stderr, "fluxrt serve: cannot raise the listen backlog (%s)\n", std::strerror(errno));
   listen_thread_ = std::thread([this] { http_.listen_after_bind(); });
-  load_thread_ = std::thread([this] { load(); });
-}
-
-void ImageServer::Impl::load() {
-  try {
-    server_.engine = server_.options.engine_factory
-                         ? server_.options.engine_factory()
-                         : std::make_unique<Engine>(server_.options.model, server_.options.engine);
-    const ModelInfo info = server_.engine->info();
-    std::string path = info.path.empty() ? server_.engine->model() : info.path;
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
-    std::string stem = path.substr(path.find_last_of('/') + 1);
-    if (stem.size() > 12 && stem.ends_with(".safetensors")) stem.resize(stem.size() - 12);
-    server_.model_id = !info.repo_id.empty() ? info.repo_id : stem;
-
-    ApiLimits& l = server_.limits;
-    l.max_width = server_.options.max_width;
-    l.max_height = server_.options.max_height;
-    l.max_images = server_.options.max_images;
-    l.max_upload_pixels = server_.options.max_upload_pixels;
-    l.model = server_.engine->limits();
-    l.model_ids = {server_.model_id};
-    if (server_.engine->model() != server_.model_id) l.model_ids.push_back(server_.engine->model());
-    if (info.variant != "custom" && info.variant != "unknown" && info.variant != server_.model_id)
-      l.model_ids.push_back(info.variant);
-    l.output_formats = output_formats();
-    l.defaults = server_.options.request_defaults;
-    if (!server_.options.lora_dir.empty()) {
-      server_.loras = std::make_unique<LoraDirectory>(server_.options.lora_dir, info.family);
-      l.loras = true;
-    }
-
-    const std::string dtype = server_.engine->options().precision == Precision::F32 ? "f32" : "bf16";
-    server_.model_object = {{"id", server_.model_id},
-                            {"object", "model"},
-                            {"created", int64_t(std::time(nullptr))},
-                            {"owned_by", "fluxrt"},
-                            {"family", info.family},
-                            {"variant", info.variant},
-                            {"description", info.description},
-                            {"dtype", dtype},
-                            {"limits", limits_object(l)}};
-
-    SchedulerOptions s;
-    s.max_queue = server_.options.max_queue;
-    s.max_batch = server_.options.max_batch;
-    s.batch_window = std::chrono::milliseconds(server_.options.batch_window_ms);
-    server_.scheduler = std::make_unique<Scheduler>(*server_.engine, s);
-    ServerStatus expected = ServerStatus::Loading;
-    server_.status.compare_exchange_strong(expected, ServerStatus::Ready);
-  } catch (const Error& e) {
-    std::lock_guard<std::mutex> lock(server_.load_mutex);
-    server_.load_error = e;
-    server_.status = ServerStatus::Failed;
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(server_.load_mutex);
-    server_.load_error.emplace(ErrorCode::Internal, e.what());
-    server_.status = ServerStatus::Failed;
-  }
-  { std::lock_guard<std::mutex> lock(server_.load_mutex); }
-  loaded_.notify_all();
-}
-
-void ImageServer::Impl::wait_until_loaded() {
-  std::unique_lock<std::mutex> lock(server_.load_mutex);
-  loaded_.wait(lock, [&] { return server_.status != ServerStatus::Loading; });
-  if (server_.load_error) throw *server_.load_error;
+  api_->start_loading();
 }
 
 void ImageServer::Impl::shutdown() {
   std::call_once(shutdown_once_, [this] {
-    if (load_thread_.joinable()) load_thread_.join();  // a load cannot be stopped midway
-    if (server_.status != ServerStatus::Failed) server_.status = ServerStatus::Draining;
+    if (!api_) return;  // never started
+    api_->begin_drain();
     // Closes the listening socket at once; listen_after_bind then returns once every handler
     // has answered, and the handlers wait for their jobs, so what was accepted is finished.
     http_.stop();
     if (listen_thread_.joinable()) listen_thread_.join();
-    if (server_.scheduler) server_.scheduler->drain();
-    server_.scheduler.reset();
-    server_.engine.reset();
+    api_->drain();
   });
-}
-
-void ImageServer::Impl::authorize(const httplib::Request& req) const {
-  if (server_.options.api_key.empty()) return;
-  const std::string header = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (header.empty())
-    throw HttpError(401, "missing API key: send the header 'Authorization: Bearer <key>'", "",
-                    "invalid_api_key");
-  const std::string given = header.compare(0, prefix.size(), prefix) == 0 ? header.substr(prefix.size()) : "";
-  if (!constant_time_equal(given, server_.options.api_key))
-    throw HttpError(401, "incorrect API key", "", "invalid_api_key");
 }
 
 void ImageServer::Impl::routes() {
   using httplib::Request;
   using httplib::Response;
 
+  // The API's checks on the headers alone run before httplib reads a body: a client without the
+  // key cannot make the server read 64 MiB first.
   http_.set_pre_routing_handler([this](const Request& req, Response& res) {
-    try {
-      size_t header_bytes = 0;
-      for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
-      if (header_bytes > server_.options.max_header_bytes)
-        throw HttpError(
-            431,
-            "the request headers are over " + std::to_string(server_.options.max_header_bytes) + " bytes", "",
-            "headers_too_large");
-      if (!server_.options.cors_origin.empty() && req.has_header("Origin")) {
-        const std::string origin = req.get_header_value("Origin");
-        if (server_.options.cors_origin == "*" || origin == server_.options.cors_origin) {
-          res.set_header("Access-Control-Allow-Origin", server_.options.cors_origin == "*" ? "*" : origin);
-          res.set_header("Vary", "Origin");
-          if (req.method == "OPTIONS") {
-            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-            res.set_header("Access-Control-Max-Age", "600");
-            res.status = 204;
-            return httplib::Server::HandlerResponse::Handled;
-          }
-        }
-      }
-      if (req.path.rfind("/v1/", 0) == 0 || req.path == "/metrics") authorize(req);
-    } catch (const HttpError& e) {
-      send_error(res, e);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+    HttpRequest head;
+    head.method = req.method;
+    head.path = req.path;
+    head.headers.assign(req.headers.begin(), req.headers.end());
+    HttpResponse answer;
+    if (!api_->screen(head, answer)) return httplib::Server::HandlerResponse::Unhandled;
+    send(answer, res);
+    return httplib::Server::HandlerResponse::Handled;
   });
 
-  // Statuses httplib sets itself (no route, a body over the limit, an unparsable request) get
-  // the same JSON shape; what a handler answered is left alone.
-  http_.set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
+  // Statuses httplib sets itself (a body over the limit, an unparsable request) get the API's
+  // JSON shape; what the API answered is left alone.
+  http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    HttpError e(res.status, "bad request");
-    if (res.status == 404) {
-      if (const char* methods = allowed_methods(req.path)) {
-        res.set_header("Allow", methods);
-        e = HttpError(405, req.method + " is not allowed on " + req.path + "; use " + methods, "",
-                      "method_not_allowed");
-      } else {
-        e = HttpError(404, "no such endpoint: " + req.path, "", "not_found");
-      }
-    } else if (res.status == 413) {
-      e = HttpError(413, "the request body is over this server's limit", "", "payload_too_large");
-    } else if (res.status == 414) {
-      e = HttpError(414, "the request URI is too long", "", "uri_too_long");
-    } else if (res.status == 400) {
-      e = HttpError(400, "malformed request (HTTP framing, headers or multipart body)", "",
-                    "malformed_request");
-    }
-    send_error(res, e);
+    send(api_->transport_error(res.status, req.method, req.path), res);
     return httplib::Server::HandlerResponse::Handled;
   }));
 
-  http_.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
-    send_error(res, HttpError(500, "internal error", "", "internal_error"));
+  http_.set_exception_handler([this](const Request& req, Response& res, std::exception_ptr) {
+    send(api_->transport_error(500, req.method, req.path), res);
   });
 
-  // Counted before the response goes out (cpp-httplib calls a logger only after writing it), so a
-  // client that reads /metrics right after an answer finds that answer counted.
-  http_.set_post_routing_handler([this](const Request& req, Response& res) {
-    server_.metrics.count_request(endpoint_of(req.path), res.status);
-  });
-
-  add_page_route(http_);
-  add_model_routes(http_, server_);
-  add_image_routes(http_, server_);
+  // Every path and method goes to the API, which routes it (and answers 404/405 itself).
+  const auto handler = [this](const Request& req, Response& res) {
+    HttpRequest request = api_request(req);
+    send(api_->handle(request), res, request.client_gone);
+  };
+  http_.Get(".*", handler);
+  http_.Post(".*", handler);
+  http_.Put(".*", handler);
+  http_.Patch(".*", handler);
+  http_.Delete(".*", handler);
+  http_.Options(".*", handler);
 }
 
 ImageServer::ImageServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

@@ -1,8 +1,8 @@
 #pragma once
-// `fluxrt serve`: an OpenAI-compatible image server over one fluxrt::Engine (docs/server.md).
-// Built on the public API (include/fluxrt/) and cpp-httplib alone; scripts/check-layering keeps
-// it that way. The model loads once, on a thread of its own, while the server already answers
-// GET /health with 503 "loading".
+// `fluxrt serve`: an OpenAI-compatible image server over one fluxrt::Engine (docs/server.md): the
+// HTTP API (fluxrt::HttpApi, include/fluxrt/http_api.h) behind cpp-httplib. Built on the public
+// API alone; scripts/check-layering keeps it that way. The model loads once, on a thread of its
+// own, while the server already answers GET /health with 503 "loading".
 //
 //   fluxrt::server::ServerOptions options;  options.model = "models/demo";  options.port = 0;
 //   fluxrt::server::ImageServer server(options);
@@ -17,44 +17,18 @@
 #include <optional>
 #include <string>
 
-#include "fluxrt/engine.h"
+#include "fluxrt/http_api.h"
 
 namespace fluxrt::server {
 
-struct ServerOptions {
-  std::string model;  // as fluxrt::Engine takes it
-  EngineOptions engine;
+// The API's options (HttpApiOptions: the model, limits, key, CORS) and the socket's.
+struct ServerOptions : HttpApiOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;      // 0: any free port (port() says which)
-  std::string api_key;  // "" accepts every request (loopback only, unless insecure_no_auth)
+  int port = 8080;  // 0: any free port (port() says which)
+  // A non-loopback host without an api_key is refused unless this is set.
   bool insecure_no_auth = false;
-  std::string cors_origin;  // "" sends no CORS headers; "*" or one origin
-
-  int max_queue = 32;  // requests waiting; beyond, 429 with Retry-After
-  int max_batch = 1;   // images per engine call
-  int batch_window_ms = 0;
-  int max_width = 2048, max_height = 2048;  // --max-size
-  int max_images = 4;                       // n per request
-  // --lora-dir: the folder whose .safetensors LoRAs requests may name in `loras` (lora_dir.h);
-  // "" refuses `loras`.
-  std::string lora_dir;
-
-  // What every request starts from (fluxrt::Run::request: the run preset's and the flags' fields,
-  // as `fluxrt generate` has them); its unset fields are the model's.
-  GenerateRequest request_defaults;
-
-  size_t max_body_bytes = size_t(64) << 20;
-  size_t max_header_bytes = size_t(16) << 10;  // all header lines together
-  int max_parts = 16;                          // multipart parts of an edit
-  uint64_t max_upload_pixels = 4096ull * 4096ull;
-  std::chrono::seconds url_ttl{3600};     // response_format url: how long an image is kept
-  size_t url_max_images = 256;            // and how many at most
   int http_threads = 0;                   // 0: max_queue + max_batch + 16
   std::chrono::seconds read_timeout{10};  // a client that stops sending mid-request is dropped
-  bool log_requests = true;               // one stderr line per generation request
-
-  // Tests: makes the engine instead of Engine(model, engine), e.g. to hold /health at loading.
-  std::function<std::unique_ptr<Engine>()> engine_factory;
 };
 
 class ImageServer {
@@ -65,8 +39,8 @@ class ImageServer {
   ImageServer& operator=(const ImageServer&) = delete;
 
   // Checks the options (InvalidArgument: a non-loopback host without a key and without
-  // insecure_no_auth, a bad limit), binds (Io when the port is taken) and starts serving and
-  // loading. Returns once listening.
+  // insecure_no_auth, HttpApi's checks: a bad limit, a missing LoRA folder), binds (Io when the
+  // port is taken) and starts serving and loading. Returns once listening.
   void start();
   int port() const;
   // Blocks until the model is loaded; rethrows the load's Error when it failed.
