@@ -215,6 +215,9 @@ fluxrt::FieldValue field_value(const py::handle& value, const std::string& name)
 
 }  // namespace
 
+// fluxrt serve's request handling: HttpApi, HttpStream, ClientWatch (http_api_bindings.cpp).
+void bind_http_api(py::module_& m);
+
 PYBIND11_MODULE(_fluxrt, m) {
   m.doc() = "fluxrt's C++ engine; use the fluxrt package (fluxrt.FluxPipeline) rather than this module";
 
@@ -385,4 +388,6 @@ PYBIND11_MODULE(_fluxrt, m) {
            py::arg("step_by_step") = false,
            "runs the requests as one job and waits for it; one result dict per request")
       .def("stats", [](const fluxrt::Scheduler& s) { return stats_dict(s.stats()); });
+
+  bind_http_api(m);
 }
