@@ -10,7 +10,7 @@ Serve or openai are not installed for any interpreter at hand):
 - the worker node removed: requests still succeed on the replica left.
 
 Usage: ray_cluster.py FLUXRT_BINARY DEMO_MODEL
-Without ray in this interpreter it runs itself again with $FLUXRT_RAY_PYTHON when that is set
+Without ray in this interpreter it runs itself again with $FLUXRT_PYPI_PYTHON when that is set
 (.ci/run's venv with ray[serve] and openai), so ctest needs no second configuration.
 """
 import base64
@@ -38,7 +38,7 @@ try:
     from ray import serve
     from ray.cluster_utils import Cluster
 except ImportError as missing:
-    other = os.environ.get("FLUXRT_RAY_PYTHON")
+    other = os.environ.get("FLUXRT_PYPI_PYTHON")
     if other and os.path.realpath(other) != os.path.realpath(sys.executable):
         os.execv(other, [other] + sys.argv)
     print(f"{missing.name} not installed (pip install 'ray[serve]' openai): skipped")
