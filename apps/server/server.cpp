@@ -44,7 +44,7 @@ HttpRequest api_request(const httplib::Request& req) {
 // `client_gone` ends a streamed answer early (then dropping the stream cancels its job).
 void send(const HttpResponse& from, httplib::Response& res, std::function<bool()> client_gone = {}) {
   res.status = from.status;
-  std::string content_type = "text/plain";
+  std::string content_type;  // "" when the API gave none
   for (const auto& [name, value] : from.headers) {
     if (name == "Content-Type")
       content_type = value;
@@ -52,21 +52,21 @@ void send(const HttpResponse& from, httplib::Response& res, std::function<bool()
       res.set_header(name, value);
   }
   if (!from.stream) {
-    res.set_content(from.body, content_type);
+    // An answer without a body (a CORS preflight's 204) goes without a Content-Type too.
+    if (!from.body.empty() || !content_type.empty())
+      res.set_content(from.body, content_type.empty() ? "text/plain" : content_type);
     return;
   }
-  // The events go out as the job makes them.
+  // The events go out as the job makes them. The stream goes with the provider when httplib is
+  // done with the response; unfinished (the client left), it cancels its job then.
   auto stream = from.stream;
-  res.set_chunked_content_provider(
-      content_type,
-      [stream, client_gone](size_t, httplib::DataSink& sink) {
-        std::string chunk;
-        const bool more = stream->next(chunk);
-        if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
-        if (!more) sink.done();
-        return !more || !client_gone || !client_gone();
-      },
-      [stream](bool) mutable { stream.reset(); });
+  res.set_chunked_content_provider(content_type, [stream, client_gone](size_t, httplib::DataSink& sink) {
+    std::string chunk;
+    const bool more = stream->next(chunk);
+    if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
+    if (!more) sink.done();
+    return !more || !client_gone || !client_gone();
+  });
 }
 
 }  // namespace

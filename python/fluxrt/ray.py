@@ -94,7 +94,12 @@ class FluxrtReplica:
 
     async def __call__(self, request: Request) -> Response:
         method = request.method
+        # The API's paths are /v1/..., /health, ...: under an application's route_prefix
+        # (Starlette's root_path), the part after it.
         path = request.url.path
+        root = request.scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
         headers: List[Tuple[str, str]] = list(request.headers.items())
         body = b""
         parts: Optional[List[Tuple[str, str, str, bytes]]] = []
