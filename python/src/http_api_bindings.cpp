@@ -105,7 +105,8 @@ void bind_http_api(py::module_& m) {
   py::class_<HttpStream>(m, "HttpStream")
       .def(
           "next",
-          [](HttpStream& s) {
+          // (py::tuple named: newer pybind11 gives each make_tuple its own typed tuple type.)
+          [](HttpStream& s) -> py::tuple {
             if (s.done || !s.stream) return py::make_tuple(py::bytes(), false);
             std::string chunk;
             const bool more = call_without_gil([&] { return s.stream->next(chunk); });
@@ -143,7 +144,8 @@ void bind_http_api(py::module_& m) {
            "answers, else None. parts: a multipart form's (name, filename, content_type, content)")
       .def(
           "transport_error",
-          [](fluxrt::HttpApi& a, int status, const std::string& method, const std::string& path) {
+          [](fluxrt::HttpApi& a, int status, const std::string& method,
+             const std::string& path) -> py::tuple {
             const fluxrt::HttpResponse r = a.transport_error(status, method, path);
             return py::make_tuple(r.status, r.headers, py::bytes(r.body), py::none());
           },
