@@ -213,6 +213,69 @@ TEST_F(CliGenerateFlux1, KontextRendersTheDiffusersImage) {
   EXPECT_LE(from_file.max_abs, 2) << from_file.str();
 }
 
+// What people download of Fill and Kontext is a single file: BFL's layout (FLUX.1-Fill-dev's own
+// file) or a GGUF (city96's), with the rest from a folder. A bf16 GGUF of these bf16 weights is
+// lossless, so both give the folder's (diffusers') image; a q8_0 GGUF still runs as its kind.
+TEST_F(CliGenerateFlux1, FillAndKontextSingleFilesRenderTheFoldersImage) {
+  const fs::path fill_golden = kData / "flux1_fill", fill_folder = kData / "models" / "flux1-fill-tiny";
+  const fs::path bfl = kData / "models" / "flux1-fill-tiny-bfl.safetensors";
+  const std::string fill_request =
+      " --components " + quote(fill_folder.string()) +
+      " --prompt 'a red apple' --size 64x64 --steps 4 --seed 3 --max-sequence-length 32"
+      " --dtype f32 --quiet --init-image " +
+      quote((fill_golden / "inputs" / "source_64.png").string()) + " --mask " +
+      quote((fill_golden / "inputs" / "mask_soft_disc_64.png").string()) + " --out " +
+      quote((tmp_ / "out").string());
+  const fluxrt::io::Image fill_expected =
+      fluxrt::io::to_rgb(fluxrt::io::read_png((fill_golden / "soft_disc_f32" / "image_0.png").string()));
+  const fs::path fill_gguf = tmp_ / "fill-bf16.gguf", fill_q8 = tmp_ / "fill-q8_0.gguf";
+  ASSERT_EQ(run_command("quantize --model " + quote(bfl.string()) + " --type bf16 --out " +
+                        quote(fill_gguf.string())),
+            0)
+      << err_;
+  ASSERT_EQ(run_command("quantize --model " + quote(bfl.string()) + " --type q8_0 --out " +
+                        quote(fill_q8.string())),
+            0)
+      << err_;
+  for (const fs::path& file : {bfl, fill_gguf}) {
+    fs::remove_all(tmp_ / "out");
+    ASSERT_EQ(run("--model " + quote(file.string()) + fill_request), 0) << file << ": " << err_;
+    const auto d = fluxrt::test::compare_images(written_image(), fill_expected);
+    EXPECT_LE(d.max_abs, 2) << file << ": " << d.str();
+  }
+  // The q8_0 file: Fill's defaults and its mask rule hold (it is told by its 384 input channels).
+  fs::remove_all(tmp_ / "out");
+  ASSERT_EQ(run("--model " + quote(fill_q8.string()) + fill_request), 0) << err_;
+  EXPECT_EQ(written_text().at("guidance"), "30");
+  const std::string without_mask =
+      fill_request.substr(0, fill_request.find(" --mask ")) + " --out " + quote((tmp_ / "out").string());
+  fs::remove_all(tmp_ / "out");
+  expect_one_line_error(run("--model " + quote(fill_q8.string()) + without_mask),
+                        "FLUX.1 Fill models repaint a masked image");
+
+  // Kontext-dev's file has dev's shapes: the folder it runs with makes it Kontext.
+  const fs::path kontext_golden = kData / "flux1_kontext",
+                 kontext_folder = kData / "models" / "flux1-kontext-tiny";
+  const fs::path kontext_gguf = tmp_ / "kontext-bf16.gguf";
+  ASSERT_EQ(run_command("quantize --model " + quote(kontext_folder.string()) + " --type bf16 --out " +
+                        quote(kontext_gguf.string())),
+            0)
+      << err_;
+  fs::remove_all(tmp_ / "out");
+  ASSERT_EQ(
+      run("--model " + quote(kontext_gguf.string()) + " --components " + quote(kontext_folder.string()) +
+          " --prompt 'make it red' --size 64x64 --steps 3 --guidance 2.5 --seed 3 --max-sequence-length 32"
+          " --dtype f32 --quiet --image " +
+          quote((kontext_golden / "inputs" / "source_64.png").string()) + " --out " +
+          quote((tmp_ / "out").string())),
+      0)
+      << err_;
+  const auto k = fluxrt::test::compare_images(
+      written_image(),
+      fluxrt::io::to_rgb(fluxrt::io::read_png((kontext_golden / "square_f32" / "image_0.png").string())));
+  EXPECT_LE(k.max_abs, 2) << k.str();
+}
+
 TEST_F(CliGenerateFlux1, ReferenceImagesAreAOneLineError) {
   const fs::path ref = tmp_ / "ref.png";
   fluxrt::io::write_png(ref.string(), fluxrt::io::Image{64, 64, 3, std::vector<uint8_t>(64 * 64 * 3, 90)});

@@ -8,6 +8,8 @@ Writes
       128, in_channels 384 = 64 packed latents + 64 packed masked-image latents + 256 packed mask
       values, out_channels 64, bf16 weights) and the relative symlinks of flux1-dev-tiny for CLIP,
       T5, their tokenizers and the VAE.
+  tests/data/models/flux1-fill-tiny-bfl.safetensors   that transformer in the BFL single-file layout
+      (FLUX.1-Fill-dev's own file and ComfyUI's), with make_tiny_models' name map
   tests/data/flux1_fill/manifest.json   every case (the layout of dump_flux1_inpaint.py)
   tests/data/flux1_fill/<case>/         image_<i>.png and intermediates.safetensors: mask [B, N, 256]
       and masked_image_latents [B, N, 64] (what prepare_mask_latents returns), start_latents
@@ -32,6 +34,7 @@ from safetensors.torch import save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dump_flux1_pipeline import SCHEDULER_DEV, SHARED_COMPONENTS  # noqa: E402  (the same components)
 from dump_klein_inpaint import make_inputs  # noqa: E402  (the same inputs)
+from make_tiny_models import diffusers_to_bfl_flux1  # noqa: E402  (the same BFL names)
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -93,6 +96,15 @@ def make_folder() -> None:
         "transformer": ["diffusers", "FluxTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"],
     }
     (MODEL / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    write_bfl_file()
+
+
+def write_bfl_file() -> None:
+    """The folder's transformer as BFL names it: the file people download is in that layout."""
+    from safetensors.torch import load_file
+    sd = load_file(MODEL / "transformer" / "diffusion_pytorch_model.safetensors")
+    save_file(diffusers_to_bfl_flux1(sd), DATA / "models" / "flux1-fill-tiny-bfl.safetensors",
+              metadata={"format": "pt"})
 
 
 class Recorder:
