@@ -71,9 +71,11 @@ struct CacheParser {
     } catch (const Error& e) {
       // The reader's message without the path as given (it may hold any bytes): one line.
       const std::string what = e.what();
-      fail(fmt::format("mag_ratios: {} cannot be read as a ratios file ({})",
-                       io::escape_for_message(std::string(value), 80),
-                       io::escape_for_message(what.substr(what.rfind(": ") + 2), 60)));
+      const size_t colon = what.rfind(": ");
+      fail(fmt::format(
+          "mag_ratios: {} cannot be read as a ratios file ({})",
+          io::escape_for_message(std::string(value), 80),
+          io::escape_for_message(colon == std::string::npos ? what : what.substr(colon + 2), 60)));
     } catch (const std::exception& e) {
       fail(fmt::format("mag_ratios: {} is not JSON", io::escape_for_message(std::string(value), 80)));
     }
