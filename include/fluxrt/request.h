@@ -102,6 +102,10 @@ struct GenerateRequest {
   std::vector<Lora> loras;
   // Step caching (above); unset: every step runs the whole transformer.
   std::optional<CacheConfig> cache;
+  // FLUX.1 Kontext (RequestLimits::max_area): the output's area in pixels. The size (given or the
+  // model's) is rescaled to it keeping its aspect ratio and floored to size multiples, as
+  // diffusers' FluxKontextPipeline does; unset: the size as it is (diffusers with max_area = W x H).
+  std::optional<int> max_area;
 };
 
 // The model's own defaults: what a request's unset fields become.
@@ -138,6 +142,7 @@ struct RequestLimits {
   bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
   bool mask_required = false;    // FLUX.1 Fill: every request is an init_image with its mask
   bool true_cfg = false;         // FLUX.1
+  bool max_area = false;         // FLUX.1 Kontext: the size rescaled to GenerateRequest::max_area
   // Step caching (GenerateRequest::cache): models of many steps; the few-step distilled ones
   // take a cache as a no-op with a note.
   bool step_cache = true;

@@ -209,12 +209,15 @@ class FluxPipeline(LoraLoaderMixin):
                  strength: float | None = None, max_sequence_length: int | None = 512,
                  output_type: str = "pil", return_dict: bool = True,
                  callback_on_step_end: Callable[..., Any] | None = None,
-                 joint_attention_kwargs: dict[str, Any] | None = None) -> Any:
+                 joint_attention_kwargs: dict[str, Any] | None = None, max_area: int | None = None) -> Any:
         """Generates ``len(prompt) x num_images_per_prompt`` images. ``generator``: None (a random
         seed, recorded in the metadata), an int seed, a torch.Generator (its seed is read), or a
         list of them, one per image. ``image``: FLUX.2 klein's reference image(s), FLUX.1's
         img2img init image (noised by ``strength``), FLUX.1 Kontext's image to edit (resized to
         the preferred Kontext resolution of its aspect ratio, as diffusers' FluxKontextPipeline).
+        ``max_area`` (FLUX.1 Kontext): the output's size (``width`` x ``height``, default
+        1024x1024) rescaled to that many pixels keeping its aspect ratio, floored to multiples of
+        16; unset it is diffusers' default, 1024 x 1024, so a Kontext call gives diffusers' size.
         ``callback_on_step_end(pipe, step, timestep, kwargs)`` runs after each step (0-based step;
         timestep the schedule's t, sigma x 1000, as a float; kwargs {}: no tensor crosses the
         engine's API). Ctrl-C stops at the next step with KeyboardInterrupt. The active LoRA
@@ -225,7 +228,7 @@ class FluxPipeline(LoraLoaderMixin):
         loras = self._call_loras(joint_attention_kwargs)
         requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
                                             guidance_scale, true_cfg_scale, num_images_per_prompt, generator,
-                                            image, strength, max_sequence_length, loras)
+                                            image, strength, max_sequence_length, loras, max_area=max_area)
         return self._finish(requests, one_call, callback_on_step_end, output_type, return_dict)
 
     def _finish(self, requests: list[_fluxrt.Request], one_call: bool, callback_on_step_end: Any,
@@ -237,7 +240,8 @@ class FluxPipeline(LoraLoaderMixin):
     def _requests(self, prompt: Any, negative_prompt: Any, height: Any, width: Any, steps: Any, guidance: Any,
                   true_cfg: Any, images_per_prompt: Any, generator: Any, image: Any, strength: Any,
                   max_sequence_length: Any, loras: list[tuple[str, float]],
-                  mask_image: Any = None, image_reference: Any = None) -> tuple[list[_fluxrt.Request], bool]:
+                  mask_image: Any = None, image_reference: Any = None,
+                  max_area: Any = None) -> tuple[list[_fluxrt.Request], bool]:
         if isinstance(prompt, str):
             prompts = [prompt]
         elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
@@ -253,6 +257,11 @@ class FluxPipeline(LoraLoaderMixin):
         fields = {"negative_prompt": negative_prompt, "num_inference_steps": steps, "guidance_scale": guidance,
                   "true_cfg_scale": true_cfg, "strength": strength, "max_sequence_length": max_sequence_length,
                   "cache": self.transformer._cache_text}
+        # FluxKontextPipeline's max_area defaults to 1024 x 1024 (the CLI and the server keep a given
+        # size as it is unless asked).
+        if max_area is None and self._engine.takes_field("max_area"):
+            max_area = 1024 * 1024
+        fields["max_area"] = max_area
 
         def request(prompts_: list[str], per_prompt: int, seed: int) -> _fluxrt.Request:
             r = self._resolved.request  # a copy: the preset's settings, if any

@@ -369,6 +369,14 @@ PYBIND11_MODULE(_fluxrt, m) {
       .def(
           "max_reference_images", [](const fluxrt::Engine& e) { return e.limits().max_reference_images; },
           "how many reference images a request may carry (klein 4, FLUX.1 Kontext 1, FLUX.1 0)")
+      .def(
+          "takes_field",
+          [](const fluxrt::Engine& e, const std::string& api) {
+            const fluxrt::RequestField* field = fluxrt::find_request_field_by_api(api);
+            return field != nullptr && fluxrt::request_field_taken(*field, e.limits());
+          },
+          py::arg("name"),
+          "whether this model takes the request field with this API name (max_area: Kontext)")
       .def_property_readonly("model", &fluxrt::Engine::model)
       .def_property_readonly("variant", &fluxrt::Engine::variant)
       .def_property_readonly("device", [](const fluxrt::Engine& e) { return e.options().device; })

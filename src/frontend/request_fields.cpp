@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -37,6 +38,9 @@ const std::vector<RequestField> kFields = {
     {"batch", "--batch", "-n", "n", FieldType::Integer, "images per prompt"},
     {"max_sequence_length", "--max-sequence-length", "", "max_sequence_length", FieldType::Integer,
      "text tokens (default: the model's, 512; FLUX.1 schnell 256)"},
+    {"max_area", "--max-area", "", "max_area", FieldType::Integer,
+     "FLUX.1 Kontext: the output's area in pixels; the size is rescaled to it keeping its aspect "
+     "ratio (diffusers' max_area; default: the size as given)"},
     {"cache", "--cache", "", "cache", FieldType::Cache,
      "step cache NAME:key=value,... with NAME first-block, taylorseer or mag (diffusers' config names; "
      "docs/requests.md), or none"},
@@ -54,6 +58,10 @@ Bounds bounds_of(const RequestField& f, const RequestLimits& l) {
   if (key == "strength") return {0, 1, true};
   if (key == "batch") return {1, double(l.max_images_per_prompt)};
   if (key == "max_sequence_length") return {1, double(l.max_sequence_length)};
+  // At least one size multiple squared: the smallest image there is.
+  if (key == "max_area")
+    return {double(l.size_multiple) * l.size_multiple,
+            std::min(double(l.max_side) * double(l.max_side), double(std::numeric_limits<int>::max()))};
   return {};
 }
 
@@ -220,6 +228,8 @@ bool set_request_field(GenerateRequest& r, const RequestField& f, const FieldVal
         r.images_per_prompt = as_int;
       else if (key == "max_sequence_length")
         r.max_sequence_length = as_int;
+      else if (key == "max_area")
+        r.max_area = as_int;
       return false;
     }
     case FieldType::Number: {
@@ -269,6 +279,7 @@ bool request_field_taken(const RequestField& f, const RequestLimits& l) {
   const std::string_view key = f.key;
   if (key == "true_cfg") return l.true_cfg;
   if (key == "strength") return l.init_image || l.mask;
+  if (key == "max_area") return l.max_area;
   return true;
 }
 
@@ -284,6 +295,7 @@ std::string request_field_text(const GenerateRequest& r, const RequestField& f) 
   if (key == "seed") return std::to_string(r.seed);
   if (key == "batch") return std::to_string(r.images_per_prompt);
   if (key == "max_sequence_length") return opt(r.max_sequence_length);
+  if (key == "max_area") return opt(r.max_area);
   if (key == "cache") return r.cache ? cache_config_text(*r.cache) : std::string();
   return "";
 }

@@ -113,6 +113,8 @@ void check_request(const PipelineKind& kind, const fluxrt::GenerateRequest& r,
       !r.true_cfg || l.true_cfg, ErrorCode::InvalidArgument, "true_cfg", "true_cfg is not for {} models{}",
       kind.name, l.true_cfg ? "" : " (classifier-free guidance, where the model has it, is guidance > 1)");
   check_scale(r.true_cfg, "true_cfg", l.max_guidance);
+  FLUXRT_CHECK_FIELD(!r.max_area || l.max_area, ErrorCode::InvalidArgument, "max_area",
+                     "max_area is for FLUX.1 Kontext models, not {} (give the size itself)", kind.name);
 }
 
 }  // namespace

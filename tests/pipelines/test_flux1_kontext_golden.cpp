@@ -48,6 +48,8 @@ struct KontextCase {
   uint64_t seed = 0;
   int steps = 0, images_per_prompt = 1, width = 0, height = 0, max_sequence_length = 32;
   int reference_width = 0, reference_height = 0;
+  std::optional<int> max_area;              // unset: diffusers ran with max_area = width x height
+  int output_width = 0, output_height = 0;  // what diffusers made of the size
   float guidance = 3.5f;
   std::vector<std::string> outputs;
 
@@ -81,6 +83,9 @@ std::vector<KontextCase> load_cases() {
       c.reference_height = j.at("reference_size").at(1);
       c.width = j.at("width");
       c.height = j.at("height");
+      if (!j.at("max_area").is_null()) c.max_area = j.at("max_area").get<int>();
+      c.output_width = j.at("output_size").at(0);
+      c.output_height = j.at("output_size").at(1);
       c.outputs = j.at("outputs").get<std::vector<std::string>>();
       cases.push_back(std::move(c));
     }
@@ -121,6 +126,7 @@ GenerateRequest request_for(const KontextCase& c) {
   r.guidance = c.guidance;
   r.width = c.width;  // diffusers' width and height with max_area = width x height
   r.height = c.height;
+  r.max_area = c.max_area;
   r.max_sequence_length = c.max_sequence_length;
   r.seed = c.seed;
   r.reference_images.push_back(io::to_public(io::to_rgb(io::read_png(c.input().string()))));
@@ -184,8 +190,8 @@ TEST_P(Flux1KontextGolden, Generate) {
   const auto pipe = pipeline_for(c.dtype);
   const GenerateResult out = pipe->generate(request);
   ASSERT_EQ(out.images.size(), static_cast<size_t>(c.images_per_prompt));
-  EXPECT_EQ(out.width, c.width);
-  EXPECT_EQ(out.height, c.height);
+  EXPECT_EQ(out.width, c.output_width);
+  EXPECT_EQ(out.height, c.output_height);
 
   const Tensor final_ref = intermediate(c, "final_latents").to(DType::F32);  // [B, N, 64]
   const Tensor final_ours = flux1_pack_latents(out.final_latents).to(DType::F32);
@@ -210,6 +216,30 @@ TEST_P(Flux1KontextGolden, Generate) {
   }
   std::printf("flux1_kontext/%s: final latents rel-L2 %.3e; images max |diff| %d, min SSIM %.5f\n",
               c.name.c_str(), stats.rel_l2, max_abs, min_ssim);
+}
+
+// FluxKontextPipeline's max_area rescale: the aspect ratio kept, rounded, floored to 16; and a max_area too
+// small for an extreme aspect ratio names the field.
+TEST(Flux1Kontext, OutputSizeForMaxAreaIsDiffusers) {
+  int w = 0, h = 0;
+  kontext_output_size(96, 64, 4096, 16, &w, &h);  // sqrt(6144) = 78.4, sqrt(2730.7) = 52.3
+  EXPECT_EQ(w, 64);
+  EXPECT_EQ(h, 48);
+  kontext_output_size(512, 512, 1024 * 1024, 16, &w, &h);  // diffusers' default area
+  EXPECT_EQ(w, 1024);
+  EXPECT_EQ(h, 1024);
+  kontext_output_size(1920, 1080, 1024 * 1024, 16, &w, &h);  // 1365.3 x 768.0
+  EXPECT_EQ(w, 1360);
+  EXPECT_EQ(h, 768);
+  kontext_output_size(64, 16, 81 * 81, 16, &w, &h);  // 162 x 40.5: a tie, then floored
+  EXPECT_EQ(w, 160);
+  EXPECT_EQ(h, 32);
+  try {
+    kontext_output_size(1024, 16, 256, 16, &w, &h);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "max_area");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Diffusers, Flux1KontextGolden, ::testing::ValuesIn(all_cases()),

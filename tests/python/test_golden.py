@@ -23,7 +23,7 @@ INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
 FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
 KV_CASES = ["one_ref_f32", "two_refs_f32", "one_ref_two_images_f32"]
 FILL_CASES = ["soft_disc_f32", "resized_s08_f32"]
-KONTEXT_CASES = ["square_f32"]
+KONTEXT_CASES = ["square_f32", "max_area_f32"]
 
 
 @lru_cache(maxsize=None)
@@ -138,8 +138,22 @@ def test_flux1_kontext_matches_diffusers(name):
                negative_prompt=c["negative_prompt"], true_cfg_scale=c["true_cfg"], height=c["height"],
                width=c["width"], num_inference_steps=c["steps"], guidance_scale=c["guidance"],
                num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
-               max_sequence_length=c["max_sequence_length"])
+               max_sequence_length=c["max_sequence_length"], max_area=c["max_area"] or c["width"] * c["height"])
+    assert out.images[0].size == tuple(c["output_size"])
     expect_close(out.images, "flux1_kontext", c)
+
+
+def test_flux1_kontext_max_area_defaults_to_diffusers():
+    # diffusers' FluxKontextPipeline rescales any size to max_area = 1024 x 1024 unless told.
+    c = case("flux1_kontext", "square_f32")
+    pipe = fluxrt.FluxKontextPipeline.from_pretrained(MODELS / c["model"], dtype="float32")
+    r = pipe._requests(c["prompt"], None, 48, 96, 1, None, None, 1, 0,
+                       Image.open(DATA / "flux1_kontext" / "inputs" / c["image"]), None, 32, [])[0][0]
+    plan = pipe._engine.plan(r)
+    assert (plan["width"], plan["height"]) == (1440, 720)  # 96x48 at 1024^2 pixels: 1448.2 x 724.1
+    with pytest.raises(fluxrt.InvalidArgumentError, match="max_area"):
+        fluxrt.FluxPipeline.from_pretrained(MODELS / "flux1-dev-tiny", dtype="float32")(
+            "x", max_area=4096, num_inference_steps=1)
 
 
 def test_inpainting_bad_masks_name_the_field():

@@ -65,6 +65,7 @@ TEST(RequestFields, TextAndJsonValuesSetTheSameRequest) {
       {"size", {std::string("96x64"), std::string("96x64")}},
       {"negative_prompt", {std::string("blurry"), std::string("blurry")}},
       {"cache", {std::string("first-block:threshold=0.2"), std::string("first-block:threshold=0.2")}},
+      {"max_area", {std::string("4096"), int64_t{4096}}},
   };
   for (const auto& [key, values] : cases) {
     EXPECT_FALSE(set_request_field(from_text, field(key), values.first, limits, key));
@@ -81,6 +82,7 @@ TEST(RequestFields, TextAndJsonValuesSetTheSameRequest) {
     EXPECT_EQ(r->width, 96);
     EXPECT_EQ(r->height, 64);
     EXPECT_EQ(r->negative_prompt, std::optional<std::string>("blurry"));
+    EXPECT_EQ(r->max_area, 4096);
   }
   for (const RequestField& f : request_fields())
     EXPECT_FALSE(request_field_text(from_text, f).empty()) << f.key;

@@ -7,7 +7,8 @@ Writes
       (dev's dynamic shift) and relative symlinks to flux1-dev-tiny's transformer (Kontext-dev has
       dev's shapes) and to the CLIP, T5, tokenizers and VAE it links.
   tests/data/flux1_kontext/manifest.json  every case: prompt, seed, steps, guidance, size (diffusers'
-      width/height with max_area = width x height, so the output has that size), the input image
+      width/height, with max_area = width x height unless the case gives one: then the output is
+      width x height rescaled to that area, output_size), the input image
   tests/data/flux1_kontext/<case>/        image_<i>.png and intermediates.safetensors:
       start_latents [B, N, 64] (the packed noise) and final_latents [B, N, 64]; the manifest's
       reference_size is the size the input image was resized to (from its token ids).
@@ -45,6 +46,10 @@ CASES = [
     # 100x75 -> 1248x832; a wide output, two images, true CFG with a negative prompt.
     dict(name="wide_true_cfg", prompt="add a hat", negative_prompt="blurry", true_cfg=2.0, seed=5, steps=2,
          guidance=3.5, width=96, height=64, image="source_100x75.png", images=2),
+    # max_area below the asked size: 96x64 rescaled to 4096 pixels at its 3:2 aspect (78.4 x 52.3,
+    # rounded, floored to 16) -> a 64x48 image.
+    dict(name="max_area", prompt="a blue sky", seed=7, steps=2, guidance=3.5, width=96, height=64, max_area=4096,
+         image="source_64.png"),
 ]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -109,7 +114,8 @@ def run_case(case: dict, dtype_name: str, inputs: Path, pipes: dict) -> dict:
     try:
         images = pipe(image=PIL.Image.open(inputs / case["image"]), prompt=case["prompt"],
                       negative_prompt=case.get("negative_prompt"), true_cfg_scale=case.get("true_cfg", 1.0),
-                      width=case["width"], height=case["height"], max_area=case["width"] * case["height"],
+                      width=case["width"], height=case["height"],
+                      max_area=case.get("max_area", case["width"] * case["height"]),
                       num_inference_steps=case["steps"], guidance_scale=case["guidance"],
                       num_images_per_prompt=case.get("images", 1),
                       generator=torch.Generator("cpu").manual_seed(case["seed"]), max_sequence_length=32,
@@ -132,7 +138,8 @@ def run_case(case: dict, dtype_name: str, inputs: Path, pipes: dict) -> dict:
                 negative_prompt=case.get("negative_prompt"), true_cfg=case.get("true_cfg"), seed=case["seed"],
                 steps=case["steps"], guidance=case["guidance"], images_per_prompt=case.get("images", 1),
                 max_sequence_length=32, image=case["image"], reference_size=reference_size, width=case["width"],
-                height=case["height"], outputs=outputs)
+                height=case["height"], max_area=case.get("max_area"), output_size=list(images[0].size),
+                outputs=outputs)
 
 
 def main() -> None:

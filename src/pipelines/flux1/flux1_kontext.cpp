@@ -35,6 +35,24 @@ void kontext_image_size(int width, int height, int multiple_of, int* out_width, 
   *out_height = std::get<2>(best) / multiple_of * multiple_of;
 }
 
+void kontext_output_size(int width, int height, int64_t max_area, int multiple_of, int* out_width,
+                         int* out_height) {
+  const double aspect = static_cast<double>(width) / height;
+  // std::nearbyint in the default rounding mode rounds half to even, as Python's round does.
+  const auto side = [&](double squared) {
+    const double rounded = std::nearbyint(std::sqrt(squared));
+    return static_cast<int>(rounded) / multiple_of * multiple_of;
+  };
+  const int w = side(static_cast<double>(max_area) * aspect),
+            h = side(static_cast<double>(max_area) / aspect);
+  FLUXRT_CHECK_FIELD(
+      w >= multiple_of && h >= multiple_of, ErrorCode::InvalidArgument, "max_area",
+      "max_area {} makes {}x{} into {}x{}: too small for its aspect ratio (sides of at least {})", max_area,
+      width, height, w, h, multiple_of);
+  *out_width = w;
+  *out_height = h;
+}
+
 Tensor kontext_preprocess_image(const io::Image& image, int multiple_of) {
   int width = 0, height = 0;
   kontext_image_size(image.width, image.height, multiple_of, &width, &height);

@@ -10,6 +10,8 @@
 //   Tensor tokens = flux1_pack_latents(vae.encode_latents(pixels));  // [1, Nr, 64]
 //   Tensor ids = ops::concat({flux1_image_ids(h, w), flux1_image_ids(hr, wr, 1)}, 0);
 //   model.input = [&](const Tensor& x) { return ops::concat({x, tokens}, 1); };
+#include <cstdint>
+
 #include "core/tensor.h"
 #include "io/image.h"
 
@@ -20,6 +22,12 @@ namespace fluxrt::pipelines {
 // PREFERRED_KONTEXT_RESOLUTIONS nearest that aspect ratio (ties to the narrower), floored the same
 // way. InvalidArgument (field "reference_images") when a side is below `multiple_of`.
 void kontext_image_size(int width, int height, int multiple_of, int* out_width, int* out_height);
+
+// The output size FluxKontextPipeline makes of width x height for `max_area` (its __call__ step 1):
+// the aspect ratio kept, each side round(sqrt(max_area x aspect)) (Python's round, ties to even),
+// floored to `multiple_of`. InvalidArgument (field "max_area") when a side comes out below it.
+void kontext_output_size(int width, int height, int64_t max_area, int multiple_of, int* out_width,
+                         int* out_height);
 
 // image_processor.resize (PIL Lanczos) to kontext_image_size, then preprocess: [1, 3, h, w] f32 in
 // [-1, 1].

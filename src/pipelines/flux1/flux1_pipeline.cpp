@@ -202,6 +202,7 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.limits.mask_required = fill();
   f.limits.max_reference_images = f.limits.min_reference_images = kontext() ? 1 : 0;
   f.limits.true_cfg = !fill();  // FluxFillPipeline has no negative prompt
+  f.limits.max_area = kontext();
   f.weights = weights;
   f.guidance_embedded = defaults.guidance_distilled;
   // dev runs 28 steps, Fill 50; schnell, distilled to 4, gains nothing from a step cache.
@@ -224,6 +225,14 @@ fluxrt::RequestPlan Flux1Pipeline::plan_for(const fluxrt::GenerateRequest& r, co
   fluxrt::RequestPlan plan;
   plan.width = r.width.value_or(d.width);
   plan.height = r.height.value_or(d.height);
+  if (r.max_area) {
+    const int asked_width = plan.width, asked_height = plan.height;
+    kontext_output_size(asked_width, asked_height, *r.max_area, facts.limits.size_multiple, &plan.width,
+                        &plan.height);
+    if (plan.width != asked_width || plan.height != asked_height)
+      plan.notes.push_back(fmt::format("size {}x{} rescaled to {}x{} for max_area {} (as diffusers)",
+                                       asked_width, asked_height, plan.width, plan.height, *r.max_area));
+  }
   plan.steps = plan.steps_run = r.steps.value_or(d.steps);
   plan.guidance = r.guidance.value_or(img2img && d.img2img_guidance ? *d.img2img_guidance : d.guidance);
   plan.max_sequence_length = r.max_sequence_length.value_or(d.max_sequence_length);
