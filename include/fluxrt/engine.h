@@ -139,7 +139,8 @@ struct ImageMetadata {
   bool img2img = false;
   std::string init_image;         // img2img: the request's name for it
   std::optional<float> strength;  // img2img: the strength used
-  std::optional<std::string> mask;  // inpainting: the request's name for its mask
+  std::optional<std::string> mask;       // inpainting: the request's name for its mask
+  std::optional<int> padding_mask_crop;  // inpainting on a window around the mask
   std::optional<float> true_cfg;  // set only when true CFG ran
   struct LoraUsed {
     std::string name;  // the file name (no folders)

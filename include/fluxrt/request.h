@@ -93,6 +93,12 @@ struct GenerateRequest {
   // at 0.5); the size of init_image. Unset strength: klein 0.8, FLUX.1 0.6, FLUX.1 Fill 1 (as
   // diffusers). FLUX.1 Fill needs it (RequestLimits::mask_required).
   std::optional<Image> mask_image;
+  // Inpainting on a window around the mask (RequestLimits::padding_mask_crop; diffusers'
+  // padding_mask_crop): the mask's bounding box padded by this many pixels and grown to the run's
+  // aspect ratio is cut out of init_image and the mask and resized to the run's size; the result is
+  // resized back into the window and blended over init_image by the mask, so the output has
+  // init_image's size. Unset: the whole image is resized to the run's size.
+  std::optional<int> padding_mask_crop;
   // What the metadata records for the images above (file names, say); may be left empty.
   std::vector<std::string> reference_image_names;
   std::string init_image_name, mask_image_name;
@@ -141,6 +147,9 @@ struct RequestLimits {
   bool init_image = false;       // img2img: init_image and strength (FLUX.1)
   bool mask = false;             // inpainting: mask_image with init_image (klein, FLUX.1)
   bool mask_required = false;    // FLUX.1 Fill: every request is an init_image with its mask
+  // padding_mask_crop with a mask: klein and FLUX.1 inpainting (diffusers' FluxFillPipeline has
+  // none).
+  bool padding_mask_crop = false;
   bool true_cfg = false;         // FLUX.1
   bool max_area = false;         // FLUX.1 Kontext: the size rescaled to GenerateRequest::max_area
   // Step caching (GenerateRequest::cache): models of many steps; the few-step distilled ones

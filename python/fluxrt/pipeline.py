@@ -241,7 +241,7 @@ class FluxPipeline(LoraLoaderMixin):
                   true_cfg: Any, images_per_prompt: Any, generator: Any, image: Any, strength: Any,
                   max_sequence_length: Any, loras: list[tuple[str, float]],
                   mask_image: Any = None, image_reference: Any = None,
-                  max_area: Any = None) -> tuple[list[_fluxrt.Request], bool]:
+                  max_area: Any = None, padding_mask_crop: Any = None) -> tuple[list[_fluxrt.Request], bool]:
         if isinstance(prompt, str):
             prompts = [prompt]
         elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(p, str) for p in prompt):
@@ -256,7 +256,7 @@ class FluxPipeline(LoraLoaderMixin):
         count = len(prompts) * int(images_per_prompt)
         fields = {"negative_prompt": negative_prompt, "num_inference_steps": steps, "guidance_scale": guidance,
                   "true_cfg_scale": true_cfg, "strength": strength, "max_sequence_length": max_sequence_length,
-                  "cache": self.transformer._cache_text}
+                  "cache": self.transformer._cache_text, "padding_mask_crop": padding_mask_crop}
         # FluxKontextPipeline's max_area defaults to 1024 x 1024 (the CLI and the server keep a given
         # size as it is unless asked).
         if max_area is None and self._engine.takes_field("max_area"):
@@ -379,7 +379,10 @@ class Flux2KleinInpaintPipeline(FluxPipeline):
     ``mask_image`` is white (luminance >= 128; the image's size), noised by ``strength`` (default
     klein 0.8, FLUX.1 0.6, Fill 1), with ``image_reference`` as extra reference images (klein).
     klein's output has the image's size (brought down to 1024x1024 pixels when larger, floored to
-    multiples of 16), FLUX.1's the model's 1024x1024, unless ``height``/``width`` say otherwise."""
+    multiples of 16), FLUX.1's the model's 1024x1024, unless ``height``/``width`` say otherwise.
+    ``padding_mask_crop`` (klein and FLUX.1, not Fill): only a window around the mask, padded by
+    that many pixels and grown to the output's aspect ratio, is repainted at the output size and
+    blended back over ``image``, so the result has ``image``'s size."""
 
     def __call__(self, prompt: str | list[str] | None = None, image: Any = None, mask_image: Any = None,
                  image_reference: Any = None, height: int | None = None, width: int | None = None,
@@ -388,7 +391,8 @@ class Flux2KleinInpaintPipeline(FluxPipeline):
                  negative_prompt: str | None = None, max_sequence_length: int | None = 512,
                  output_type: str = "pil", return_dict: bool = True,
                  callback_on_step_end: Callable[..., Any] | None = None,
-                 joint_attention_kwargs: dict[str, Any] | None = None) -> Any:
+                 joint_attention_kwargs: dict[str, Any] | None = None,
+                 padding_mask_crop: int | None = None) -> Any:
         if output_type not in ("pil", "np"):
             raise InvalidArgumentError(f"output_type must be \"pil\" or \"np\", got {output_type!r}")
         if image is None or isinstance(image, (list, tuple)):
@@ -399,7 +403,8 @@ class Flux2KleinInpaintPipeline(FluxPipeline):
         requests, one_call = self._requests(prompt, negative_prompt, height, width, num_inference_steps,
                                             guidance_scale, None, num_images_per_prompt, generator, image,
                                             strength, max_sequence_length, loras, mask_image=mask_image,
-                                            image_reference=image_reference)
+                                            image_reference=image_reference,
+                                            padding_mask_crop=padding_mask_crop)
         return self._finish(requests, one_call, callback_on_step_end, output_type, return_dict)
 
 

@@ -33,6 +33,9 @@ const std::vector<RequestField> kFields = {
     {"strength", "--strength", "", "strength", FieldType::Number,
      "img2img / inpainting: how far the init image is noised (default 0.6; klein inpainting 0.8); about "
      "steps x strength steps run"},
+    {"padding_mask_crop", "--padding-mask-crop", "", "padding_mask_crop", FieldType::Integer,
+     "inpainting: repaint only a window around the mask, padded by this many pixels and grown to the "
+     "output's aspect ratio, then blended back over the image (needs a mask)"},
     {"seed", "--seed", "", "seed", FieldType::Seed,
      "noise seed, or random (printed and stored in the image)"},
     {"batch", "--batch", "-n", "n", FieldType::Integer, "images per prompt"},
@@ -62,6 +65,7 @@ Bounds bounds_of(const RequestField& f, const RequestLimits& l) {
   if (key == "max_area")
     return {double(l.size_multiple) * l.size_multiple,
             std::min(double(l.max_side) * double(l.max_side), double(std::numeric_limits<int>::max()))};
+  if (key == "padding_mask_crop") return {0, double(l.max_side)};
   return {};
 }
 
@@ -230,6 +234,8 @@ bool set_request_field(GenerateRequest& r, const RequestField& f, const FieldVal
         r.max_sequence_length = as_int;
       else if (key == "max_area")
         r.max_area = as_int;
+      else if (key == "padding_mask_crop")
+        r.padding_mask_crop = as_int;
       return false;
     }
     case FieldType::Number: {
@@ -280,6 +286,7 @@ bool request_field_taken(const RequestField& f, const RequestLimits& l) {
   if (key == "true_cfg") return l.true_cfg;
   if (key == "strength") return l.init_image || l.mask;
   if (key == "max_area") return l.max_area;
+  if (key == "padding_mask_crop") return l.padding_mask_crop;
   return true;
 }
 
@@ -296,6 +303,7 @@ std::string request_field_text(const GenerateRequest& r, const RequestField& f) 
   if (key == "batch") return std::to_string(r.images_per_prompt);
   if (key == "max_sequence_length") return opt(r.max_sequence_length);
   if (key == "max_area") return opt(r.max_area);
+  if (key == "padding_mask_crop") return opt(r.padding_mask_crop);
   if (key == "cache") return r.cache ? cache_config_text(*r.cache) : std::string();
   return "";
 }

@@ -228,3 +228,198 @@ Tensor KeptRegion::after_step(int i, const Tensor& latents, const Schedule& sche
 }
 
 }  // namespace fluxrt::pipelines
+
+// ------------------------------------------------------------------------------------------------
+// padding_mask_crop
+
+namespace fluxrt::pipelines {
+namespace {
+
+// PIL's "L" of an RGB pixel (ITU-R 601-2 luma, 16-bit fixed point, rounded).
+uint8_t luma_of(const uint8_t* rgb) {
+  return static_cast<uint8_t>((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
+}
+
+void check_rgb(const io::Image& image, const char* what, const char* field) {
+  FLUXRT_CHECK_FIELD(image.channels == 3 && image.width > 0 && image.height > 0 &&
+                         image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+                     ErrorCode::InvalidArgument, field, "{}: need a non-empty RGB 8-bit image, got {}x{}",
+                     what, image.width, image.height);
+}
+
+// Image.paste(src, (x, y)) onto an RGB canvas: the part of src that lands inside it.
+void paste(io::Image& canvas, const io::Image& src, int x, int y) {
+  for (int sy = std::max(0, -y); sy < src.height && y + sy < canvas.height; ++sy) {
+    const int sx0 = std::max(0, -x), sx1 = std::min(src.width, canvas.width - x);
+    if (sx1 <= sx0) continue;
+    std::copy_n(&src.pixels[(static_cast<size_t>(sy) * src.width + sx0) * 3],
+                static_cast<size_t>(sx1 - sx0) * 3,
+                &canvas.pixels[(static_cast<size_t>(y + sy) * canvas.width + x + sx0) * 3]);
+  }
+}
+
+io::Image black(int width, int height) {
+  return io::Image{width, height, 3, std::vector<uint8_t>(static_cast<size_t>(width) * height * 3, 0)};
+}
+
+}  // namespace
+
+MaskCrop MaskCrop::of_mask(const io::Image& mask, int width, int height, int pad) {
+  check_rgb(mask, "mask", "mask");
+  FLUXRT_CHECK(width > 0 && height > 0, ErrorCode::Internal, "mask crop: run size {}x{}", width, height);
+  FLUXRT_CHECK_FIELD(pad >= 0, ErrorCode::InvalidArgument, "padding_mask_crop",
+                     "padding_mask_crop {} must not be negative", pad);
+  const int w = mask.width, h = mask.height;
+  // The bounding box of the pixels whose luminance is not 0 (not of the binarised mask: a faint
+  // grey counts, as diffusers tests the "L" image against 0).
+  int left = w, right = -1, top = h, bottom = -1;
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      if (luma_of(&mask.pixels[(static_cast<size_t>(y) * w + x) * 3]) != 0) {
+        left = std::min(left, x);
+        right = std::max(right, x);
+        top = std::min(top, y);
+        bottom = std::max(bottom, y);
+      }
+  // diffusers counts the empty columns from each side; an empty mask counts all of them.
+  const int empty_left = right < 0 ? w : left, empty_right = right < 0 ? w : w - 1 - right;
+  const int empty_top = bottom < 0 ? h : top, empty_bottom = bottom < 0 ? h : h - 1 - bottom;
+  MaskCrop c;
+  c.x1 = std::max(empty_left - pad, 0);
+  c.y1 = std::max(empty_top - pad, 0);
+  c.x2 = std::min(w - empty_right + pad, w);
+  c.y2 = std::min(h - empty_bottom + pad, h);
+  FLUXRT_CHECK_FIELD(c.x2 > c.x1 && c.y2 > c.y1, ErrorCode::InvalidArgument, "padding_mask_crop",
+                     "padding_mask_crop {}: the mask repaints nothing, so there is no region to crop to",
+                     pad);
+  // Grow the short side about the centre to the run's aspect ratio, in Python's doubles.
+  const double ratio_region = static_cast<double>(c.x2 - c.x1) / (c.y2 - c.y1);
+  const double ratio_run = static_cast<double>(width) / height;
+  auto grow = [](int* lo, int* hi, int limit, double desired) {
+    const int diff = static_cast<int>(desired - (*hi - *lo));  // int(): toward zero
+    *lo -= diff / 2;  // diff >= 0 (up to a rounding that truncates to 0)
+    *hi += diff - diff / 2;
+    if (*hi >= limit) {  // shifted back inside, then clamped where the mask is too small
+      const int over = *hi - limit;
+      *hi -= over;
+      *lo -= over;
+    }
+    if (*lo < 0) {
+      *hi -= *lo;
+      *lo = 0;
+    }
+    if (*hi >= limit) *hi = limit;
+  };
+  if (ratio_region > ratio_run)
+    grow(&c.y1, &c.y2, h, (c.x2 - c.x1) / ratio_run);
+  else
+    grow(&c.x1, &c.x2, w, (c.y2 - c.y1) * ratio_run);
+  return c;
+}
+
+io::Image MaskCrop::crop_and_fill(const io::Image& image, int width, int height) const {
+  check_rgb(image, "mask crop", "init_image");
+  FLUXRT_CHECK(x1 >= 0 && y1 >= 0 && x2 <= image.width && y2 <= image.height && x2 > x1 && y2 > y1,
+               ErrorCode::Internal, "mask crop: window ({}, {}, {}, {}) outside {}x{}", x1, y1, x2, y2,
+               image.width, image.height);
+  const int cw = x2 - x1, ch = y2 - y1;
+  io::Image window = black(cw, ch);
+  for (int y = 0; y < ch; ++y)
+    std::copy_n(&image.pixels[(static_cast<size_t>(y1 + y) * image.width + x1) * 3],
+                static_cast<size_t>(cw) * 3, &window.pixels[static_cast<size_t>(y) * cw * 3]);
+  // _resize_and_fill: fit inside width x height, centred, on black.
+  const double ratio = static_cast<double>(width) / height, src_ratio = static_cast<double>(cw) / ch;
+  const int src_w = ratio < src_ratio ? width : cw * height / ch;
+  const int src_h = ratio >= src_ratio ? height : ch * width / cw;
+  const io::Image resized = resize_lanczos_like_pil(window, src_w, src_h);
+  io::Image out = black(width, height);
+  paste(out, resized, width / 2 - src_w / 2, height / 2 - src_h / 2);
+  // The uncovered bands: PIL resizes an empty box at the resized image's edge (with resize's
+  // default filter, bicubic: diffusers passes none there), which gives every band row (column) the
+  // blend of the rows (columns) next to that edge.
+  const double rw = resized.width, rh = resized.height;
+  if (ratio < src_ratio) {
+    const int band = height / 2 - src_h / 2;
+    if (band > 0) {
+      paste(out, resize_like_pil(resized, width, band, {0, 0, double(width), 0}, PilFilter::Bicubic), 0, 0);
+      paste(out, resize_like_pil(resized, width, band, {0, rh, double(width), rh}, PilFilter::Bicubic), 0,
+            band + src_h);
+    }
+  } else if (ratio > src_ratio) {
+    const int band = width / 2 - src_w / 2;
+    if (band > 0) {
+      paste(out, resize_like_pil(resized, band, height, {0, 0, 0, double(height)}, PilFilter::Bicubic), 0, 0);
+      paste(out, resize_like_pil(resized, band, height, {rw, 0, rw, double(height)}, PilFilter::Bicubic),
+            band + src_w, 0);
+    }
+  }
+  return out;
+}
+
+io::Image MaskCrop::overlay(const io::Image& original, const io::Image& mask, const io::Image& generated,
+                            Fit fit) const {
+  check_rgb(original, "init image", "init_image");
+  check_rgb(mask, "mask", "mask");
+  check_rgb(generated, "generated image", "init_image");
+  FLUXRT_CHECK(mask.width == original.width && mask.height == original.height && x2 <= original.width &&
+                   y2 <= original.height,
+               ErrorCode::Internal, "mask overlay: mask {}x{}, image {}x{}, window to ({}, {})", mask.width,
+               mask.height, original.width, original.height, x2, y2);
+  const int w = x2 - x1, h = y2 - y1, gw = generated.width, gh = generated.height;
+  io::Image window = black(w, h);
+  if (fit == Fit::Cover) {
+    // VaeImageProcessor._resize_and_crop: cover the window keeping the aspect, centre-crop.
+    const double ratio = static_cast<double>(w) / h, src_ratio = static_cast<double>(gw) / gh;
+    const int src_w = ratio > src_ratio ? w : gw * h / gh;
+    const int src_h = ratio <= src_ratio ? h : gh * w / gw;
+    paste(window, resize_lanczos_like_pil(generated, src_w, src_h), w / 2 - src_w / 2, h / 2 - src_h / 2);
+  } else {
+    // Flux2ImageProcessor._resize_and_crop: Image.crop of a centred w x h box (Python's floor
+    // division; outside the image it reads black), so the content keeps the run's scale.
+    auto floor_half = [](int v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); };
+    paste(window, generated, -floor_half(gw - w), -floor_half(gh - h));
+  }
+  io::Image out = black(original.width, original.height);
+  paste(out, window, x1, y1);
+  // The original with alpha a = 255 - mask is pasted onto transparent black ("RGBa", so its
+  // colours are premultiplied), un-premultiplied, and alpha-composited over the generated image:
+  // PIL's integer steps (Paste.c, Convert.c, AlphaComposite.c with 7 extra bits), which this
+  // reproduces exactly for every (original, generated, mask) byte triple.
+  for (size_t p = 0; p < static_cast<size_t>(original.width) * original.height; ++p) {
+    const uint32_t a = 255u - luma_of(&mask.pixels[p * 3]);
+    if (a == 0) continue;  // the generated pixel as it is
+    const uint32_t coef1 = a * 255u * 255u * 128u / (a * 255u + 255u * (255u - a)),
+                   coef2 = 255u * 128u - coef1;
+    for (int c = 0; c < 3; ++c) {
+      const uint32_t t = original.pixels[p * 3 + c] * a + 128u;
+      uint32_t kept = ((t >> 8) + t) >> 8;  // premultiplied
+      if (a != 255) kept = std::min<uint32_t>(255u * kept / a, 255u);
+      const uint32_t mix = kept * coef1 + out.pixels[p * 3 + c] * coef2 + (0x80u << 7);
+      out.pixels[p * 3 + c] = static_cast<uint8_t>(((((mix >> 8) + mix) >> 8)) >> 7);
+    }
+  }
+  return out;
+}
+
+std::optional<PreparedMaskCrop> PreparedMaskCrop::prepare(const std::optional<int>& pad,
+                                                          const io::Image& image, const io::Image& mask,
+                                                          int width, int height, MaskCrop::Fit fit) {
+  if (!pad) return std::nullopt;
+  FLUXRT_CHECK_FIELD(mask.width == image.width && mask.height == image.height, ErrorCode::InvalidArgument,
+                     "mask", "mask: {}x{} is not the size of the image being edited ({}x{})", mask.width,
+                     mask.height, image.width, image.height);
+  PreparedMaskCrop out;
+  out.window = MaskCrop::of_mask(mask, width, height, *pad);
+  out.fit = fit;
+  out.original = image;
+  out.mask = mask;
+  out.cropped_image = out.window.crop_and_fill(image, width, height);
+  out.cropped_mask = out.window.crop_and_fill(mask, width, height);
+  return out;
+}
+
+void PreparedMaskCrop::overlay_all(std::vector<io::Image>& generated) const {
+  for (io::Image& image : generated) image = window.overlay(original, mask, image, fit);
+}
+
+}  // namespace fluxrt::pipelines

@@ -10,6 +10,7 @@
 //   InpaintMask mask = prepare_inpaint_mask(mask_image, width, height, grid_h, grid_w);
 //   KeptRegion kept{mask, source_tokens, noise_tokens};         // after each step:
 //   loop.after_step = [&](int i, Tensor x) { return kept.after_step(i, x, schedule); };
+#include <optional>
 #include <vector>
 
 #include "core/dtype.h"
@@ -87,6 +88,51 @@ struct KeptRegion {
   // After step i's update: (1 - mask) * (source at sigma[i + 1], or the source after the last
   // step) + mask * latents.
   Tensor after_step(int i, const Tensor& latents, const Schedule& schedule) const;
+};
+
+// padding_mask_crop (diffusers' inpaint pipelines with VaeImageProcessor.get_crop_region,
+// resize_mode "fill" and apply_overlay): the run sees only a window around the mask, the window
+// padded by `pad` pixels and widened (or heightened) to the run's aspect ratio, resized to the
+// run's size; after decoding, the result is resized back into the window and blended over the
+// original image by the mask. So a small mask on a large image is repainted at full resolution.
+struct MaskCrop {
+  int x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // the window, [x1, x2) x [y1, y2) in the mask's pixels
+
+  // get_crop_region: the bounding box of the mask's non-zero luminance, padded by `pad` and
+  // clamped to the mask, then grown about its centre to width:height (shifted back inside the
+  // mask; clamped when the mask is too small). InvalidArgument (field "mask") when the mask has
+  // no non-zero pixel: there is nothing to crop to.
+  static MaskCrop of_mask(const io::Image& mask, int width, int height, int pad);
+
+  // preprocess(crops_coords=..., resize_mode="fill"): the window cut out and resized (PIL
+  // Lanczos) to fit width x height keeping its aspect, centred, the uncovered rows or columns
+  // filled from the window's edges as PIL's box resize gives them.
+  io::Image crop_and_fill(const io::Image& image, int width, int height) const;
+
+  // How apply_overlay's "crop" resize brings the generated image to the window's size.
+  enum class Fit {
+    Cover,       // VaeImageProcessor (FLUX.1): resized to cover the window, centre-cropped
+    CentreCrop,  // Flux2ImageProcessor (klein): its centre cut out at the window's size, not resized
+  };
+
+  // apply_overlay: `generated` brought to the window's size (`fit`), put at the window on a black
+  // canvas of the original's size, and the original alpha-composited over it with alpha
+  // 255 - luminance(mask), in PIL's 8-bit arithmetic.
+  io::Image overlay(const io::Image& original, const io::Image& mask, const io::Image& generated,
+                    Fit fit) const;
+};
+
+// A request's padding_mask_crop prepared for a run of width x height: the window and the
+// request's image and mask (the overlay's inputs), with both cut and resized to the run's size.
+struct PreparedMaskCrop {
+  MaskCrop window;
+  MaskCrop::Fit fit = MaskCrop::Fit::Cover;
+  io::Image original, mask;               // as the request gave them
+  io::Image cropped_image, cropped_mask;  // width x height
+  static std::optional<PreparedMaskCrop> prepare(const std::optional<int>& pad, const io::Image& image,
+                                                 const io::Image& mask, int width, int height,
+                                                 MaskCrop::Fit fit);
+  void overlay_all(std::vector<io::Image>& generated) const;
 };
 
 }  // namespace fluxrt::pipelines

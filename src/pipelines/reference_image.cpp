@@ -14,7 +14,6 @@ namespace {
 // PIL keeps 8-bit resampling in 32-bit integers: 8 bits of pixel, 2 bits of head room for
 // negative lobes, the rest coefficient precision.
 constexpr int kPrecisionBits = 32 - 8 - 2;
-constexpr double kLanczosSupport = 3.0;
 
 double sinc(double x) {
   if (x == 0.0) return 1.0;
@@ -25,6 +24,23 @@ double sinc(double x) {
 // Lanczos-3 window, half-open on the right as PIL evaluates it.
 double lanczos3(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3.0) : 0.0; }
 
+// PIL's bicubic (Keys, a = -0.5), support 2.
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+  if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+  return 0.0;
+}
+
+struct Filter {
+  double (*weight)(double);
+  double support;
+};
+Filter filter_of(PilFilter f) {
+  return f == PilFilter::Bicubic ? Filter{&bicubic, 2.0} : Filter{&lanczos3, 3.0};
+}
+
 // One axis of the separable filter: for each output position the first input index, the tap
 // count and the fixed-point taps.
 struct AxisFilter {
@@ -33,18 +49,20 @@ struct AxisFilter {
   std::vector<int32_t> taps;  // out_size * taps_per_output
 };
 
-AxisFilter make_axis_filter(int in_size, int out_size) {
+// Output o samples the source span [in0, in1) (PIL's box; the whole axis unless a box is given).
+// An empty span (in0 == in1) gives scale 0: every output is the filter centred at in0.
+AxisFilter make_axis_filter(int in_size, double in0, double in1, int out_size, const Filter& kernel) {
   AxisFilter f;
-  const double scale = static_cast<double>(in_size) / out_size;
+  const double scale = (in1 - in0) / out_size;
   const double filter_scale = std::max(scale, 1.0);  // widen the kernel only when shrinking
-  const double support = kLanczosSupport * filter_scale;
+  const double support = kernel.support * filter_scale;
   f.taps_per_output = static_cast<int>(std::ceil(support)) * 2 + 1;
   f.first.resize(out_size);
   f.count.resize(out_size);
   f.taps.assign(static_cast<size_t>(out_size) * f.taps_per_output, 0);
   std::vector<double> weights(f.taps_per_output);
   for (int o = 0; o < out_size; ++o) {
-    const double center = (o + 0.5) * scale;
+    const double center = in0 + (o + 0.5) * scale;
     // PIL converts with a C cast (truncation toward zero) after adding 0.5.
     int lo = static_cast<int>(center - support + 0.5);
     lo = std::max(lo, 0);
@@ -53,7 +71,7 @@ AxisFilter make_axis_filter(int in_size, int out_size) {
     const int n = hi - lo;
     double sum = 0;
     for (int k = 0; k < n; ++k) {
-      weights[k] = lanczos3((k + lo - center + 0.5) / filter_scale);
+      weights[k] = kernel.weight((k + lo - center + 0.5) / filter_scale);
       sum += weights[k];
     }
     int32_t* taps = &f.taps[static_cast<size_t>(o) * f.taps_per_output];
@@ -130,27 +148,38 @@ void check_image_buffer(const io::Image& image, const char* what) {
 }  // namespace
 
 io::Image resize_lanczos_like_pil(const io::Image& image, int width, int height) {
+  return resize_like_pil(image, width, height, {0, 0, double(image.width), double(image.height)});
+}
+
+io::Image resize_like_pil(const io::Image& image, int width, int height, const PilBox& box,
+                          PilFilter filter) {
+  const Filter kernel = filter_of(filter);
   check_image_buffer(image, "lanczos resize");
   FLUXRT_CHECK(width > 0 && height > 0 && width <= io::kMaxImageSide && height <= io::kMaxImageSide,
                ErrorCode::InvalidArgument, "lanczos resize: invalid target size {}x{}", width, height);
+  FLUXRT_CHECK(box.x0 >= 0 && box.y0 >= 0 && box.x0 <= box.x1 && box.y0 <= box.y1 && box.x1 <= image.width &&
+                   box.y1 <= image.height,
+               ErrorCode::InvalidArgument, "lanczos resize: box ({}, {}, {}, {}) is not within {}x{}", box.x0,
+               box.y0, box.x1, box.y1, image.width, image.height);
+  const bool whole_x = box.x0 == 0 && box.x1 == image.width, whole_y = box.y0 == 0 && box.y1 == image.height;
   io::Image src = image;
   const bool rgba = src.channels == 4;
   if (rgba) premultiply_alpha(src);
   const int ch = src.channels;
-  // PIL skips a pass whose size does not change (the pass would be the identity anyway only up
-  // to rounding, so skipping matters for exactness).
+  // PIL skips a pass whose size and span do not change (the pass would be the identity anyway
+  // only up to rounding, so skipping matters for exactness).
   auto horizontal = [&] {
-    if (width == src.width) return;
+    if (width == src.width && whole_x) return;
     io::Image tmp{width, src.height, ch, std::vector<uint8_t>(static_cast<size_t>(width) * src.height * ch)};
     resample_axis(src.pixels.data(), src.width, src.height, tmp.pixels.data(), width, src.height, ch, true,
-                  make_axis_filter(src.width, width));
+                  make_axis_filter(src.width, box.x0, box.x1, width, kernel));
     src = std::move(tmp);
   };
   auto vertical = [&] {
-    if (height == src.height) return;
+    if (height == src.height && whole_y) return;
     io::Image tmp{src.width, height, ch, std::vector<uint8_t>(static_cast<size_t>(src.width) * height * ch)};
     resample_axis(src.pixels.data(), src.width, src.height, tmp.pixels.data(), src.width, height, ch, false,
-                  make_axis_filter(src.height, height));
+                  make_axis_filter(src.height, box.y0, box.y1, height, kernel));
     src = std::move(tmp);
   };
   // Pillow 13 (Resample.c, horizontal_first) filters rows first unless the height loses more

@@ -27,6 +27,18 @@ inline constexpr int kReferenceMaxAspect = 8;
 // (4 = RGBA: premultiplied while filtering, as PIL does). InvalidArgument on empty sizes.
 io::Image resize_lanczos_like_pil(const io::Image& image, int width, int height);
 
+// The source rectangle PIL's resize(box=...) samples, in pixels (floats, as PIL takes them).
+struct PilBox {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+enum class PilFilter { Lanczos, Bicubic };  // Bicubic: Image.resize's default resample
+// Image.resize((width, height), filter, box=box). An empty span (x0 == x1) is what
+// VaeImageProcessor's "fill" mode uses for its edge bands (with the default bicubic): every output
+// column is the filter centred at x0. The pass order is the whole-image rule's (exact where only
+// one pass runs).
+io::Image resize_like_pil(const io::Image& image, int width, int height, const PilBox& box,
+                          PilFilter filter = PilFilter::Lanczos);
+
 // Flux2ImageProcessor._resize_to_target_area: scale = sqrt(area / (w * h)), sides truncated.
 void reference_target_size(int width, int height, int64_t target_area, int* out_width, int* out_height);
 

@@ -82,6 +82,19 @@ void check_request(const PipelineKind& kind, const fluxrt::GenerateRequest& r,
                      "{} models edit an image: give it as a reference image (--image, the edits endpoint's "
                      "'image')",
                      kind.name);
+  // Before the mask rules: a crop without a mask is about the crop.
+  FLUXRT_CHECK_FIELD(!r.padding_mask_crop || l.padding_mask_crop, ErrorCode::InvalidArgument,
+                     "padding_mask_crop",
+                     "padding_mask_crop is not for {} models (their diffusers pipeline has "
+                     "none)",
+                     kind.name);
+  FLUXRT_CHECK_FIELD(!r.padding_mask_crop || r.mask_image, ErrorCode::InvalidArgument, "padding_mask_crop",
+                     "padding_mask_crop crops around the mask: it needs a mask (and init_image)");
+  if (r.padding_mask_crop)
+    FLUXRT_CHECK_FIELD(*r.padding_mask_crop >= 0 && *r.padding_mask_crop <= l.max_side,
+                       ErrorCode::InvalidArgument, "padding_mask_crop",
+                       "padding_mask_crop {} must be an integer from 0 to {}", *r.padding_mask_crop,
+                       l.max_side);
   FLUXRT_CHECK_FIELD(!r.mask_image || l.mask, ErrorCode::InvalidArgument, "mask",
                      "a mask (inpainting) is not for {} models", kind.name);
   FLUXRT_CHECK_FIELD(!l.mask_required || r.mask_image, ErrorCode::InvalidArgument, "mask",

@@ -131,6 +131,7 @@ fluxrt::ImageMetadata Engine::image_metadata(const pipelines::PlannedRequest& pl
     m.img2img = true;
     m.init_image = request.init_image_name;
     if (request.mask_image) m.mask = request.mask_image_name;
+    m.padding_mask_crop = request.padding_mask_crop;
     m.strength = plan.strength;
   }
   m.true_cfg = plan.true_cfg;

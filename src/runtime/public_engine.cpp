@@ -64,6 +64,7 @@ TextChunks metadata_text(const ImageMetadata& m) {
   if (m.img2img) {
     text.emplace_back("init_image", m.init_image);
     if (m.mask) text.emplace_back("mask", *m.mask);
+    if (m.padding_mask_crop) text.emplace_back("padding_mask_crop", std::to_string(*m.padding_mask_crop));
     if (m.strength) text.emplace_back("strength", fmt::format("{}", *m.strength));
     // "steps" is what ran; rerunning needs the schedule's length, which strength trims.
     text.emplace_back("scheduled_steps", std::to_string(m.scheduled_steps));

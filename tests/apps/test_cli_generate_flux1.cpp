@@ -151,6 +151,36 @@ TEST_F(CliGenerateFlux1, KleinInpaintingRendersTheDiffusersImage) {
   EXPECT_EQ(text.at("size"), "96x64");
 }
 
+// `--padding-mask-crop N` on the tiny klein folder: diffusers' padding_mask_crop image (the
+// crop_corner_f32 case: a window around an off-centre mask repainted at 96x64 and pasted back, so
+// the PNG has the source's 100x75); without a mask, and on a Fill model, one-line errors naming it.
+TEST_F(CliGenerateFlux1, KleinPaddingMaskCropRendersTheDiffusersImage) {
+  const fs::path golden = kData / "klein_inpaint";
+  const std::string common =
+      " --prompt 'a red apple' --steps 4 --strength 0.9 --seed 17 --max-sequence-length 32"
+      " --dtype f32 --quiet --padding-mask-crop 8 --init-image " +
+      quote((golden / "inputs" / "source_100x75.png").string()) + " --out " + quote((tmp_ / "out").string());
+  const std::string mask = " --mask " + quote((golden / "inputs" / "mask_corner_100x75.png").string());
+  expect_one_line_error(run("--model " + quote(kKlein.string()) + common), "padding_mask_crop");
+  const fs::path fill = kData / "flux1_fill" / "inputs";
+  expect_one_line_error(
+      run("--model " + quote((kData / "models" / "flux1-fill-tiny").string()) +
+          " --prompt x --size 64x64 --steps 1 --quiet --padding-mask-crop 8 --init-image " +
+          quote((fill / "source_64.png").string()) + " --mask " +
+          quote((fill / "mask_white_64.png").string()) + " --out " + quote((tmp_ / "out").string())),
+      "padding_mask_crop is not for FLUX.1 Fill models");
+  ASSERT_EQ(run("--model " + quote(kKlein.string()) + common + mask), 0) << err_;
+  const fluxrt::io::Image mine = written_image();
+  ASSERT_EQ(mine.width, 100);
+  ASSERT_EQ(mine.height, 75);
+  const auto d = fluxrt::test::compare_images(
+      mine, fluxrt::io::to_rgb(fluxrt::io::read_png((golden / "crop_corner_f32" / "image_0.png").string())));
+  EXPECT_LE(d.max_abs, 2) << d.str();
+  const auto text = written_text();
+  EXPECT_EQ(text.at("padding_mask_crop"), "8");
+  EXPECT_EQ(text.at("size"), "96x64");  // the run's size; the image is the source's
+}
+
 // A FluxFillPipeline folder: `--init-image SRC --mask M` renders diffusers' FluxFillPipeline image
 // (tests/data/flux1_fill soft_disc_f32: f32, every pixel within 2/255) with Fill's own defaults
 // (guidance 30, strength 1); without the mask it is a one-line error.

@@ -9,6 +9,9 @@
 //   Generate      size and steps run, final latents (module-golden row of the dtype) and the
 //                 images: f32 every sample within 2/255, bf16 SSIM >= 0.98 (docs/numerics.md)
 // (all black: nothing is repainted, the result is the source through the VAE, as diffusers').
+// padding_mask_crop (crop_corner, dev_crop_corner, dev_crop_band): a window around an off-centre
+// mask repainted at the run's size and pasted back over the 100x75 source by the mask; the band's
+// window cannot reach the run's aspect, so its resize fills the rows around it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -45,6 +48,8 @@ struct InpaintCase {
   DType dtype = DType::F32;
   uint64_t seed = 0;
   int steps = 0, images_per_prompt = 1, width = 0, height = 0, max_sequence_length = 32;
+  int run_width = 0, run_height = 0;  // the run's size (with a crop not the output's)
+  std::optional<int> padding_mask_crop;
   float strength = 0, guidance = 1;
   std::vector<std::string> outputs;
 
@@ -81,6 +86,9 @@ std::vector<InpaintCase> load_cases(const std::string& folder) {
       if (!j.at("reference").is_null()) c.reference = j.at("reference").get<std::string>();
       c.width = j.at("width");
       c.height = j.at("height");
+      c.run_width = j.at("run_width");
+      c.run_height = j.at("run_height");
+      if (!j.at("padding_mask_crop").is_null()) c.padding_mask_crop = j.at("padding_mask_crop").get<int>();
       c.outputs = j.at("outputs").get<std::vector<std::string>>();
       cases.push_back(std::move(c));
     }
@@ -139,6 +147,7 @@ GenerateRequest request_for(const InpaintCase& c) {
   r.init_image = io::to_public(input(c, c.source));
   r.mask_image = io::to_public(input(c, c.mask));
   if (c.reference) r.reference_images.push_back(io::to_public(input(c, *c.reference)));
+  r.padding_mask_crop = c.padding_mask_crop;
   return r;
 }
 
@@ -151,7 +160,7 @@ Tensor pack(const Tensor& latents) {
 class InpaintGolden : public ::testing::TestWithParam<InpaintCase> {};
 
 TEST(InpaintGoldenManifest, EveryCaseHasItsFiles) {
-  ASSERT_GE(all_cases().size(), 11u)
+  ASSERT_GE(all_cases().size(), 16u)
       << "tests/data/{klein,flux1}_inpaint/manifest.json missing or unreadable";
   for (const InpaintCase& c : all_cases()) {
     EXPECT_TRUE(fs::exists(c.dir() / "intermediates.safetensors")) << c.name;
@@ -161,13 +170,18 @@ TEST(InpaintGoldenManifest, EveryCaseHasItsFiles) {
 
 TEST_P(InpaintGolden, Mask) {
   const InpaintCase& c = GetParam();
-  const io::Image source = input(c, c.source);
+  io::Image source = input(c, c.source), mask_image = input(c, c.mask);
+  const int w = c.run_width, h = c.run_height;
+  // padding_mask_crop: the window cut out and resized to the run's size stands in for both.
+  if (const auto crop =
+          PreparedMaskCrop::prepare(c.padding_mask_crop, source, mask_image, w, h, MaskCrop::Fit::Cover)) {
+    source = crop->cropped_image;
+    mask_image = crop->cropped_mask;
+  }
   const Tensor packed = intermediate(c, "mask").to(DType::F32);  // [B, N, 1] klein, [B, N, 64] FLUX.1
-  const InpaintMask mask = c.flux1()
-                               ? prepare_latent_patch_mask(input(c, c.mask), source.width, source.height,
-                                                           c.width, c.height, c.height / 8, c.width / 8)
-                               : prepare_inpaint_mask(input(c, c.mask), source.width, source.height, c.width,
-                                                      c.height, c.height / 16, c.width / 16);
+  const InpaintMask mask =
+      c.flux1() ? prepare_latent_patch_mask(mask_image, source.width, source.height, w, h, h / 8, w / 8)
+                : prepare_inpaint_mask(mask_image, source.width, source.height, w, h, h / 16, w / 16);
   const int64_t tokens = mask.grid_h * mask.grid_w, channels = packed.size(2);
   ASSERT_EQ(packed.size(0), c.images_per_prompt);
   ASSERT_EQ(packed.size(1), tokens);
@@ -184,8 +198,8 @@ TEST_P(InpaintGolden, Generate) {
   const GenerateRequest request = request_for(c);
   const auto pipe = pipeline_for(c);
   const fluxrt::RequestPlan plan = pipe->plan(request);
-  EXPECT_EQ(plan.width, c.width);
-  EXPECT_EQ(plan.height, c.height);
+  EXPECT_EQ(plan.width, c.run_width);
+  EXPECT_EQ(plan.height, c.run_height);
   EXPECT_EQ(plan.steps_run, c.steps - img2img_start_index(c.steps, c.strength));
   const GenerateResult out = pipe->generate(request);
   ASSERT_EQ(out.images.size(), static_cast<size_t>(c.images_per_prompt));

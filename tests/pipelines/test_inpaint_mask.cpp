@@ -132,5 +132,76 @@ TEST_F(InpaintRequests, MaskNeedsItsImageOfTheSameSizeAndAModelThatTakesIt) {
   EXPECT_EQ(field_of(r, facts()), "init_image");
 }
 
+TEST_F(InpaintRequests, PaddingMaskCropNeedsAMaskAndAModelThatHasIt) {
+  fluxrt::GenerateRequest r;
+  r.steps = 2;
+  r.padding_mask_crop = 8;
+  EXPECT_EQ(field_of(r, facts()), "padding_mask_crop");  // no mask
+  r.init_image = image(64, 64);
+  r.mask_image = image(64, 64);
+  EXPECT_EQ(field_of(r, facts()), "(accepted)");
+  r.padding_mask_crop = -1;
+  EXPECT_EQ(field_of(r, facts()), "padding_mask_crop");
+  r.padding_mask_crop = 0;
+  ModelFacts fill = facts();
+  fill.limits.padding_mask_crop = false;  // FluxFillPipeline has none
+  EXPECT_EQ(field_of(r, fill), "padding_mask_crop");
+}
+
+// diffusers 0.42.1 VaeImageProcessor.get_crop_region on masks of one rectangle (value v inside):
+// (mask w, h, rectangle, run w, h, pad) -> window, as it printed them.
+TEST(MaskCrop, RegionMatchesDiffusers) {
+  struct Case {
+    int w, h, x0, y0, x1, y1, v, run_w, run_h, pad;
+    MaskCrop expected;
+  };
+  const Case cases[] = {
+      {100, 75, 70, 10, 90, 20, 255, 64, 64, 0, {70, 5, 90, 25}},   // heightened about its centre
+      {100, 75, 70, 10, 90, 20, 255, 96, 64, 8, {61, 2, 100, 28}},  // widened, shifted back inside
+      {100, 75, 5, 50, 95, 58, 255, 64, 64, 4, {1, 0, 99, 75}},     // cannot be squared: clamped
+      {100, 75, 0, 0, 3, 3, 1, 64, 32, 2, {0, 0, 10, 5}},           // luminance 1 counts
+      {64, 64, 30, 30, 34, 34, 255, 64, 64, 100, {0, 0, 64, 64}},   // padding past every side
+      {40, 120, 10, 100, 12, 110, 255, 48, 32, 3, {0, 97, 24, 113}},
+  };
+  for (const Case& c : cases) {
+    const io::Image mask = gray(
+        c.w, c.h, [&](int x, int y) { return x >= c.x0 && x < c.x1 && y >= c.y0 && y < c.y1 ? c.v : 0; });
+    const MaskCrop got = MaskCrop::of_mask(mask, c.run_w, c.run_h, c.pad);
+    EXPECT_EQ((std::vector<int>{got.x1, got.y1, got.x2, got.y2}),
+              (std::vector<int>{c.expected.x1, c.expected.y1, c.expected.x2, c.expected.y2}))
+        << c.w << "x" << c.h << " pad " << c.pad;
+  }
+}
+
+TEST(MaskCrop, AnEmptyMaskHasNoWindow) {
+  try {
+    MaskCrop::of_mask(gray(64, 64, [](int, int) { return 0; }), 64, 64, 0);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "padding_mask_crop");
+  }
+}
+
+TEST(MaskCrop, OverlayKeepsTheOriginalWhereTheMaskIsBlack) {
+  // Outside the window and under black mask pixels the original comes back exactly; under white
+  // ones the generated pixel (PIL's alpha composite with alpha 0 and 255).
+  const io::Image original = gray(40, 30, [](int x, int y) { return (x * 7 + y * 3) % 256; });
+  const io::Image mask =
+      gray(40, 30, [](int x, int y) { return x >= 20 && x < 30 && y >= 5 && y < 15 ? 255 : 0; });
+  const MaskCrop window = MaskCrop::of_mask(mask, 16, 16, 2);
+  const io::Image generated = gray(16, 16, [](int, int) { return 200; });
+  const io::Image out = window.overlay(original, mask, generated, MaskCrop::Fit::Cover);
+  ASSERT_EQ(out.width, 40);
+  ASSERT_EQ(out.height, 30);
+  for (size_t i = 0; i < out.pixels.size(); ++i) {
+    const size_t p = i / 3;
+    if (mask.pixels[p * 3] == 0) {
+      ASSERT_EQ(out.pixels[i], original.pixels[i]) << "pixel " << p;
+    } else {
+      ASSERT_EQ(out.pixels[i], 200) << "pixel " << p;  // a flat image resizes to itself
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fluxrt::pipelines

@@ -2,7 +2,8 @@
 cases of tests/data/klein_pipeline and tests/data/flux1_pipeline, f32: every pixel within 2/255,
 docs/numerics.md), exercising the argument mapping: prompts, batches, negative prompts with CFG,
 reference images (klein), img2img and true CFG (FLUX.1), klein and FLUX.1 inpainting through
-fluxrt.Flux2KleinInpaintPipeline / FluxInpaintPipeline (tests/data/klein_inpaint, flux1_inpaint),
+fluxrt.Flux2KleinInpaintPipeline / FluxInpaintPipeline (tests/data/klein_inpaint, flux1_inpaint; one
+case each with padding_mask_crop),
 FLUX.1 Fill through fluxrt.FluxFillPipeline (tests/data/flux1_fill), FLUX.1 Kontext through
 fluxrt.FluxKontextPipeline (tests/data/flux1_kontext) and klein-9B-KV's reference K/V caching through
 fluxrt.Flux2KleinKVPipeline (tests/data/klein_kv), with diffusers' argument names."""
@@ -19,8 +20,8 @@ from conftest import DATA, MODELS
 
 KLEIN_CASES = ["t2i_64_red_f32", "ref_64_f32", "batch_2x2_f32", "base_cfg_negative_f32"]
 FLUX1_CASES = ["dev_64_red_f32", "schnell_64_f32", "dev_true_cfg_f32", "dev_img2img_s06_f32"]
-INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32"]
-FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32"]
+INPAINT_CASES = ["soft_disc_f32", "rgb_mask_reference_f32", "base_cfg_f32", "crop_corner_f32"]
+FLUX1_INPAINT_CASES = ["dev_soft_disc_f32", "dev_resized_f32", "schnell_rgb_mask_f32", "dev_crop_band_f32"]
 KV_CASES = ["one_ref_f32", "two_refs_f32", "one_ref_two_images_f32"]
 FILL_CASES = ["soft_disc_f32", "resized_s08_f32"]
 KONTEXT_CASES = ["square_f32", "max_area_f32"]
@@ -97,7 +98,7 @@ def test_klein_inpainting_matches_diffusers(name):
                strength=c["strength"], num_inference_steps=c["steps"],
                guidance_scale=c["guidance"] if c["guidance"] != 1.0 else None,
                num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
-               max_sequence_length=c["max_sequence_length"])
+               max_sequence_length=c["max_sequence_length"], padding_mask_crop=c["padding_mask_crop"])
     expect_close(out.images, "klein_inpaint", c)
     assert out.images[0].info["mask"].endswith(c["mask"])
 
@@ -112,7 +113,7 @@ def test_flux1_inpainting_matches_diffusers(name):
                height=c["height"], width=c["width"], strength=c["strength"], num_inference_steps=c["steps"],
                guidance_scale=c["guidance"] if c["model"] == "flux1-dev-tiny" else None,
                num_images_per_prompt=c["images_per_prompt"], generator=c["seed"],
-               max_sequence_length=c["max_sequence_length"])
+               max_sequence_length=c["max_sequence_length"], padding_mask_crop=c["padding_mask_crop"])
     expect_close(out.images, "flux1_inpaint", c)
 
 
@@ -167,6 +168,10 @@ def test_inpainting_bad_masks_name_the_field():
         inpaint("x", image=source, mask_image="mask.png", num_inference_steps=1)
     with pytest.raises(fluxrt.InvalidArgumentError, match="mask_image is required"):
         inpaint("x", image=source, num_inference_steps=1)
+    with pytest.raises(fluxrt.InvalidArgumentError, match="repaints nothing") as empty:
+        inpaint("x", image=source, mask_image=Image.new("L", (64, 64), 0), num_inference_steps=1,
+                padding_mask_crop=4)
+    assert empty.value.field == "padding_mask_crop"
 
 
 def test_text_encoder_file_gives_diffusers_image():

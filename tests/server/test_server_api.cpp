@@ -284,6 +284,52 @@ TEST_F(ServerApi, EditsTakeReferenceImagesAndMasks) {
   }
 }
 
+// padding_mask_crop on the edits endpoint: the window around an off-centre hole is repainted and
+// pasted back, so the image keeps the source's size, and it equals Engine::generate's for the same
+// request; without a mask it is a 400 naming the field.
+TEST_F(ServerApi, EditsTakePaddingMaskCrop) {
+  const std::string source = png_bytes(64, 48, 200, 30, 30);
+  io::Image rgba{64, 48, 4, std::vector<uint8_t>(64 * 48 * 4, 255)};
+  for (int y = 4; y < 20; ++y)
+    for (int x = 40; x < 56; ++x) rgba.pixels[(y * 64 + x) * 4 + 3] = 0;
+  httplib::MultipartFormDataItems items = {{"prompt", "a red circle", "", ""},
+                                           {"image", source, "a.png", "image/png"},
+                                           {"seed", "9", "", ""},
+                                           {"num_inference_steps", "2", "", ""},
+                                           {"padding_mask_crop", "4", "", ""}};
+  auto refused = client_->Post("/v1/images/edits", items);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_EQ(json_of(refused)["error"]["param"], "padding_mask_crop") << refused->body;
+
+  items.push_back({"mask", as_string(io::encode_png(rgba)), "mask.png", "image/png"});
+  auto r = client_->Post("/v1/images/edits", items);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string edited = base64_decode(json_of(r)["data"][0]["b64_json"]);
+  EXPECT_EQ(png_text_of(edited).at("padding_mask_crop"), "4");
+  const io::Image got = png_of(edited);
+  EXPECT_EQ(got.width, 64);
+  EXPECT_EQ(got.height, 48);
+
+  Engine engine(kDemoModel);
+  GenerateRequest request;
+  request.prompts = {"a red circle"};
+  request.seed = 9;
+  request.steps = 2;
+  request.padding_mask_crop = 4;
+  request.init_image = decode_image(source.data(), source.size());
+  Image mask{64, 48, std::vector<uint8_t>(64 * 48 * 3, 0)};
+  for (int y = 4; y < 20; ++y)
+    for (int x = 40; x < 56; ++x)
+      for (int c = 0; c < 3; ++c) mask.rgb[(y * 64 + x) * 3 + c] = 255;
+  request.mask_image = mask;
+  const GenerateResult direct = engine.generate(request);
+  EXPECT_EQ(got.pixels, direct.images[0].image.rgb);
+  // Outside the window the source comes back untouched (the overlay keeps it where the mask is 0).
+  EXPECT_EQ(got.pixels[(40 * 64 + 4) * 3], 200);
+}
+
 TEST_F(ServerApi, MetricsPageAndErrors) {
   post({{"prompt", "x"}, {"size", "32x32"}, {"num_inference_steps", 1}});
   auto m = client_->Get("/metrics");

@@ -59,6 +59,7 @@ TEST(RequestFields, TextAndJsonValuesSetTheSameRequest) {
       {"guidance", {std::string("3.5"), 3.5}},
       {"true_cfg", {std::string("4"), int64_t{4}}},
       {"strength", {std::string("0.25"), 0.25}},
+      {"padding_mask_crop", {std::string("32"), int64_t{32}}},
       {"batch", {std::string("3"), int64_t{3}}},
       {"max_sequence_length", {std::string("64"), 64.0}},  // a whole JSON float is an integer
       {"seed", {std::string("18446744073709551615"), std::string("18446744073709551615")}},
@@ -76,6 +77,7 @@ TEST(RequestFields, TextAndJsonValuesSetTheSameRequest) {
     EXPECT_EQ(r->guidance, 3.5f);
     EXPECT_EQ(r->true_cfg, 4.0f);
     EXPECT_EQ(r->strength, 0.25f);
+    EXPECT_EQ(r->padding_mask_crop, 32);
     EXPECT_EQ(r->images_per_prompt, 3);
     EXPECT_EQ(r->max_sequence_length, 64);
     EXPECT_EQ(r->seed, std::numeric_limits<uint64_t>::max());

@@ -41,6 +41,16 @@ CASES = [
     # schnell with an RGB mask at strength 1.
     dict(name="schnell_rgb_mask", model="schnell", prompt="a green field", seed=7, steps=2, strength=1.0,
          guidance=0.0, width=64, height=64, source="source_64.png", mask="mask_rgb_box_64.png"),
+    # padding_mask_crop: an off-centre disc's window (padded by 6, squared) repainted at 64x64 and
+    # pasted back over the 100x75 source; the output is 100x75.
+    dict(name="dev_crop_corner", model="dev", prompt="a red apple", seed=19, steps=4, strength=0.9,
+         guidance=3.5, width=64, height=64, source="source_100x75.png", mask="mask_corner_100x75.png",
+         padding_mask_crop=6, bf16=True),
+    # A band nearly as wide as the image: the window cannot be squared inside it, so it is resized
+    # to fit 64x64 and the rows above and below are filled from its edges.
+    dict(name="dev_crop_band", model="dev", prompt="a wooden fence", seed=23, steps=3, strength=1.0,
+         guidance=3.5, width=64, height=64, source="source_100x75.png", mask="mask_band_100x75.png",
+         padding_mask_crop=4),
 ]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -93,6 +103,7 @@ def run_case(case: dict, dtype_name: str, out: Path, inputs: Path, pipes: dict) 
                       guidance_scale=case["guidance"], num_images_per_prompt=case.get("images", 1),
                       generator=torch.Generator("cpu").manual_seed(case["seed"]), max_sequence_length=32,
                       output_type="pil", callback_on_step_end=on_step_end,
+                      padding_mask_crop=case.get("padding_mask_crop"),
                       callback_on_step_end_tensor_inputs=["latents"]).images
     finally:
         recorder.close()
@@ -105,7 +116,9 @@ def run_case(case: dict, dtype_name: str, out: Path, inputs: Path, pipes: dict) 
     return dict(name=name, model=MODEL_FOLDERS[case["model"]].name, dtype=dtype_name, prompt=case["prompt"],
                 seed=case["seed"], steps=case["steps"], strength=case["strength"], guidance=case["guidance"],
                 images_per_prompt=case.get("images", 1), max_sequence_length=32, source=case["source"],
-                mask=case["mask"], reference=None, width=case["width"], height=case["height"], outputs=outputs)
+                mask=case["mask"], reference=None, width=case["width"], height=case["height"],
+                padding_mask_crop=case.get("padding_mask_crop"), run_width=case["width"],
+                run_height=case["height"], outputs=outputs)
 
 
 def main() -> None:

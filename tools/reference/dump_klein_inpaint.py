@@ -7,7 +7,8 @@ Writes tests/data/klein_inpaint/:
   manifest.json              every case: prompt, seed, steps, strength, guidance, dtype, images per
                              prompt, the input files, the output size and files
   inputs/*.png               source images, masks and references, drawn here from formulas
-  <case>/image_<i>.png       diffusers' output_type="pil" images, saved with PIL
+  <case>/image_<i>.png       diffusers' output_type="pil" images, saved with PIL (with
+                             padding_mask_crop the source's size; run_width x run_height is the run's)
   <case>/intermediates.safetensors
                              mask           [B, N, 1] prepare_mask_latents' result (the packed mask)
                              source_latents [B, N, 128] prepare_latents' packed source latents
@@ -53,6 +54,11 @@ CASES = [
     # Base variant: CFG with guidance 4 against "".
     dict(name="base_cfg", model="base", prompt="a wooden door", seed=13, steps=3, strength=0.7, guidance=4.0,
          source="source_64.png", mask="mask_soft_disc_64.png", bf16=True),
+    # padding_mask_crop: a small disc near the top right corner of the 100x75 source; the window
+    # (the disc's box padded by 8, widened to 96:64 and shifted back inside) is repainted at 96x64
+    # and pasted back over the source, so the output is 100x75.
+    dict(name="crop_corner", prompt="a red apple", seed=17, steps=4, strength=0.9, source="source_100x75.png",
+         mask="mask_corner_100x75.png", padding_mask_crop=8, bf16=True),
 ]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -78,6 +84,15 @@ def make_inputs(folder: Path) -> None:
     PIL.Image.fromarray(source(64, 64, 2), "RGB").save(folder / "source_64.png")
     PIL.Image.fromarray(soft_disc(100, 75), "L").save(folder / "mask_soft_disc_100x75.png")
     PIL.Image.fromarray(soft_disc(64, 64), "L").save(folder / "mask_soft_disc_64.png")
+    # padding_mask_crop's masks: an off-centre soft disc (radius 7 at (80, 18)), and a band almost as
+    # wide as the image, whose window cannot reach the run's aspect and is filled at its edges.
+    y, x = np.mgrid[0:75, 0:100].astype(np.float64)
+    corner = np.clip((7 + 3 - np.hypot(x - 80, y - 18)) / 6.0 * 255.0, 0, 255).round().astype(np.uint8)
+    PIL.Image.fromarray(corner, "L").save(folder / "mask_corner_100x75.png")
+    band = np.zeros((75, 100), np.uint8)
+    band[50:58, 5:95] = 255
+    band[49, 5:95] = band[58, 5:95] = 128
+    PIL.Image.fromarray(band, "L").save(folder / "mask_band_100x75.png")
     PIL.Image.fromarray(np.zeros((64, 64), np.uint8), "L").save(folder / "mask_black_64.png")
     PIL.Image.fromarray(np.full((64, 64), 255, np.uint8), "L").save(folder / "mask_white_64.png")
     box = np.zeros((64, 64, 3), np.uint8)
@@ -142,6 +157,8 @@ def run_case(case: dict, dtype_name: str, out: Path, inputs: Path, pipes: dict) 
         max_sequence_length=32,
         output_type="pil",
     )
+    if "padding_mask_crop" in case:
+        kwargs["padding_mask_crop"] = case["padding_mask_crop"]
     if "reference" in case:
         kwargs["image_reference"] = PIL.Image.open(inputs / case["reference"])
     recorder = Recorder(pipe)
@@ -150,6 +167,10 @@ def run_case(case: dict, dtype_name: str, out: Path, inputs: Path, pipes: dict) 
     def on_step_end(p, i, t, callback_kwargs):
         final["latents"] = callback_kwargs["latents"].clone()
         return {}
+
+    # The run's size (with padding_mask_crop not the output's): the source floored to 16s.
+    source = PIL.Image.open(inputs / case["source"])
+    pipe_run = dict(width=source.width // 16 * 16, height=source.height // 16 * 16)
 
     try:
         images = pipe(callback_on_step_end=on_step_end, callback_on_step_end_tensor_inputs=["latents"],
@@ -168,7 +189,8 @@ def run_case(case: dict, dtype_name: str, out: Path, inputs: Path, pipes: dict) 
                 guidance=case.get("guidance", 1.0), images_per_prompt=case.get("images", 1),
                 max_sequence_length=32, source=case["source"], mask=case["mask"],
                 reference=case.get("reference"), width=images[0].width, height=images[0].height,
-                outputs=outputs)
+                padding_mask_crop=case.get("padding_mask_crop"), run_width=pipe_run["width"],
+                run_height=pipe_run["height"], outputs=outputs)
 
 
 def main() -> None:
@@ -180,6 +202,7 @@ def main() -> None:
         shutil.rmtree(args.out)
     inputs = args.out / "inputs"
     make_inputs(inputs)
+    (inputs / "mask_band_100x75.png").unlink()  # FLUX.1's (dump_flux1_inpaint.py)
     import diffusers
     import transformers
 

@@ -200,6 +200,7 @@ ModelFacts Flux1Pipeline::Impl::make_facts() const {
   f.limits.init_image = !fill() && !kontext();
   f.limits.mask = !kontext();  // FluxInpaintPipeline: the init image with a mask; FluxFillPipeline
   f.limits.mask_required = fill();
+  f.limits.padding_mask_crop = f.limits.mask && !fill();  // FluxInpaintPipeline's; Fill has none
   f.limits.max_reference_images = f.limits.min_reference_images = kontext() ? 1 : 0;
   f.limits.true_cfg = !fill();  // FluxFillPipeline has no negative prompt
   f.limits.max_area = kontext();
@@ -311,14 +312,24 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   // the masked image and the mask to the transformer (flux1_fill.h).
   std::optional<KeptRegion> kept;
   std::optional<Flux1FillCondition> fill;
+  std::optional<PreparedMaskCrop> crop;  // padding_mask_crop (FluxInpaintPipeline only)
   if (img2img) {
     FLUXRT_CHECK_FIELD(m.options.load_vae_encoder, ErrorCode::InvalidArgument, "init_image",
                        "generate: img2img needs the VAE encoder (PipelineOptions::load_vae_encoder is off)");
     t_start = flux1_img2img_start_index(steps, *plan.strength);
-    const io::Image init = image_of_request(*request.init_image, "init image", "init_image");
+    io::Image init = image_of_request(*request.init_image, "init image", "init_image");
+    io::Image mask = request.mask_image ? image_of_request(*request.mask_image, "mask", "mask") : io::Image{};
+    if (request.mask_image && !m.fill()) {
+      // The window around the mask, at the run's aspect, stands in for the image and the mask.
+      crop = PreparedMaskCrop::prepare(request.padding_mask_crop, init, mask, width, height,
+                                       MaskCrop::Fit::Cover);
+      if (crop) {
+        init = crop->cropped_image;
+        mask = crop->cropped_mask;
+      }
+    }
     init_pixels = flux1_preprocess_init_image(init, width, height);  // [1, 3, H, W] f32
     if (request.mask_image) {
-      const io::Image mask = image_of_request(*request.mask_image, "mask", "mask");
       if (m.fill())
         fill =
             Flux1FillCondition::prepare(init_pixels, mask, init.width, init.height, width, height, vae_scale);
@@ -528,6 +539,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     result.images = to_images(u8);                            // downloads
     m.previewer.observe(latents, u8, lh / 2, lw / 2);         // the next requests' preview colours
   }
+  // padding_mask_crop: each image back into its window, blended over the request's image.
+  if (crop) crop->overlay_all(result.images);
   return result;
 }
 

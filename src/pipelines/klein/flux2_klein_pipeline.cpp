@@ -155,6 +155,7 @@ ModelFacts Flux2KleinPipeline::Impl::make_facts() const {
   f.limits.max_reference_images = 4;    // BFL's limit for klein
   // Flux2KleinInpaintPipeline (klein_inpaint.h); diffusers has no inpainting for klein-9B-KV.
   f.limits.mask = !defaults.reference_kv;
+  f.limits.padding_mask_crop = f.limits.mask;  // Flux2KleinInpaintPipeline's padding_mask_crop
   f.weights = weights;
   // Flux2KleinKVPipeline runs without guidance, as the distilled models do.
   f.cfg = !defaults.is_distilled && !defaults.reference_kv;
@@ -449,6 +450,8 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     result.images = to_images(u8);                            // downloads
     m.previewer.observe(latents, u8, lh, lw);                 // the next requests' preview colours
   }
+  // padding_mask_crop: each image back into its window, blended over the request's image.
+  if (inpaint && inpaint->crop) inpaint->crop->overlay_all(result.images);
   return result;
 }
 

@@ -38,6 +38,24 @@ KleinInpaint KleinInpaint::prepare(const fluxrt::GenerateRequest& request, const
     reference_target_size(source.width, source.height, kReferenceTargetArea, &w, &h);
     sized = resize_lanczos_like_pil(source, w, h);
   }
+  if (request.padding_mask_crop) {
+    // diffusers cuts the window in the mask's pixels out of the image brought down to 1024^2,
+    // then fails pasting the result over it (the sizes differ): refused before that.
+    FLUXRT_CHECK_FIELD(sized.width == source.width && sized.height == source.height,
+                       ErrorCode::InvalidArgument, "padding_mask_crop",
+                       "padding_mask_crop needs an image of at most 1024x1024 pixels ({}x{} is brought down "
+                       "first, and its mask would no longer fit it)",
+                       source.width, source.height);
+    // The window around the mask, at the run's aspect, stands in for the image and the mask.
+    // Flux2ImageProcessor's "crop" resize only cuts the centre out: the result goes back unscaled
+    // (diffusers 0.42.1 does so; the parity tests hold it to that).
+    out.crop = PreparedMaskCrop::prepare(request.padding_mask_crop, source, mask, plan.width, plan.height,
+                                         MaskCrop::Fit::CentreCrop);
+    out.source_pixels = preprocess_init_image(out.crop->cropped_image, plan.width, plan.height);
+    out.kept.mask = prepare_inpaint_mask(out.crop->cropped_mask, plan.width, plan.height, plan.width,
+                                         plan.height, plan.height / multiple, plan.width / multiple);
+    return out;
+  }
   out.source_pixels = preprocess_init_image(sized, plan.width, plan.height);  // [1, 3, H, W]
   // The mask goes from its own size (the source's) straight to the run's size.
   out.kept.mask = prepare_inpaint_mask(mask, source.width, source.height, plan.width, plan.height,

@@ -15,6 +15,8 @@
 //   Tensor latents = inpaint.kept.start(schedule, inpaint.t_start);
 //   loop.first_step = inpaint.t_start;
 //   loop.after_step = [&](int i, Tensor x) { return inpaint.kept.after_step(i, x, schedule); };
+#include <optional>
+
 #include "core/tensor.h"
 #include "fluxrt/request.h"
 #include "pipelines/img2img.h"
@@ -35,6 +37,8 @@ struct KleinInpaint {
   // Its mask per packed token (1 = repaint, 0 = keep); the pipeline sets its source (packed,
   // BN-normalised source latents) and noise, [B, L, 128] each.
   KeptRegion kept;
+  // padding_mask_crop: the window the run repaints and what the overlay needs (img2img.h).
+  std::optional<PreparedMaskCrop> crop;
 
   // Checks and preprocesses the request's image and mask for the plan's size (InvalidArgument
   // naming "init_image" or "mask"), before any weight is used.
