@@ -70,6 +70,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
                   "pipeline (klein): edit with N reference images of random pixels at the request's size "
                   "(flux.2-klein-9b-kv: as cached keys and values)")
       ->check(CLI::Range(0, 4));
+  cmd->add_option("--mask", options.mask,
+                  "pipeline: inpaint a source of random pixels at the request's size under a centred mask "
+                  "covering this fraction of it (klein, FLUX.1; flux.1-fill-dev needs it)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option(
       "--cache", options.cache,
       "pipeline: a step cache, NAME:key=value,... as `fluxrt generate --cache` (docs/requests.md)");
@@ -103,6 +107,7 @@ int run_bench(const BenchOptions& options) {
   request.vae_tile_pixels = options.tile_size;
   request.lora_rank = options.lora_rank;
   request.references = options.references;
+  request.mask = options.mask;
   request.op_times = options.op_times;
   request.cache = options.cache;
   if (options.component == "pipeline") return bench_pipeline(request);

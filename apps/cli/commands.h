@@ -36,6 +36,7 @@ struct BenchOptions {
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
   int lora_rank = 0;            // transformer: time a synthetic rank-R LoRA too (0: no)
   int references = 0;           // pipeline (klein): edit with N random reference images
+  double mask = 0;              // pipeline: inpaint a random source under a mask of this coverage
   bool op_times = false;        // transformer: one more step with every kernel call timed
   std::string cache;            // pipeline: a step cache, as --cache text
 };

@@ -119,6 +119,9 @@ struct GenerateResult {
   // keys and values (freed when the call returns).
   int reference_latents = 0;
   int reference_latents_kept = 0;
+  // Tokens of those references as the transformer sees them (appended to every forward, or
+  // klein-9B-KV's cached keys), per image: what a FLOP count adds for them.
+  int64_t reference_tokens = 0;
   size_t reference_kv_bytes = 0;
   Schedule schedule;
   Tensor final_latents;  // [B, 128, H/(2f), W/(2f)] before decoding (model dtype)

@@ -39,6 +39,9 @@ struct BenchRequest {
   // bench pipeline: this many reference images (random pixels, the request's size) edited with
   // (klein; klein-9B-KV keeps them as cached keys and values).
   int references = 0;
+  // bench pipeline: > 0 inpaints (klein, FLUX.1, FLUX.1 Fill needs it) a source of random pixels at
+  // the request's size under a centred white rectangle covering this fraction of it.
+  double mask = 0;
   // bench transformer: one more step after the timed ones with every kernel call timed
   // (ops::ScopedKernelTiming), printed as a table by op and shape.
   bool op_times = false;

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -57,7 +59,7 @@ fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
   request.seed = 0;
   if (!r.cache.empty()) request.cache = fluxrt::parse_cache_config(r.cache, "--cache");
   // Deterministic pixel noise, a different pattern per image.
-  for (int i = 0; i < r.references; ++i) {
+  auto noise_image = [&](int i) {
     fluxrt::Image image;
     image.width = r.width;
     image.height = r.height;
@@ -67,7 +69,23 @@ fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
       state = state * 1664525u + 1013904223u;
       p = static_cast<uint8_t>(state >> 24);
     }
-    request.reference_images.push_back(std::move(image));
+    return image;
+  };
+  for (int i = 0; i < r.references; ++i) request.reference_images.push_back(noise_image(i));
+  if (r.mask > 0) {
+    // Inpainting: the source, and a centred white rectangle of the image's aspect covering
+    // `mask` of it (the work does not depend on the mask's shape, only the blend reads it).
+    request.init_image = noise_image(r.references);
+    fluxrt::Image mask{r.width, r.height,
+                       std::vector<uint8_t>(static_cast<size_t>(r.width) * r.height * 3, 0)};
+    const double side = std::sqrt(r.mask);
+    const int mw = std::max(1, static_cast<int>(std::lround(side * r.width)));
+    const int mh = std::max(1, static_cast<int>(std::lround(side * r.height)));
+    for (int y = (r.height - mh) / 2; y < (r.height - mh) / 2 + mh; ++y)
+      std::fill_n(&mask.rgb[(static_cast<size_t>(y) * r.width + (r.width - mw) / 2) * 3],
+                  static_cast<size_t>(mw) * 3, uint8_t{255});
+    request.mask_image = std::move(mask);
+    request.strength = 1.0f;  // every step runs, as a plain request's do
   }
   return request;
 }
@@ -128,7 +146,7 @@ int bench_pipeline(const BenchRequest& r) {
   pipelines::PipelineOptions options;
   options.dtype = r.dtype;
   options.device = r.device;
-  options.load_vae_encoder = r.references > 0;
+  options.load_vae_encoder = r.references > 0 || r.mask > 0;
   options.low_memory = synthetic.always_low_memory || r.low_memory;
   // Made per request, its step graphs are per request too.
   options.cuda_graphs = r.cuda_graphs;
@@ -199,14 +217,18 @@ int bench_pipeline(const BenchRequest& r) {
   const int64_t image_tokens =
       pipelines::packed_image_seq_len(result.height, result.width, pipe->facts().vae_scale_factor);
   const double forwards_per_step = result.used_cfg ? 2.0 : 1.0;
-  // Reference images of the request's size: as many tokens each as the image.
-  const int64_t reference_tokens = image_tokens * r.references;
-  FLUXRT_CHECK(r.references == 0 || synthetic.flops_with_references, ErrorCode::InvalidArgument,
-               "bench pipeline: {} takes no reference images", r.variant);
+  // The reference tokens the pipeline ran with (klein inpainting's source among them; Kontext's
+  // image at its preferred resolution, whatever the request's size).
+  const int64_t reference_tokens = result.reference_tokens;
+  FLUXRT_CHECK(reference_tokens == 0 || synthetic.flops_with_references, ErrorCode::Internal,
+               "bench pipeline: {} ran reference tokens it cannot count", r.variant);
   const double flop_per_forward =
-      r.references > 0
+      reference_tokens > 0
           ? synthetic.flops_with_references(*pipe, image_tokens, r.max_sequence_length, reference_tokens)
           : synthetic.flops_per_forward(*pipe, image_tokens, r.max_sequence_length);
+  if (reference_tokens > 0)
+    std::printf("reference tokens per forward: %lld (beside %lld image tokens)\n",
+                static_cast<long long>(reference_tokens), static_cast<long long>(image_tokens));
   const double flop_per_step = forwards_per_step * r.batch * flop_per_forward;
   throughput.flop = flop_per_step * report.run.steps;
   throughput.gflops = report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;

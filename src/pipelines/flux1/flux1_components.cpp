@@ -100,6 +100,17 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant
     m.t5_config.num_heads = 4;
     m.vae_config.block_out_channels = {8, 16, 16, 16};
     m.vae_config.norm_num_groups = 4;
+  } else if (variant.rfind("flux.1-fill-dev", 0) == 0 || variant.rfind("flux.1-kontext-dev", 0) == 0) {
+    // FLUX.1-Fill-dev: dev's shapes with the input widened by the masked image's latents and the
+    // mask (384 channels in); FLUX.1-Kontext-dev: dev's shapes exactly. Their kinds run them.
+    const bool fill = variant.rfind("flux.1-fill-dev", 0) == 0;
+    const std::string dev = "flux.1-dev" + variant.substr(fill ? 15 : 18);  // keeps the shared suffix
+    m.transformer_config = models::flux1_preset(dev);
+    if (fill) m.transformer_config.in_channels = kFlux1FillInChannels;
+    m.transformer_config.variant = fill ? "flux.1-fill-dev" : "flux.1-kontext-dev";
+    m.kind = fill ? &flux1_fill_kind() : &flux1_kontext_kind();
+    m.clip_config = models::ClipTextConfig::clip_l();
+    m.t5_config = models::T5Config::t5_v1_1_xxl();
   } else {
     m.transformer_config = models::flux1_preset(variant);  // InvalidArgument listing the known names
     m.clip_config = models::ClipTextConfig::clip_l();
@@ -114,6 +125,7 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_variant(const std::string& variant
   m.synthetic_seed = seed;
   m.options = options;
   set_variant_defaults(m.defaults, m.transformer_config.guidance);
+  if (m.fill()) set_fill_defaults(m.defaults);
   m.scheduler = m.transformer_config.guidance ? FlowMatchSchedulerConfig::flux1_dev()
                                               : FlowMatchSchedulerConfig::flux1_schnell();
   return m;

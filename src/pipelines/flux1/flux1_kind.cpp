@@ -109,9 +109,17 @@ SyntheticPipeline synthetic(const SyntheticRequest& request) {
         variant, static_cast<double>(shapes.parameter_count()) / 1e9, shapes.double_blocks,
         shapes.single_blocks);
   };
+  // The config's input width is Fill's 384 channels where it is Fill (the input projection grows).
   s.flops_per_forward = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens) {
     return static_cast<const Flux1Pipeline&>(pipeline).transformer_config().flops_per_forward(image_tokens,
                                                                                               text_tokens);
+  };
+  // Kontext's image tokens join the noise tokens in every block (and the output projection, whose
+  // extra rows the pipeline drops).
+  s.flops_with_references = [](const Pipeline& pipeline, int64_t image_tokens, int64_t text_tokens,
+                               int64_t reference_tokens) {
+    return static_cast<const Flux1Pipeline&>(pipeline).transformer_config().flops_per_forward(
+        image_tokens + reference_tokens, text_tokens);
   };
   return s;
 }
@@ -180,6 +188,8 @@ PipelineKind make_flux1_fill_kind() {
   k.pipeline_class = "FluxFillPipeline";
   k.detection.read_shapes = &read_fill_shapes;
   k.detection.takes_shape = &is_fill_shape;
+  k.bench_variants = {"flux.1-fill-dev"};  // with `bench pipeline --mask`
+  k.synthetic = &synthetic;
   return k;
 }
 
@@ -196,6 +206,8 @@ PipelineKind make_flux1_kontext_kind() {
   k.detection.read_shapes = &never_from_shapes;
   k.detection.takes_shape = &never_from_config;
   k.transformers_of = &flux1_kind;
+  k.bench_variants = {"flux.1-kontext-dev"};  // with `bench pipeline --references 1`
+  k.synthetic = &synthetic;
   return k;
 }
 

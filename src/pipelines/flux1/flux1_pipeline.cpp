@@ -442,6 +442,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
     kontext_tokens = broadcast_batch(flux1_pack_latents(models::to_device(z, Device::cpu())), batch);
     kontext_tokens = models::to_device(kontext_tokens, m.options.device);
     latent_ids = ops::concat({latent_ids, flux1_image_ids(z.size(2), z.size(3), 1)}, 0);
+    result.reference_tokens = kontext_tokens.size(1);
   }
 
   // guidance: torch.full([1], guidance_scale, float32).expand(B), dev only

@@ -337,6 +337,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     if (inpaint) inpaint->kept.source = broadcast_batch(tokens[0], batch);  // [B, Li, 128]
     ref_tokens = tokens.size() == 1 ? tokens[0] : ops::concat(tokens, 1);
     ref_ids = ops::concat(ids, 0);
+    result.reference_tokens = ref_tokens.size(1);
   }
   // Flux2KleinKVPipeline: the reference tokens run once, as keys and values; other klein models
   // append them to the noise tokens of every step.
