@@ -9,7 +9,9 @@ installed for any interpreter at hand):
   Deployment; the probes ask /health on the container's port; every `fluxrt serve` flag the
   Deployment passes is one `fluxrt serve --help` lists; the HPA's metric is one GET /metrics shows;
 - the RayService's Serve config names fluxrt.ray:app with arguments its builder accepts;
-- the Containerfile installs the Debian package of every shared library the fluxrt binary links.
+- the Containerfile's images install the tarball and the wheel (scripts/build-tarball,
+  scripts/build-wheel) and no Debian library package (scripts/check-packages runs them in a
+  fresh root).
 
 Usage: check_manifests.py SOURCE_DIR FLUXRT_BINARY
 """
@@ -122,38 +124,30 @@ def check_ray(source):
     print("deploy: ray: RayService's Serve config accepted by fluxrt.ray:app, pod templates valid")
 
 
-def check_containerfile(source, binary):
-    """Every shared library the binary links comes from a package the runtime stage installs."""
-    if not shutil.which("dpkg"):
-        print("deploy: Containerfile: no dpkg here, its package list unchecked")
-        return
+def check_containerfile(source):
+    """The images install the self-contained packages (scripts/build-tarball, scripts/build-wheel),
+    whose libraries scripts/check-packages checks in a fresh root, and no Debian library package."""
     with open(os.path.join(source, "deploy", "Containerfile")) as f:
         text = f.read()
-    runtime = text.split("AS runtime", 1)[1].split("FROM", 1)[0]
-    listed = set(re.findall(r"\b(lib[\w.+-]+|ocl-icd-libopencl1)\b", runtime))
-    needed = set()
-    for line in subprocess.run(["ldd", binary], check=True, capture_output=True, text=True).stdout.splitlines():
-        m = re.search(r"=> (/\S+)", line)
-        if not m:
-            continue
-        owner = subprocess.run(["dpkg", "-S", os.path.realpath(m.group(1))], capture_output=True, text=True)
-        if owner.returncode == 0:
-            needed.add(owner.stdout.split(":", 1)[0])
-    # What the listed packages bring with them (their Depends), and what every Debian image has.
-    covered = set(listed) | {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
-    for package in listed:
-        depends = subprocess.run(["dpkg-query", "-W", "-f=${Depends}", package], capture_output=True, text=True)
-        covered |= set(re.findall(r"(?:^|, )([\w.+-]+)", depends.stdout))
-    missing = needed - covered
-    assert not missing, f"the Containerfile's runtime stage lacks {sorted(missing)}"
-    print(f"deploy: Containerfile: the {len(needed)} packages of the binary's libraries are installed")
+    stages = {m.group(1): m.start() for m in re.finditer(r"^FROM \S+ AS (\w+)$", text, re.M)}
+    assert set(stages) >= {"build", "runtime", "serve", "ray"}, f"Containerfile stages: {sorted(stages)}"
+    build = text[stages["build"]:min(v for k, v in stages.items() if k != "build")]
+    for script in ("scripts/build-tarball", "scripts/build-wheel"):
+        assert script in build, f"the Containerfile's build stage does not run {script}"
+    images = text[min(v for k, v in stages.items() if k != "build"):]
+    installed = re.findall(r"apt-get install[^&]*", images)
+    libraries = [p for line in installed for p in line.split() if p.startswith("lib") or p.endswith("-dev")]
+    assert not libraries, f"the images install Debian libraries the packages carry: {libraries}"
+    assert "COPY --from=build /opt/fluxrt /opt/fluxrt" in text, "the serve image does not copy the unpacked tarball"
+    assert re.search(r"pip install [^\n]*/wheels/fluxrt-\*\.whl", text), "the ray image does not install the wheel"
+    print("deploy: Containerfile: the images take the tarball and the wheel, no Debian library package")
 
 
 def main():
     source, binary = sys.argv[1], sys.argv[2]
     check_serve(source, binary)
     check_ray(source)
-    check_containerfile(source, binary)
+    check_containerfile(source)
 
 
 if __name__ == "__main__":
