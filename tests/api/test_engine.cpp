@@ -387,6 +387,8 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
                                                     {"seed", "1"},
                                                     {"batch", "1"},
                                                     {"max_sequence_length", "64"},
+                                                    {"padding_mask_crop", "8"},
+                                                    {"max_area", "4096"},
                                                     {"cache", "first-block:threshold=0.2"}};
   fluxrt::EngineOptions options;
   options.low_memory = true;  // planning loads nothing
@@ -404,6 +406,10 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
         r.init_image = gradient(64, 64);
         r.mask_image = gradient(64, 64);
       }
+      if (std::string_view(f.key) == "padding_mask_crop") {  // inpainting's: the image with its mask
+        r.init_image = gradient(64, 64);
+        r.mask_image = gradient(64, 64);
+      }
       if (fluxrt::request_field_taken(f, limits)) {
         EXPECT_NO_THROW(engine.plan(r));
       } else {
@@ -411,7 +417,8 @@ TEST(Engine, TheFieldsTheLimitsListAreTheOnesThePlanTakes) {
         EXPECT_EQ(field_of([&] { engine.plan(r); }), f.key);
       }
     }
-    EXPECT_EQ(not_taken, model == kKlein ? 1 : 0);  // klein: no true CFG (strength: inpainting)
+    // klein: no true CFG (strength: inpainting); neither: max_area (Kontext's)
+    EXPECT_EQ(not_taken, model == kKlein ? 2 : 1);
   }
 }
 
