@@ -150,8 +150,8 @@ struct RequestLimits {
   // padding_mask_crop with a mask: klein and FLUX.1 inpainting (diffusers' FluxFillPipeline has
   // none).
   bool padding_mask_crop = false;
-  bool true_cfg = false;         // FLUX.1
-  bool max_area = false;         // FLUX.1 Kontext: the size rescaled to GenerateRequest::max_area
+  bool true_cfg = false;  // FLUX.1
+  bool max_area = false;  // FLUX.1 Kontext: the size rescaled to GenerateRequest::max_area
   // Step caching (GenerateRequest::cache): models of many steps; the few-step distilled ones
   // take a cache as a no-op with a note.
   bool step_cache = true;
