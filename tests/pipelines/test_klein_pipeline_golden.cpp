@@ -40,7 +40,7 @@
 #include "pipelines/noise.h"
 #include "pipelines/schedule.h"
 #include "support/compare.h"
-#include "support/image_compare.h"
+#include "support/golden_images.h"
 
 namespace fluxrt::pipelines {
 namespace {
@@ -460,24 +460,10 @@ TEST_P(KleinGolden, Generate) {
   const auto latent_stats = test::compare(out.final_latents.to(DType::F32), final_ref.to(DType::F32));
   EXPECT_TRUE(module_close(out.final_latents, final_ref, c.dtype, "final_latents"));
 
-  double min_ssim = 1;
-  int max_abs = 0;
-  for (size_t i = 0; i < out.images.size(); ++i) {
-    const io::Image expected = io::read_png((c.dir() / c.outputs[i]).string());
-    const io::Image actual = io::to_rgb(out.images[i]);
-    ASSERT_EQ(actual.width, expected.width);
-    ASSERT_EQ(actual.height, expected.height);
-    const test::ImageDiff d = test::compare_images(actual, io::to_rgb(expected));
-    min_ssim = std::min(min_ssim, d.ssim);
-    max_abs = std::max(max_abs, d.max_abs);
-    if (c.dtype == DType::F32) {
-      EXPECT_LE(d.max_abs, 2) << "image " << i << ": " << d.str();
-    } else {
-      EXPECT_GE(d.ssim, 0.98) << "image " << i << ": " << d.str();
-    }
-  }
+  const test::GoldenImagesWorst worst = test::expect_golden_images(out.images, c.dir(), c.outputs, c.dtype);
   std::printf("%s: final latents rel-L2 %.3e vs diffusers %s; images max |diff| %d, min SSIM %.5f\n",
-              c.name.c_str(), latent_stats.rel_l2, truth == &c ? "(same dtype)" : "f32", max_abs, min_ssim);
+              c.name.c_str(), latent_stats.rel_l2, truth == &c ? "(same dtype)" : "f32", worst.max_abs,
+              worst.min_ssim);
 }
 
 INSTANTIATE_TEST_SUITE_P(Diffusers, KleinGolden, ::testing::ValuesIn(all_cases()),
