@@ -53,6 +53,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_flag("--warmup", options.warmup, "pipeline: run the request once untimed first");
   cmd->add_flag("--low-memory", options.low_memory,
                 "pipeline: keep one component resident at a time (each made when used, then freed; FLUX.1 always)");
+  cmd->add_flag(
+      "--keep-text-encoder", options.keep_text_encoder,
+      "pipeline: make every component at open and keep the text encoder beside the transformer, as "
+      "fluxrt serve does (by default it is freed before the transformer is made, as fluxrt generate "
+      "runs)");
   cmd->add_flag("--cuda-graphs", options.cuda_graphs,
                 "pipeline (cuda:N): record the denoising step once and replay it as a CUDA graph (klein with --warmup: the timed run replays every step; FLUX.1 runs low-memory, so per request)");
   cmd->add_option("--tiling", options.tiling,
@@ -102,6 +107,7 @@ int run_bench(const BenchOptions& options) {
   request.synthetic = options.synthetic;
   request.warmup = options.warmup;
   request.low_memory = options.low_memory;
+  request.keep_text_encoder = options.keep_text_encoder;
   request.cuda_graphs = options.cuda_graphs;
   request.vae_tiling = options.tiling;
   request.vae_tile_pixels = options.tile_size;

@@ -63,6 +63,9 @@ RunSettings settings_from(const GenerateOptions& o) {
   if (given(o, "--device")) s.device = o.device;
   if (given(o, "--threads")) s.threads = o.threads;
   if (given(o, "--low-memory")) s.low_memory = o.low_memory;
+  // One request: the text encoder is freed before the transformer loads, unless asked to keep it
+  // or to time the load at open (--reload).
+  s.free_text_encoder = !o.keep_text_encoder && !o.reload;
   if (given(o, "--out")) s.out_dir = o.out_dir;
   if (given(o, "--filename")) s.filename_pattern = o.filename;
   if (given(o, "--init-image")) s.init_image = o.init_image;
@@ -132,7 +135,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                 "on cuda:N: record the denoising step once and replay it as a CUDA graph");
   cmd->add_option("--profile", o.profile_path, "also write the timing report as JSON to this file");
   cmd->add_flag("--warmup", o.warmup, "run the request once untimed first (reported separately, not written)");
-  cmd->add_flag("--reload", o.reload, "load the model a second time and report the warm load");
+  cmd->add_flag("--keep-text-encoder", o.keep_text_encoder,
+                "load every component at open and keep the text encoder beside the transformer (as fluxrt "
+                "serve does; a larger peak); by default it is freed before the transformer loads");
+  cmd->add_flag("--reload", o.reload,
+                "load the model a second time and report the warm load (every component then loads at open)");
   cmd->add_flag("--quiet,-q", o.quiet, "no progress and no timing report (paths are still printed)");
   return cmd;
 }

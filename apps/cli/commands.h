@@ -31,6 +31,7 @@ struct BenchOptions {
   bool synthetic = false;  // pipeline: random weights of the real shapes
   bool warmup = false;     // pipeline: one untimed request first
   bool low_memory = false; // pipeline: one component resident at a time
+  bool keep_text_encoder = false;  // pipeline: every component made at open and kept
   bool cuda_graphs = false; // pipeline: replay the denoising steps as a CUDA graph
   std::string tiling = "auto";  // vae: auto, on or off
   int tile_size = 0;            // vae: tile edge in pixels (0: default)
@@ -56,7 +57,8 @@ struct GenerateOptions {
   // The request fields given (--steps, --size, ...: fluxrt/request_fields.h), as (key, text).
   std::vector<std::pair<std::string, std::string>> fields;
   int threads = 0;
-  bool low_memory = false, quiet = false, warmup = false, reload = false, cuda_graphs = false;
+  bool low_memory = false, keep_text_encoder = false, quiet = false, warmup = false, reload = false,
+       cuda_graphs = false;
 };
 CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
 int run_generate(const GenerateOptions& options);  // throws fluxrt::Error (Cancelled on Ctrl-C)

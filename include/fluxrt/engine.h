@@ -51,6 +51,15 @@ struct EngineOptions {
   // the VAE, each loaded per request): a much smaller peak, slower requests. Unset: chosen at
   // open, on when the components do not fit in RAM together at the model's default size.
   std::optional<bool> low_memory;
+  // Never hold the text encoder(s) and the transformer in memory together: nothing loads at open;
+  // each request loads the text encoder, encodes its prompts and frees it, then loads the
+  // transformer and the VAE, which stay (a later request frees the transformer before its
+  // encoding and loads it again after). The peak is the larger of the two rather than their sum
+  // (klein-4B: the transformer's 7.2 GiB instead of 13 GiB with Qwen3) and the denoising loop is
+  // the same; what a process that runs one request (`fluxrt generate`) gives up is only the
+  // overlap of the two loads. A server, which encodes every request, keeps both (false).
+  // No effect in low-memory mode, which frees every component after its stage.
+  bool free_text_encoder = false;
   VaeTiling vae_tiling = VaeTiling::Auto;
   // Load the VAE encoder, which reference images and img2img need; false saves its weights and
   // load time, and a request that needs it fails with InvalidArgument.

@@ -45,6 +45,9 @@ struct RunSettings {
   std::optional<std::string> vae_tiling;  // "auto", "on" or "off"
   std::optional<int> threads;
   std::optional<bool> low_memory;
+  // EngineOptions::free_text_encoder, and the RAM check counts the text encoder apart from the
+  // transformer: `fluxrt generate`, which runs one request, sets it.
+  bool free_text_encoder = false;
   bool cuda_graphs = false;
   // Merged into the transformer at load (EngineOptions::loras); given, they replace the preset's
   // `loras:` list.

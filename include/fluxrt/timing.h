@@ -47,7 +47,7 @@ struct RunTimings {
   // reused, P the CFG branches differed; "" without one.
   std::string cache_steps;
   double vae_decode_s = 0;
-  double load_s = 0;         // loads inside the call (low-memory mode loads per request), else 0
+  double load_s = 0;         // loads inside the call (low-memory mode, free_text_encoder), else 0
   LoadTimings loads;         // their split per component
   double image_write_s = 0;  // set by whoever writes the images; 0 when nothing was written
   double total_s = 0;        // the generate call (plus the image write, when the writer adds it)

@@ -152,6 +152,7 @@ Run resolve_run(const RunSettings& s) {
   const std::optional<bool> low_memory_asked = s.low_memory ? s.low_memory : preset.low_memory;
   e.vae_tiling = tiling_of(s.vae_tiling.value_or(preset.vae_tiling.value_or("auto")));
   e.cuda_graphs = s.cuda_graphs;
+  e.free_text_encoder = s.free_text_encoder;
   e.components = s.components;
   e.text_encoder = s.text_encoder;
   for (const Lora& l : s.loras ? *s.loras : preset.loras.value_or(std::vector<Lora>{})) {
@@ -226,9 +227,9 @@ Run resolve_run(const RunSettings& s) {
     plan_facts.limits.min_reference_images = 0;
   }
   auto plan_with = [&](bool low_memory) {
-    return pipelines::plan_request(
-        *resolved.kind, r, plan_facts,
-        pipelines::MemoryCheck{facts.weights.peak(low_memory), s.ram_limit_bytes, !low_memory});
+    return pipelines::plan_request(*resolved.kind, r, plan_facts,
+                                   pipelines::MemoryCheck{facts.weights.peak(low_memory, s.free_text_encoder),
+                                                          s.ram_limit_bytes, !low_memory});
   };
   bool low_memory = low_memory_asked.value_or(false);
   try {
@@ -242,7 +243,7 @@ Run resolve_run(const RunSettings& s) {
                     "in low-memory "
                     "mode (one component resident at a time; --low-memory to ask for it, low_memory: false "
                     "in a preset to refuse)",
-                    static_cast<double>(facts.weights.peak(false)) / 1073741824.0));
+                    static_cast<double>(facts.weights.peak(false, s.free_text_encoder)) / 1073741824.0));
   }
   e.low_memory = low_memory;
   for (const std::string& note : run.plan.notes) run.notes.push_back(note);

@@ -31,4 +31,10 @@ void load_components(const std::vector<std::function<void()>>& jobs, bool parall
     if (e) std::rethrow_exception(e);
 }
 
+std::string text_encoding_key(const std::vector<std::string>& parts) {
+  std::string key;
+  for (const std::string& part : parts) key += std::to_string(part.size()) + ":" + part + ";";
+  return key;
+}
+
 }  // namespace fluxrt::pipelines

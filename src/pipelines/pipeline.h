@@ -47,6 +47,13 @@ struct PipelineOptions {
   // the transformer is loaded; the VAE is loaded after the denoising loop. Slower (nothing
   // overlaps, weights are re-mapped per request), much smaller peak.
   bool low_memory = false;
+  // Never hold the text encoder(s) and the transformer together: nothing loads at open; the text
+  // encoder is loaded for a request's prompts and freed right after, then the transformer and the
+  // VAE load and stay. A later request that needs the text encoder frees the transformer first and
+  // loads it again after. The peak is the larger of the two, not their sum, with the same loop;
+  // for a process that runs one request (`fluxrt generate`), whose only cost is that the two loads
+  // no longer overlap. No effect with low_memory, which frees every component after its stage.
+  bool free_text_encoder = false;
   bool load_vae_encoder = true;  // needed for reference images only
   // A single transformer checkpoint (.safetensors, or its .index.json; BFL, ComfyUI or diffusers
   // tensor names, as the transformer loaders read them) used instead of the folder's
@@ -74,6 +81,12 @@ struct PipelineOptions {
   // LoRAs merged into the transformer's weights at load (models/lora/lora_delta.h).
   std::vector<models::LoraSpec> loras;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
+
+  // What a request's size check compares against with these components' weights resident as
+  // this residency keeps them (RAM: the machine's).
+  MemoryCheck memory_check(const ResidentWeights& weights) const {
+    return MemoryCheck{weights.peak(low_memory, free_text_encoder), 0, !low_memory};
+  }
 };
 
 // Called after each denoising step (step is 1-based) with the wall time of that step and the

@@ -183,8 +183,7 @@ std::string batch_key(const fluxrt::GenerateRequest& request, const fluxrt::Requ
 }
 
 fluxrt::RequestPlan Pipeline::plan(const fluxrt::GenerateRequest& request) const {
-  return plan_request(kind(), request, facts(),
-                      MemoryCheck{facts().weights.peak(options().low_memory), 0, !options().low_memory});
+  return plan_request(kind(), request, facts(), options().memory_check(facts().weights));
 }
 
 GenerateResult Pipeline::generate(const fluxrt::GenerateRequest& request, const CallContext& call) {

@@ -35,13 +35,13 @@ models::TilingMode tiling_mode(fluxrt::VaeTiling tiling) {
 
 // Low-memory mode unless every component fits in RAM together with one image of the model's
 // default size (what an engine opened without a request can know).
-bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype) {
+bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype, bool text_encoder_apart) {
   const int factor = vae_scale_factor_of(pipeline.model);
   const pipelines::ResidentWeights weights = pipelines::pipeline_weight_bytes(
       pipeline.model.path, dtype, pipeline.transformer_file, pipeline.text_encoder_file);
   try {
     pipeline.kind->validate_size(128 * factor, 128 * factor, 1, factor,
-                                 pipelines::MemoryCheck{weights.peak(false), 0, true});
+                                 pipelines::MemoryCheck{weights.peak(false, text_encoder_apart), 0, true});
     return false;
   } catch (const Error& e) {
     if (e.code() != ErrorCode::OutOfMemory) throw;
@@ -65,12 +65,14 @@ Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt
   }
   resolved_ = std::move(resolved);
   variant_ = variant_label(resolved_);
-  if (!options_.low_memory) options_.low_memory = needs_low_memory(resolved_, dtype_);
+  if (!options_.low_memory)
+    options_.low_memory = needs_low_memory(resolved_, dtype_, options.free_text_encoder);
 
   pipelines::PipelineOptions p;
   p.dtype = dtype_;
   p.device = device_;
   p.low_memory = *options_.low_memory;
+  p.free_text_encoder = options.free_text_encoder;
   p.cuda_graphs = options.cuda_graphs;
   p.transformer_file = resolved_.transformer_file;
   p.text_encoder_file = resolved_.text_encoder_file;
@@ -81,8 +83,9 @@ Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt
 
   Stopwatch watch;
   pipeline_ = resolved_.kind->load(resolved_.model.path, p);
-  // In low-memory mode the components load per request, inside generate's timings.
-  if (!p.low_memory) {
+  // In low-memory mode, and with the text encoder apart, the components load in the requests,
+  // inside generate's timings.
+  if (!p.low_memory && !p.free_text_encoder) {
     load_ = load_timings_from(profiler_);
     if (load_->total_s == 0) load_->total_s = watch.seconds();
   }

@@ -95,7 +95,7 @@ std::string format_timing_report(const TimingReport& t) {
                 fmt::format("{:.1f} ms/step, not included below", t.warmup->ms_per_step()));
   const RunTimings& r = t.run;
   if (r.load_s > 0)
-    out += line("load (in run)", ms(r.load_s), load_detail(r.loads) + "; --low-memory loads per request");
+    out += line("load (in run)", ms(r.load_s), load_detail(r.loads) + "; components loaded by the request");
   std::string text_detail;
   if (r.clip_encoding_s > 0 || r.t5_encoding_s > 0)
     text_detail = fmt::format("CLIP {:.1f}, T5 {:.1f} ms", r.clip_encoding_s * 1e3, r.t5_encoding_s * 1e3);

@@ -167,11 +167,12 @@ TEST_F(CliGenerate, WritesPngsWithTextChunksAndProfile) {
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["images"], 2);
   EXPECT_EQ(j["width"], 64);
-  EXPECT_GT(j["cold_load"]["total_s"].get<double>(), 0);
+  // One request: the components load inside it, the text encoder first (freed before the rest).
+  EXPECT_TRUE(j["cold_load"].is_null());
   const nlohmann::json& run = j["run"];
   EXPECT_EQ(run["steps"], 2);
-  for (const char* key : {"text_encoding_s", "denoise_total_s", "ms_per_step", "it_per_s", "vae_decode_s",
-                          "image_write_s", "total_s"})
+  for (const char* key : {"load_s", "text_encoding_s", "denoise_total_s", "ms_per_step", "it_per_s",
+                          "vae_decode_s", "image_write_s", "total_s"})
     EXPECT_GT(run.at(key).get<double>(), 0) << key;
   EXPECT_TRUE(run["reference_encode_s"].is_null());
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0);
@@ -364,7 +365,7 @@ TEST_F(CliGenerate, BenchPipelineTinySyntheticLowMemory) {
   const RunResult r = run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 "
                           "--skip-peak --low-memory", false);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("--low-memory loads per request"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("components loaded by the request"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("denoising loop"), std::string::npos) << r.out;
 }
 
@@ -411,6 +412,23 @@ TEST_F(CliGenerate, WarmLoadWarmupAndLowMemory) {
   // Same seed and settings as the first run: the same image, whatever the loading mode.
   EXPECT_EQ(fluxrt::io::read_png((out_ / "fluxrt-7-0.png").string()).pixels,
             fluxrt::io::read_png((out_ / "fluxrt-7-0-1.png").string()).pixels);
+
+  // --keep-text-encoder: every component at open (a cold load, none in the run), the same image;
+  // the default frees the text encoder and loads in the run.
+  r = generate("--prompt x --keep-text-encoder --quiet --profile " + quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(read_file(profile));
+  EXPECT_GT(j["cold_load"]["total_s"].get<double>(), 0);
+  EXPECT_EQ(j["run"]["load_s"].get<double>(), 0);
+  r = generate("--prompt x --quiet --profile " + quote(profile.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(read_file(profile));
+  EXPECT_TRUE(j["cold_load"].is_null());
+  EXPECT_GT(j["run"]["load_detail"]["text_encoder_s"].get<double>(), 0);
+  for (const char* copy : {"fluxrt-7-0-2.png", "fluxrt-7-0-3.png"})
+    EXPECT_EQ(fluxrt::io::read_png((out_ / "fluxrt-7-0.png").string()).pixels,
+              fluxrt::io::read_png((out_ / copy).string()).pixels)
+        << copy;
 }
 
 // Without --model: the bundled demo model (models/demo) with configs/demo.yaml applied. Skipped

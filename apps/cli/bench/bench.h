@@ -29,6 +29,10 @@ struct BenchRequest {
   bool synthetic = false;   // bench pipeline: random weights of the variant's real shapes (required for now)
   bool warmup = false;      // bench pipeline: one untimed request first (reported separately)
   bool low_memory = false;  // bench pipeline (klein): one component resident at a time; 9B needs it in 24 GiB
+  // bench pipeline: every component made at open and kept (as `fluxrt serve` does); by default,
+  // as `fluxrt generate` runs, the text encoder is freed before the transformer is made
+  // (PipelineOptions::free_text_encoder).
+  bool keep_text_encoder = false;
   bool cuda_graphs =
       false;  // bench pipeline: replay the denoising steps as a CUDA graph (PipelineOptions::cuda_graphs)
   std::string vae_tiling = "auto";  // bench vae: auto (budget from available memory), on or off

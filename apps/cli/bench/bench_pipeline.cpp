@@ -110,6 +110,12 @@ pipelines::GenerateResult warm_up_and_run(pipelines::Pipeline& pipe, const fluxr
   return result;
 }
 
+// "F8_E4M3 " for quantized synthetic weights, "" for dense ones.
+std::string weights_label(const pipelines::PipelineOptions& options) {
+  return options.synthetic_weights ? std::string(quant_name(*options.synthetic_weights)) + " "
+                                   : std::string();
+}
+
 // The kind offering `variant` to the bench; InvalidArgument listing every kind's.
 const pipelines::PipelineKind& bench_kind(const std::string& variant) {
   std::string known;
@@ -148,6 +154,7 @@ int bench_pipeline(const BenchRequest& r) {
   options.device = r.device;
   options.load_vae_encoder = r.references > 0 || r.mask > 0;
   options.low_memory = synthetic.always_low_memory || r.low_memory;
+  options.free_text_encoder = !r.keep_text_encoder;
   // Made per request, its step graphs are per request too.
   options.cuda_graphs = r.cuda_graphs;
   options.synthetic_weights = made.weights;
@@ -155,13 +162,20 @@ int bench_pipeline(const BenchRequest& r) {
   std::unique_ptr<pipelines::Pipeline> pipe;
   runtime::LoopThroughput throughput;
   std::optional<runtime::LoadTimings> load;
-  if (synthetic.always_low_memory) {
-    // Nothing is made here (so this is cheap and checks the variant); every request makes, uses and
-    // frees each component, and the report shows those loads inside the run.
+  // Low memory, or the text encoder apart: the request makes the components (all of them, or the
+  // text encoder and then the others), and the report shows those loads inside the run.
+  const bool made_in_run = options.low_memory || options.free_text_encoder;
+  if (made_in_run) {
+    // Nothing is made here (so this is cheap and checks the variant).
     pipe = synthetic.make(options);
     profiler.clear();
     std::printf("%s\n", bench::machine_line().c_str());
     if (synthetic.shapes_note) std::printf("%s\n", synthetic.shapes_note(*pipe).c_str());
+    std::printf("%s: synthetic %sweights, %s\n", r.variant.c_str(), weights_label(options).c_str(),
+                options.low_memory
+                    ? "one component resident at a time, each made by the request and freed after it"
+                    : "made by the request, the text encoder freed before the transformer "
+                      "(--keep-text-encoder: all made at open and kept)");
     throughput = measure_peak(r);
   } else {
     std::printf("%s\n", bench::machine_line().c_str());
@@ -170,10 +184,8 @@ int bench_pipeline(const BenchRequest& r) {
     pipe = synthetic.make(options);
     load = runtime::load_timings_from(profiler);
     if (load->total_s == 0) load->total_s = load_watch.seconds();
-    const std::string weights =
-        options.synthetic_weights ? std::string(quant_name(*options.synthetic_weights)) + " " : std::string();
     std::printf("%s: synthetic %sweights generated and prepared in %.1f s (RSS %.2f GiB)\n",
-                r.variant.c_str(), weights.c_str(), load->total_s,
+                r.variant.c_str(), weights_label(options).c_str(), load->total_s,
                 static_cast<double>(process_current_rss_bytes()) / (1 << 30));
     std::fflush(stdout);
   }
@@ -185,7 +197,7 @@ int bench_pipeline(const BenchRequest& r) {
   double cpu_after_first = 0, cpu_after_last = 0;
   call.on_step = [&](int step, int total, double seconds, float) {
     // Made per request, the memory changes within a run: each step says where it stands.
-    if (synthetic.always_low_memory)
+    if (made_in_run)
       std::printf("  step %d/%d: %.1f ms (RSS %.2f GiB)\n", step, total, seconds * 1e3,
                   static_cast<double>(process_current_rss_bytes()) / (1 << 30));
     else

@@ -310,7 +310,14 @@ void Flux1Pipeline::Impl::load_resident() {
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
 }
 
+// Resident components are borrowed; with free_text_encoder one missing is loaded here and kept
+// (components load in the order the request uses them); in low-memory mode it is made for the
+// stage and freed after it.
 ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease() {
+  if (!transformer && options.free_text_encoder && !options.low_memory) {
+    transformer = make_transformer();
+    if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
+  }
   if (transformer) return ComponentLease<models::Flux1Transformer>(transformer.get());
   return ComponentLease<models::Flux1Transformer>(make_transformer());
 }
@@ -318,10 +325,18 @@ ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease(
 ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease(
     const std::vector<models::LoraSpec>& loras) {
   if (text_encoders) return ComponentLease<Flux1TextEncoders>(text_encoders.get());
+  if (transformer && options.free_text_encoder) {
+    // The graphs replay the transformer's weights: they go with it.
+    step_graphs.reset();
+    transformer.reset();
+    release_cached_host_blocks();  // the encoders about to load get that memory
+  }
   return ComponentLease<Flux1TextEncoders>(make_text_encoders(loras));
 }
 
 ComponentLease<models::Flux1Vae> Flux1Pipeline::Impl::vae_lease(bool with_encoder) {
+  if (!vae && options.free_text_encoder && !options.low_memory)
+    vae = make_vae(with_encoder || options.load_vae_encoder);
   if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux1Vae>(vae.get());
   return ComponentLease<models::Flux1Vae>(make_vae(with_encoder));
 }

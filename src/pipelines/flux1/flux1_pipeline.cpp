@@ -163,7 +163,7 @@ Flux1Pipeline::~Flux1Pipeline() = default;
 std::unique_ptr<Flux1Pipeline> Flux1Pipeline::load(const std::filesystem::path& model_root,
                                                    const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
-  if (!options.low_memory) impl->load_resident();
+  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
@@ -174,7 +174,7 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
                                                         const PipelineOptions& options, uint64_t seed) {
   auto impl = std::make_unique<Impl>(
       Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
-  if (!options.low_memory) impl->load_resident();
+  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
@@ -291,7 +291,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   const int width = plan.width;
   const int vae_scale = m.vae_config.spatial_factor();  // self.vae_scale_factor
   validate_size(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), vae_scale,
-                MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
+                m.options.memory_check(m.weights));
   // latent grid: 2 * (H // (vae_scale_factor * 2)), even for the 2x2 packing
   const int64_t lh = 2 * (height / (2 * vae_scale)), lw = 2 * (width / (2 * vae_scale));
   // The latents are what the transformer writes (FluxPipeline reads in_channels // 4, Fill the
@@ -351,7 +351,17 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
 
   // 3. encode_prompt: CLIP pooled + T5 embeddings, repeated per image; the negative for true CFG.
   Tensor prompt_embeds, pooled, negative_embeds, negative_pooled;
-  {
+  std::vector<std::string> text_key_parts = calls.prompts;
+  text_key_parts.push_back(do_true_cfg ? plan.negative_prompt : "(no negative)");
+  text_key_parts.push_back(std::to_string(max_len));
+  for (const int64_t r : calls.repeats) text_key_parts.push_back(std::to_string(r));
+  for (const models::LoraSpec& l : request.loras)
+    text_key_parts.push_back(fmt::format("{}:{}", l.path, l.strength));
+  const std::string text_key = text_encoding_key(text_key_parts);
+  if (m.options.free_text_encoder && m.kept_text.key == text_key) {
+    prompt_embeds = m.kept_text.tensors[0], pooled = m.kept_text.tensors[1];
+    negative_embeds = m.kept_text.tensors[2], negative_pooled = m.kept_text.tensors[3];
+  } else {
     // The engine's LoRAs, then the request's: a request whose LoRAs adapt a text encoder too gets
     // that encoder with all of them merged. In low-memory mode the encoders are made for the
     // request anyway; with resident encoders it is a copy for this request (CLIP-L 246 MB in
@@ -387,6 +397,8 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
       encode(std::vector<std::string>(calls.prompts.size(), plan.negative_prompt), negative_embeds,
              negative_pooled);
     }
+    if (m.options.free_text_encoder)
+      m.kept_text = {text_key, {prompt_embeds, pooled, negative_embeds, negative_pooled}};
   }
   const Tensor text_ids = flux1_text_ids(prompt_embeds.size(1));
   const DType dtype = prompt_embeds.dtype();

@@ -122,7 +122,7 @@ Flux2KleinPipeline::~Flux2KleinPipeline() = default;
 std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::load(const std::filesystem::path& model_root,
                                                              const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
-  if (!options.low_memory) impl->load_resident();
+  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
@@ -132,7 +132,7 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::str
                                                                   const PipelineOptions& options,
                                                                   uint64_t seed) {
   auto impl = std::make_unique<Impl>(Impl::from_variant(variant, tokenizer_dir, options, seed));
-  if (!options.low_memory) impl->load_resident();
+  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
@@ -275,7 +275,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
                width, height, ref_pixels.empty() ? 0 : ref_pixels[0].size(3),
                ref_pixels.empty() ? 0 : ref_pixels[0].size(2));
   validate_size_for(width, height, static_cast<int>(std::min<int64_t>(batch, 1 << 20)), m.transformer_config,
-                    vae_scale, MemoryCheck{m.weights.peak(m.options.low_memory), 0, !m.options.low_memory});
+                    vae_scale, m.options.memory_check(m.weights));
   const int64_t lh = height / (2 * vae_scale), lw = width / (2 * vae_scale), image_tokens = lh * lw;
   const Shape noise_shape =
       flux2_noise_shape(batch, height, width, m.transformer_config.in_channels, vae_scale);
@@ -290,12 +290,23 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
   // 3. prompt embeddings (encode_prompt), repeated per image; the negative branch for CFG.
   Tensor prompt_embeds, negative_embeds;
   {
-    ComponentLease<models::KleinPromptEmbedder> embedder = m.embedder_lease();
-    ScopedTimer span(prof, kSpanTextEncoding);
-    prompt_embeds = repeat_rows(embedder->embed(calls.prompts, max_len).embeds, calls.repeats);
-    if (cfg)
-      negative_embeds = broadcast_batch(embedder->embed({plan.negative_prompt}, max_len).embeds, batch);
-    ops::synchronize(m.options.device);  // the span ends when the device has finished
+    std::vector<std::string> key_parts = calls.prompts;
+    key_parts.push_back(cfg ? plan.negative_prompt : "(no negative)");
+    key_parts.push_back(std::to_string(max_len));
+    const std::string text_key = text_encoding_key(key_parts);
+    if (m.options.free_text_encoder && m.kept_text.key == text_key) {
+      prompt_embeds = m.kept_text.tensors[0];
+      negative_embeds = m.kept_text.tensors[1];
+    } else {
+      ComponentLease<models::KleinPromptEmbedder> embedder = m.embedder_lease();
+      ScopedTimer span(prof, kSpanTextEncoding);
+      prompt_embeds = embedder->embed(calls.prompts, max_len).embeds;
+      if (cfg) negative_embeds = embedder->embed({plan.negative_prompt}, max_len).embeds;
+      ops::synchronize(m.options.device);  // the span ends when the device has finished
+      if (m.options.free_text_encoder) m.kept_text = {text_key, {prompt_embeds, negative_embeds}};
+    }
+    prompt_embeds = repeat_rows(prompt_embeds, calls.repeats);
+    if (cfg) negative_embeds = broadcast_batch(negative_embeds, batch);
   }
   const Tensor text_ids = klein_text_ids(prompt_embeds.size(1));
   const DType dtype = prompt_embeds.dtype();

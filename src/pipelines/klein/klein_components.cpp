@@ -290,17 +290,32 @@ void Flux2KleinPipeline::Impl::load_resident() {
   if (options.profiler) options.profiler->add(kSpanLoadTotal, total.seconds());
 }
 
+// Resident components are borrowed; with free_text_encoder one missing is loaded here and kept
+// (components load in the order the request uses them); in low-memory mode it is made for the
+// stage and freed after it.
 ComponentLease<models::Flux2Transformer> Flux2KleinPipeline::Impl::transformer_lease() {
+  if (!transformer && options.free_text_encoder && !options.low_memory) {
+    transformer = make_transformer();
+    if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
+  }
   if (transformer) return ComponentLease<models::Flux2Transformer>(transformer.get());
   return ComponentLease<models::Flux2Transformer>(make_transformer());
 }
 
 ComponentLease<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::embedder_lease() {
   if (embedder) return ComponentLease<models::KleinPromptEmbedder>(embedder.get());
+  if (transformer && options.free_text_encoder) {
+    // The graphs replay the transformer's weights: they go with it.
+    step_graphs.reset();
+    transformer.reset();
+    release_cached_host_blocks();  // the encoder about to load gets that memory
+  }
   return ComponentLease<models::KleinPromptEmbedder>(make_embedder());
 }
 
 ComponentLease<models::Flux2Vae> Flux2KleinPipeline::Impl::vae_lease(bool with_encoder) {
+  if (!vae && options.free_text_encoder && !options.low_memory)
+    vae = make_vae(with_encoder || options.load_vae_encoder);
   if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux2Vae>(vae.get());
   return ComponentLease<models::Flux2Vae>(make_vae(with_encoder));
 }
