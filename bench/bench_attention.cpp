@@ -1,6 +1,7 @@
 // Attention throughput at the FLUX.2-klein shapes (B = 1, D = 128; 4B: H = 24, 9B: H = 32;
 // L = 1536 = 512 text + 1024 image tokens at 512^2, L = 4608 at 1024^2) in bf16 with FLUX.2 RoPE,
-// as GFLOP/s (FLOPs = 4 B H Lq Lk D) and the ratio to the GEMM peak measured in the same run.
+// as GFLOP/s (FLOPs = 4 B H Lq Lk D) and the ratios to the GEMM and register peaks (the best of a
+// reading before the attentions and one after them).
 // Both implementations (the SIMD kernel and the oneDNN matmul primitives, attention_cpu.h) and
 // both softmax modes (the fixed Cauchy-Schwarz maximum, the forced exact maximum) are timed; the
 // "auto" column marks what attention() picks on this machine.
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/args/attention.h"
@@ -86,20 +88,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   fmt::print("{}\nattention SIMD target: {}\n", bench::machine_line(), backend::cpu::attention_target_name());
-  bench::GemmPeak peak;
-  if (!skip_peak) {
-    peak = bench::measure_gemm_peak();
-    fmt::print("GEMM peak: {:.1f} GFLOP/s ({}); bf16 {:.1f}, f32 {:.1f}\n\n", peak.gflops, peak.source,
-               peak.bf16_gflops, peak.f32_gflops);
-  }
+  bench::PeakReadings peaks(!skip_peak);
+  peaks.take("before the attentions");
 
   std::vector<Shape4> shapes = {{"klein-4B", 24, 1536}, {"klein-4B", 24, 4608}, {"klein-9B", 32, 1536},
                                 {"klein-9B", 32, 4608}};
   if (quick) shapes = {{"klein-4B", 24, 1536}};
   if (long_only) shapes = {{"klein-4B", 24, 4608}, {"klein-9B", 32, 4608}};
   if (length > 0) shapes = {{"klein-4B", 24, length}};
-  bench::Table table({"shape", "implementation", "auto", "softmax", "min ms", "median ms", "GFLOP/s (min)",
-                      "of peak", "fallback blocks"});
+  // Each row's cells and rate: the ratio cells are made once the last peak reading is in.
+  std::vector<std::pair<std::vector<std::string>, double>> rows;
   for (const Shape4& s : shapes) {
     const backend::AttentionArgs a = make_args(s.H, s.L);
     const double flops = 4.0 * s.H * static_cast<double>(s.L) * s.L * 128;
@@ -117,14 +115,27 @@ int main(int argc, char** argv) {
         const bench::Timing t =
             bench::time_runs([&] { backend::cpu::attention(a, opt, nullptr); }, 0, 5, 15.0);
         const double gflops = flops / t.min_s * 1e-9;
-        table.add({fmt::format("{} H={} L={} bf16", s.model, s.H, s.L),
-                   backend::cpu::describe_attention(a, opt), impl == picked ? "*" : "",
-                   online ? "exact max" : "fixed max", fmt::format("{:.1f}", t.min_s * 1e3),
-                   fmt::format("{:.1f}", t.median_s * 1e3), fmt::format("{:.1f}", gflops),
-                   peak.gflops > 0 ? fmt::format("{:.0f}%", 100.0 * gflops / peak.gflops) : std::string("-"),
-                   fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)});
+        rows.push_back(
+            {{fmt::format("{} H={} L={} bf16", s.model, s.H, s.L), backend::cpu::describe_attention(a, opt),
+              impl == picked ? "*" : "", online ? "exact max" : "fixed max",
+              fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
+              fmt::format("{:.1f}", gflops), fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)},
+             gflops});
       }
   }
+  peaks.take("after the attentions");
+  auto percent = [](double v, double of) {
+    return of > 0 ? fmt::format("{:.0f}%", 100.0 * v / of) : std::string("-");
+  };
+  bench::Table table({"shape", "implementation", "auto", "softmax", "min ms", "median ms", "GFLOP/s (min)",
+                      "of peak", "of regs", "fallback blocks"});
+  for (auto& [cells, gflops] : rows) {
+    cells.insert(cells.end() - 1,
+                 {percent(gflops, peaks.gemm_best()), percent(gflops, peaks.register_best())});
+    table.add(std::move(cells));
+  }
+  if (peaks.count() > 0) fmt::print("{}\n", peaks.gemm_summary());
+  if (peaks.register_best() > 0) fmt::print("{}\n", peaks.register_summary());
   table.print();
   return 0;
 }

@@ -1,17 +1,20 @@
 // VAE decoder convolutions (FLUX.1/FLUX.2 AE, flux-reference.md section 4.1) through the CPU
 // conv2d kernel at 512x512 and 1024x1024 output: every distinct conv shape once, its count per
-// decode, GFLOP/s, ratio to the same-run GEMM peak, and the split between the layout reorders
+// decode, GFLOP/s, ratios to the GEMM and register peaks (the best of a reading before the
+// convolutions and one after them), and the split between the layout reorders
 // (NCHW <-> oneDNN blocked) and the convolution itself. The last line estimates the decoder's
 // total convolution time (sum of count x min time).
 //
 //   bench_conv [--threads N] [--size 512|1024|all] [--dtype f32|bf16] [--runs R] [--only NAME]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/conv_cpu.h"
@@ -72,18 +75,28 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   const DType dtype = dtype_arg == "bf16" ? DType::BF16 : DType::F32;
   std::printf("%s\n", bench::machine_line().c_str());
-  const bench::GemmPeak peak = bench::measure_gemm_peak(4096);
-  std::printf("reference peak %.1f GFLOP/s, %.1f GFLOP per CPU-second (%s)\n", peak.gflops, peak.gflops_per_core,
-              peak.source.c_str());
+  bench::PeakReadings peaks(true);
+  peaks.take("before the convolutions");
 
+  // Each conv's cells up to its GFLOP/s, and its rates: the ratio cells are made once the last
+  // peak reading is in.
+  struct Row {
+    std::vector<std::string> cells;
+    double gflops, gflops_per_cpu_s;
+    std::string impl;
+  };
+  struct SizeResult {
+    int64_t out;
+    std::vector<Row> rows;
+    double total_s = 0, total_flops = 0, total_cpu_s = 0;
+  };
+  std::vector<SizeResult> results;
   std::vector<int64_t> sizes;
   if (size == "all" || size == "512") sizes.push_back(512);
   if (size == "all" || size == "1024") sizes.push_back(1024);
   for (int64_t out : sizes) {
-    // "/cpu-s": flops per CPU-second of the process, robust to other jobs on the machine.
-    bench::Table table({"conv", "input", "count", "min ms", "median ms", "reorder in/conv/out ms", "GFLOP/s",
-                        "% peak", "GFLOP/cpu-s", "% peak/cpu-s", "impl"});
-    double total_s = 0, total_flops = 0, total_cpu_s = 0;
+    SizeResult& result = results.emplace_back();
+    result.out = out;
     for (const ConvShape& s : kDecoder) {
       if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
       const int64_t hin = out / s.scale_div;
@@ -106,26 +119,46 @@ int main(int argc, char** argv) {
           },
           1, runs, 30.0);
       const double flops = 2.0 * s.cout * s.cin * s.k * s.k * hout * hout;
-      const double gf = flops / t.min_s / 1e9;
-      total_s += t.min_s * s.count;
-      total_cpu_s += t.min_cpu_s * s.count;
-      total_flops += flops * s.count;
-      table.add({s.name, fmt::format("[1,{},{},{}]", s.cin, hin, hin), std::to_string(s.count),
-                 fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-                 fmt::format("{:.0f}/{:.0f}/{:.0f}", phases_min.reorder_in * 1e3, phases_min.conv * 1e3,
-                             phases_min.reorder_out * 1e3),
-                 fmt::format("{:.1f}", gf), fmt::format("{:.0f}%", 100.0 * gf / peak.gflops),
-                 fmt::format("{:.1f}", flops / t.min_cpu_s / 1e9),
-                 fmt::format("{:.0f}%", 100.0 * flops / t.min_cpu_s / 1e9 / peak.gflops_per_core),
-                 backend::describe_conv2d_cpu(*p)});
+      result.total_s += t.min_s * s.count;
+      result.total_cpu_s += t.min_cpu_s * s.count;
+      result.total_flops += flops * s.count;
+      result.rows.push_back({{s.name, fmt::format("[1,{},{},{}]", s.cin, hin, hin), std::to_string(s.count),
+                              fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
+                              fmt::format("{:.0f}/{:.0f}/{:.0f}", phases_min.reorder_in * 1e3,
+                                          phases_min.conv * 1e3, phases_min.reorder_out * 1e3)},
+                             flops / t.min_s / 1e9,
+                             flops / t.min_cpu_s / 1e9,
+                             backend::describe_conv2d_cpu(*p)});
     }
-    std::printf("\nVAE decoder convolutions, %lldx%lld output, %s:\n", static_cast<long long>(out),
-                static_cast<long long>(out), dtype_name(dtype).data());
+  }
+  peaks.take("after the convolutions");
+  const double peak = peaks.gemm_best(), peak_per_core = peaks.gemm_best_per_core();
+  const double registers = peaks.register_best();
+  auto percent = [](double v, double of) {
+    return of > 0 ? fmt::format("{:.0f}%", 100.0 * v / of) : std::string("-");
+  };
+  std::printf("%s\n", peaks.gemm_summary().c_str());
+  if (registers > 0) std::printf("%s\n", peaks.register_summary().c_str());
+  for (SizeResult& result : results) {
+    // "/cpu-s": flops per CPU-second of the process, robust to other jobs on the machine.
+    bench::Table table({"conv", "input", "count", "min ms", "median ms", "reorder in/conv/out ms", "GFLOP/s",
+                        "% peak", "GFLOP/cpu-s", "% peak/cpu-s", "% regs", "impl"});
+    for (Row& row : result.rows) {
+      row.cells.insert(row.cells.end(), {fmt::format("{:.1f}", row.gflops), percent(row.gflops, peak),
+                                         fmt::format("{:.1f}", row.gflops_per_cpu_s),
+                                         percent(row.gflops_per_cpu_s, peak_per_core),
+                                         percent(row.gflops, registers), row.impl});
+      table.add(std::move(row.cells));
+    }
+    std::printf("\nVAE decoder convolutions, %lldx%lld output, %s:\n", static_cast<long long>(result.out),
+                static_cast<long long>(result.out), dtype_name(dtype).data());
     table.print();
-    std::printf("decoder conv total: %.2f TFLOP in %.1f s = %.1f GFLOP/s (%.0f%% of peak); %.1f GFLOP/cpu-s (%.0f%%)\n",
-                total_flops / 1e12, total_s, total_flops / total_s / 1e9,
-                100.0 * total_flops / total_s / 1e9 / peak.gflops, total_flops / total_cpu_s / 1e9,
-                100.0 * total_flops / total_cpu_s / 1e9 / peak.gflops_per_core);
+    const double rate = result.total_flops / result.total_s / 1e9;
+    const double rate_cpu = result.total_flops / result.total_cpu_s / 1e9;
+    std::printf(
+        "decoder conv total: %.2f TFLOP in %.1f s = %.1f GFLOP/s (%s of peak); %.1f GFLOP/cpu-s (%s)\n",
+        result.total_flops / 1e12, result.total_s, rate, percent(rate, peak).c_str(), rate_cpu,
+        percent(rate_cpu, peak_per_core).c_str());
   }
   return 0;
 }

@@ -1,6 +1,6 @@
-// GEMM benchmark: the machine's oneDNN peak (4096^3, bf16 and f32), then every linear shape of one
-// FLUX.2-klein-4B step (M = 1536 tokens: 1024 image + 512 text at 512x512) through the CPU
-// linear kernel, as GFLOP/s and the ratio to the peak measured in the same run.
+// GEMM benchmark: every linear shape of one FLUX.2-klein-4B step (M = 1536 tokens: 1024 image +
+// 512 text at 512x512) through the CPU linear kernel, as GFLOP/s and the ratios to the oneDNN GEMM
+// peak and the register peak, each the best of a reading before the layers and one after them.
 //
 //   bench_gemm [--threads N] [--m ROWS] [--runs R] [--impl auto|amx|packed|onednn|w8a8|all] [--only NAME]
 //              [--copies C] [--gated 0|1] [--shape KxN]
@@ -72,11 +72,8 @@ int main(int argc, char** argv) {
   }
   set_num_threads(threads);
   std::printf("%s\n", bench::machine_line().c_str());
-  const bench::GemmPeak peak = bench::measure_gemm_peak(4096);
-  std::printf("peak: bf16 matmul %s | f32 matmul %.1f GFLOP/s | reference peak %.1f GFLOP/s "
-              "(%.1f GFLOP per CPU-second) = %s\n",
-              peak.bf16_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", peak.bf16_gflops).c_str() : "unavailable",
-              peak.f32_gflops, peak.gflops, peak.gflops_per_core, peak.source.c_str());
+  bench::PeakReadings peaks(true);
+  peaks.take("before the layers");
 
   std::vector<std::pair<std::string, backend::CpuLinearImpl>> impls;
   if (impl == "all" || impl == "auto") impls.push_back({"auto", backend::CpuLinearImpl::Auto});
@@ -87,9 +84,13 @@ int main(int argc, char** argv) {
   if (impl == "all" || impl == "onednn") impls.push_back({"onednn", backend::CpuLinearImpl::OneDnn});
   if (impl == "all" || impl == "w8a8") impls.push_back({"w8a8", backend::CpuLinearImpl::W8A8});
 
-  // "/cpu-s" columns: flops per CPU-second of the process, robust to other jobs on the machine.
-  bench::Table table({"layer", "M x K x N", "impl", "weights", "kernel", "min ms", "median ms", "GFLOP/s",
-                      "% peak", "GFLOP/cpu-s", "% peak/cpu-s"});
+  // Each row's cells up to its GFLOP/s, and its rates: the ratio cells are made once the last peak
+  // reading is in.
+  struct Row {
+    std::vector<std::string> cells;
+    double gflops, gflops_per_cpu_s;
+  };
+  std::vector<Row> rows;
   double total_flops = 0, total_s_auto = 0;
   std::vector<LayerShape> shapes(std::begin(kKleinShapes), std::end(kKleinShapes));
   long long custom_k = 0, custom_n = 0;
@@ -140,17 +141,34 @@ int main(int argc, char** argv) {
         total_flops += flops;
         total_s_auto += t.min_s;
       }
-      table.add({s.name, fmt::format("{}x{}x{}", m, s.k, s.n), iname, backend::describe_linear_cpu(*p),
-                 backend::linear_cpu_kernel_for(args), fmt::format("{:.1f}", t.min_s * 1e3),
-                 fmt::format("{:.1f}", t.median_s * 1e3), fmt::format("{:.1f}", gf),
-                 fmt::format("{:.0f}%", 100.0 * gf / peak.gflops),
-                 fmt::format("{:.1f}", flops / t.min_cpu_s / 1e9),
-                 fmt::format("{:.0f}%", 100.0 * flops / t.min_cpu_s / 1e9 / peak.gflops_per_core)});
+      rows.push_back({{s.name, fmt::format("{}x{}x{}", m, s.k, s.n), iname, backend::describe_linear_cpu(*p),
+                       backend::linear_cpu_kernel_for(args), fmt::format("{:.1f}", t.min_s * 1e3),
+                       fmt::format("{:.1f}", t.median_s * 1e3)},
+                      gf,
+                      flops / t.min_cpu_s / 1e9});
     }
   }
+  peaks.take("after the layers");
+  const double peak = peaks.gemm_best(), peak_per_core = peaks.gemm_best_per_core();
+  const double registers = peaks.register_best();
+  auto percent = [](double v, double of) {
+    return of > 0 ? fmt::format("{:.0f}%", 100.0 * v / of) : std::string("-");
+  };
+  // "/cpu-s" columns: flops per CPU-second of the process, robust to other jobs on the machine.
+  bench::Table table({"layer", "M x K x N", "impl", "weights", "kernel", "min ms", "median ms", "GFLOP/s",
+                      "% peak", "GFLOP/cpu-s", "% peak/cpu-s", "% regs"});
+  for (Row& row : rows) {
+    row.cells.insert(row.cells.end(),
+                     {fmt::format("{:.1f}", row.gflops), percent(row.gflops, peak),
+                      fmt::format("{:.1f}", row.gflops_per_cpu_s),
+                      percent(row.gflops_per_cpu_s, peak_per_core), percent(row.gflops, registers)});
+    table.add(std::move(row.cells));
+  }
+  std::printf("%s\n", peaks.gemm_summary().c_str());
+  if (registers > 0) std::printf("%s\n", peaks.register_summary().c_str());
   table.print();
   if (total_s_auto > 0)
     std::printf("one of each layer (auto): %.1f GFLOP/s = %.0f%% of the reference peak\n",
-                total_flops / total_s_auto / 1e9, 100.0 * total_flops / total_s_auto / 1e9 / peak.gflops);
+                total_flops / total_s_auto / 1e9, 100.0 * total_flops / total_s_auto / 1e9 / peak);
   return 0;
 }

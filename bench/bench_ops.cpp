@@ -5,7 +5,8 @@
 //
 //   bench_ops [--threads N] [--runs N] [--filter SUBSTRING] [--peak]
 //
-// --peak also measures the GEMM peak (bench/common) and prints it in the header, for reference.
+// --peak also reads the GEMM and register peaks (bench_common.h) and prints them in the header, for
+// reference.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -136,10 +137,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("%s\n", machine_line().c_str());
-  if (peak) {
-    const GemmPeak p = measure_gemm_peak();
-    std::printf("GEMM peak: %.1f GFLOP/s (%s)\n", p.gflops, p.source.c_str());
-  }
+  // One reading: the ops here are timed against memcpy, the peaks are only for reference.
+  PeakReadings peaks(peak);
+  peaks.take("before the ops");
   std::printf("times: median of %d runs after 1 warm-up; memcpy: same bytes, same threads\n\n", runs);
   // Wall time on a machine shared with other jobs mostly measures the neighbours; the fastest run
   // (a run the scheduler left alone) and the process CPU time per run (all threads, averaged over

@@ -56,15 +56,26 @@ struct RunTimings {
   double steps_per_second() const { return denoise_total_s > 0 ? steps / denoise_total_s : 0; }
 };
 
-// Throughput of the denoising loop against the GEMM peak of the same run (`fluxrt bench
-// pipeline` only).
+// Throughput of the denoising loop against the peaks of the same run (`fluxrt bench pipeline`
+// only). Each peak is the best of several short readings taken through the run (before and after
+// the load, between warm-up and timed run, after it): on a shared machine one reading can be a
+// fraction of the next, and the spread says how much.
 struct LoopThroughput {
   double flop = 0;              // GEMMs + attention of every forward of the loop
   double gflops = 0;            // flop / denoise_total_s
-  double gemm_peak_gflops = 0;  // 0: not measured
+  double gemm_peak_gflops = 0;  // the best reading; 0: not measured
   double gflops_per_cpu_s = 0;  // flop / process CPU seconds of the loop
   double gemm_peak_per_cpu_s = 0;
   std::string peak_source;
+  int gemm_peak_readings = 0;       // how many readings gemm_peak_gflops is the best of
+  double gemm_peak_min_gflops = 0;  // the lowest of them
+  std::string gemm_peak_taken;      // when they were taken: "before load/after load/after the run"
+  // The multiply unit's own ceiling from registers (backend/cpu_bench.h's probe), best of the
+  // same readings; 0: not measured (or no probe for this CPU).
+  double register_peak_gflops = 0;
+  double register_peak_min_gflops = 0;
+  double register_peak_per_cpu_s = 0;
+  std::string register_peak_unit;  // "AMX TDPBF16PS", "AVX512_BF16 VDPBF16PS", "AVX2 FMA f32"
 };
 
 struct TimingReport {

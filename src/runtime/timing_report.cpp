@@ -45,6 +45,27 @@ std::string load_detail(const LoadTimings& l) {
 
 std::string gib(size_t bytes) { return fmt::format("{:10.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
+// The peaks the loop is compared with: how many readings, their spread, and the register probe.
+std::string peak_lines(const LoopThroughput& p) {
+  std::string out;
+  if (p.gemm_peak_gflops > 0 && p.gemm_peak_readings > 0)
+    out += line("  GEMM peak", fmt::format("{:8.1f} GFLOP/s", p.gemm_peak_gflops),
+                fmt::format("best of {} reading{} [{:.1f}..{:.1f}], taken {}; {}", p.gemm_peak_readings,
+                            p.gemm_peak_readings == 1 ? "" : "s", p.gemm_peak_min_gflops, p.gemm_peak_gflops,
+                            p.gemm_peak_taken, p.peak_source));
+  if (p.register_peak_gflops > 0) {
+    std::string detail = fmt::format("{} [{:.1f}..{:.1f}]; the loop ran at {:.1f}% of it",
+                                     p.register_peak_unit, p.register_peak_min_gflops, p.register_peak_gflops,
+                                     100.0 * p.gflops / p.register_peak_gflops);
+    if (p.gflops_per_cpu_s > 0 && p.register_peak_per_cpu_s > 0)
+      detail +=
+          fmt::format(", {:.1f}% of its {:.1f} per CPU-second",
+                      100.0 * p.gflops_per_cpu_s / p.register_peak_per_cpu_s, p.register_peak_per_cpu_s);
+    out += line("  register peak", fmt::format("{:8.1f} GFLOP/s", p.register_peak_gflops), detail);
+  }
+  return out;
+}
+
 nlohmann::ordered_json load_json(const std::optional<LoadTimings>& l) {
   if (!l) return nullptr;
   return {{"total_s", l->total_s},
@@ -141,6 +162,7 @@ std::string format_timing_report(const TimingReport& t) {
                                  p.gemm_peak_per_cpu_s) + cpu_detail;
       out += line("  per CPU-second", fmt::format("{:8.1f} GFLOP/s", p.gflops_per_cpu_s), cpu_detail);
     }
+    out += peak_lines(p);
   }
   out += line("VAE decode", ms(r.vae_decode_s));
   if (t.writes_images) out += line("image write", ms(r.image_write_s));
@@ -169,13 +191,22 @@ std::string timing_report_json(const TimingReport& t) {
   if (!t.writes_images) j["run"]["image_write_s"] = nullptr;
   if (t.throughput) {
     const LoopThroughput& p = *t.throughput;
-    j["throughput"] = {{"loop_tflop", p.flop / 1e12},
-                       {"gflops", p.gflops},
-                       {"gflops_per_cpu_s", p.gflops_per_cpu_s},
-                       {"gemm_peak_gflops", p.gemm_peak_gflops},
-                       {"gemm_peak_gflops_per_cpu_s", p.gemm_peak_per_cpu_s},
-                       {"peak_ratio", p.gemm_peak_gflops > 0 ? p.gflops / p.gemm_peak_gflops : 0.0},
-                       {"peak_source", p.peak_source}};
+    j["throughput"] = {
+        {"loop_tflop", p.flop / 1e12},
+        {"gflops", p.gflops},
+        {"gflops_per_cpu_s", p.gflops_per_cpu_s},
+        {"gemm_peak_gflops", p.gemm_peak_gflops},
+        {"gemm_peak_gflops_per_cpu_s", p.gemm_peak_per_cpu_s},
+        {"peak_ratio", p.gemm_peak_gflops > 0 ? p.gflops / p.gemm_peak_gflops : 0.0},
+        {"peak_source", p.peak_source},
+        {"gemm_peak_readings", p.gemm_peak_readings},
+        {"gemm_peak_min_gflops", p.gemm_peak_min_gflops},
+        {"gemm_peak_taken", p.gemm_peak_taken},
+        {"register_peak_gflops", p.register_peak_gflops},
+        {"register_peak_min_gflops", p.register_peak_min_gflops},
+        {"register_peak_gflops_per_cpu_s", p.register_peak_per_cpu_s},
+        {"register_peak_ratio", p.register_peak_gflops > 0 ? p.gflops / p.register_peak_gflops : 0.0},
+        {"register_peak_unit", p.register_peak_unit}};
   }
   return j.dump(2) + "\n";
 }

@@ -335,6 +335,37 @@ TEST_F(CliGenerate, BenchPipelineTinySynthetic) {
   expect_one_line_error(run("bench pipeline --synthetic --variant flux.2-klein-tiny --size 60x64", false), "16");
 }
 
+// Without --skip-peak: the GEMM and register peaks read before the run's work and after it (a few
+// seconds in all; when the weights are made before the request, also after making them), the best
+// of them in the report with the spread and the probe's unit. Only that they were read and
+// reported is checked: the figures are the machine's.
+TEST_F(CliGenerate, BenchPipelinePeakReadings) {
+  const fs::path json = tmp_ / "bench.json";
+  const RunResult r =
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 --json " +
+              quote(json.string()),
+          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  const nlohmann::json& p = j["throughput"];
+  const int readings = p["gemm_peak_readings"].get<int>();
+  EXPECT_GE(readings, 2);
+  for (int i = 1; i <= readings; ++i)
+    EXPECT_NE(r.out.find("peak reading " + std::to_string(i) + " ("), std::string::npos) << i << "\n"
+                                                                                         << r.out;
+  EXPECT_EQ(r.out.find("peak reading " + std::to_string(readings + 1) + " ("), std::string::npos) << r.out;
+  const std::string taken = p["gemm_peak_taken"].get<std::string>();
+  EXPECT_EQ(taken.rfind("before ", 0), 0u) << taken;
+  EXPECT_EQ(taken.substr(taken.rfind('/') + 1), "after the run") << taken;
+  for (const std::string& needle :
+       {std::string("of the GEMM peak"), "best of " + std::to_string(readings) + " readings",
+        "taken " + taken, std::string("register peak")})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  EXPECT_GT(p["gemm_peak_gflops"].get<double>(), 0);
+  EXPECT_LE(p["gemm_peak_min_gflops"].get<double>(), p["gemm_peak_gflops"].get<double>());
+  EXPECT_FALSE(p["register_peak_unit"].get<std::string>().empty());
+}
+
 // --references: an editing request of random reference images; on the KV recipe they become the
 // request's cached keys and values (its own report line), with a warm-up the timed run takes the
 // encoded references from the model's cache.

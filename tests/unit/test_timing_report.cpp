@@ -55,6 +55,19 @@ rt::TimingReport sample_report() {
   return t;
 }
 
+// The loop's figures (`fluxrt bench pipeline`): 7 TFLOP at 2000 GFLOP/s (500 per CPU-second)
+// against a GEMM peak of 4000 (1000 per CPU-second).
+rt::LoopThroughput sample_throughput(const char* peak_source) {
+  rt::LoopThroughput p;
+  p.flop = 7e12;
+  p.gflops = 2000.0;
+  p.gemm_peak_gflops = 4000.0;
+  p.gflops_per_cpu_s = 500.0;
+  p.gemm_peak_per_cpu_s = 1000.0;
+  p.peak_source = peak_source;
+  return p;
+}
+
 }  // namespace
 
 TEST(TimingReport, ReadsProfilerSpans) {
@@ -129,7 +142,7 @@ TEST(TimingReport, TextTable) {
 
   t.warm_load = t.cold_load;
   t.warmup = t.run;
-  t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
+  t.throughput = sample_throughput("oneDNN");
   text = rt::format_timing_report(t);
   for (const char* needle : {"warm load", "warm-up run", "not included below", "loop throughput", "2000.0 GFLOP/s",
                              "7.000 TFLOP, 50.0% of the GEMM peak 4000.0 GFLOP/s", "per CPU-second", "500.0 GFLOP/s",
@@ -166,7 +179,7 @@ TEST(TimingReport, JsonHasEveryField) {
   EXPECT_DOUBLE_EQ(run["ms_per_step"].get<double>(), 875.0);
   EXPECT_EQ(j["peak_rss_bytes"].get<size_t>(), size_t{3} << 29);
 
-  t.throughput = rt::LoopThroughput{7e12, 2000.0, 4000.0, 500.0, 1000.0, "oneDNN"};
+  t.throughput = sample_throughput("oneDNN");
   t.writes_images = false;  // the benchmark
   t.run.graph_steps = 4;
   j = nlohmann::json::parse(rt::timing_report_json(t));
@@ -175,6 +188,50 @@ TEST(TimingReport, JsonHasEveryField) {
   EXPECT_EQ(rt::format_timing_report(t).find("image write"), std::string::npos);
   EXPECT_DOUBLE_EQ(j["throughput"]["peak_ratio"].get<double>(), 0.5);
   EXPECT_DOUBLE_EQ(j["throughput"]["loop_tflop"].get<double>(), 7.0);
+}
+
+// The peaks `fluxrt bench pipeline` compares the loop with: the GEMM peak as the best of several
+// readings with their spread, and the register probe, in the text and in the JSON.
+TEST(TimingReport, PeakReadingsAndRegisterPeak) {
+  rt::TimingReport t = sample_report();
+  rt::LoopThroughput p = sample_throughput("oneDNN f32 matmul 2048^3");
+  t.throughput = p;
+  // Without readings (an older caller, or --skip-peak): neither line.
+  std::string text = rt::format_timing_report(t);
+  EXPECT_EQ(text.find("GEMM peak  "), std::string::npos) << text;
+  EXPECT_EQ(text.find("register peak"), std::string::npos) << text;
+
+  p.gemm_peak_readings = 3;
+  p.gemm_peak_min_gflops = 1500.0;
+  p.gemm_peak_taken = "before load/after load/after the run";
+  p.register_peak_gflops = 8000.0;
+  p.register_peak_min_gflops = 7000.0;
+  p.register_peak_per_cpu_s = 4000.0;
+  p.register_peak_unit = "AVX2 FMA f32";
+  t.throughput = p;
+  text = rt::format_timing_report(t);
+  for (const char* needle :
+       {"7.000 TFLOP, 50.0% of the GEMM peak 4000.0 GFLOP/s", "  GEMM peak           4000.0 GFLOP/s",
+        "best of 3 readings [1500.0..4000.0], taken before load/after load/after the run; oneDNN f32 matmul "
+        "2048^3",
+        "  register peak       8000.0 GFLOP/s", "AVX2 FMA f32 [7000.0..8000.0]; the loop ran at 25.0% of it",
+        "12.5% of its 4000.0 per CPU-second"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+
+  const nlohmann::json j = nlohmann::json::parse(rt::timing_report_json(t));
+  const nlohmann::json& q = j["throughput"];
+  // The keys that were there before the readings keep their meaning.
+  EXPECT_DOUBLE_EQ(q["gemm_peak_gflops"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(q["peak_ratio"].get<double>(), 0.5);
+  EXPECT_EQ(q["peak_source"], "oneDNN f32 matmul 2048^3");
+  EXPECT_EQ(q["gemm_peak_readings"], 3);
+  EXPECT_DOUBLE_EQ(q["gemm_peak_min_gflops"].get<double>(), 1500.0);
+  EXPECT_EQ(q["gemm_peak_taken"], "before load/after load/after the run");
+  EXPECT_DOUBLE_EQ(q["register_peak_gflops"].get<double>(), 8000.0);
+  EXPECT_DOUBLE_EQ(q["register_peak_min_gflops"].get<double>(), 7000.0);
+  EXPECT_DOUBLE_EQ(q["register_peak_gflops_per_cpu_s"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(q["register_peak_ratio"].get<double>(), 0.25);
+  EXPECT_EQ(q["register_peak_unit"], "AVX2 FMA f32");
 }
 
 TEST(TimingReport, AtomicWrite) {

@@ -1,7 +1,8 @@
 #pragma once
 // `fluxrt bench <component>`: synthetic weights of the real shapes (random, never zeros; no files
-// needed), per-component timings, achieved GFLOP/s and the ratio to the bf16 GEMM peak measured in
-// the same run, peak RSS. Each function prints its table to stdout and returns the exit code.
+// needed), per-component timings, achieved GFLOP/s and the ratios to the GEMM and register peaks
+// read through the same run (the best of several readings, bench_common.h), peak RSS. Each function
+// prints its table to stdout and returns the exit code.
 #include <optional>
 #include <string>
 

@@ -12,42 +12,120 @@
 #include "core/threads.h"
 
 namespace fluxrt::bench {
+
+PeakReading read_peaks(int gemm_size, double gemm_seconds) {
+  PeakReading reading;
+  // Only the reference type: the bf16 matmul where oneDNN has one, else the f32 one.
+  bool bf16 = true;
+  std::function<void()> run = backend::cpu::make_gemm_peak_matmul(gemm_size, bf16);
+  if (!run) {
+    bf16 = false;
+    run = backend::cpu::make_gemm_peak_matmul(gemm_size, bf16);
+  }
+  if (run) {
+    // Many runs within the time: a short one that a neighbour left alone is what the best keeps.
+    const Timing t = time_runs(run, 1, 1000, gemm_seconds);
+    const double flops = 2.0 * gemm_size * double(gemm_size) * gemm_size;
+    reading.gemm_gflops = flops / t.min_s / 1e9;
+    reading.gemm_gflops_per_core = flops / t.min_cpu_s / 1e9;
+    reading.gemm_source = bf16 ? fmt::format("oneDNN bf16 matmul {}^3", gemm_size)
+                               : fmt::format("oneDNN f32 matmul {}^3, no bf16 matmul on {}", gemm_size,
+                                             backend::cpu::gemm_isa_name());
+  }
+  reading.registers = backend::cpu::measure_register_peak();
+  return reading;
+}
+
+void PeakReadings::take(const char* when) {
+  if (!reader_) return;
+  readings_.emplace_back(when, reader_());
+  std::puts(reading_line(count(), when, readings_.back().second, count() == 1).c_str());
+  std::fflush(stdout);
+}
+
 namespace {
 
-// Square matmul with weights in oneDNN's preferred layout (what a prepared linear layer gets).
-double matmul_gflops(int size, bool bf16, double* per_core) {
-  const std::function<void()> run = backend::cpu::make_gemm_peak_matmul(size, bf16);
-  if (!run) return 0.0;  // no implementation for this type on this CPU
-  const Timing t = time_runs(run, 1, 5, 10.0);
-  const double flops = 2.0 * size * double(size) * size;
-  if (per_core) *per_core = flops / t.min_cpu_s / 1e9;
-  return flops / t.min_s / 1e9;
+template <typename Field>
+double extreme(const std::vector<std::pair<std::string, PeakReading>>& readings, Field field, bool highest) {
+  double v = 0;
+  for (size_t i = 0; i < readings.size(); ++i) {
+    const double x = field(readings[i].second);
+    v = i == 0 ? x : highest ? std::max(v, x) : std::min(v, x);
+  }
+  return v;
 }
 
 }  // namespace
 
-double measure_bf16_gemm_peak_gflops(int size, double* per_core) {
-  return matmul_gflops(size, true, per_core);
+double PeakReadings::gemm_best() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.gemm_gflops; }, true);
 }
-double measure_f32_gemm_peak_gflops(int size, double* per_core) {
-  return matmul_gflops(size, false, per_core);
+double PeakReadings::gemm_worst() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.gemm_gflops; }, false);
+}
+double PeakReadings::gemm_best_per_core() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.gemm_gflops_per_core; }, true);
+}
+double PeakReadings::register_best() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.registers.gflops; }, true);
+}
+double PeakReadings::register_worst() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.registers.gflops; }, false);
+}
+double PeakReadings::register_best_per_core() const {
+  return extreme(
+      readings_, [](const PeakReading& r) { return r.registers.gflops_per_core; }, true);
 }
 
-GemmPeak measure_gemm_peak(int size) {
-  GemmPeak p;
-  double bf16_core = 0, f32_core = 0;
-  p.bf16_gflops = measure_bf16_gemm_peak_gflops(size, &bf16_core);
-  p.f32_gflops = measure_f32_gemm_peak_gflops(size, &f32_core);
-  p.gflops_per_core = p.bf16_gflops > 0 ? bf16_core : f32_core;
-  if (p.bf16_gflops > 0) {
-    p.gflops = p.bf16_gflops;
-    p.source = fmt::format("oneDNN bf16 matmul {}^3", size);
-  } else {
-    p.gflops = p.f32_gflops;
-    p.source =
-        fmt::format("oneDNN f32 matmul {}^3 (no bf16 matmul on {})", size, backend::cpu::gemm_isa_name());
+const std::string& PeakReadings::gemm_source() const {
+  static const std::string none;
+  return readings_.empty() ? none : readings_.front().second.gemm_source;
+}
+const std::string& PeakReadings::register_unit() const {
+  static const std::string none;
+  return readings_.empty() ? none : readings_.front().second.registers.unit;
+}
+
+std::string PeakReadings::when_taken() const {
+  std::string out;
+  for (const auto& [when, reading] : readings_) out += (out.empty() ? "" : "/") + when;
+  return out;
+}
+
+std::string PeakReadings::gemm_summary() const {
+  if (readings_.empty()) return "";
+  return fmt::format(
+      "GEMM peak {:.1f} GFLOP/s, {:.1f} per CPU-second, best of {} reading{} [{:.1f}..{:.1f}], taken {} ({})",
+      gemm_best(), gemm_best_per_core(), count(), count() == 1 ? "" : "s", gemm_worst(), gemm_best(),
+      when_taken(), gemm_source());
+}
+
+std::string PeakReadings::register_summary() const {
+  if (readings_.empty() || register_best() <= 0) return "";
+  return fmt::format(
+      "register peak {:.1f} GFLOP/s, {:.1f} per CPU-second, best of {} reading{} [{:.1f}..{:.1f}] ({}, {} "
+      "threads)",
+      register_best(), register_best_per_core(), count(), count() == 1 ? "" : "s", register_worst(),
+      register_best(), register_unit(), readings_.front().second.registers.threads);
+}
+
+std::string PeakReadings::reading_line(int index, const char* when, const PeakReading& r, bool first) {
+  std::string line = fmt::format("peak reading {} ({}): GEMM {:.1f} GFLOP/s, {:.1f} per CPU-second", index,
+                                 when, r.gemm_gflops, r.gemm_gflops_per_core);
+  if (first) line += fmt::format(" ({})", r.gemm_source);
+  if (r.registers.gflops > 0) {
+    line += fmt::format("; registers {:.1f} GFLOP/s, {:.1f} per CPU-second", r.registers.gflops,
+                        r.registers.gflops_per_core);
+    if (first) line += fmt::format(" ({}, {} threads)", r.registers.unit, r.registers.threads);
+  } else if (first) {
+    line += fmt::format("; no register probe for this CPU ({})", r.registers.unit);
   }
-  return p;
+  return line;
 }
 
 Timing time_runs(const std::function<void()>& fn, int warmup, int runs, double max_seconds) {

@@ -1,29 +1,73 @@
 #pragma once
-// Shared benchmark helpers (bench/ and `fluxrt bench`): the machine's GEMM peak measured in the same run
-// (every benchmark prints its ratio to it, DESIGN.md section 5), robust timing (min and median of N runs),
-// and a small fixed-width table printer.
+// Shared benchmark helpers (bench/ and `fluxrt bench`): the machine's GEMM peak and register peak
+// read through the same run (every benchmark prints its ratios to them; docs/cpu.md, "The peaks the
+// benchmarks report against"), robust timing (min and median of N runs), and a small fixed-width
+// table printer.
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "backend/cpu_bench.h"
 
 namespace fluxrt::bench {
 
-// Achieved GFLOP/s of oneDNN bf16 x bf16 -> f32 matmul on size^3 (best of a few runs, current
-// thread count). Returns 0 when oneDNN has no bf16 matmul on this CPU (oneDNN 2.6 below
-// avx512_core, e.g. AVX2-only machines).
-double measure_bf16_gemm_peak_gflops(int size = 4096, double* per_core = nullptr);
-// The same with f32 x f32 -> f32.
-double measure_f32_gemm_peak_gflops(int size = 4096, double* per_core = nullptr);
-
-// The reference peak for ratios: the bf16 figure where oneDNN has bf16 matmul, else the f32 one.
-struct GemmPeak {
-  double gflops = 0;
-  double gflops_per_core = 0;  // the same run's flops per CPU-second (see Timing::min_cpu_s)
-  double bf16_gflops = 0;      // 0 when unavailable
-  double f32_gflops = 0;
-  std::string source;  // e.g. "oneDNN f32 matmul 4096^3 (no bf16 matmul on avx2)"
+// One short reading (about 1-2 s) of both peaks: the reference GEMM (bf16 where oneDNN has it,
+// else f32) on size^3 for at most `gemm_seconds` of timed runs, then the register probe. 2048^3
+// rather than the 4096^3 of one long reading: on two AVX2 cores one 4096^3 run alone takes over
+// a second, and several short runs give the best a better chance of a quiet moment.
+struct PeakReading {
+  double gemm_gflops = 0;           // wall, best run
+  double gemm_gflops_per_core = 0;  // per process CPU-second, best run
+  std::string gemm_source;          // e.g. "oneDNN f32 matmul 2048^3, no bf16 matmul on avx2"
+  backend::cpu::RegisterPeak registers;
 };
-GemmPeak measure_gemm_peak(int size = 4096);
+PeakReading read_peaks(int gemm_size = 2048, double gemm_seconds = 1.0);
+
+// The peaks of a benchmark, read several times through its run (before and after loading, between
+// warm-up and timed run, at the end) instead of once at its start: on a machine shared with other
+// jobs one reading can be a third of the next, so ratios to it swing past 100%. The benchmark's
+// ratios use the best reading, and the spread says how busy the machine was.
+class PeakReadings {
+ public:
+  using Reader = std::function<PeakReading()>;
+  // Takes readings with read_peaks() when `enabled`; otherwise (--skip-peak) take() does nothing
+  // and every figure stays 0.
+  explicit PeakReadings(bool enabled) : PeakReadings(enabled ? Reader(read_peaks_default) : Reader()) {}
+  // Takes readings with `reader` (the tests inject figures this way).
+  explicit PeakReadings(Reader reader) : reader_(std::move(reader)) {}
+
+  bool enabled() const { return static_cast<bool>(reader_); }
+  // Takes one reading now, labelled `when` ("before load", "after the run"), and prints a line
+  // with it (the first one names the GEMM and the register unit). Nothing when not enabled.
+  void take(const char* when);
+
+  int count() const { return static_cast<int>(readings_.size()); }
+  // Best (highest) and worst of the readings; 0 without readings.
+  double gemm_best() const;
+  double gemm_worst() const;
+  double gemm_best_per_core() const;
+  double register_best() const;
+  double register_worst() const;
+  double register_best_per_core() const;
+  const std::string& gemm_source() const;
+  const std::string& register_unit() const;
+  // The labels in order: "before load/after load/after the run".
+  std::string when_taken() const;
+  // "GEMM peak 1515.0 GFLOP/s, 760.1 per CPU-second, best of 4 readings [463.0..1515.0], taken
+  // before load/after load/.../after the run (oneDNN bf16 matmul 2048^3)"; "" without readings.
+  std::string gemm_summary() const;
+  // "register peak 6000.0 GFLOP/s, 3000.0 per CPU-second, best of 4 readings [5800.0..6000.0]
+  // (AMX TDPBF16PS, 2 threads)"; "" without readings or without a probe for this CPU.
+  std::string register_summary() const;
+  // The reading line take() prints.
+  static std::string reading_line(int index, const char* when, const PeakReading& reading, bool first);
+
+ private:
+  static PeakReading read_peaks_default() { return read_peaks(); }
+  Reader reader_;
+  std::vector<std::pair<std::string, PeakReading>> readings_;
+};
 
 struct Timing {
   double min_s = 0;

@@ -1,10 +1,10 @@
 // `fluxrt bench pipeline --synthetic`: a whole pipeline -- prompt encoding, the denoising loop, the
 // VAE decode -- on random weights of a variant's real shapes (no files but the checked-in
 // tokenizers), with the same timing table as `fluxrt generate` plus the loop's GFLOP/s (GEMMs +
-// attention, flux-reference.md section 6) and its ratio to the GEMM peak measured in the same run,
-// as the other benchmarks report it. The pipeline comes from the kind offering the variant
-// (pipelines/synthetic.h); one made per request (FLUX.1's, in low-memory order) is made before
-// anything is measured and says how its shapes are laid out.
+// attention, flux-reference.md section 6) and its ratio to the GEMM and register peaks read
+// through the same run (bench_common.h's PeakReadings), as the other benchmarks report them. The pipeline
+// comes from the kind offering the variant (pipelines/synthetic.h); one made per request (FLUX.1's, in
+// low-memory order) is made before anything is measured and says how its shapes are laid out.
 #include <fmt/format.h>
 #include <time.h>
 
@@ -34,18 +34,19 @@ double cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-runtime::LoopThroughput measure_peak(const BenchRequest& r) {
-  runtime::LoopThroughput throughput;
-  if (!r.skip_peak) {
-    const bench::GemmPeak p = bench::measure_gemm_peak();
-    throughput.gemm_peak_gflops = p.bf16_gflops > 0 ? p.bf16_gflops : p.gflops;
-    throughput.gemm_peak_per_cpu_s = p.gflops_per_core;
-    throughput.peak_source = p.source;
-    std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n",
-                throughput.gemm_peak_gflops, p.gflops_per_core, p.source.c_str());
-  }
-  std::fflush(stdout);
-  return throughput;
+// The loop's peaks: the best of the readings taken through the run, with their spread.
+void set_peaks(const bench::PeakReadings& readings, runtime::LoopThroughput& throughput) {
+  if (readings.count() == 0) return;
+  throughput.gemm_peak_gflops = readings.gemm_best();
+  throughput.gemm_peak_per_cpu_s = readings.gemm_best_per_core();
+  throughput.peak_source = readings.gemm_source();
+  throughput.gemm_peak_readings = readings.count();
+  throughput.gemm_peak_min_gflops = readings.gemm_worst();
+  throughput.gemm_peak_taken = readings.when_taken();
+  throughput.register_peak_gflops = readings.register_best();
+  throughput.register_peak_min_gflops = readings.register_worst();
+  throughput.register_peak_per_cpu_s = readings.register_best_per_core();
+  throughput.register_peak_unit = readings.register_unit();
 }
 
 fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
@@ -92,14 +93,17 @@ fluxrt::GenerateRequest bench_request(const BenchRequest& r) {
 
 // The optional untimed warm-up request, then the timed one, each timed from `profiler`'s spans
 // (and the timed one's replayed steps when the pipeline records them).
+// A peak reading goes between the two (not between steps: the step callback's time counts in the
+// loop's span).
 pipelines::GenerateResult warm_up_and_run(pipelines::Pipeline& pipe, const fluxrt::GenerateRequest& request,
                                           const pipelines::CallContext& call, bool warmup, Profiler& profiler,
-                                          runtime::TimingReport& report) {
+                                          runtime::TimingReport& report, bench::PeakReadings& peaks) {
   if (warmup) {
     Stopwatch warm;
     pipe.generate(request, call);
     report.warmup = runtime::run_timings_from(profiler);
     report.warmup->total_s = warm.seconds();
+    peaks.take("between warm-up and run");
     profiler.clear();
   }
   Stopwatch run_watch;
@@ -162,6 +166,7 @@ int bench_pipeline(const BenchRequest& r) {
   std::unique_ptr<pipelines::Pipeline> pipe;
   runtime::LoopThroughput throughput;
   std::optional<runtime::LoadTimings> load;
+  bench::PeakReadings peaks(!r.skip_peak);
   // Low memory, or the text encoder apart: the request makes the components (all of them, or the
   // text encoder and then the others), and the report shows those loads inside the run.
   const bool made_in_run = options.low_memory || options.free_text_encoder;
@@ -176,10 +181,10 @@ int bench_pipeline(const BenchRequest& r) {
                     ? "one component resident at a time, each made by the request and freed after it"
                     : "made by the request, the text encoder freed before the transformer "
                       "(--keep-text-encoder: all made at open and kept)");
-    throughput = measure_peak(r);
+    peaks.take("before the run");
   } else {
     std::printf("%s\n", bench::machine_line().c_str());
-    throughput = measure_peak(r);
+    peaks.take("before load");
     Stopwatch load_watch;
     pipe = synthetic.make(options);
     load = runtime::load_timings_from(profiler);
@@ -188,6 +193,7 @@ int bench_pipeline(const BenchRequest& r) {
                 r.variant.c_str(), weights_label(options).c_str(), load->total_s,
                 static_cast<double>(process_current_rss_bytes()) / (1 << 30));
     std::fflush(stdout);
+    peaks.take("after load");
   }
 
   const fluxrt::GenerateRequest request = bench_request(r);
@@ -219,7 +225,12 @@ int bench_pipeline(const BenchRequest& r) {
   if (load) report.cold_load = *load;
   report.writes_images = false;
   profiler.clear();
-  const pipelines::GenerateResult result = warm_up_and_run(*pipe, request, call, r.warmup, profiler, report);
+  const pipelines::GenerateResult result =
+      warm_up_and_run(*pipe, request, call, r.warmup, profiler, report, peaks);
+  // The peak RSS is the pipeline's: read before the last peak reading's matrices (48 MiB) are made.
+  report.peak_rss_bytes = process_peak_rss_bytes();
+  peaks.take("after the run");
+  set_peaks(peaks, throughput);
   report.run.cache_steps = result.cache_steps;
   report.run.reference_images = result.reference_latents;
   report.run.reference_images_cached = result.reference_latents_kept;
@@ -249,7 +260,6 @@ int bench_pipeline(const BenchRequest& r) {
         flop_per_step * (report.run.steps - 1) / (cpu_after_last - cpu_after_first) / 1e9;
   report.throughput = throughput;
   report.total_s = command.seconds();
-  report.peak_rss_bytes = process_peak_rss_bytes();
 
   std::printf("\n%s", runtime::format_timing_report(report).c_str());
   std::fflush(stdout);

@@ -2,8 +2,8 @@
 // on synthetic weights of the real shapes (Qwen3-4B for klein-4B, Qwen3-8B for klein-9B; random,
 // never zeros; no files needed). Times the encode of one prompt padded to 512 tokens and one padded
 // to 256 (the two usual max_sequence_length values), with a realistic mask (40 real tokens), and
-// prints ms, GFLOP/s (projections + causal attention), its ratio to the GEMM peak measured in the
-// same run, and the peak RSS.
+// prints ms, GFLOP/s (projections + causal attention), its ratios to the GEMM and register peaks
+// (the best of readings before the load, after it and after the runs), and the peak RSS.
 // For flux.1-dev / flux.1-schnell the encoder is T5-XXL v1.1 (24 layers, 9.5 GB of bf16, no mask:
 // every padded position is computed). When MemAvailable cannot hold all 24 layers, or when
 // FLUXRT_BENCH_T5_LAYERS=N asks for fewer (a shared machine), N real-shape layers are timed and the
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_common.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/memory_info.h"
@@ -29,13 +30,6 @@
 #include "models/t5/t5_encoder.h"
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
-
-#if __has_include("bench_common.h")
-#include "bench_common.h"
-#define FLUXRT_TE_HAVE_BENCH_COMMON 1
-#else
-#define FLUXRT_TE_HAVE_BENCH_COMMON 0
-#endif
 
 namespace fluxrt::cli {
 namespace {
@@ -78,6 +72,51 @@ RunTiming time_encoder(const std::function<void()>& fn, int runs, double max_sec
   return t;
 }
 
+// One timed length, printed once the last peak reading is in (its ratios use the best reading).
+struct LengthResult {
+  int length = 0;
+  RunTiming t;
+  double gflop = 0;
+  double full_model_s = 0;  // T5 with fewer layers timed: the time scaled to all of them
+};
+
+// Prints the table of `results` against the best peaks and returns its JSON rows. `layers_timed`
+// > 0 (T5) adds the full-model column and fields.
+std::string print_results(const std::vector<LengthResult>& results, const bench::PeakReadings& peaks,
+                          int batch, int64_t layers_timed) {
+  const double peak = peaks.gemm_best(), peak_per_core = peaks.gemm_best_per_core();
+  const double registers = peaks.register_best();
+  if (peaks.count() > 0) std::printf("%s\n", peaks.gemm_summary().c_str());
+  if (registers > 0) std::printf("%s\n", peaks.register_summary().c_str());
+  const bool t5 = layers_timed > 0;
+  std::printf("%-8s %5s %10s %10s%s %8s %9s %7s %12s %10s %7s\n", "length", "runs", "min ms", "median ms",
+              t5 ? fmt::format(" {:>12}", "full-model ms").c_str() : "", "GFLOP", "GFLOP/s", "%peak",
+              "GFLOP/cpu-s", "%peak/cpu", "%regs");
+  auto percent = [](double v, double of) {
+    return of > 0 ? fmt::format("{:.1f}", 100.0 * v / of) : std::string("-");
+  };
+  std::string json_rows;
+  for (const LengthResult& r : results) {
+    const RunTiming& t = r.t;
+    const double rate = r.gflop / t.min_s, rate_cpu = r.gflop / t.min_cpu_s;
+    std::printf("%-8d %5d %10.1f %10.1f%s %8.1f %9.1f %7s %12.1f %10s %7s\n", r.length, t.runs, t.min_s * 1e3,
+                t.median_s * 1e3, t5 ? fmt::format(" {:12.1f}", r.full_model_s * 1e3).c_str() : "", r.gflop,
+                rate, percent(rate, peak).c_str(), rate_cpu, percent(rate_cpu, peak_per_core).c_str(),
+                percent(rate, registers).c_str());
+    json_rows += fmt::format(
+        "{}{{\"length\": {}, \"batch\": {}, {}\"min_s\": {:.6f}, \"median_s\": {:.6f}, {}\"gflop\": {:.3f}, "
+        "\"gflops\": {:.2f}, \"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, "
+        "\"peak_gflops_per_cpu_s\": {:.2f}, "
+        "\"peak_readings\": {}, \"peak_min_gflops\": {:.2f}, \"register_peak_gflops\": {:.2f}}}",
+        json_rows.empty() ? "" : ", ", r.length, batch,
+        t5 ? fmt::format("\"layers_timed\": {}, ", layers_timed) : std::string(), t.min_s, t.median_s,
+        t5 ? fmt::format("\"full_model_s\": {:.6f}, ", r.full_model_s) : std::string(), r.gflop, rate,
+        rate_cpu, peak, peak_per_core, peaks.count(), peaks.gemm_worst(), registers);
+  }
+  std::fflush(stdout);
+  return json_rows;
+}
+
 int bench_t5_encoder(const BenchRequest& request) {
   models::T5Config config = models::T5Config::t5_v1_1_xxl();
   const int64_t full_layers = config.num_layers;
@@ -114,9 +153,9 @@ int bench_t5_encoder(const BenchRequest& request) {
   options.dtype = request.dtype;
   options.device = request.device;
 
-#if FLUXRT_TE_HAVE_BENCH_COMMON
   std::printf("%s\n", bench::machine_line().c_str());
-#endif
+  bench::PeakReadings peaks(!request.skip_peak);
+  peaks.take("before load");
   std::printf(
       "text encoder T5-XXL v1.1 for %s: %lld of %lld layers timed (%s), %s, batch %d, %d threads, no mask\n",
       request.variant.c_str(), static_cast<long long>(layers), static_cast<long long>(full_layers),
@@ -128,23 +167,10 @@ int bench_t5_encoder(const BenchRequest& request) {
               wall_seconds() - t0, gib(fixed_bytes + layer_bytes * static_cast<size_t>(full_layers)));
   std::fflush(stdout);
 
-  double peak = 0, peak_per_core = 0;
-  std::string peak_source = "not measured";
-#if FLUXRT_TE_HAVE_BENCH_COMMON
-  if (!request.skip_peak) {
-    bench::GemmPeak p = bench::measure_gemm_peak();
-    peak = p.gflops;
-    peak_per_core = p.gflops_per_core;
-    peak_source = p.source;
-  }
-#endif
-  std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n", peak, peak_per_core,
-              peak_source.c_str());
+  peaks.take("after load");
   std::vector<int> lengths = {request.variant == "flux.1-schnell" ? 256 : 512};
   if (request.max_sequence_length != lengths[0]) lengths.push_back(request.max_sequence_length);
-  std::printf("%-8s %5s %10s %10s %12s %8s %9s %7s %12s %10s\n", "length", "runs", "min ms", "median ms",
-              "full-model ms", "GFLOP", "GFLOP/s", "%peak", "GFLOP/cpu-s", "%peak/cpu");
-  std::string json_rows;
+  std::vector<LengthResult> results;
   for (int length : lengths) {
     if (length < 1 || length > 4096)
       fail(ErrorCode::InvalidArgument, "bench text-encoder: length {} outside 1..4096", length);
@@ -161,21 +187,12 @@ int bench_t5_encoder(const BenchRequest& request) {
           ops::synchronize(request.device);
         },
         5, 60.0);
-    const double gflop = encoder.flops(B, L) * 1e-9;
-    const double rate = gflop / t.min_s, rate_cpu = gflop / t.min_cpu_s;
-    std::string ratio = peak > 0 ? fmt::format("{:.1f}", 100.0 * rate / peak) : "-";
-    std::string ratio_cpu = peak_per_core > 0 ? fmt::format("{:.1f}", 100.0 * rate_cpu / peak_per_core) : "-";
-    std::printf("%-8d %5d %10.1f %10.1f %12.1f %8.1f %9.1f %7s %12.1f %10s\n", length, t.runs, t.min_s * 1e3,
-                t.median_s * 1e3, t.min_s * scale * 1e3, gflop, rate, ratio.c_str(), rate_cpu,
-                ratio_cpu.c_str());
+    std::printf("  length %d: %.1f ms (min of %d)\n", length, t.min_s * 1e3, t.runs);
     std::fflush(stdout);
-    json_rows += fmt::format(
-        "{}{{\"length\": {}, \"batch\": {}, \"layers_timed\": {}, \"min_s\": {:.6f}, "
-        "\"median_s\": {:.6f}, \"full_model_s\": {:.6f}, \"gflop\": {:.3f}, \"gflops\": {:.2f}, "
-        "\"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, \"peak_gflops_per_cpu_s\": {:.2f}}}",
-        json_rows.empty() ? "" : ", ", length, B, layers, t.min_s, t.median_s, t.min_s * scale, gflop, rate,
-        rate_cpu, peak, peak_per_core);
+    results.push_back({length, t, encoder.flops(B, L) * 1e-9, t.min_s * scale});
   }
+  peaks.take("after the runs");
+  const std::string json_rows = print_results(results, peaks, request.batch, layers);
   if (layers < full_layers)
     std::printf(
         "full-model ms = measured x %lld/%lld (identical layers; embedding and final norm are negligible)\n",
@@ -215,9 +232,9 @@ int bench_text_encoder(const BenchRequest& request) {
   options.dtype = request.dtype;
   options.device = request.device;
 
-#if FLUXRT_TE_HAVE_BENCH_COMMON
   std::printf("%s\n", bench::machine_line().c_str());
-#endif
+  bench::PeakReadings peaks(!request.skip_peak);
+  peaks.take("before load");
   std::printf("text encoder %s for %s: %lld of %lld layers (taps 9/18/27), %s, batch %d, %d threads\n",
               te_name.c_str(), request.variant.c_str(), static_cast<long long>(options.taps.back()),
               static_cast<long long>(config.num_layers), std::string(dtype_name(options.dtype)).c_str(),
@@ -229,26 +246,12 @@ int bench_text_encoder(const BenchRequest& request) {
   std::printf("synthetic weights: %.2f GiB in %.1f s\n", gib(encoder.weight_bytes()), wall_seconds() - t0);
   std::fflush(stdout);
 
-  double peak = 0, peak_per_core = 0;
-  std::string peak_source = "not measured";
-#if FLUXRT_TE_HAVE_BENCH_COMMON
-  if (!request.skip_peak) {
-    bench::GemmPeak p = bench::measure_gemm_peak();
-    peak = p.gflops;
-    peak_per_core = p.gflops_per_core;
-    peak_source = p.source;
-  }
-#endif
-  std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n", peak, peak_per_core,
-              peak_source.c_str());
-  std::fflush(stdout);
+  peaks.take("after load");
 
   std::vector<int> lengths = {512, 256};
   if (request.max_sequence_length != 512 && request.max_sequence_length != 256)
     lengths.push_back(request.max_sequence_length);
-  std::string json_rows;
-  std::printf("%-8s %5s %10s %10s %8s %9s %7s %12s %10s\n", "length", "runs", "min ms", "median ms", "GFLOP",
-              "GFLOP/s", "%peak", "GFLOP/cpu-s", "%peak/cpu");
+  std::vector<LengthResult> results;
   for (int length : lengths) {
     const int64_t B = request.batch, L = length, real = std::min<int64_t>(40, L);
     Tensor ids = Tensor::empty({B, L}, DType::I32);   // [B, L]
@@ -264,21 +267,12 @@ int bench_text_encoder(const BenchRequest& request) {
           ops::synchronize(request.device);
         },
         5, 60.0);
-    const double gflop = encoder.flops(B, L) * 1e-9;
-    const double rate = gflop / t.min_s;
-    const double rate_cpu = gflop / t.min_cpu_s;
-    std::string ratio = peak > 0 ? fmt::format("{:.1f}", 100.0 * rate / peak) : "-";
-    std::string ratio_cpu = peak_per_core > 0 ? fmt::format("{:.1f}", 100.0 * rate_cpu / peak_per_core) : "-";
-    std::printf("%-8d %5d %10.1f %10.1f %8.1f %9.1f %7s %12.1f %10s\n", length, t.runs, t.min_s * 1e3,
-                t.median_s * 1e3, gflop, rate, ratio.c_str(), rate_cpu, ratio_cpu.c_str());
+    std::printf("  length %d: %.1f ms (min of %d)\n", length, t.min_s * 1e3, t.runs);
     std::fflush(stdout);
-    json_rows += fmt::format(
-        "{}{{\"length\": {}, \"batch\": {}, \"min_s\": {:.6f}, \"median_s\": {:.6f}, "
-        "\"gflop\": {:.3f}, \"gflops\": {:.2f}, \"gflops_per_cpu_s\": {:.2f}, \"peak_gflops\": {:.2f}, "
-        "\"peak_gflops_per_cpu_s\": {:.2f}}}",
-        json_rows.empty() ? "" : ", ", length, B, t.min_s, t.median_s, gflop, rate, rate_cpu, peak,
-        peak_per_core);
+    results.push_back({length, t, encoder.flops(B, L) * 1e-9, 0.0});
   }
+  peaks.take("after the runs");
+  const std::string json_rows = print_results(results, peaks, request.batch, 0);
   std::printf(
       "GFLOP/cpu-s: flops per busy CPU-second, compared with the peak's own per-CPU-second rate (robust on "
       "a\n"

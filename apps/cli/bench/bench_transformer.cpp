@@ -1,8 +1,9 @@
 // `fluxrt bench transformer`: one transformer forward per denoising step (FLUX.2 klein 4B/9B,
 // FLUX.1 dev/schnell) on synthetic bf16 weights of the real shapes (random, never zeros; no files
 // needed), timed per step.
-// Prints ms per step, achieved GFLOP/s (GEMMs + attention, flux-reference.md section 6), its ratio
-// to the bf16 GEMM peak measured in the same run, and the peak RSS.
+// Prints ms per step, achieved GFLOP/s (GEMMs + attention, flux-reference.md section 6), its ratios
+// to the GEMM peak and the register peak read before the load, after it and after the steps
+// (the best reading; bench_common.h's PeakReadings), and the peak RSS.
 #include <fmt/format.h>
 #include <time.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_common.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/memory_info.h"
@@ -30,13 +32,6 @@
 #include "models/weight_binder.h"
 #include "ops/dispatch.h"
 #include "ops/kernel_timing.h"
-
-#if __has_include("bench_common.h")
-#include "bench_common.h"
-#define FLUXRT_HAVE_BENCH_COMMON 1
-#else
-#define FLUXRT_HAVE_BENCH_COMMON 0
-#endif
 
 namespace fluxrt::cli {
 
@@ -370,23 +365,10 @@ int bench_transformer(const BenchRequest& r) {
   }
   const int64_t gh = r.height / 16, gw = r.width / 16, li = gh * gw, lt = r.max_sequence_length, b = r.batch;
 
-  double peak = 0, peak_per_core = 0;
-  std::string peak_source = "not measured";
-#if FLUXRT_HAVE_BENCH_COMMON
   std::printf("%s\n", bench::machine_line().c_str());
-  if (!r.skip_peak) {
-    const bench::GemmPeak p = bench::measure_gemm_peak();
-    peak = p.bf16_gflops > 0 ? p.bf16_gflops : p.gflops;
-    peak_source = p.source;
-    peak_per_core = p.gflops_per_core;
-  }
-#else
-  std::printf("threads %d (GEMM peak helper not available in this build)\n", num_threads());
-#endif
-  if (peak > 0)
-    std::printf("GEMM peak: %.1f GFLOP/s wall, %.1f GFLOP/s per CPU-second (%s)\n", peak, peak_per_core,
-                peak_source.c_str());
-  std::fflush(stdout);
+  // Peak readings before the load, after it and after the steps; the ratios use the best.
+  bench::PeakReadings peaks(!r.skip_peak);
+  peaks.take("before load");
 
   const double t0 = wall_seconds();
   const BenchModel model = flux1 ? make_flux1(r, extrapolate, gh, gw) : make_flux2(r, extrapolate, gh, gw);
@@ -407,6 +389,7 @@ int bench_transformer(const BenchRequest& r) {
     }
     std::printf("kernel planning (one-time, before the steps): %.1f ms\n", (wall_seconds() - p0) * 1e3);
   }
+  peaks.take("after load");
   std::vector<double> wall, cpu;
   for (int s = 0; s < r.steps; ++s) {
     const float sigma = 1.0f - static_cast<float>(s) / static_cast<float>(r.steps);
@@ -418,6 +401,10 @@ int bench_transformer(const BenchRequest& r) {
     std::printf("  step %d: %.1f ms (cpu %.1f s)\n", s + 1, wall.back() * 1e3, cpu.back());
     std::fflush(stdout);
   }
+  const double peak_rss = gib(process_peak_rss_bytes());  // the model's, before the last reading
+  peaks.take("after the steps");
+  const double peak = peaks.gemm_best(), peak_per_core = peaks.gemm_best_per_core();
+  const double register_peak = peaks.register_best(), register_per_core = peaks.register_best_per_core();
   std::vector<double> sorted = wall;
   std::sort(sorted.begin(), sorted.end());
   const double min_s = sorted.front(), median_s = sorted[sorted.size() / 2];
@@ -425,7 +412,6 @@ int bench_transformer(const BenchRequest& r) {
   const double gflops = full_flops / min_s / 1e9;
   const char* tag = extrapolate ? " (EXTRAPOLATED)" : "";
   const int threads = num_threads();
-  const double peak_rss = gib(process_peak_rss_bytes());
 
   std::printf(
       "\nvariant %s  size %dx%d  batch %lld  image tokens %lld  text tokens %lld  dtype %s  weights %s  "
@@ -436,11 +422,17 @@ int bench_transformer(const BenchRequest& r) {
   std::printf("ms/step%s: min %.1f  median %.1f  (%d steps)\n", tag, min_s * 1e3, median_s * 1e3, r.steps);
   std::printf("achieved%s: %.1f GFLOP/s wall (min), %.1f GFLOP/s per CPU-second\n", tag, gflops,
               full_flops / min_cpu / 1e9);
+  if (peaks.count() > 0) std::printf("%s\n", peaks.gemm_summary().c_str());
   if (peak > 0) std::printf("ratio to GEMM peak%s: %.1f%% wall", tag, 100.0 * gflops / peak);
   if (peak_per_core > 0)
     std::printf(", %.1f%% per CPU-second (robust on a shared machine)",
                 100.0 * full_flops / min_cpu / 1e9 / peak_per_core);
   if (peak > 0) std::printf("\n");
+  if (register_peak > 0) {
+    std::printf("%s\n", peaks.register_summary().c_str());
+    std::printf("ratio to register peak%s: %.1f%% wall, %.1f%% per CPU-second\n", tag,
+                100.0 * gflops / register_peak, 100.0 * full_flops / min_cpu / 1e9 / register_per_core);
+  }
   if (extrapolate)
     std::printf(
         "peak RSS: %.2f GiB measured with 1+1 blocks; the full model needs %.2f GiB of weights more\n",
@@ -459,11 +451,14 @@ int bench_transformer(const BenchRequest& r) {
         "\"width\": {}, \"height\": {}, \"batch\": {}, "
         "\"steps\": {}, \"tflop_per_step\": {:.4f}, \"ms_per_step_min\": {:.2f}, \"ms_per_step_median\": "
         "{:.2f}, "
-        "\"gflops\": {:.2f}, \"gemm_peak_gflops\": {:.2f}, \"peak_ratio\": {:.4f}, \"peak_rss_gib\": {:.3f}, "
-        "\"load_s\": {:.2f}, \"extrapolated\": {}}}\n",
+        "\"gflops\": {:.2f}, \"gemm_peak_gflops\": {:.2f}, \"peak_ratio\": {:.4f}, "
+        "\"gemm_peak_readings\": {}, \"gemm_peak_min_gflops\": {:.2f}, "
+        "\"register_peak_gflops\": {:.2f}, \"register_peak_ratio\": {:.4f}, \"register_peak_unit\": \"{}\", "
+        "\"peak_rss_gib\": {:.3f}, \"load_s\": {:.2f}, \"extrapolated\": {}}}\n",
         r.variant, r.weights, model.weight_bytes, r.width, r.height, b, r.steps, flops / 1e12, min_s * 1e3,
-        median_s * 1e3, gflops, peak, peak > 0 ? gflops / peak : 0.0, peak_rss, load_s,
-        extrapolate ? "true" : "false");
+        median_s * 1e3, gflops, peak, peak > 0 ? gflops / peak : 0.0, peaks.count(), peaks.gemm_worst(),
+        register_peak, register_peak > 0 ? gflops / register_peak : 0.0, peaks.register_unit(), peak_rss,
+        load_s, extrapolate ? "true" : "false");
   }
   return 0;
 }

@@ -2,9 +2,10 @@
 // real shapes (random, never zeros; no files needed). Times the pipeline-level decode
 // (BN de-normalisation, unpatchify, post_quant_conv + decoder) and encode (encoder, mode,
 // patchify, BN normalisation) at the requested size, and prints ms, GFLOP/s (convolutions and
-// mid-block attention, counting the overlap a tiled pass recomputes), the ratio to the GEMM peak
-// measured in the same run, whether the pass was tiled and its tile grid, and the peak RSS. Two
-// timed runs each (one 1024x1024 decode is ~10 TFLOP).
+// mid-block attention, counting the overlap a tiled pass recomputes), the ratios to the GEMM and
+// register peaks (the best of readings before the load, after it and after the passes), whether
+// the pass was tiled and its tile grid, and the peak RSS. Two timed runs each (one 1024x1024
+// decode is ~10 TFLOP).
 //
 // --tiling auto (default) runs the plain pass when its estimate fits half of the device's free memory, else
 // the lean exact pass when its estimate fits, else tiles, as the pipelines do; on / off / lean force tiles /
@@ -13,7 +14,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "bench.h"
 #include "bench_common.h"
@@ -73,11 +76,9 @@ int bench_vae(const BenchRequest& request) {
   }
   const int64_t B = request.batch, H = request.height, W = request.width;
   std::printf("%s\n", bench::machine_line().c_str());
-  bench::GemmPeak peak;
-  if (!request.skip_peak) {
-    peak = bench::measure_gemm_peak();
-    std::printf("GEMM peak: %.1f GFLOP/s (%s)\n", peak.gflops, peak.source.c_str());
-  }
+  // Peak readings before the load, after it and after the passes; the ratios use the best.
+  bench::PeakReadings peaks(!request.skip_peak);
+  peaks.take("before load");
 
   const models::Flux2VaeConfig config;  // the FLUX.2 AE: (128, 256, 512, 512), z 32, GN 32
   options.dtype = request.dtype;
@@ -90,6 +91,7 @@ int bench_vae(const BenchRequest& request) {
       "FLUX.2 VAE, synthetic %s weights, %lldx%lld, batch %lld; peak RSS after load %.2f GiB (was %.2f)\n",
       std::string(dtype_name(request.dtype)).c_str(), static_cast<long long>(W), static_cast<long long>(H),
       static_cast<long long>(B), gib(rss_loaded), gib(rss_before));
+  peaks.take("after load");
 
   const Tensor z = uniform_tensor({B, config.packed_channels(), H / 16, W / 16}, request.dtype, 7, 1.7f);
   const Tensor x = uniform_tensor({B, 3, H, W}, request.dtype, 8, 1.0f);
@@ -118,33 +120,21 @@ int bench_vae(const BenchRequest& request) {
   // FLOPs actually executed: the whole-image stages once, the tiled ones per tile (overlaps included).
   const double dflops = dplan.executed_flops, eflops = eplan.executed_flops;
 
-  bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
-                      "vs peak", "peak tensors GiB", "peak RSS GiB"});
-  std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant +
-                     "\", \"width\": " + std::to_string(W) + ", \"height\": " + std::to_string(H) +
-                     ", \"passes\": [";
+  // Each pass's figures, made into the table once the last peak reading is in.
+  struct PassResult {
+    const char* name;
+    models::TilePlan plan;
+    double flops;
+    bench::Timing t;
+    double tensors_gib, rss_gib;
+  };
+  std::vector<PassResult> passes;
   auto run = [&](const char* name, const models::TilePlan& plan, double flops,
                  const std::function<void()>& fn) {
-    const bool tiled = plan.tiled;
-    const std::string grid = tiled ? fmt::format("{}x{}", plan.rows, plan.cols) : (plan.lean ? "lean" : "no");
     reset_host_bytes_peak();
     const size_t held = host_bytes_in_use();  // weights and inputs
     const bench::Timing t = bench::time_runs(fn, 0, 2, 1.0);
-    const double gflops = flops / t.min_s * 1e-9, per_core = flops / t.min_cpu_s * 1e-9;
-    const double tensors = gib(host_bytes_peak() - held);
-    const double rss = gib(process_peak_rss_bytes());
-    table.add({name, grid, fmt::format("{:.0f}", t.min_s * 1e3), fmt::format("{:.0f}", t.median_s * 1e3),
-               std::to_string(t.runs), fmt::format("{:.0f}", flops * 1e-9), fmt::format("{:.1f}", gflops),
-               fmt::format("{:.1f}", per_core),
-               peak.gflops > 0 ? fmt::format("{:.2f}", gflops / peak.gflops) : std::string("-"),
-               fmt::format("{:.2f}", tensors), fmt::format("{:.2f}", rss)});
-    json += fmt::format(
-        "{}{{\"pass\": \"{}\", \"tiled\": {}, \"lean\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": "
-        "{:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
-        "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
-        json.back() == '[' ? "" : ", ", name, tiled ? "true" : "false", plan.lean ? "true" : "false",
-        plan.rows, plan.cols, flops * 1e-9, t.min_s, t.median_s, gflops,
-        peak.gflops > 0 ? gflops / peak.gflops : 0.0, tensors, rss);
+    passes.push_back({name, plan, flops, t, gib(host_bytes_peak() - held), gib(process_peak_rss_bytes())});
   };
   // Inputs uploaded once; each run ends when the device has finished (ops::synchronize).
   const Tensor z_dev = models::to_device(z, request.device), x_dev = models::to_device(x, request.device);
@@ -156,6 +146,33 @@ int bench_vae(const BenchRequest& request) {
     (void)vae.encode_latents(x_dev);
     ops::synchronize(request.device);
   });
+  peaks.take("after the passes");
+  const double peak = peaks.gemm_best();
+  bench::Table table({"pass", "tiled", "min ms", "median ms", "runs", "GFLOP", "GFLOP/s", "GFLOP/s/core",
+                      "vs peak", "vs registers", "peak tensors GiB", "peak RSS GiB"});
+  std::string json = "{\"component\": \"vae\", \"variant\": \"" + request.variant +
+                     "\", \"width\": " + std::to_string(W) + ", \"height\": " + std::to_string(H) +
+                     ", \"passes\": [";
+  for (const PassResult& p : passes) {
+    const bench::Timing& t = p.t;
+    const std::string grid =
+        p.plan.tiled ? fmt::format("{}x{}", p.plan.rows, p.plan.cols) : (p.plan.lean ? "lean" : "no");
+    const double gflops = p.flops / t.min_s * 1e-9, per_core = p.flops / t.min_cpu_s * 1e-9;
+    auto ratio = [&](double to) { return to > 0 ? fmt::format("{:.2f}", gflops / to) : std::string("-"); };
+    table.add({p.name, grid, fmt::format("{:.0f}", t.min_s * 1e3), fmt::format("{:.0f}", t.median_s * 1e3),
+               std::to_string(t.runs), fmt::format("{:.0f}", p.flops * 1e-9), fmt::format("{:.1f}", gflops),
+               fmt::format("{:.1f}", per_core), ratio(peak), ratio(peaks.register_best()),
+               fmt::format("{:.2f}", p.tensors_gib), fmt::format("{:.2f}", p.rss_gib)});
+    json += fmt::format(
+        "{}{{\"pass\": \"{}\", \"tiled\": {}, \"lean\": {}, \"tile_rows\": {}, \"tile_cols\": {}, \"gflop\": "
+        "{:.1f}, \"min_s\": {:.4f}, \"median_s\": {:.4f}, \"gflops\": {:.2f}, "
+        "\"peak_ratio\": {:.4f}, \"peak_tensor_gib\": {:.3f}, \"peak_rss_gib\": {:.3f}}}",
+        json.back() == '[' ? "" : ", ", p.name, p.plan.tiled ? "true" : "false",
+        p.plan.lean ? "true" : "false", p.plan.rows, p.plan.cols, p.flops * 1e-9, t.min_s, t.median_s, gflops,
+        peak > 0 ? gflops / peak : 0.0, p.tensors_gib, p.rss_gib);
+  }
+  if (peaks.count() > 0) std::printf("%s\n", peaks.gemm_summary().c_str());
+  if (peaks.register_best() > 0) std::printf("%s\n", peaks.register_summary().c_str());
   table.print();
   std::printf(
       "(min/median of wall time; the machine may be shared, GFLOP/s/core uses the least CPU time of a run;\n"
@@ -165,7 +182,11 @@ int bench_vae(const BenchRequest& request) {
       "far)\n");
   if (!request.json_path.empty()) {
     std::ofstream f(request.json_path);
-    f << json << fmt::format("], \"gemm_peak_gflops\": {:.2f}}}\n", peak.gflops);
+    f << json
+      << fmt::format(
+             "], \"gemm_peak_gflops\": {:.2f}, \"gemm_peak_readings\": {}, \"gemm_peak_min_gflops\": {:.2f}, "
+             "\"register_peak_gflops\": {:.2f}, \"register_peak_unit\": \"{}\"}}\n",
+             peak, peaks.count(), peaks.gemm_worst(), peaks.register_best(), peaks.register_unit());
     if (!f) fail(ErrorCode::Io, "bench vae: cannot write {}", request.json_path);
   }
   return 0;
