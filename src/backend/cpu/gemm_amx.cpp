@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/amx_tile_config.h"
 #include "backend/cpu/gemm_epilogue.h"
 #include "core/allocator.h"
 #include "core/dtype.h"
@@ -78,23 +79,9 @@ Workspace& workspace() {
   return ws;
 }
 
-// The tile configuration every product here uses: palette 1, tiles 0-7 all 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-TileConfig tile_config() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  return config;
-}
+// The tile configuration every product here uses (amx_tile_config.h).
+using TileConfig = cpu::AmxTileConfig;
+TileConfig tile_config() { return cpu::full_amx_tiles(); }
 
 // The tile operations the GEMM uses, as two interchangeable policies: HardwareTiles issues the
 // AMX instructions; EmulatedTiles carries out the same instructions in C++, so that everything

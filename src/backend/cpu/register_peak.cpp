@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/amx_tile_config.h"
 #include "backend/cpu/gemm_amx.h"
 #include "backend/cpu_bench.h"
 #include "core/threads.h"
@@ -73,23 +74,10 @@ __attribute__((target("avx512f,avx512bf16"))) float avx512_bf16_loop(int64_t ite
   return total;
 }
 
-// Palette 1, tiles 0-7 all 16 rows x 64 bytes: the configuration the AMX GEMM uses.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
 // `a` and `b` are 16 rows x 64 bytes of bf16 each, loaded once; the loop then runs on the tiles.
 __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(int64_t iterations, const uint16_t* a,
                                                             const uint16_t* b) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
+  AmxTileConfig config = full_amx_tiles();  // the AMX GEMM's configuration
   // GCC's tile intrinsics name none of the memory they read or write: the barriers make the
   // compiler finish the stores before the instructions read them, and read `c` only after.
   __asm__ volatile("" : : "r"(&config), "r"(a), "r"(b) : "memory");
