@@ -31,6 +31,11 @@ import urllib.request
 # Ray replaces 127.0.0.1 in a cluster's address by this machine's address (ray.init, workers); off,
 # every node, worker and connection stays on loopback. Set before ray is imported: it is read then.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+# Serve gives its HTTP proxy 5 s to answer a ready check and 10 s a health check, then replaces it;
+# on a loaded 2-core machine starting the proxy takes longer, and serve.start gave up after
+# replacing it (seen with a benchmark busy on both cores). The nodes' processes inherit these.
+os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
+os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
 
 try:
     import openai
