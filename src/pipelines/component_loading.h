@@ -36,7 +36,7 @@ class ComponentLease {
   const T* ptr_ = nullptr;
 };
 
-// With PipelineOptions::free_text_encoder, the text encoder's output for the last request's
+// With PipelineOptions::text_encoder_apart(), the text encoder's output for the last request's
 // prompts, so that a request with the same prompts (a benchmark's timed run after its warm-up)
 // needs neither the encoder nor a second load of the transformer, which would have to make room
 // for it. `key` is everything the tensors depend on (text_encoding_key).

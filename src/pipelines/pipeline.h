@@ -82,6 +82,14 @@ struct PipelineOptions {
   std::vector<models::LoraSpec> loras;
   Profiler* profiler = nullptr;  // spans: pipelines/spans.h; may be null
 
+  // Nothing is made at open, the requests make the components: all of them per stage in
+  // low-memory mode; with free_text_encoder, the text encoder and then the others.
+  bool components_made_by_requests() const { return low_memory || free_text_encoder; }
+  // free_text_encoder in effect (low-memory mode overrides it): the text encoder freed after each
+  // use and the last prompts' embeddings kept; the transformer and the VAE made at their first use
+  // and kept, the transformer freed whenever the text encoder loads again.
+  bool text_encoder_apart() const { return free_text_encoder && !low_memory; }
+
   // What a request's size check compares against with these components' weights resident as
   // this residency keeps them (RAM: the machine's).
   MemoryCheck memory_check(const ResidentWeights& weights) const {

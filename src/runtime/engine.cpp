@@ -85,7 +85,7 @@ Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt
   pipeline_ = resolved_.kind->load(resolved_.model.path, p);
   // In low-memory mode, and with the text encoder apart, the components load in the requests,
   // inside generate's timings.
-  if (!p.low_memory && !p.free_text_encoder) {
+  if (!p.components_made_by_requests()) {
     load_ = load_timings_from(profiler_);
     if (load_->total_s == 0) load_->total_s = watch.seconds();
   }

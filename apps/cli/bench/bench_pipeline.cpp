@@ -169,7 +169,7 @@ int bench_pipeline(const BenchRequest& r) {
   bench::PeakReadings peaks(!r.skip_peak);
   // Low memory, or the text encoder apart: the request makes the components (all of them, or the
   // text encoder and then the others), and the report shows those loads inside the run.
-  const bool made_in_run = options.low_memory || options.free_text_encoder;
+  const bool made_in_run = options.components_made_by_requests();
   if (made_in_run) {
     // Nothing is made here (so this is cheap and checks the variant).
     pipe = synthetic.make(options);

@@ -314,7 +314,7 @@ void Flux1Pipeline::Impl::load_resident() {
 // (components load in the order the request uses them); in low-memory mode it is made for the
 // stage and freed after it.
 ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease() {
-  if (!transformer && options.free_text_encoder && !options.low_memory) {
+  if (!transformer && options.text_encoder_apart()) {
     transformer = make_transformer();
     if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   }
@@ -325,7 +325,7 @@ ComponentLease<models::Flux1Transformer> Flux1Pipeline::Impl::transformer_lease(
 ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease(
     const std::vector<models::LoraSpec>& loras) {
   if (text_encoders) return ComponentLease<Flux1TextEncoders>(text_encoders.get());
-  if (transformer && options.free_text_encoder) {
+  if (transformer && options.text_encoder_apart()) {
     // The graphs replay the transformer's weights: they go with it.
     step_graphs.reset();
     transformer.reset();
@@ -335,8 +335,7 @@ ComponentLease<Flux1TextEncoders> Flux1Pipeline::Impl::text_encoders_lease(
 }
 
 ComponentLease<models::Flux1Vae> Flux1Pipeline::Impl::vae_lease(bool with_encoder) {
-  if (!vae && options.free_text_encoder && !options.low_memory)
-    vae = make_vae(with_encoder || options.load_vae_encoder);
+  if (!vae && options.text_encoder_apart()) vae = make_vae(with_encoder || options.load_vae_encoder);
   if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux1Vae>(vae.get());
   return ComponentLease<models::Flux1Vae>(make_vae(with_encoder));
 }

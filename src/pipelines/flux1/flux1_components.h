@@ -60,7 +60,7 @@ struct Flux1Pipeline::Impl {
   // With PipelineOptions::cuda_graphs: the resident transformer's step graphs, kept across
   // requests (null in low-memory mode, where each request records its own).
   std::unique_ptr<StepGraphCache> step_graphs;
-  // With options.free_text_encoder: the last request's prompt embeddings.
+  // With options.text_encoder_apart(): the last request's prompt embeddings.
   KeptTextEncoding kept_text;
   // The preview colour map, fitted from every finished image (generate runs one call at a time).
   LatentPreviewer previewer;

@@ -163,7 +163,7 @@ Flux1Pipeline::~Flux1Pipeline() = default;
 std::unique_ptr<Flux1Pipeline> Flux1Pipeline::load(const std::filesystem::path& model_root,
                                                    const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
-  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
+  if (!options.components_made_by_requests()) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
@@ -174,7 +174,7 @@ std::unique_ptr<Flux1Pipeline> Flux1Pipeline::synthetic(const std::string& varia
                                                         const PipelineOptions& options, uint64_t seed) {
   auto impl = std::make_unique<Impl>(
       Impl::from_variant(variant, clip_tokenizer_dir, t5_tokenizer_dir, options, seed));
-  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
+  if (!options.components_made_by_requests()) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux1Pipeline>(new Flux1Pipeline(std::move(impl)));
 }
@@ -358,7 +358,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
   for (const models::LoraSpec& l : request.loras)
     text_key_parts.push_back(fmt::format("{}:{}", l.path, l.strength));
   const std::string text_key = text_encoding_key(text_key_parts);
-  if (m.options.free_text_encoder && m.kept_text.key == text_key) {
+  if (m.options.text_encoder_apart() && m.kept_text.key == text_key) {
     prompt_embeds = m.kept_text.tensors[0], pooled = m.kept_text.tensors[1];
     negative_embeds = m.kept_text.tensors[2], negative_pooled = m.kept_text.tensors[3];
   } else {
@@ -397,7 +397,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
       encode(std::vector<std::string>(calls.prompts.size(), plan.negative_prompt), negative_embeds,
              negative_pooled);
     }
-    if (m.options.free_text_encoder)
+    if (m.options.text_encoder_apart())
       m.kept_text = {text_key, {prompt_embeds, pooled, negative_embeds, negative_pooled}};
   }
   const Tensor text_ids = flux1_text_ids(prompt_embeds.size(1));

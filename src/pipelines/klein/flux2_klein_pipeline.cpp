@@ -122,7 +122,7 @@ Flux2KleinPipeline::~Flux2KleinPipeline() = default;
 std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::load(const std::filesystem::path& model_root,
                                                              const PipelineOptions& options) {
   auto impl = std::make_unique<Impl>(Impl::from_folder(model_root, options));
-  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
+  if (!options.components_made_by_requests()) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
@@ -132,7 +132,7 @@ std::unique_ptr<Flux2KleinPipeline> Flux2KleinPipeline::synthetic(const std::str
                                                                   const PipelineOptions& options,
                                                                   uint64_t seed) {
   auto impl = std::make_unique<Impl>(Impl::from_variant(variant, tokenizer_dir, options, seed));
-  if (!options.low_memory && !options.free_text_encoder) impl->load_resident();
+  if (!options.components_made_by_requests()) impl->load_resident();
   impl->facts = impl->make_facts();
   return std::unique_ptr<Flux2KleinPipeline>(new Flux2KleinPipeline(std::move(impl)));
 }
@@ -294,7 +294,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
     key_parts.push_back(cfg ? plan.negative_prompt : "(no negative)");
     key_parts.push_back(std::to_string(max_len));
     const std::string text_key = text_encoding_key(key_parts);
-    if (m.options.free_text_encoder && m.kept_text.key == text_key) {
+    if (m.options.text_encoder_apart() && m.kept_text.key == text_key) {
       prompt_embeds = m.kept_text.tensors[0];
       negative_embeds = m.kept_text.tensors[1];
     } else {
@@ -303,7 +303,7 @@ GenerateResult Flux2KleinPipeline::generate(const std::vector<PlannedRequest>& b
       prompt_embeds = embedder->embed(calls.prompts, max_len).embeds;
       if (cfg) negative_embeds = embedder->embed({plan.negative_prompt}, max_len).embeds;
       ops::synchronize(m.options.device);  // the span ends when the device has finished
-      if (m.options.free_text_encoder) m.kept_text = {text_key, {prompt_embeds, negative_embeds}};
+      if (m.options.text_encoder_apart()) m.kept_text = {text_key, {prompt_embeds, negative_embeds}};
     }
     prompt_embeds = repeat_rows(prompt_embeds, calls.repeats);
     if (cfg) negative_embeds = broadcast_batch(negative_embeds, batch);

@@ -294,7 +294,7 @@ void Flux2KleinPipeline::Impl::load_resident() {
 // (components load in the order the request uses them); in low-memory mode it is made for the
 // stage and freed after it.
 ComponentLease<models::Flux2Transformer> Flux2KleinPipeline::Impl::transformer_lease() {
-  if (!transformer && options.free_text_encoder && !options.low_memory) {
+  if (!transformer && options.text_encoder_apart()) {
     transformer = make_transformer();
     if (options.cuda_graphs) step_graphs = std::make_unique<StepGraphCache>(options.device);
   }
@@ -304,7 +304,7 @@ ComponentLease<models::Flux2Transformer> Flux2KleinPipeline::Impl::transformer_l
 
 ComponentLease<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::embedder_lease() {
   if (embedder) return ComponentLease<models::KleinPromptEmbedder>(embedder.get());
-  if (transformer && options.free_text_encoder) {
+  if (transformer && options.text_encoder_apart()) {
     // The graphs replay the transformer's weights: they go with it.
     step_graphs.reset();
     transformer.reset();
@@ -314,8 +314,7 @@ ComponentLease<models::KleinPromptEmbedder> Flux2KleinPipeline::Impl::embedder_l
 }
 
 ComponentLease<models::Flux2Vae> Flux2KleinPipeline::Impl::vae_lease(bool with_encoder) {
-  if (!vae && options.free_text_encoder && !options.low_memory)
-    vae = make_vae(with_encoder || options.load_vae_encoder);
+  if (!vae && options.text_encoder_apart()) vae = make_vae(with_encoder || options.load_vae_encoder);
   if (vae && (!with_encoder || vae->has_encoder())) return ComponentLease<models::Flux2Vae>(vae.get());
   return ComponentLease<models::Flux2Vae>(make_vae(with_encoder));
 }

@@ -51,7 +51,7 @@ struct Flux2KleinPipeline::Impl {
   // With PipelineOptions::cuda_graphs: the resident transformer's step graphs, kept across
   // requests (null in low-memory mode, where each request records its own).
   std::unique_ptr<StepGraphCache> step_graphs;
-  // With options.free_text_encoder: the last request's prompt embeddings.
+  // With options.text_encoder_apart(): the last request's prompt embeddings.
   KeptTextEncoding kept_text;
   // Encoded reference images by content, shared by the requests (behind a pointer: Impl moves).
   std::unique_ptr<ReferenceLatentCache> reference_latents = std::make_unique<ReferenceLatentCache>();
