@@ -158,3 +158,17 @@ TEST(EngineFreeTextEncoder, KleinBaseCfgAndFlux1SameImages) {
   img2img.strength = 0.75f;
   expect_same_pixels(engine.generate(img2img), resident.generate(img2img));
 }
+
+// Low-memory mode overrides it: every request makes every component, encodes its prompts even when
+// they repeat, and keeps nothing.
+TEST(EngineFreeTextEncoder, NoEffectInLowMemoryMode) {
+  fluxrt::EngineOptions options = apart();
+  options.low_memory = true;
+  fluxrt::Engine engine(kKlein.string(), options);
+  const fluxrt::GenerateRequest r = small_request("a red circle");
+  for (int i = 0; i < 2; ++i) {
+    const fluxrt::GenerateResult got = engine.generate(r);
+    EXPECT_GT(got.timing.run.text_encoding_s, 0) << "request " << i;
+    EXPECT_GT(got.timing.run.loads.transformer_s, 0) << "request " << i;
+  }
+}
