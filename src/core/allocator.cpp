@@ -2,7 +2,9 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -30,12 +32,28 @@ std::unordered_map<void*, Block>& sizes() {
 }
 
 // Freed blocks of at least kCachedMinBytes are kept, by size, for the next allocation of that
-// size, up to kCacheCapBytes in all. A forward allocates and frees the same activation sizes in
-// every block; from the OS each such block (above glibc's 32 MiB mmap ceiling, or trimmed) comes
-// back as fresh pages, which the kernel faults in and zeroes at every use: on a 2-core AMX Xeon
-// that was 6% of a klein step.
+// size, up to cache_cap_bytes() in all. A forward allocates and frees the same activation sizes
+// in every block; from the OS each such block (above glibc's 32 MiB mmap ceiling, or trimmed)
+// comes back as fresh pages, which the kernel faults in and zeroes at every use: on a 2-core AMX
+// Xeon that was 6% of a klein step.
 constexpr size_t kCachedMinBytes = size_t{1} << 20;
-constexpr size_t kCacheCapBytes = size_t{1} << 30;
+
+// The cap is an eighth of the machine's RAM, at least 1 GiB and at most 4 GiB. A fixed 1 GiB
+// held a klein-4B step's blocks up to 512x512 but not at 1024x1024 (activations of 28-255 MB
+// each): there 2.7 s of a 45 s step went to faulting fresh pages in, 0.06 s with 2 GiB, and the
+// peak RSS stayed 8.74 GiB (Zen5, 2 threads, `fluxrt bench transformer --size 1024x1024
+// --op-times`). The cache only keeps blocks a step had in use, so an eighth of RAM stays out of
+// the way of the model's weights on a small machine.
+size_t cache_cap_bytes() {
+  static const size_t cap = [] {
+    constexpr size_t kMin = size_t{1} << 30, kMax = size_t{4} << 30;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page <= 0) return kMin;
+    const size_t ram = static_cast<size_t>(pages) * static_cast<size_t>(page);
+    return std::min(std::max(ram / 8, kMin), kMax);
+  }();
+  return cap;
+}
 
 // Blocks of at least this size start on a huge-page boundary and are advised to use huge pages:
 // on the AMX Xeon (THP "madvise") a klein-4B step at 256x256 took 4606 ms with 4 KiB pages and
@@ -69,7 +87,7 @@ void* take_cached(size_t rounded) {
 bool put_cached(void* ptr, size_t rounded) {
   BlockCache& c = block_cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.bytes + rounded > kCacheCapBytes) return false;
+  if (c.bytes + rounded > cache_cap_bytes()) return false;
   c.free_blocks[rounded].push_back(ptr);
   c.bytes += rounded;
   return true;
@@ -144,18 +162,26 @@ void advise_huge_pages(void* ptr, size_t bytes) {
 #endif
 }
 
-size_t release_cached_host_blocks() {
+size_t release_cached_host_blocks() { return trim_cached_host_blocks(0); }
+
+size_t trim_cached_host_blocks(size_t keep_bytes) {
   BlockCache& c = block_cache();
-  std::unordered_map<size_t, std::vector<void*>> blocks;
+  std::vector<void*> freed;
   size_t released = 0;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
-    blocks.swap(c.free_blocks);
-    released = c.bytes;
-    c.bytes = 0;
+    for (auto it = c.free_blocks.begin(); it != c.free_blocks.end() && c.bytes > keep_bytes;) {
+      std::vector<void*>& list = it->second;
+      while (!list.empty() && c.bytes > keep_bytes) {
+        freed.push_back(list.back());
+        list.pop_back();
+        c.bytes -= it->first;
+        released += it->first;
+      }
+      it = list.empty() ? c.free_blocks.erase(it) : std::next(it);
+    }
   }
-  for (auto& [size, list] : blocks)
-    for (void* p : list) std::free(p);
+  for (void* p : freed) std::free(p);
   return released;
 }
 

@@ -18,9 +18,11 @@ void aligned_free(void* ptr);
 void advise_huge_pages(void* ptr, size_t bytes);
 
 // Freed blocks of 1 MiB and more are kept for reuse by the next allocation of the same size (up
-// to 1 GiB in all; an allocation that fails releases them and retries). These free them now and
-// say how many bytes that was, and how many bytes are kept.
+// to an eighth of the RAM, between 1 and 4 GiB, in all; an allocation that fails releases them
+// and retries). These free them now (all of them, or all but `keep_bytes`) and say how many
+// bytes that was, and how many bytes are kept.
 size_t release_cached_host_blocks();
+size_t trim_cached_host_blocks(size_t keep_bytes);
 size_t host_bytes_cached();
 
 // Bytes currently held by tensor allocations (not counting the kept free blocks), and the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "ops/dispatch.h"
 #include "ops/elementwise.h"
@@ -19,6 +20,10 @@ void check_cancel(const CallContext& call, const char* who, const char* where) {
   if (call.cancel && call.cancel->load(std::memory_order_relaxed))
     fail(ErrorCode::Cancelled, "{}: cancelled {}", who, where);
 }
+
+namespace {
+constexpr size_t kStepBlocksKeptAfterLoop = size_t{1} << 30;
+}  // namespace
 
 DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& model) {
   const CallContext& call = *loop.call;
@@ -83,6 +88,11 @@ DenoiseOutcome denoise(Tensor latents, DenoiseLoop loop, const DenoiseModel& mod
   // Back for the next request of this shape only after a whole loop.
   if (loop.graph && loop.graph_cache) loop.graph_cache->release(std::move(loop.graph));
   out.latents = std::move(latents);
+  // The allocator's block cache may hold up to 4 GiB of the steps' activations (at 1024x1024 a
+  // klein-4B step cycles through ~2 GiB of them); the VAE decode that follows allocates other
+  // sizes, so all but the 1 GiB a 512x512 step needs go back to the OS before it. The next
+  // request's first step faults the rest in again, once.
+  trim_cached_host_blocks(kStepBlocksKeptAfterLoop);
   return out;
 }
 

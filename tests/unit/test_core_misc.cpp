@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/device.h"
@@ -67,6 +69,38 @@ TEST(Allocator, LargeFreedBlocksAreReusedAndReleasable) {
   aligned_free(aligned_alloc_bytes(1000));
   aligned_free(aligned_alloc_bytes(bytes, 4096));
   EXPECT_EQ(host_bytes_cached(), 0u);
+}
+
+TEST(Allocator, TrimKeepsAtMostTheGivenBytes) {
+  release_cached_host_blocks();
+  const size_t mib = size_t{1} << 20;
+  std::vector<void*> blocks;
+  for (size_t n : {2, 2, 3, 5}) blocks.push_back(aligned_alloc_bytes(n * mib));
+  for (void* p : blocks) aligned_free(p);
+  EXPECT_EQ(host_bytes_cached(), 12 * mib);
+  const size_t released = trim_cached_host_blocks(6 * mib);
+  EXPECT_EQ(released + host_bytes_cached(), 12 * mib);
+  EXPECT_LE(host_bytes_cached(), 6 * mib);
+  EXPECT_GT(released, 0u);
+  EXPECT_EQ(trim_cached_host_blocks(6 * mib), 0u);  // already within: nothing more goes
+  EXPECT_EQ(trim_cached_host_blocks(0), 12 * mib - released);
+  EXPECT_EQ(host_bytes_cached(), 0u);
+}
+
+// The cache holds more than the 1 GiB it once stopped at (on a machine with at least 9 GiB of
+// RAM): a 1024x1024 klein step frees ~2 GiB of blocks.
+TEST(Allocator, CacheHoldsMoreThanOneGibOnLargeMachines) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0 || static_cast<double>(pages) * page < 9.0 * (1ull << 30))
+    GTEST_SKIP() << "less than 9 GiB of RAM: the cache stops at 1 GiB";
+  release_cached_host_blocks();
+  const size_t block = size_t{600} << 20;  // two of them: more than 1 GiB, reserved but not touched much
+  void* a = aligned_alloc_bytes(block);
+  void* b = aligned_alloc_bytes(block);
+  aligned_free(a);
+  aligned_free(b);
+  EXPECT_EQ(host_bytes_cached(), 2 * block);
+  EXPECT_EQ(release_cached_host_blocks(), 2 * block);
 }
 
 // Huge pages are only granted where the system allows them: "never" in the THP setting, or no
