@@ -39,9 +39,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--max-sequence-length", options.max_sequence_length,
                   "text tokens (default: the variant's, 512; flux.1-schnell 256)");
   cmd->add_option("--device", options.device, "cpu, cuda, cuda:N, or cpu:1 (placement check, docs/cuda.md)")->capture_default_str();
-  cmd->add_option("--dtype", options.dtype, "bf16 or f32")
+  cmd->add_option("--dtype", options.dtype,
+                  "bf16, f32, or int8 (transformer, pipeline: the transformer's linears W8A8, the rest bf16)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"bf16", "f32"}));
+      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
   cmd->add_option(
          "--weights", options.weights,
          "transformer (FLUX.2), pipeline (klein: transformer and Qwen3): synthetic linear weights as bf16, "
@@ -101,6 +102,10 @@ int run_bench(const BenchOptions& options) {
       options.max_sequence_length > 0 ? options.max_sequence_length : (options.variant == "flux.1-schnell" ? 256 : 512);
   request.device = Device::parse(options.device);
   request.dtype = options.dtype == "f32" ? DType::F32 : DType::BF16;
+  request.int8_linears = options.dtype == "int8";
+  FLUXRT_CHECK(!request.int8_linears || options.component == "transformer" || options.component == "pipeline",
+               ErrorCode::InvalidArgument, "bench {}: --dtype int8 is for transformer and pipeline",
+               options.component);
   request.skip_peak = options.skip_peak;
   request.weights = options.weights;
   request.json_path = options.json_path;

@@ -29,8 +29,8 @@ CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& opti
   cmd->add_option("--size", options.size, "image size WxH (default: the model's)");
   cmd->add_option("--max-sequence-length", options.max_sequence_length, "text tokens (default: the model's)");
   cmd->add_option("--seed", options.seed, "noise seed")->capture_default_str();
-  cmd->add_option("--dtype", options.dtype, "bf16 or f32")
-      ->check(CLI::IsMember({"bf16", "f32"}))
+  cmd->add_option("--dtype", options.dtype, "bf16, f32 or int8 (the transformer's linears W8A8; CPU only)")
+      ->check(CLI::IsMember({"bf16", "f32", "int8"}))
       ->capture_default_str();
   cmd->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   return cmd;
@@ -38,7 +38,7 @@ CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& opti
 
 int run_calibrate_cache(const CalibrateCacheOptions& options) {
   EngineOptions engine_options;
-  engine_options.precision = options.dtype == "f32" ? Precision::F32 : Precision::BF16;
+  engine_options.precision = parse_precision(options.dtype, "--dtype");
   engine_options.device = options.device;
   Engine engine(options.model, engine_options);
   GenerateRequest request;

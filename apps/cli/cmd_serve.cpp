@@ -59,7 +59,9 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
   cmd->add_option("--max-body-mb", o.max_body_mb, "largest request body in MiB (default 64)");
   cmd->add_option("--max-upload-pixels", o.max_upload_pixels,
                   "largest uploaded image in pixels (default 16777216)");
-  cmd->add_option("--dtype", o.dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--dtype", o.dtype,
+                  "bf16, f32, or int8 (the transformer's linears W8A8, the rest bf16; CPU only)")
+      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
   cmd->add_option("--device", o.device, "cpu, cuda or cuda:N where built");
   cmd->add_option("--threads", o.threads, "worker threads (0 = all cores)");
   cmd->add_flag("--low-memory", o.low_memory, "keep one large component resident at a time");

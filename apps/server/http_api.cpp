@@ -162,7 +162,7 @@ void HttpApi::Impl::load() {
       l.loras = true;
     }
 
-    const std::string dtype = s.engine->options().precision == Precision::F32 ? "f32" : "bf16";
+    const std::string dtype = precision_name(s.engine->options().precision);
     s.model_object = {{"id", s.model_id},
                       {"object", "model"},
                       {"created", int64_t(std::time(nullptr))},

@@ -34,7 +34,23 @@ struct Run;  // fluxrt/run.h
 
 // The dtype of the weights as used, the activations and the latents. BF16 is the checkpoints' own
 // (zero-copy on the CPU); F32 converts at load and is slower, closest to an f32 reference.
-enum class Precision { BF16, F32 };
+// Int8 (CPU only, `--dtype int8`) is BF16 except in the transformer's linears, which run W8A8:
+// their weights requantized at load to int8 per output row (127 levels where the CPU has int8
+// units, AVX512-VNNI / AVX-VNNI / AMX; 63 on AVX2-only CPUs, whose int8 GEMM would saturate
+// otherwise), the activations quantized per token to int8 at each call, int32 accumulation.
+// Everything else (the activations between layers, attention, norms, the text encoders, the VAE)
+// is bf16. About half the transformer's weight memory, faster where the CPU has int8 units, close
+// to but not the bf16 image (docs/quantization.md has the measured quality); GGUF Q8_0 and fp8
+// weights are requantized too, the 2-6 bit types stay as they are. Opening an Engine at Int8 on a
+// CUDA device throws Unsupported.
+enum class Precision { BF16, F32, Int8 };
+
+// "bf16", "f32" or "int8": a precision's name where it is text (`--dtype`, presets, the image
+// metadata, the server's model object, Python's `precision`).
+const char* precision_name(Precision precision);
+// The precision a name above names; InvalidArgument ("<what> 'x' must be bf16, f32 or int8")
+// for anything else.
+Precision parse_precision(const std::string& name, const std::string& what = "dtype");
 
 // VAE decode/encode in tiles: Auto tiles when the whole image would not fit in memory.
 enum class VaeTiling { Auto, On, Off };
@@ -142,7 +158,7 @@ struct ImageMetadata {
 
   std::string model;                          // as given to the Engine
   std::string variant;                        // "FLUX.2-klein-4B (distilled)", ...
-  std::string dtype;                          // "bf16" or "f32"
+  std::string dtype;                          // "bf16", "f32" or "int8" (the engine's precision)
   std::string version;                        // of the library that made it
   std::vector<std::string> reference_images;  // the request's names for them
   bool img2img = false;

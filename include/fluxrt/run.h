@@ -40,7 +40,7 @@ struct RunSettings {
   // A preset name under configs/ (or $FLUXRT_CONFIG_DIR) or a .yaml file. Unset: default.yaml
   // when shipped, with demo.yaml over it when no model is named anywhere. "none": no preset.
   std::optional<std::string> preset;
-  std::optional<std::string> dtype;       // "bf16" or "f32"
+  std::optional<std::string> dtype;       // "bf16", "f32" or "int8"
   std::optional<std::string> device;      // "cpu", "cuda", "cuda:N", "cpu:N"
   std::optional<std::string> vae_tiling;  // "auto", "on" or "off"
   std::optional<int> threads;

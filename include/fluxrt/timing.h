@@ -81,7 +81,7 @@ struct LoopThroughput {
 struct TimingReport {
   std::string model;    // path or repo id as given, or "synthetic"
   std::string variant;  // e.g. "FLUX.2-klein-4B (distilled)"
-  std::string dtype;    // "bf16" or "f32"
+  std::string dtype;    // "bf16", "f32" or "int8"
   std::string device;   // "cpu", "cuda:0", ...
   int width = 0, height = 0;
   int images = 0;  // in the timed run

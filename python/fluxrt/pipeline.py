@@ -20,8 +20,10 @@ from ._errors import InvalidArgumentError
 from ._lora import LoraLoaderMixin, lora_list
 from ._progress import make_bar
 
-_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "f32", "f32": "f32", "fp32": "f32", "float": "f32"}
-_DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32"}
+# "int8": the transformer's linears W8A8 and the rest bfloat16 (CPU only; docs/quantization.md).
+_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "f32", "f32": "f32", "fp32": "f32", "float": "f32",
+           "int8": "int8"}
+_DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32", "int8": "int8"}
 
 
 def bundled_demo_model() -> str:
@@ -55,7 +57,7 @@ class FluxPipelineOutput:
 def _dtype_of(dtype: Any) -> str:
     name = str(dtype).removeprefix("torch.")
     if name not in _DTYPES:
-        raise InvalidArgumentError(f"dtype {name!r} is not supported: use \"bfloat16\" or \"float32\"")
+        raise InvalidArgumentError(f"dtype {name!r} is not supported: use \"bfloat16\", \"float32\" or \"int8\"")
     return _DTYPES[name]
 
 
@@ -135,7 +137,8 @@ class FluxPipeline(LoraLoaderMixin):
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
         downloaded. No argument: the bundled demo model, at the size its preset says (as
-        ``fluxrt generate`` runs it). ``torch_dtype`` is accepted for diffusers' spelling of
+        ``fluxrt generate`` runs it). ``dtype`` "int8" runs the transformer's linears W8A8 (CPU only,
+        the rest bfloat16; docs/quantization.md). ``torch_dtype`` is accepted for diffusers' spelling of
         ``dtype``. ``low_memory=None`` lets the engine decide from the RAM. ``loras``: LoRA files
         merged into the weights at load, each a path or (path, strength). ``text_encoder``: one
         file (a GGUF in llama.cpp's names, weights kept quantized, or a .safetensors) used instead

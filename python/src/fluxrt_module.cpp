@@ -180,9 +180,7 @@ fluxrt::Run resolve(std::optional<std::string> model, std::optional<std::string>
   s.preset = std::move(preset);
   s.device = device;
   s.dtype = precision;
-  if (precision != "bf16" && precision != "f32")
-    throw fluxrt::Error(fluxrt::ErrorCode::InvalidArgument,
-                        "precision must be \"bf16\" or \"f32\", got \"" + precision + "\"");
+  fluxrt::parse_precision(precision, "precision");  // before the model is resolved
   s.threads = threads;
   s.low_memory = low_memory;
   s.components = std::move(components);
@@ -380,10 +378,8 @@ PYBIND11_MODULE(_fluxrt, m) {
       .def_property_readonly("model", &fluxrt::Engine::model)
       .def_property_readonly("variant", &fluxrt::Engine::variant)
       .def_property_readonly("device", [](const fluxrt::Engine& e) { return e.options().device; })
-      .def_property_readonly("precision",
-                             [](const fluxrt::Engine& e) {
-                               return e.options().precision == fluxrt::Precision::F32 ? "f32" : "bf16";
-                             })
+      .def_property_readonly(
+          "precision", [](const fluxrt::Engine& e) { return fluxrt::precision_name(e.options().precision); })
       .def_property_readonly("low_memory",
                              [](const fluxrt::Engine& e) { return e.options().low_memory.value_or(false); });
 

@@ -28,6 +28,13 @@ struct KernelTable {
   // A weight kept quantized (core/quant.h); null: ops dequantizes it to bf16 and uses prepare_linear.
   std::shared_ptr<PreparedLinear> (*prepare_linear_quantized)(const QuantizedMatrix& weight,
                                                               const Tensor& bias) = nullptr;
+  // LinearFormat::Int8 (W8A8) preparations of a dense and of a quantized weight; null where the
+  // backend has no int8 GEMM (ops then refuses the format). The quantized one takes the types of
+  // a byte per weight or more (Q8_0, fp8) to int8 and prepares the smaller ones as
+  // prepare_linear_quantized does, since int8 would make them larger.
+  std::shared_ptr<PreparedLinear> (*prepare_linear_int8)(const Tensor& weight, const Tensor& bias) = nullptr;
+  std::shared_ptr<PreparedLinear> (*prepare_linear_quantized_int8)(const QuantizedMatrix& weight,
+                                                                   const Tensor& bias) = nullptr;
   std::shared_ptr<PreparedConv2d> (*prepare_conv2d)(const Tensor& weight, const Tensor& bias) = nullptr;
   void (*conv2d)(const Conv2dArgs&) = nullptr;
   void (*attention)(const AttentionArgs&) = nullptr;

@@ -165,7 +165,7 @@ Preset parse_preset(const std::string& yaml_text, const std::string& source) {
     } else if (key == "model") {
       preset.model = non_empty(source, value, key);
     } else if (key == "dtype") {
-      preset.dtype = one_of(source, value, key, {"bf16", "f32"});
+      preset.dtype = one_of(source, value, key, {"bf16", "f32", "int8"});
     } else if (key == "device") {
       preset.device = non_empty(source, value, key);
     } else if (key == "threads") {

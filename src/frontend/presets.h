@@ -33,7 +33,7 @@ struct Preset {
   std::optional<std::string> init_image, mask;
   // The model and how to open it.
   std::optional<std::string> model;
-  std::optional<std::string> dtype;       // "bf16" or "f32"
+  std::optional<std::string> dtype;       // "bf16", "f32" or "int8"
   std::optional<std::string> device;      // "cpu", "cuda", "cuda:N"
   std::optional<std::string> vae_tiling;  // "auto", "on" or "off"
   std::optional<int> threads;

@@ -18,6 +18,7 @@
 #include "io/public_image.h"
 #include "io/utf8.h"
 #include "pipelines/request_plan.h"
+#include "runtime/engine.h"
 #include "runtime/model_resolution.h"
 #include "runtime/resolved_model.h"
 
@@ -143,9 +144,7 @@ Run resolve_run(const RunSettings& s) {
   // The engine options.
   EngineOptions& e = run.engine;
   const std::string dtype = s.dtype.value_or(preset.dtype.value_or("bf16"));
-  FLUXRT_CHECK(dtype == "bf16" || dtype == "f32", ErrorCode::InvalidArgument,
-               "--dtype '{}' must be bf16 or f32", dtype);
-  e.precision = dtype == "f32" ? Precision::F32 : Precision::BF16;
+  e.precision = parse_precision(dtype, "--dtype");
   e.device = Device::parse(s.device.value_or(preset.device.value_or("cpu"))).str();
   e.threads = s.threads ? s.threads : preset.threads;
   if (e.threads) FLUXRT_CHECK(*e.threads >= 0, ErrorCode::InvalidArgument, "--threads must be >= 0");
@@ -207,7 +206,8 @@ Run resolve_run(const RunSettings& s) {
   runtime::ResolvedPipeline resolved = runtime::resolve_pipeline(run.model, s.components, s.text_encoder);
   run.variant = runtime::variant_label(resolved);
   pipelines::PipelineOptions options;
-  options.dtype = e.precision == Precision::F32 ? DType::F32 : DType::BF16;
+  options.dtype = runtime::dtype_of(e.precision);
+  options.transformer_linears = runtime::transformer_linears_of(e.precision);
   options.transformer_file = resolved.transformer_file;
   options.text_encoder_file = resolved.text_encoder_file;
   options.low_memory = true;  // describe loads nothing anyway

@@ -8,16 +8,17 @@
 
 namespace fluxrt::nn {
 
-Linear::Linear(std::shared_ptr<ops::PreparedLinear> prepared)
-    : prepared_(std::move(prepared)), attached_(std::make_shared<Attached>()) {}
+Linear::Linear(std::shared_ptr<ops::PreparedLinear> prepared, LinearFormat format)
+    : prepared_(std::move(prepared)), attached_(std::make_shared<Attached>()), format_(format) {}
 
-Linear Linear::prepare(const Tensor& weight, const Tensor& bias, Device device) {
+Linear Linear::prepare(const Tensor& weight, const Tensor& bias, Device device, LinearFormat format) {
   if (!weight.defined()) return Linear();
-  return Linear(ops::prepare_linear(weight, bias, device));
+  return Linear(ops::prepare_linear(weight, bias, device, format), format);
 }
 
-Linear Linear::prepare_quantized(const QuantizedMatrix& weight, const Tensor& bias, Device device) {
-  return Linear(ops::prepare_linear_quantized(weight, bias, device));
+Linear Linear::prepare_quantized(const QuantizedMatrix& weight, const Tensor& bias, Device device,
+                                 LinearFormat format) {
+  return Linear(ops::prepare_linear_quantized(weight, bias, device, format), format);
 }
 
 const ops::PreparedLinear& Linear::prepared() const {

@@ -6,7 +6,9 @@
 //   branch. It has to be added before the activation and the gate, so a Linear carrying one would
 //   run the fused forms below as GEMM + delta + epilogue; models see no difference.
 // - quantized weights (issue 26): another weight representation prepared by `prepare`, i.e. a
-//   different ops::PreparedLinear state; the forward methods stay as they are.
+//   different ops::PreparedLinear state; the forward methods stay as they are. That includes the
+//   int8 format (W8A8, precision int8) a model asks for at prepare, which the layer remembers so
+//   that what replaces its weight later (a per-request merged LoRA) is prepared the same way.
 // Models never hold or name the prepared weight itself.
 //
 //   nn::Linear to_q = nn::Linear::prepare(w, b, device);   // once, at load
@@ -24,6 +26,7 @@
 namespace fluxrt::nn {
 
 using ops::Activation;
+using ops::LinearFormat;
 
 /// The batch elements (dim 0 of every input: [B, L, in] or [B, in]) a low-rank branch of a Linear
 /// applies to, [begin, begin + count); the default is every element. A batch of requests that each
@@ -41,15 +44,22 @@ class Linear {
   Linear() = default;
 
   /// weight [out, in] (kept in its dtype: bf16 checkpoints stay bf16), bias [out] or undefined.
-  /// The backend of `device` prepares (packs, uploads) it once. An undefined weight gives an
-  /// unbound Linear, so binders can pass on what the weight binder reported missing.
-  static Linear prepare(const Tensor& weight, const Tensor& bias = Tensor(), Device device = Device::cpu());
+  /// The backend of `device` prepares (packs, uploads) it once, in `format` (Int8: W8A8,
+  /// ops::prepare_linear). An undefined weight gives an unbound Linear, so binders can pass on
+  /// what the weight binder reported missing.
+  static Linear prepare(const Tensor& weight, const Tensor& bias = Tensor(), Device device = Device::cpu(),
+                        LinearFormat format = LinearFormat::Native);
 
   /// A weight kept in its quantized bytes (GGUF blocks, fp8 + scale; core/quant.h), [out, in].
   /// Forward passes are the same; the CPU GEMM dequantizes a group of rows at a time, so only the
-  /// quantized bytes stay resident (ops::prepare_linear_quantized says what each backend does).
+  /// quantized bytes stay resident (ops::prepare_linear_quantized says what each backend does,
+  /// Int8 included).
   static Linear prepare_quantized(const QuantizedMatrix& weight, const Tensor& bias = Tensor(),
-                                  Device device = Device::cpu());
+                                  Device device = Device::cpu(), LinearFormat format = LinearFormat::Native);
+
+  /// The format this layer was prepared in: a replacement weight (attach_replacement) is
+  /// prepared in it too, so a per-request merged LoRA keeps the layer's int8.
+  LinearFormat format() const { return format_; }
 
   bool bound() const { return prepared_ != nullptr; }
   /// The quantized weight this layer was prepared from, or null for a dense one.
@@ -104,7 +114,7 @@ class Linear {
  private:
   struct LowRank;
   struct Attached;
-  explicit Linear(std::shared_ptr<ops::PreparedLinear> prepared);
+  Linear(std::shared_ptr<ops::PreparedLinear> prepared, LinearFormat format);
   const ops::PreparedLinear& prepared() const;
   // act(x W^T + b + the branches covering batch element `first`), composed: x is a run of
   // elements that the same branches cover, starting at `first`.
@@ -118,6 +128,7 @@ class Linear {
   // Shared by copies of the layer (FLUX.1's shared-weight benchmark blocks reuse block 0's).
   std::shared_ptr<ops::PreparedLinear> prepared_;
   std::shared_ptr<Attached> attached_;  // branches and replacement, shared by copies like prepared_
+  LinearFormat format_ = LinearFormat::Native;
 };
 
 struct Linear::LowRank {

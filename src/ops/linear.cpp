@@ -83,9 +83,19 @@ void run(const Tensor& x, const backend::PreparedLinear& w, const Tensor& gate, 
   kernel(args);
 }
 
+// The format's preparation slot of `table`: Unsupported, naming the backend, where it has none
+// (a model asked for int8 must not run in bf16 unnoticed).
+template <typename Slot>
+Slot int8_slot(Slot slot, const backend::KernelTable& table) {
+  FLUXRT_CHECK(slot != nullptr, ErrorCode::Unsupported,
+               "[linear] int8 linears run on the CPU only; the {} backend has none (use bf16)", table.name);
+  return slot;
+}
+
 }  // namespace
 
-std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias, Device device) {
+std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, const Tensor& bias,
+                                                        Device device, LinearFormat format) {
   FLUXRT_CHECK(weight.defined() && weight.dim() == 2, ErrorCode::InvalidArgument,
                "[linear] weight must be [N, K], got {}", weight.defined() ? weight.shape().str() : "undefined");
   FLUXRT_CHECK(is_gemm_dtype(weight.dtype()), ErrorCode::Unsupported, "[linear] weight dtype {} is not f32/bf16/f16",
@@ -99,7 +109,9 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
   const Tensor w = detail::place_parameter(weight, device);
   const Tensor b = detail::place_parameter(bias.defined() ? bias.reshape({weight.size(0)}) : bias, device);
   std::shared_ptr<backend::PreparedLinear> p;
-  if (table.prepare_linear) {
+  if (format == LinearFormat::Int8) {
+    p = int8_slot(table.prepare_linear_int8, table)(w, b);
+  } else if (table.prepare_linear) {
     p = table.prepare_linear(w, b);
   } else {  // a backend without a preparation step uses the weight as is
     p = std::make_shared<backend::PreparedLinear>();
@@ -111,19 +123,22 @@ std::shared_ptr<backend::PreparedLinear> prepare_linear(const Tensor& weight, co
 }
 
 std::shared_ptr<backend::PreparedLinear> prepare_linear_quantized(const QuantizedMatrix& weight,
-                                                                  const Tensor& bias, Device device) {
+                                                                  const Tensor& bias, Device device,
+                                                                  LinearFormat format) {
   validate_quantized(weight, "[linear]");
   if (bias.defined())
     FLUXRT_CHECK(bias.numel() == weight.rows, ErrorCode::InvalidArgument,
                  "[linear] bias {} does not match N = {}", bias.shape().str(), weight.rows);
   const auto& table = kernels_for(device);
-  if (!table.prepare_linear_quantized) {
+  const auto prepare = format == LinearFormat::Int8 ? int8_slot(table.prepare_linear_quantized_int8, table)
+                                                    : table.prepare_linear_quantized;
+  if (!prepare) {
     auto p = prepare_linear(dequantize_ref(weight).to(DType::BF16), bias, device);
     p->quantized = std::make_shared<QuantizedMatrix>(weight);
     return p;
   }
   const Tensor b = detail::place_parameter(bias.defined() ? bias.reshape({weight.rows}) : bias, device);
-  auto p = table.prepare_linear_quantized(weight, b);
+  auto p = prepare(weight, b);
   // The weight must carry the device label the checks compare: a dequantized one is relabelled, a
   // stride-0 stand-in is made anew there (placing it would allocate its full size).
   if (p->weight.device() != device) {

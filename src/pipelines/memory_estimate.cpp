@@ -14,30 +14,47 @@
 namespace fluxrt::pipelines {
 namespace fs = std::filesystem;
 
-size_t checkpoint_weight_bytes(const fs::path& weights, DType dtype) {
+namespace {
+
+// Bytes per element of a dense tensor as bound for the run.
+size_t dense_element_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+}  // namespace
+
+// At int8 the count is what the RAM check needs: the int8 copies. A mapped checkpoint's bf16 (or
+// fp8) tensors stay mapped as the linears' sources (per-request LoRA merges read them), but after
+// the requantization at load nothing touches those pages again: they are clean file cache the
+// kernel takes back under pressure, as for a bf16 run whose backend reordered the weights into a
+// copy of its own. (A weight converted at load, from f32 or with a LoRA merged in, is an anonymous
+// buffer that stays resident beside its int8 copy: not counted here, as in bf16 runs.)
+size_t checkpoint_weight_bytes(const fs::path& weights, DType dtype, nn::LinearFormat linears) {
   std::error_code ec;
   if (weights.empty() || !fs::exists(weights, ec)) return 0;
+  const bool int8 = linears == nn::LinearFormat::Int8;
   if (io::is_gguf_file(weights.string())) {
     // GGUF: block types stay in their bytes; dense ones are bound in the run's dtype.
     size_t bytes = 0;
     const auto file = io::GgufFile::open(weights.string());  // held: the loop reads its header
-    for (const io::GgufTensorInfo& t : file->tensors())
-      bytes += quant_is_blocked(t.type) ? t.nbytes
-                                        : static_cast<size_t>(t.numel()) * (dtype == DType::F32 ? 4 : 2);
+    for (const io::GgufTensorInfo& t : file->tensors()) {
+      const size_t numel = static_cast<size_t>(t.numel());
+      const size_t kept = quant_is_blocked(t.type) ? t.nbytes : numel * dense_element_bytes(dtype);
+      bytes += int8 && t.shape.size() == 2 ? std::min(kept, numel) : kept;
+    }
     return bytes;
   }
   const io::Checkpoint checkpoint = io::Checkpoint::open(weights.string());
   const std::vector<std::string> names = checkpoint.names();
   // ComfyUI all-in-one files: the loaders read only the transformer's tensors.
   const std::string comfy = "model.diffusion_model.";
-  const bool mixed = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
-  const size_t element = dtype == DType::F32 ? 4 : 2;
+  const bool mixed =
+      std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(comfy, 0) == 0; });
   size_t bytes = 0;
   for (const std::string& name : names) {
     if (mixed && name.rfind(comfy, 0) != 0) continue;
     const io::TensorInfo& info = checkpoint.info(name);
     // Small f32 tensors (norm scales, biases) may stay f32 in a bf16 run; they are a rounding error here.
-    bytes += static_cast<size_t>(info.numel()) * element;
+    const bool int8_matrix = int8 && info.shape.size() == 2;
+    bytes += static_cast<size_t>(info.numel()) * (int8_matrix ? 1 : dense_element_bytes(dtype));
   }
   return bytes;
 }
@@ -49,9 +66,11 @@ size_t ResidentWeights::peak(bool low_memory, bool text_encoder_apart) const {
 }
 
 ResidentWeights pipeline_weight_bytes(const fs::path& root, DType dtype, const fs::path& transformer_file,
-                                      const fs::path& text_encoder_file) {
+                                      const fs::path& text_encoder_file,
+                                      nn::LinearFormat transformer_linears) {
   ResidentWeights w;
-  w.transformer = checkpoint_weight_bytes(transformer_file.empty() ? root / "transformer" : transformer_file, dtype);
+  w.transformer = checkpoint_weight_bytes(transformer_file.empty() ? root / "transformer" : transformer_file,
+                                          dtype, transformer_linears);
   fs::path small = root / "text_encoder", large = root / "text_encoder_2";
   if (!fs::is_directory(large)) std::swap(small, large);  // klein: one encoder, text_encoder/
   if (!text_encoder_file.empty()) large = text_encoder_file;

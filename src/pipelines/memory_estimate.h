@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "nn/linear.h"
 
 namespace fluxrt::pipelines {
 
@@ -15,7 +16,11 @@ namespace fluxrt::pipelines {
 // the element size the loaders keep (f32 runs: 4 bytes; bf16 runs: 2, fp8 and f32 files are
 // converted to bf16). A ComfyUI all-in-one file counts only its model.diffusion_model.* tensors.
 // 0 when `weights` is empty or does not exist; Format when a header is unreadable.
-size_t checkpoint_weight_bytes(const std::filesystem::path& weights, DType dtype);
+// `linears` Int8 (a FLUX transformer at precision int8, whose 2-D tensors are all linear weights):
+// each 2-D tensor at one byte per element, what W8A8 keeps of it (plus a scale per row, left out),
+// unless its quantized type is smaller (the 2-6 bit GGUF types stay in their bytes).
+size_t checkpoint_weight_bytes(const std::filesystem::path& weights, DType dtype,
+                               nn::LinearFormat linears = nn::LinearFormat::Native);
 
 // Weight bytes of a pipeline's large components.
 struct ResidentWeights {
@@ -32,10 +37,12 @@ struct ResidentWeights {
 // The components of a diffusers pipeline folder (transformer/, text_encoder/, text_encoder_2/,
 // vae/), with `transformer_file` (a single checkpoint) counted instead of transformer/ when given,
 // and `text_encoder_file` instead of the folder's large text encoder (text_encoder_2/ when the
-// folder has one, FLUX.1's T5; else text_encoder/, klein's Qwen3).
+// folder has one, FLUX.1's T5; else text_encoder/, klein's Qwen3). `transformer_linears`: the
+// transformer's linear format (PipelineOptions::transformer_linears).
 ResidentWeights pipeline_weight_bytes(const std::filesystem::path& root, DType dtype,
                                       const std::filesystem::path& transformer_file = {},
-                                      const std::filesystem::path& text_encoder_file = {});
+                                      const std::filesystem::path& text_encoder_file = {},
+                                      nn::LinearFormat transformer_linears = nn::LinearFormat::Native);
 
 // What the size checks compare against.
 struct MemoryCheck {

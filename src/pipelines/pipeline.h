@@ -41,6 +41,9 @@ namespace fluxrt::pipelines {
 struct PipelineOptions {
   DType dtype = DType::BF16;  // transformer, text encoder, VAE and latent dtype; F32 selectable
   Device device = Device::cpu();
+  // The transformer's linears alone: Int8 runs them W8A8 (fluxrt::Precision::Int8, with dtype
+  // bf16); the text encoders and the VAE stay in `dtype`.
+  nn::LinearFormat transformer_linears = nn::LinearFormat::Native;
   // Load the three components concurrently (each on its own thread).
   bool parallel_load = true;
   // Keep at most one large component resident: the text encoder is loaded, used and freed before

@@ -35,10 +35,12 @@ models::TilingMode tiling_mode(fluxrt::VaeTiling tiling) {
 
 // Low-memory mode unless every component fits in RAM together with one image of the model's
 // default size (what an engine opened without a request can know).
-bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype, bool text_encoder_apart) {
+bool needs_low_memory(const ResolvedPipeline& pipeline, fluxrt::Precision precision,
+                      bool text_encoder_apart) {
   const int factor = vae_scale_factor_of(pipeline.model);
-  const pipelines::ResidentWeights weights = pipelines::pipeline_weight_bytes(
-      pipeline.model.path, dtype, pipeline.transformer_file, pipeline.text_encoder_file);
+  const pipelines::ResidentWeights weights =
+      pipelines::pipeline_weight_bytes(pipeline.model.path, dtype_of(precision), pipeline.transformer_file,
+                                       pipeline.text_encoder_file, transformer_linears_of(precision));
   try {
     pipeline.kind->validate_size(128 * factor, 128 * factor, 1, factor,
                                  pipelines::MemoryCheck{weights.peak(false, text_encoder_apart), 0, true});
@@ -51,13 +53,24 @@ bool needs_low_memory(const ResolvedPipeline& pipeline, DType dtype, bool text_e
 
 }  // namespace
 
+DType dtype_of(fluxrt::Precision precision) {
+  return precision == fluxrt::Precision::F32 ? DType::F32 : DType::BF16;
+}
+
+nn::LinearFormat transformer_linears_of(fluxrt::Precision precision) {
+  return precision == fluxrt::Precision::Int8 ? nn::LinearFormat::Int8 : nn::LinearFormat::Native;
+}
+
 Engine::Engine(const std::string& model, const fluxrt::EngineOptions& options)
     : Engine(model, resolve_pipeline(model, options.components, options.text_encoder), options) {}
 
 Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt::EngineOptions& options)
     : model_(model), options_(options), device_(Device::parse(options.device)) {
   options_.device = device_.str();
-  dtype_ = options.precision == fluxrt::Precision::F32 ? DType::F32 : DType::BF16;
+  // Said here, before any loading, rather than by the first linear prepared on the device.
+  FLUXRT_CHECK(options.precision != fluxrt::Precision::Int8 || device_.is_cpu(), ErrorCode::Unsupported,
+               "precision int8 runs on the CPU only ({} has no int8 linears); use bf16 there", device_.str());
+  dtype_ = dtype_of(options.precision);
   if (options.threads) {
     FLUXRT_CHECK(*options.threads >= 0, ErrorCode::InvalidArgument, "threads {} must be >= 0",
                  *options.threads);
@@ -66,11 +79,12 @@ Engine::Engine(const std::string& model, ResolvedPipeline resolved, const fluxrt
   resolved_ = std::move(resolved);
   variant_ = variant_label(resolved_);
   if (!options_.low_memory)
-    options_.low_memory = needs_low_memory(resolved_, dtype_, options.free_text_encoder);
+    options_.low_memory = needs_low_memory(resolved_, options.precision, options.free_text_encoder);
 
   pipelines::PipelineOptions p;
   p.dtype = dtype_;
   p.device = device_;
+  p.transformer_linears = transformer_linears_of(options.precision);
   p.low_memory = *options_.low_memory;
   p.free_text_encoder = options.free_text_encoder;
   p.cuda_graphs = options.cuda_graphs;
@@ -126,7 +140,7 @@ fluxrt::ImageMetadata Engine::image_metadata(const pipelines::PlannedRequest& pl
   m.max_sequence_length = plan.max_sequence_length;
   m.model = model_;
   m.variant = variant_;
-  m.dtype = std::string(dtype_name(dtype_));
+  m.dtype = fluxrt::precision_name(options_.precision);
   m.version = FLUXRT_VERSION_STRING;
   m.reference_images = request.reference_image_names;
   m.reference_images.resize(std::max(m.reference_images.size(), request.reference_images.size()));
@@ -255,7 +269,7 @@ std::vector<fluxrt::GenerateResult> Engine::run(const std::vector<pipelines::Pla
     TimingReport& t = result.timing;
     t.model = model_;
     t.variant = variant_;
-    t.dtype = std::string(dtype_name(dtype_));
+    t.dtype = fluxrt::precision_name(options_.precision);
     t.device = device_.str();
     t.width = out.width;
     t.height = out.height;

@@ -23,6 +23,11 @@
 
 namespace fluxrt::runtime {
 
+// What a public precision is inside: the components' dtype (Int8: bf16) and the transformer's
+// linear format (Int8: W8A8).
+DType dtype_of(fluxrt::Precision precision);
+nn::LinearFormat transformer_linears_of(fluxrt::Precision precision);
+
 class Engine {
  public:
   Engine(const std::string& model, const fluxrt::EngineOptions& options);

@@ -2,6 +2,7 @@
 // metadata's text chunks.
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "fluxrt/engine.h"
 #include "fluxrt/run.h"
 #include "runtime/engine.h"
@@ -39,6 +40,24 @@ const std::string& Engine::variant() const { return impl_->variant(); }
 ModelInfo Engine::info() const { return impl_->info(); }
 std::optional<LoadTimings> Engine::load_timings() const { return impl_->load_timings(); }
 const EngineOptions& Engine::options() const { return impl_->options(); }
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::F32:
+      return "f32";
+    case Precision::Int8:
+      return "int8";
+    case Precision::BF16:
+      break;
+  }
+  return "bf16";
+}
+
+Precision parse_precision(const std::string& name, const std::string& what) {
+  for (Precision p : {Precision::BF16, Precision::F32, Precision::Int8})
+    if (name == precision_name(p)) return p;
+  fail(ErrorCode::InvalidArgument, "{} '{}' must be bf16, f32 or int8", what, name);
+}
 
 TextChunks metadata_text(const ImageMetadata& m) {
   TextChunks text = {

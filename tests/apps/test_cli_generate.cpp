@@ -189,6 +189,39 @@ TEST_F(CliGenerate, NeverOverwritesAndIsDeterministic) {
             fluxrt::io::read_png((out_ / "fluxrt-7-0-1.png").string()).pixels);
 }
 
+// --dtype int8: the transformer's linears W8A8 (docs/quantization.md). The image is another one
+// than bf16's for the same seed and says int8 in its text chunks and the profile; a CUDA device is
+// refused in one line; `bench pipeline` runs and reports it.
+TEST_F(CliGenerate, DtypeInt8) {
+  const std::string common =
+      "--model " + quote(kTiny.string()) +
+      " --size 64x64 --steps 2 --seed 7 --threads 1 --quiet --prompt 'a red circle' --out " +
+      quote(out_.string());
+  const fs::path profile = tmp_ / "profile.json";
+  RunResult r = generate(common + " --dtype int8 --profile " + quote(profile.string()), false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(generate(common + " --dtype bf16", false).exit_code, 0);
+  const std::string int8 = (out_ / "fluxrt-7-0.png").string(), bf16 = (out_ / "fluxrt-7-0-1.png").string();
+  EXPECT_EQ(fluxrt::io::read_png_text(int8).at("dtype"), "int8");
+  EXPECT_EQ(fluxrt::io::read_png_text(bf16).at("dtype"), "bf16");
+  EXPECT_NE(fluxrt::io::read_png(int8).pixels, fluxrt::io::read_png(bf16).pixels) << "int8 did not run";
+  EXPECT_EQ(nlohmann::json::parse(read_file(profile))["dtype"], "int8");
+
+  expect_one_line_error(generate(common + " --dtype int8 --device cuda", false), "int8 runs on the CPU only");
+  EXPECT_EQ(generate(common + " --dtype int4", false).exit_code, 2);
+
+  const fs::path json = tmp_ / "bench.json";
+  r =
+      run("bench pipeline --variant flux.2-klein-tiny --synthetic --size 64x64 --steps 1 --skip-peak --dtype "
+          "int8 "
+          "--json " +
+              quote(json.string()),
+          false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(json))["dtype"], "int8");
+  expect_one_line_error(run("bench vae --dtype int8 --size 64x64", false), "--dtype int8 is for transformer");
+}
+
 TEST_F(CliGenerate, EmptyPromptWorks) {
   const RunResult r = generate("--prompt '' --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.err;

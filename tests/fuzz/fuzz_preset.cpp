@@ -30,7 +30,7 @@ void check_preset(const frontend::Preset& p) {
     }
   }
   if (p.prompts) FUZZ_CHECK(!p.prompts->empty());
-  if (p.dtype) FUZZ_CHECK(*p.dtype == "bf16" || *p.dtype == "f32");
+  if (p.dtype) FUZZ_CHECK(*p.dtype == "bf16" || *p.dtype == "f32" || *p.dtype == "int8");
   if (p.vae_tiling) FUZZ_CHECK(*p.vae_tiling == "auto" || *p.vae_tiling == "on" || *p.vae_tiling == "off");
   if (p.threads) FUZZ_CHECK(*p.threads >= 0 && *p.threads <= 4096);
   for (const std::optional<std::string>* s :

@@ -260,6 +260,49 @@ TEST(LoraAttachment, MergedCopyForLycorisBranchesForLora) {
   EXPECT_EQ(after.to_vector(), base.to_vector());
 }
 
+// On layers prepared in int8 (precision int8): the LoKr layer's merged copy is prepared in int8
+// too (the layer remembers its format), the plain LoRA stays a bf16 branch beside the int8 base.
+TEST(LoraAttachment, Int8LayersGetInt8MergedCopiesAndDenseBranches) {
+  TensorStore store;
+  store.add("img_in.weight", random_normal({32, 64}, DType::BF16, 11, 0.0, 0.1));
+  store.add("txt_in.weight", random_normal({32, 64}, DType::BF16, 12, 0.0, 0.1));
+  std::map<std::string, nn::Linear> linears;
+  for (const char* n : {"img_in.weight", "txt_in.weight"})
+    linears[n] = nn::Linear::prepare(store.get(n), Tensor(), Device::cpu(), nn::LinearFormat::Int8);
+  const LoraFile f = parse_lora({{"img_in.lokr_w1", random_normal({4, 4}, DType::F32, 13)},
+                                 {"img_in.lokr_w2", random_normal({8, 16}, DType::F32, 14, 0.0, 0.1)},
+                                 {"txt_in.lora_A.weight", random_normal({2, 64}, DType::F32, 15)},
+                                 {"txt_in.lora_B.weight", random_normal({32, 2}, DType::F32, 16, 0.0, 0.1)}},
+                                {}, "mem");
+  const std::vector<LoraDelta> deltas = lora_deltas(f, flux2_lora_scheme(), 1.0f, linear_shapes_of(store));
+  const TensorStore merged = merge_lora_deltas(store, deltas);
+  const Tensor x = random_normal({5, 64}, DType::BF16, 17);
+  const Tensor base = linears["txt_in.weight"](x);
+  LoraAttachment attach(linears, deltas, DType::BF16, Device::cpu());
+  ASSERT_TRUE(linears["img_in.weight"].replaced());
+  const Tensor w = merged.get("img_in.weight").to(DType::BF16).contiguous();
+  const std::vector<float> got = linears["img_in.weight"](x).to_vector();
+  EXPECT_EQ(got, nn::Linear::prepare(w, Tensor(), Device::cpu(), nn::LinearFormat::Int8)(x).to_vector());
+  EXPECT_NE(got, nn::Linear::prepare(w)(x).to_vector()) << "the merged copy was prepared in bf16";
+  // The branch: the int8 base plus x A^T B^T (the dense merged layer's difference from the dense
+  // base, in f32), within the bf16 roundings of the sum.
+  ASSERT_EQ(linears["txt_in.weight"].low_rank_branches(), 1u);
+  const Tensor xf = x.to(DType::F32);
+  const std::vector<float> merged_y =
+      nn::Linear::prepare(merged.get("txt_in.weight").to(DType::F32))(xf).to_vector();
+  const std::vector<float> dense_y =
+      nn::Linear::prepare(store.get("txt_in.weight").to(DType::F32))(xf).to_vector();
+  const std::vector<float> int8_base = base.to(DType::F32).to_vector();
+  const std::vector<float> with_branch = linears["txt_in.weight"](x).to(DType::F32).to_vector();
+  double delta_norm = 0;
+  for (size_t i = 0; i < with_branch.size(); ++i) {
+    const double want = int8_base[i] + (merged_y[i] - dense_y[i]);
+    delta_norm += std::abs(merged_y[i] - dense_y[i]);
+    ASSERT_NEAR(with_branch[i], want, 0.02 * (1 + std::abs(want))) << "txt_in [" << i << "]";
+  }
+  EXPECT_GT(delta_norm / static_cast<double>(with_branch.size()), 0.05) << "the branch is not vacuous";
+}
+
 // The LyCORIS and DoRA suffixes go after the module name in every key scheme fluxrt reads, the
 // text encoders' included.
 TEST(LoraKinds, EveryKeySchemeNamesTheSameModule) {

@@ -234,6 +234,27 @@ def test_diffusers_class_names_and_torch_dtype_spelling():
     assert np.array_equal(pixels(pipe("a red circle", generator=2, **SMALL).images[0]), on_cpu)
 
 
+def test_int8_dtype_runs_the_transformer_linears_in_int8():
+    # dtype "int8": the transformer's linears W8A8, the rest bfloat16 (docs/quantization.md).
+    pipe = fluxrt.FluxPipeline.from_pretrained(dtype="int8")
+    pipe.set_progress_bar_config(disable=True)
+    assert pipe.dtype == "int8" and pipe._engine.precision == "int8"
+    out = pipe("a red circle on a blue background", generator=2, **SMALL)
+    assert out.metadata[0]["dtype"] == "int8"
+    bf16 = fluxrt.FluxPipeline.from_pretrained()
+    bf16.set_progress_bar_config(disable=True)
+    want = pixels(bf16("a red circle on a blue background", generator=2, **SMALL).images[0])
+    got = pixels(out.images[0])
+    assert not np.array_equal(got, want)  # int8 ran
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 40  # yet the same picture
+    # cpu:1 reopens at int8; a CUDA device refuses it (whether or not the build has CUDA).
+    assert pipe.to("cpu:1") is pipe and pipe.dtype == "int8"
+    with pytest.raises(fluxrt.UnsupportedError, match="int8 runs on the CPU only"):
+        fluxrt.FluxPipeline.from_pretrained(dtype="int8", device="cuda")
+    with pytest.raises(ValueError):
+        fluxrt.FluxPipeline.from_pretrained(dtype="int4")
+
+
 def test_inspect_model_without_loading():
     info = fluxrt.inspect_model(str(MODELS / "flux1-schnell-tiny"))
     assert info["variant"]["family"] == "flux.1"

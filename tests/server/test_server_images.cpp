@@ -3,12 +3,14 @@
 // with their Content-Type) decode to the requested size and carry the settings as XMP, and the
 // FLUX.1 img2img path (the first image as the init image, with strength) equals
 // fluxrt::Engine::generate with that init image and strength; on a klein-9B-KV folder the edit
-// runs with cached reference keys and values, each request with its own.
+// runs with cached reference keys and values, each request with its own. An int8 engine
+// (`fluxrt serve --dtype int8`) says so on /v1/models and answers with its images.
 #include <regex>
 #include <thread>
 #include <vector>
 
 #include "fluxrt/engine.h"
+#include "fluxrt/http_api.h"
 #include "fluxrt/image.h"
 #include "server_fixture.h"
 
@@ -215,6 +217,36 @@ TEST(ServerKleinKv, EditsWithDifferentReferencesGetTheirOwnImages) {
     EXPECT_EQ(png_of(pngs[i]).pixels, engine.generate(request).images[0].image.rgb) << "request " << i;
   }
   EXPECT_NE(png_of(pngs[0]).pixels, png_of(pngs[1]).pixels);
+}
+
+// The HTTP API without a socket over an engine at precision int8: the model object's dtype is
+// "int8" and a generation is the int8 engine's image alone.
+TEST(ServerInt8, ModelSaysInt8AndImagesAreTheInt8Engines) {
+  HttpApiOptions o;
+  o.model = kFlux1Tiny;
+  o.engine.precision = Precision::Int8;
+  o.log_requests = false;
+  HttpApi api(o);
+  api.start_loading();
+  api.wait_until_loaded();
+  const HttpResponse models = api.handle({"GET", "/v1/models", {}, "", {}, {}});
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(json::parse(models.body)["data"][0]["dtype"], "int8");
+  const json body = {{"prompt", "a green field"}, {"size", "64x64"}, {"seed", 3}, {"num_inference_steps", 2}};
+  const HttpResponse r = api.handle(
+      {"POST", "/v1/images/generations", {{"Content-Type", "application/json"}}, body.dump(), {}, {}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string png = base64_decode(json::parse(r.body)["data"][0]["b64_json"]);
+  EXPECT_EQ(png_text_of(png).at("dtype"), "int8");
+  GenerateRequest request;
+  request.prompts = {"a green field"};
+  request.width = request.height = 64;
+  request.steps = 2;
+  request.seed = 3;
+  EngineOptions int8;
+  int8.precision = Precision::Int8;
+  EXPECT_EQ(png_of(png).pixels, Engine(kFlux1Tiny, int8).generate(request).images[0].image.rgb);
+  EXPECT_NE(png_of(png).pixels, Engine(kFlux1Tiny).generate(request).images[0].image.rgb);
 }
 
 }  // namespace

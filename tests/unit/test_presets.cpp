@@ -177,7 +177,7 @@ TEST(Presets, ErrorsNameFileLineAndKey) {
   e = error_of("max_sequence_length: 5000\n");
   EXPECT_NE(e.find("max_sequence_length 5000 must be an integer from 1 to 4096"), std::string::npos) << e;
   e = error_of("dtype: fp16\n");
-  EXPECT_NE(e.find("'dtype' must be one of bf16, f32, got 'fp16'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'dtype' must be one of bf16, f32, int8, got 'fp16'"), std::string::npos) << e;
   e = error_of("low_memory: maybe\n");
   EXPECT_NE(e.find("'low_memory' must be true or false"), std::string::npos) << e;
   e = error_of("threads: -1\n");

@@ -90,6 +90,21 @@ TEST_F(RunSettingsResolve, SettingsOverPresetOverModelDefaults) {
   EXPECT_FALSE(fs::exists(tmp_ / "out"));  // nothing written while resolving
 }
 
+// dtype int8 (the transformer's linears W8A8) from a preset or a setting: the engine's precision.
+TEST_F(RunSettingsResolve, DtypeInt8IsThePrecision) {
+  std::ofstream(tmp_ / "int8.yaml") << "dtype: int8\n";
+  RunSettings s = tiny_settings();
+  s.preset = (tmp_ / "int8.yaml").string();
+  EXPECT_EQ(fluxrt::resolve_run(s).engine.precision, fluxrt::Precision::Int8);
+  s.dtype = "bf16";
+  EXPECT_EQ(fluxrt::resolve_run(s).engine.precision, fluxrt::Precision::BF16);
+  s.preset.reset();
+  s.dtype = "int8";
+  EXPECT_EQ(fluxrt::resolve_run(s).engine.precision, fluxrt::Precision::Int8);
+  for (fluxrt::Precision p : {fluxrt::Precision::BF16, fluxrt::Precision::F32, fluxrt::Precision::Int8})
+    EXPECT_EQ(fluxrt::parse_precision(fluxrt::precision_name(p)), p);
+}
+
 // A key given twice takes the last; every field is checked, even one the preset replaces.
 TEST_F(RunSettingsResolve, LaterSettingsWinAndSeedsCanBeRandom) {
   std::ofstream(tmp_ / "random.yaml") << "seed: random\n";
@@ -218,7 +233,7 @@ TEST_F(RunSettingsResolve, OneLineErrorsBeforeLoading) {
       },
       "--guidance 101 must be a number from 0 to 100");
   with([](RunSettings& s) { s.fields.push_back({"batch", "0"}); }, "--batch 0");
-  with([](RunSettings& s) { s.dtype = "f16"; }, "--dtype 'f16' must be bf16 or f32");
+  with([](RunSettings& s) { s.dtype = "f16"; }, "--dtype 'f16' must be bf16, f32 or int8");
   with([](RunSettings& s) { s.vae_tiling = "sometimes"; }, "--vae-tiling 'sometimes'");
   with([](RunSettings& s) { s.threads = -1; }, "--threads must be >= 0");
   with(

@@ -21,6 +21,9 @@ struct BenchRequest {
   int max_sequence_length = 512;
   Device device = Device::cpu();
   DType dtype = DType::BF16;
+  // --dtype int8 (bench transformer, bench pipeline): the transformer's linears W8A8
+  // (nn::LinearFormat::Int8), dtype bf16 for everything else, as fluxrt::Precision::Int8 runs.
+  bool int8_linears = false;
   // bench transformer (FLUX.2) and bench pipeline (klein: the transformer's and the Qwen3's): the
   // linears' synthetic weights in this type ("bf16": dense; "q8_0", "q4_K", ... GGUF blocks;
   // "fp8": float8_e4m3fn), kept in their bytes as a GGUF file's would be.
@@ -53,6 +56,9 @@ struct BenchRequest {
   // bench pipeline: a step cache, as `--cache` text (fluxrt/request_fields.h); "" none.
   std::string cache;
 };
+
+// "int8" for --dtype int8, else dtype's name: what the reports show.
+std::string bench_dtype_name(const BenchRequest& request);
 
 // --weights as a type: nothing for "bf16" (dense), F8E4M3 for "fp8", else the GGUF type named
 // (InvalidArgument naming `command` for anything else).

@@ -156,6 +156,7 @@ int bench_pipeline(const BenchRequest& r) {
   pipelines::PipelineOptions options;
   options.dtype = r.dtype;
   options.device = r.device;
+  if (r.int8_linears) options.transformer_linears = nn::LinearFormat::Int8;
   options.load_vae_encoder = r.references > 0 || r.mask > 0;
   options.low_memory = synthetic.always_low_memory || r.low_memory;
   options.free_text_encoder = !r.keep_text_encoder;
@@ -216,7 +217,7 @@ int bench_pipeline(const BenchRequest& r) {
   runtime::TimingReport report;
   report.model = "synthetic";
   report.variant = synthetic.variant;
-  report.dtype = std::string(dtype_name(r.dtype));
+  report.dtype = bench_dtype_name(r);
   report.device = r.device.str();
   report.width = r.width;
   report.height = r.height;

@@ -35,6 +35,10 @@
 
 namespace fluxrt::cli {
 
+std::string bench_dtype_name(const BenchRequest& request) {
+  return request.int8_linears ? "int8" : std::string(dtype_name(request.dtype));
+}
+
 std::optional<QuantType> bench_weight_type(const std::string& weights, const char* command) {
   if (weights == "bf16") return std::nullopt;
   QuantType type = QuantType::F8E4M3;
@@ -107,6 +111,7 @@ BenchModel make_flux2(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   models::Flux2LoadOptions opt;
   opt.dtype = r.dtype;
   opt.device = r.device;
+  if (r.int8_linears) opt.linear_format = nn::LinearFormat::Int8;
   opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
   opt.synthetic_weights = bench_weight_type(r.weights, "bench transformer");
   const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
@@ -146,6 +151,7 @@ BenchModel make_flux1(const BenchRequest& r, bool extrapolate, int64_t gh, int64
   models::Flux1LoadOptions opt;
   opt.dtype = r.dtype;
   opt.device = r.device;
+  if (r.int8_linears) opt.linear_format = nn::LinearFormat::Int8;
   opt.release_prepared_sources = true;  // synthetic weights: keep only what the backend prepared
   const int64_t li = gh * gw, lt = r.max_sequence_length, b = r.batch;
   struct State {
@@ -417,7 +423,7 @@ int bench_transformer(const BenchRequest& r) {
       "\nvariant %s  size %dx%d  batch %lld  image tokens %lld  text tokens %lld  dtype %s  weights %s  "
       "threads %d\n",
       r.variant.c_str(), r.width, r.height, static_cast<long long>(b), static_cast<long long>(li),
-      static_cast<long long>(lt), std::string(dtype_name(r.dtype)).c_str(), r.weights.c_str(), threads);
+      static_cast<long long>(lt), bench_dtype_name(r).c_str(), r.weights.c_str(), threads);
   std::printf("FLOP per step (GEMMs + attention): %.3f TFLOP\n", full_flops / 1e12);
   std::printf("ms/step%s: min %.1f  median %.1f  (%d steps)\n", tag, min_s * 1e3, median_s * 1e3, r.steps);
   std::printf("achieved%s: %.1f GFLOP/s wall (min), %.1f GFLOP/s per CPU-second\n", tag, gflops,
@@ -447,7 +453,8 @@ int bench_transformer(const BenchRequest& r) {
     std::ofstream out(r.json_path);
     FLUXRT_CHECK(out.good(), ErrorCode::Io, "bench transformer: cannot write {}", r.json_path);
     out << fmt::format(
-        "{{\"component\": \"transformer\", \"variant\": \"{}\", \"weights\": \"{}\", \"weight_bytes\": {}, "
+        "{{\"component\": \"transformer\", \"variant\": \"{}\", \"dtype\": \"{}\", \"weights\": \"{}\", "
+        "\"weight_bytes\": {}, "
         "\"width\": {}, \"height\": {}, \"batch\": {}, "
         "\"steps\": {}, \"tflop_per_step\": {:.4f}, \"ms_per_step_min\": {:.2f}, \"ms_per_step_median\": "
         "{:.2f}, "
@@ -455,10 +462,10 @@ int bench_transformer(const BenchRequest& r) {
         "\"gemm_peak_readings\": {}, \"gemm_peak_min_gflops\": {:.2f}, "
         "\"register_peak_gflops\": {:.2f}, \"register_peak_ratio\": {:.4f}, \"register_peak_unit\": \"{}\", "
         "\"peak_rss_gib\": {:.3f}, \"load_s\": {:.2f}, \"extrapolated\": {}}}\n",
-        r.variant, r.weights, model.weight_bytes, r.width, r.height, b, r.steps, flops / 1e12, min_s * 1e3,
-        median_s * 1e3, gflops, peak, peak > 0 ? gflops / peak : 0.0, peaks.count(), peaks.gemm_worst(),
-        register_peak, register_peak > 0 ? gflops / register_peak : 0.0, peaks.register_unit(), peak_rss,
-        load_s, extrapolate ? "true" : "false");
+        r.variant, bench_dtype_name(r), r.weights, model.weight_bytes, r.width, r.height, b, r.steps,
+        flops / 1e12, min_s * 1e3, median_s * 1e3, gflops, peak, peak > 0 ? gflops / peak : 0.0,
+        peaks.count(), peaks.gemm_worst(), register_peak, register_peak > 0 ? gflops / register_peak : 0.0,
+        peaks.register_unit(), peak_rss, load_s, extrapolate ? "true" : "false");
   }
   return 0;
 }

@@ -11,6 +11,17 @@ namespace fluxrt::backend {
 
 enum class Activation { None, GeluTanh, Silu };
 
+// How a model asks for its weights to be held and multiplied, whatever dtype they come in.
+//  - Native: as they are (a dense weight in its dtype, quantized blocks in their bytes); what the
+//    backend does with them is its choice (packing, reorders, FLUXRT_LINEAR_IMPL on the CPU).
+//  - Int8: W8A8, int8 weights requantized per output row at prepare and per-token int8
+//    activations at each call (precision int8: the transformer's linears; docs/quantization.md).
+//    Only backends with an int8 GEMM have it (KernelTable::prepare_linear_int8); ops refuses it
+//    elsewhere rather than running bf16 under that name.
+// A choice per weight, passed down at prepare: the components of one pipeline load on several
+// threads, so it cannot be a process- or thread-wide switch.
+enum class LinearFormat { Native, Int8 };
+
 // A weight prepared by one backend. `weight` is the original [N, K] tensor (often a zero-copy view
 // into the checkpoint mapping); `state` is whatever the backend built from it.
 struct PreparedLinear {

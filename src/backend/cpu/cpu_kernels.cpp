@@ -30,6 +30,8 @@ void fill_cpu_kernels(KernelTable& t) {
   t.prepare_linear = prepare_linear_cpu;
   t.linear = linear_cpu;
   t.prepare_linear_quantized = prepare_linear_quantized_cpu;
+  t.prepare_linear_int8 = prepare_linear_int8_cpu;
+  t.prepare_linear_quantized_int8 = prepare_linear_quantized_int8_cpu;
   t.prepare_conv2d = prepare_conv2d_cpu;
   t.conv2d = conv2d_cpu;
   t.attention = static_cast<void (*)(const AttentionArgs&)>(cpu::attention);

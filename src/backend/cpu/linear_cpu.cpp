@@ -168,7 +168,9 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
       p->state = state;
       return p;
     }
-    state->impl = choose(weight, CpuLinearImpl::Auto);  // no JIT int8 matmul here
+    // No JIT int8 matmul for this shape: prepare_int8_linear_cpu warned (once per shape) or, in
+    // strict mode, threw.
+    state->impl = choose(weight, CpuLinearImpl::Auto);
   }
   if (state->impl == CpuLinearImpl::Amx) {
     state->amx = gemm::pack_weights_amx(weight, bias);
@@ -213,29 +215,32 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu(const Tensor& weight, const T
   return prepare_linear_cpu_with(weight, bias, CpuLinearImpl::Auto);
 }
 
-std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
-                                                             const Tensor& bias) {
-  // oneDNN where the CPU has bf16 matmul (its matrix units), the packed AVX2 GEMM elsewhere;
-  // FLUXRT_LINEAR_IMPL picks one as for dense weights.
-  const CpuLinearImpl requested = impl_from_env();
-  if (requested == CpuLinearImpl::W8A8 && w8a8_applies(weight.type)) {
-    // Requantized per row from the dequantized blocks: one byte per weight, as Q8_0 is.
-    auto p = std::make_shared<PreparedLinear>();
-    auto state = std::make_shared<CpuLinearState>();
-    state->int8 = prepare_int8_linear_cpu(dequantize_ref(weight), bias);
-    if (state->int8) {
-      p->weight = Tensor::zeros({1, 1}, DType::BF16).expand({weight.rows, weight.cols});
-      p->bias = bias;
-      // The int8 copy replaces the blocks: keep their description (shape, type, byte count), not
-      // their bytes, so the resident weight is the int8 one alone.
-      QuantizedMatrix described = weight;
-      described.bytes = Tensor();
-      p->quantized = std::make_shared<QuantizedMatrix>(described);
-      state->impl = CpuLinearImpl::W8A8;
-      p->state = state;
-      return p;
-    }
-  }
+namespace {
+
+// W8A8 of a quantized weight, requantized per row from its dequantized blocks (one byte per weight,
+// as Q8_0 is); null where oneDNN has no JIT int8 matmul for the shape (prepare_int8_linear_cpu
+// said so).
+std::shared_ptr<PreparedLinear> int8_of_quantized(const QuantizedMatrix& weight, const Tensor& bias) {
+  auto state = std::make_shared<CpuLinearState>();
+  state->int8 = prepare_int8_linear_cpu(dequantize_ref(weight), bias);
+  if (!state->int8) return nullptr;
+  auto p = std::make_shared<PreparedLinear>();
+  p->weight = Tensor::zeros({1, 1}, DType::BF16).expand({weight.rows, weight.cols});
+  p->bias = bias;
+  // The int8 copy replaces the blocks: keep their description (shape, type, byte count), not
+  // their bytes, so the resident weight is the int8 one alone.
+  QuantizedMatrix described = weight;
+  described.bytes = Tensor();
+  p->quantized = std::make_shared<QuantizedMatrix>(described);
+  state->impl = CpuLinearImpl::W8A8;
+  p->state = state;
+  return p;
+}
+
+// A quantized weight kept in its bytes: oneDNN where the CPU has bf16 matmul (its matrix units),
+// the packed AVX2 GEMM elsewhere, or the one `requested` names.
+std::shared_ptr<PreparedLinear> prepare_kept_quantized(const QuantizedMatrix& weight, const Tensor& bias,
+                                                       CpuLinearImpl requested) {
   const bool onednn = requested == CpuLinearImpl::OneDnn ||
                       (requested == CpuLinearImpl::Auto && onednn::native_bf16()) ||
                       !gemm::packed_gemm_supported();
@@ -255,6 +260,29 @@ std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatr
   state->quant = std::move(quant);
   p->state = state;
   return p;
+}
+
+}  // namespace
+
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
+                                                             const Tensor& bias) {
+  // FLUXRT_LINEAR_IMPL picks the implementation as for dense weights.
+  const CpuLinearImpl requested = impl_from_env();
+  if (requested == CpuLinearImpl::W8A8 && w8a8_applies(weight.type))
+    if (auto p = int8_of_quantized(weight, bias)) return p;
+  return prepare_kept_quantized(weight, bias, requested);
+}
+
+std::shared_ptr<PreparedLinear> prepare_linear_int8_cpu(const Tensor& weight, const Tensor& bias) {
+  return prepare_linear_cpu_with(weight, bias, CpuLinearImpl::W8A8);
+}
+
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_int8_cpu(const QuantizedMatrix& weight,
+                                                                  const Tensor& bias) {
+  if (w8a8_applies(weight.type))
+    if (auto p = int8_of_quantized(weight, bias)) return p;
+  // The 2-6 bit types stay in their bytes (int8 would make them larger), as with the env var.
+  return prepare_kept_quantized(weight, bias, impl_from_env());
 }
 
 void linear_cpu(const LinearArgs& a) {

@@ -14,8 +14,10 @@
 //    size, widened to f32 in registers. Used for bf16 (and f16) weights on CPUs without native bf16,
 //    where oneDNN 2.6 has no bf16 matmul and its f32 matmul would double the weight memory.
 //  - W8A8 (linear_int8_cpu.h): int8 weights and per-token int8 activations on oneDNN's int8
-//    matmul, for CPUs with int8 matrix units. Off by default; FLUXRT_LINEAR_IMPL=w8a8 turns it on
-//    for dense weights and for Q8_0 / fp8 ones (the 2-6 bit types keep their path).
+//    matmul, for CPUs with int8 matrix units. Never chosen by Auto: a model asks for it per weight
+//    (LinearFormat::Int8, the prepare_linear_int8 slots below: precision int8), or
+//    FLUXRT_LINEAR_IMPL=w8a8 turns it on for every linear of the process; either way for dense
+//    weights and for Q8_0 / fp8 ones (the 2-6 bit types keep their path).
 // FLUXRT_LINEAR_IMPL=amx|onednn|packed|w8a8 overrides the choice (benchmarks and tests compare them).
 #include <memory>
 #include <string>
@@ -33,6 +35,13 @@ std::shared_ptr<PreparedLinear> prepare_linear_cpu_with(const Tensor& weight, co
 // to bf16 and prepared as above.
 std::shared_ptr<PreparedLinear> prepare_linear_quantized_cpu(const QuantizedMatrix& weight,
                                                              const Tensor& bias);
+// LinearFormat::Int8 (the kernel table's int8 slots): W8A8 whatever FLUXRT_LINEAR_IMPL says. Where
+// oneDNN has no JIT int8 matmul for a shape the weight keeps the usual path, with a warning once
+// per shape (an error under FLUXRT_STRICT_KERNELS=1); a quantized weight of fewer than 8 bits
+// stays in its bytes as prepare_linear_quantized_cpu keeps it.
+std::shared_ptr<PreparedLinear> prepare_linear_int8_cpu(const Tensor& weight, const Tensor& bias);
+std::shared_ptr<PreparedLinear> prepare_linear_quantized_int8_cpu(const QuantizedMatrix& weight,
+                                                                  const Tensor& bias);
 void linear_cpu(const LinearArgs& args);
 // The one-time work linear_cpu would do for a call like `args`, without computing: the oneDNN
 // primitives (and a weight layout of their own, if they want one) and their scratch, for dense,

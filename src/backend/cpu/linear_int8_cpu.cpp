@@ -124,6 +124,7 @@ HWY_AFTER_NAMESPACE();
 #include "backend/cpu/onednn_util.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/strict_kernels.h"
 
 namespace fluxrt::backend {
 namespace cpu {
@@ -251,18 +252,25 @@ std::shared_ptr<Int8LinearCpu> prepare_int8_linear_cpu(const Tensor& weight, con
     convert(b.raw_data(), b.dtype(), w->bias.data(), DType::F32, static_cast<size_t>(w->n));
   }
   dnnl::matmul::primitive_desc pd;
+  std::string why;
   try {
     pd = w->plan(kInt8RowsPerCall, dnnl::memory::desc({w->k, w->n}, dt::s8, tag::any));
+    w->impl = pd.impl_info_str();
+    if (onednn::is_reference_impl(w->impl)) why = "only its reference int8 matmul (" + w->impl + ")";
   } catch (const dnnl::error& e) {
-    FLUXRT_LOG_WARN("[linear] oneDNN has no int8 matmul for K={} N={} ({}): keeping the usual path", w->k,
-                    w->n, e.what());
-    return nullptr;
+    why = std::string("no int8 matmul (") + e.what() + ")";
   }
-  w->impl = pd.impl_info_str();
-  if (onednn::is_reference_impl(w->impl)) {
-    FLUXRT_LOG_WARN(
-        "[linear] oneDNN has only its reference int8 matmul ({}) for K={} N={}: keeping the usual path",
-        w->impl, w->k, w->n);
+  if (!why.empty()) {
+    // The caller keeps the weight's usual path, so the int8 asked for would not run there: said
+    // once per shape (not for every layer of it), and an error in strict mode, which turns every
+    // silent fallback into one.
+    FLUXRT_CHECK(!strict_kernels(), ErrorCode::Unsupported,
+                 "[linear] oneDNN has {} for K={} N={} (ISA {}) and FLUXRT_STRICT_KERNELS=1 forbids "
+                 "keeping the usual path instead of int8",
+                 why, w->k, w->n, onednn::isa_name());
+    if (onednn::first_report(fmt::format("linear int8 none|{}|{}", w->k, w->n)))
+      FLUXRT_LOG_WARN("[linear] oneDNN has {} for K={} N={} (ISA {}): these weights keep the usual path", why,
+                      w->k, w->n, onednn::isa_name());
     return nullptr;
   }
   // The plain [N, K] rows are oneDNN's K x N weights with strides (1, K).

@@ -115,8 +115,9 @@ nn::Linear Flux1Transformer::prepare(const Fetch& fetch, const std::string& pref
   weight_bytes_ += q ? q->nbytes() : w.nbytes();
   // No copy to the device first: prepare uploads what the backend needs (the CUDA backend keeps
   // its own device copy), and a moved source would hold every weight twice there.
-  nn::Linear prepared =
-      q ? nn::Linear::prepare_quantized(*q, b, options_.device) : nn::Linear::prepare(w, b, options_.device);
+  const nn::LinearFormat format = options_.linear_format;
+  nn::Linear prepared = q ? nn::Linear::prepare_quantized(*q, b, options_.device, format)
+                          : nn::Linear::prepare(w, b, options_.device, format);
   if (!q && options_.release_prepared_sources) prepared.release_source();
   linears_[prefix + ".weight"] = prepared;  // per-request LoRAs attach here, quantized or not
   return prepared;

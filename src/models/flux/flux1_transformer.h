@@ -33,6 +33,9 @@ namespace fluxrt::models {
 struct Flux1LoadOptions {
   DType dtype = DType::BF16;  // activation dtype; bf16 weights are used as stored in bf16 mode
   Device device = Device::cpu();
+  // The linears' format: Native uses each weight as stored; Int8 requantizes them to W8A8 at load
+  // (precision int8, docs/quantization.md), the activations between them staying in `dtype`.
+  nn::LinearFormat linear_format = nn::LinearFormat::Native;
   // Benchmarks with synthetic weights: after nn::Linear::prepare, drop the model's reference to
   // the source tensor (keeping a zero-memory stand-in of the same shape), so a backend that packed
   // its own copy does not hold the weights twice. Only safe when nothing else needs the source.

@@ -96,7 +96,8 @@ nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name
     if (const QuantizedMatrix* q = fetch_quantized_(name, shape)) {
       weight_bytes_ += q->nbytes();
       // Registered like a dense one: per-request LoRAs attach their branches to it.
-      nn::Linear prepared = nn::Linear::prepare_quantized(*q, Tensor(), options_.device);
+      nn::Linear prepared =
+          nn::Linear::prepare_quantized(*q, Tensor(), options_.device, options_.linear_format);
       linears_[name] = prepared;
       return prepared;
     }
@@ -106,7 +107,7 @@ nn::Linear Flux2Transformer::prepare(const Fetch& fetch, const std::string& name
   weight_bytes_ += w.nbytes();
   // No copy to the device first: prepare uploads what the backend needs (the CUDA backend keeps
   // its own device copy), and a moved source would hold every weight twice there.
-  nn::Linear prepared = nn::Linear::prepare(w, Tensor(), options_.device);
+  nn::Linear prepared = nn::Linear::prepare(w, Tensor(), options_.device, options_.linear_format);
   if (options_.release_prepared_sources) prepared.release_source();
   linears_[name] = prepared;
   return prepared;

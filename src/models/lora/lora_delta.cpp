@@ -373,7 +373,8 @@ LoraAttachment::LoraAttachment(const std::map<std::string, nn::Linear>& linears,
           bias.copy_from(layer.bias());
         }
         const Tensor merged = w.to(layer.weight().dtype()).contiguous();
-        layer.attach_replacement(nn::Linear::prepare(merged, bias, device));
+        // In the layer's own format: an int8 base layer stays int8 with the module merged in.
+        layer.attach_replacement(nn::Linear::prepare(merged, bias, device, layer.format()));
         replaced_.push_back(layer);
         replaced_bytes_ += merged.nbytes();
       }

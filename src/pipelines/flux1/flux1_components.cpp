@@ -221,7 +221,8 @@ Flux1Pipeline::Impl Flux1Pipeline::Impl::from_folder(const fs::path& model_root,
                "({} input and {} output channels; {} and {} expected)",
                where, m.vae_config.latent_channels, f, kind->name, m.transformer_config.in_channels,
                m.transformer_config.out_channels, reads, packed);
-  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file,
+                                    options.transformer_linears);
   // FluxPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -232,6 +233,7 @@ std::unique_ptr<models::Flux1Transformer> Flux1Pipeline::Impl::make_transformer(
   models::Flux1LoadOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  o.linear_format = options.transformer_linears;
   o.loras = options.loras;
   if (!synthetic_variant.empty()) {
     o.release_prepared_sources = true;  // nothing else holds the random weights

@@ -201,7 +201,8 @@ Flux2KleinPipeline::Impl Flux2KleinPipeline::Impl::from_folder(const fs::path& m
   if (fs::exists(model_root / "vae" / "config.json"))
     m.vae_config = models::Flux2VaeConfig::from_json_file((model_root / "vae" / "config.json").string());
   check_vae_geometry(m.vae_config, m.transformer_config, where);
-  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file);
+  m.weights = pipeline_weight_bytes(model_root, options.dtype, transformer_file, text_encoder_file,
+                                    options.transformer_linears);
   // Flux2KleinPipeline: height = width = default_sample_size (128) * vae_scale_factor.
   m.defaults.width = m.defaults.height = 128 * m.vae_config.spatial_factor();
   return m;
@@ -237,6 +238,7 @@ std::unique_ptr<models::Flux2Transformer> Flux2KleinPipeline::Impl::make_transfo
   models::Flux2LoadOptions o;
   o.dtype = options.dtype;
   o.device = options.device;
+  o.linear_format = options.transformer_linears;
   o.loras = options.loras;
   if (!synthetic_variant.empty()) {
     o.release_prepared_sources = true;  // nothing else holds the random weights
