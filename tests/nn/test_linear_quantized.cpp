@@ -7,6 +7,7 @@
 #include "core/quant.h"
 #include "nn/linear.h"
 #include "support/compare.h"
+#include "support/quantized_weight.h"
 #include "support/random_tensor.h"
 
 namespace fluxrt::nn {
@@ -14,14 +15,7 @@ namespace {
 
 TEST(LinearQuantized, EqualsTheDenseLayerAndCountsQuantizedBytes) {
   const Tensor w = test::random_normal({64, 256}, DType::F32, 5, 0.0, 0.06);
-  QuantizedMatrix q;
-  q.type = QuantType::Q4_0;
-  q.rows = 64;
-  q.cols = 256;
-  q.bytes = Tensor::empty({static_cast<int64_t>(q.nbytes())}, DType::U8);
-  for (int64_t r = 0; r < q.rows; ++r)
-    quantize_row_ref(q.type, w.data<float>() + r * q.cols, q.bytes.data<uint8_t>() + r * q.row_bytes(),
-                     q.cols);
+  const QuantizedMatrix q = test::quantize_weight(QuantType::Q4_0, w);
   const Tensor bias = test::random_normal({64}, DType::F32, 6);
   const Linear layer = Linear::prepare_quantized(q, bias);
   ASSERT_TRUE(layer.quantized() != nullptr);

@@ -16,6 +16,7 @@
 #include "for_each_cpu_target.h"
 #include "ops/linear.h"
 #include "support/compare.h"
+#include "support/quantized_weight.h"
 #include "support/random_tensor.h"
 
 namespace fluxrt {
@@ -191,18 +192,7 @@ TEST_F(W8A8, ErrorAgainstTheF32Linear) {
 TEST_F(W8A8, TakesQ8_0WeightsAndLeavesTheSmallerTypes) {
   const int64_t N = 40, K = 256;
   const Tensor wf = random_normal({N, K}, DType::F32, 21, 0.0, 0.05);
-  const std::vector<float> wv = wf.to_vector();
-  auto quantized = [&](QuantType type) {
-    QuantizedMatrix q;
-    q.type = type;
-    q.rows = N;
-    q.cols = K;
-    q.bytes = Tensor::empty({static_cast<int64_t>(N * quant_row_bytes(type, K))}, DType::U8);
-    for (int64_t r = 0; r < N; ++r)
-      quantize_row_ref(type, wv.data() + r * K, static_cast<uint8_t*>(q.bytes.raw_data()) + r * q.row_bytes(),
-                       K);
-    return q;
-  };
+  auto quantized = [&](QuantType type) { return test::quantize_weight(type, wf); };
   const QuantizedMatrix q8 = quantized(QuantType::Q8_0);
   auto p = ops::prepare_linear_quantized(q8, Tensor());
   ASSERT_EQ(backend::describe_linear_cpu(*p).rfind("onednn-int8 w8a8", 0), 0u)

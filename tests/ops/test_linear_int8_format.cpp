@@ -14,6 +14,7 @@
 #include "core/quant.h"
 #include "ops/dispatch.h"
 #include "ops/linear.h"
+#include "support/quantized_weight.h"
 #include "support/random_tensor.h"
 
 namespace fluxrt {
@@ -54,18 +55,8 @@ TEST_F(Int8Format, IsTheEnvVarsW8A8PathBitForBit) {
 
 TEST_F(Int8Format, RequantizesQ8_0AndKeepsTheSmallerTypes) {
   const int64_t N = 48, K = 256;
-  const std::vector<float> wv = random_normal({N, K}, DType::F32, 4, 0.0, 0.05).to_vector();
-  auto quantized = [&](QuantType type) {
-    QuantizedMatrix q;
-    q.type = type;
-    q.rows = N;
-    q.cols = K;
-    q.bytes = Tensor::empty({static_cast<int64_t>(N * quant_row_bytes(type, K))}, DType::U8);
-    for (int64_t r = 0; r < N; ++r)
-      quantize_row_ref(type, wv.data() + r * K, static_cast<uint8_t*>(q.bytes.raw_data()) + r * q.row_bytes(),
-                       K);
-    return q;
-  };
+  const Tensor w = random_normal({N, K}, DType::F32, 4, 0.0, 0.05);
+  auto quantized = [&](QuantType type) { return test::quantize_weight(type, w); };
   const Tensor x = random_normal({5, K}, DType::BF16, 5);
   const QuantizedMatrix q8 = quantized(QuantType::Q8_0);
   const auto p8 = ops::prepare_linear_quantized(q8, Tensor(), Device::cpu(), LinearFormat::Int8);
