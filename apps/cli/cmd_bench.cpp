@@ -42,7 +42,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& options) {
   cmd->add_option("--dtype", options.dtype,
                   "bf16, f32, or int8 (transformer, pipeline: the transformer's linears W8A8, the rest bf16)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
+      ->check(CLI::IsMember(dtype_choices()));
   cmd->add_option(
          "--weights", options.weights,
          "transformer (FLUX.2), pipeline (klein: transformer and Qwen3): synthetic linear weights as bf16, "

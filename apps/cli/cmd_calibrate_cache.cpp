@@ -30,7 +30,7 @@ CLI::App* add_calibrate_cache_command(CLI::App& app, CalibrateCacheOptions& opti
   cmd->add_option("--max-sequence-length", options.max_sequence_length, "text tokens (default: the model's)");
   cmd->add_option("--seed", options.seed, "noise seed")->capture_default_str();
   cmd->add_option("--dtype", options.dtype, "bf16, f32 or int8 (the transformer's linears W8A8; CPU only)")
-      ->check(CLI::IsMember({"bf16", "f32", "int8"}))
+      ->check(CLI::IsMember(dtype_choices()))
       ->capture_default_str();
   cmd->add_option("--device", options.device, "cpu, cuda or cuda:N")->capture_default_str();
   return cmd;

@@ -130,7 +130,7 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--config,-c", o.config, "run preset: a name under configs/ (e.g. demo) or a .yaml file");
   cmd->add_option("--dtype", o.dtype,
                   "bf16, f32, or int8 (the transformer's linears W8A8, the rest bf16; CPU only)")
-      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
+      ->check(CLI::IsMember(dtype_choices()));
   cmd->add_option("--device", o.device, "cpu, cuda or cuda:N where built, or cpu:1 (placement check, docs/cuda.md)");
   cmd->add_flag("--low-memory", o.low_memory, "keep one large component resident at a time (slower, smaller peak)");
   cmd->add_flag("--cuda-graphs", o.cuda_graphs,

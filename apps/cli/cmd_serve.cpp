@@ -61,7 +61,7 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& o) {
                   "largest uploaded image in pixels (default 16777216)");
   cmd->add_option("--dtype", o.dtype,
                   "bf16, f32, or int8 (the transformer's linears W8A8, the rest bf16; CPU only)")
-      ->check(CLI::IsMember({"bf16", "f32", "int8"}));
+      ->check(CLI::IsMember(dtype_choices()));
   cmd->add_option("--device", o.device, "cpu, cuda or cuda:N where built");
   cmd->add_option("--threads", o.threads, "worker threads (0 = all cores)");
   cmd->add_flag("--low-memory", o.low_memory, "keep one large component resident at a time");

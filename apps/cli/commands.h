@@ -7,7 +7,16 @@
 #include <utility>
 #include <vector>
 
+#include "fluxrt/engine.h"
+
 namespace fluxrt::cli {
+
+// --dtype's choices: every precision's name, as fluxrt::parse_precision reads them.
+inline std::vector<std::string> dtype_choices() {
+  std::vector<std::string> names;
+  for (fluxrt::Precision p : fluxrt::kPrecisions) names.emplace_back(fluxrt::precision_name(p));
+  return names;
+}
 
 struct InfoOptions {
   std::string model;

@@ -44,6 +44,8 @@ struct Run;  // fluxrt/run.h
 // weights are requantized too, the 2-6 bit types stay as they are. Opening an Engine at Int8 on a
 // CUDA device throws Unsupported.
 enum class Precision { BF16, F32, Int8 };
+// Every precision, in the order their names are listed (`--dtype`'s choices).
+inline constexpr Precision kPrecisions[] = {Precision::BF16, Precision::F32, Precision::Int8};
 
 // "bf16", "f32" or "int8": a precision's name where it is text (`--dtype`, presets, the image
 // metadata, the server's model object, Python's `precision`).

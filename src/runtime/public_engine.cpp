@@ -54,7 +54,7 @@ const char* precision_name(Precision precision) {
 }
 
 Precision parse_precision(const std::string& name, const std::string& what) {
-  for (Precision p : {Precision::BF16, Precision::F32, Precision::Int8})
+  for (Precision p : kPrecisions)
     if (name == precision_name(p)) return p;
   fail(ErrorCode::InvalidArgument, "{} '{}' must be bf16, f32 or int8", what, name);
 }
