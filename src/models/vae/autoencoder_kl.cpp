@@ -1,7 +1,7 @@
-// The AutoencoderKL body shared by the FLUX.1 and FLUX.2 autoencoders: BFL name map, blocks,
-// decoder, encoder, the lean exact pass and the tiled passes (the plan that picks between them and
-// its FLOP/memory estimates: vae_tiling_plan.cpp; loading, synthetic weights and post-processing:
-// vae_files.cpp).
+// The AutoencoderKL body shared by the FLUX.1 and FLUX.2 autoencoders: blocks, decoder, encoder,
+// the lean exact pass and the tiled passes (the plan that picks between them and its FLOP/memory
+// estimates: vae_tiling_plan.cpp; loading, the BFL name map, synthetic weights and
+// post-processing: vae_files.cpp).
 #include "models/vae/autoencoder_kl.h"
 
 #include <algorithm>
@@ -66,62 +66,6 @@ void AutoencoderKLConfig::validate(const std::string& origin) const {
   for (int ch : decoder_channels())
     FLUXRT_CHECK(ch > 0 && ch % norm_num_groups == 0, ErrorCode::Format,
                  "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, norm_num_groups);
-}
-
-// ---------------------------------------------------------------------------------------------
-// BFL name map
-
-bool is_bfl_vae_layout(const TensorStore& store) {
-  return store.contains("decoder.conv_in.weight") && !store.contains("decoder.conv_norm_out.weight") &&
-         store.contains("decoder.norm_out.weight");
-}
-
-TensorStore map_bfl_vae_names(const TensorStore& store) {
-  if (!is_bfl_vae_layout(store)) return store;
-  // Number of decoder levels: the highest `decoder.up.<i>.` index + 1.
-  int n_up = 0;
-  for (const auto& n : store.names())
-    if (n.rfind("decoder.up.", 0) == 0) n_up = std::max(n_up, std::stoi(n.substr(11)) + 1);
-  auto replace = [](std::string s, const std::string& from, const std::string& to) {
-    size_t p = s.find(from);
-    if (p != std::string::npos) s.replace(p, from.size(), to);
-    return s;
-  };
-  TensorStore out;
-  out.set_description(store.description());
-  for (const auto& name : store.names()) {
-    std::string n = name;
-    Tensor t = store.get(name);
-    if (n.rfind("encoder.quant_conv.", 0) == 0) n = n.substr(8);             // quant_conv.*
-    else if (n.rfind("decoder.post_quant_conv.", 0) == 0) n = n.substr(8);   // post_quant_conv.*
-    n = replace(n, "encoder.down.", "encoder.down_blocks.");
-    n = replace(n, ".downsample.", ".downsamplers.0.");
-    n = replace(n, ".nin_shortcut.", ".conv_shortcut.");
-    n = replace(n, ".mid.block_1.", ".mid_block.resnets.0.");
-    n = replace(n, ".mid.block_2.", ".mid_block.resnets.1.");
-    n = replace(n, ".mid.attn_1.norm.", ".mid_block.attentions.0.group_norm.");
-    bool attn_proj = false;
-    for (auto [b, d] : {std::pair{".mid.attn_1.q.", ".mid_block.attentions.0.to_q."},
-                        std::pair{".mid.attn_1.k.", ".mid_block.attentions.0.to_k."},
-                        std::pair{".mid.attn_1.v.", ".mid_block.attentions.0.to_v."},
-                        std::pair{".mid.attn_1.proj_out.", ".mid_block.attentions.0.to_out.0."}}) {
-      if (n.find(b) != std::string::npos) {
-        n = replace(n, b, d);
-        attn_proj = true;
-      }
-    }
-    n = replace(n, ".norm_out.", ".conv_norm_out.");
-    if (n.rfind("decoder.up.", 0) == 0) {
-      const size_t dot = n.find('.', 11);
-      const int level = std::stoi(n.substr(11, dot - 11));
-      n = "decoder.up_blocks." + std::to_string(n_up - 1 - level) + n.substr(dot);
-      n = replace(n, ".upsample.", ".upsamplers.0.");
-    }
-    n = replace(n, ".block.", ".resnets.");
-    if (attn_proj && t.dim() == 4) t = t.reshape({t.size(0), t.size(1)});  // 1x1 conv -> Linear
-    out.add(n, t, store.origin(name));
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
