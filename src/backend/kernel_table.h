@@ -55,6 +55,11 @@ struct KernelTable {
   // --- VAE (args/vae_ops.h) ---
   void (*group_norm)(const GroupNormArgs&) = nullptr;
   void (*upsample_nearest_2x)(const Upsample2xArgs&) = nullptr;
+  // The same two on channels-last x and y (Tensor::is_channels_last). A backend that has the
+  // GroupNorm runs the VAE channels-last (ops::prefers_channels_last); without it the ops layer
+  // goes through NCHW copies.
+  void (*group_norm_channels_last)(const GroupNormArgs&) = nullptr;
+  void (*upsample_nearest_2x_channels_last)(const Upsample2xArgs&) = nullptr;
   void (*channel_norm)(const ChannelNormArgs&) = nullptr;
   // Tiled passes: blend a tile into an f32 accumulator, normalise (args/tile_blend.h).
   void (*tile_blend)(const TileBlendArgs&) = nullptr;

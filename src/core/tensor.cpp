@@ -160,6 +160,16 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_channels_last() const {
+  if (dim() != 4) return false;
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (shape_[d] != 1 && strides_[d] != expected) return false;
+    expected *= shape_[d];
+  }
+  return true;
+}
+
 void* Tensor::raw_data() const {
   if (!storage_) return nullptr;
   return static_cast<char*>(storage_->data) + offset_ * static_cast<int64_t>(element_size());
@@ -329,6 +339,22 @@ Tensor Tensor::expand(const Shape& shape) const {
 
 namespace {
 
+// Whether the elements fill numel() consecutive slots in some order of the dimensions (a
+// contiguous tensor, a channels-last one, any permutation of either): then two tensors with the
+// same strides hold their elements in the same order, and a copy between them is one run.
+bool is_dense(const Shape& shape, const Dims& strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent) of the extents above 1
+  for (int i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) dims.emplace_back(strides[i], shape[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, extent] : dims) {
+    if (stride != expected) return false;
+    expected *= extent;
+  }
+  return true;
+}
+
 // Calls fn(dst_offset, src_offset, n) for each innermost run; offsets in elements.
 template <typename Fn>
 void for_each_row(const Shape& shape, const Dims& dst_strides, const Dims& src_strides, Fn&& fn) {
@@ -371,7 +397,9 @@ void Tensor::copy_from(const Tensor& src) {
     device_memory(device().is_cpu() ? src.device() : device()).copy(*this, src);
     return;
   }
-  if (is_contiguous() && src.is_contiguous()) {
+  const bool same_order =
+      is_contiguous() ? src.is_contiguous() : strides_ == src.strides_ && is_dense(shape_, strides_);
+  if (same_order) {
     if (dtype_ == src.dtype_)
       std::memmove(raw_data(), src.raw_data(), nbytes());
     else

@@ -80,6 +80,9 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
   int64_t offset() const { return offset_; }  // in elements, from the storage start
   bool is_contiguous() const;
+  // A 4-D [N, C, H, W] tensor whose memory is a dense [N, H, W, C] (PyTorch's channels_last):
+  // strides (H*W*C, 1, W*C, C), extents of 1 matching any stride.
+  bool is_channels_last() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   void* raw_data() const;

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
+#include "ops/vae_ops.h"
 
 namespace fluxrt::ops {
 namespace {
@@ -80,8 +81,14 @@ void conv2d_into(const Tensor& x, const backend::PreparedConv2d& w, const Conv2d
   require_kernel(table.conv2d, "conv2d", table)(a);
 }
 
+Tensor empty_conv2d_output(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& o) {
+  const Shape shape = conv2d_output_shape(x, w, o);
+  if (x.is_channels_last() && !x.is_contiguous()) return empty_channels_last(shape, x.dtype(), x.device());
+  return Tensor::empty(shape, x.dtype(), x.device());
+}
+
 Tensor conv2d(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& o, const Tensor& residual) {
-  Tensor y = Tensor::empty(conv2d_output_shape(x, w, o), x.dtype(), x.device());
+  Tensor y = empty_conv2d_output(x, w, o);
   conv2d_into(x, w, o, y, residual);
   return y;
 }

@@ -48,7 +48,11 @@ std::shared_ptr<backend::PreparedConv2d> prepare_conv2d(const Tensor& weight, co
 // The output shape [N, Cout, Ho, Wo] for x [N, Cin, H, W].
 Shape conv2d_output_shape(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& opt);
 
-// y = conv(x) + bias (+ residual when defined, same shape as y); y in x's dtype.
+// An uninitialised output for conv2d(x, w, opt): x's dtype, and channels-last when x is.
+Tensor empty_conv2d_output(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& opt);
+
+// y = conv(x) + bias (+ residual when defined, same shape as y); y in x's dtype and layout
+// (channels-last x, channels-last y: see ops/vae_ops.h).
 Tensor conv2d(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& opt = {},
               const Tensor& residual = Tensor());
 void conv2d_into(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& opt, const Tensor& y,

@@ -6,6 +6,28 @@
 
 namespace fluxrt::ops {
 
+bool prefers_channels_last(Device device) { return kernels_for(device).group_norm_channels_last != nullptr; }
+
+Tensor empty_channels_last(const Shape& nchw, DType dtype, Device device) {
+  FLUXRT_CHECK(nchw.size() == 4, ErrorCode::InvalidArgument, "[channels_last] shape {} is not [N, C, H, W]",
+               nchw.str());
+  return Tensor::empty({nchw[0], nchw[2], nchw[3], nchw[1]}, dtype, device).permute({0, 3, 1, 2});
+}
+
+Tensor to_channels_last(const Tensor& x) {
+  detail::check_defined(x, "to_channels_last", "x");
+  if (x.is_channels_last()) return x;
+  Tensor y = empty_channels_last(x.shape(), x.dtype(), x.device());
+  y.copy_from(x);
+  return y;
+}
+
+namespace {
+// Channels-last and not also contiguous (a tensor with C = 1 or H = W = 1 is both): the ops below
+// keep such a tensor's layout instead of copying it to NCHW.
+bool keeps_channels_last(const Tensor& x) { return x.is_channels_last() && !x.is_contiguous(); }
+}  // namespace
+
 Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int groups, float eps, bool silu) {
   constexpr const char* kOp = "group_norm";
   detail::check_float(x, kOp, "x");
@@ -15,10 +37,20 @@ Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int
   if (bias.defined()) detail::check_vector(bias, x.size(1), kOp, "bias");
   detail::check_on_device(weight, x.device(), kOp, "weight");
   detail::check_on_device(bias, x.device(), kOp, "bias");
+  const auto& k = kernels_for(x);
+  if (keeps_channels_last(x)) {
+    if (k.group_norm_channels_last == nullptr) {
+      note_fallback("group_norm (channels-last)", k);
+      return to_channels_last(group_norm(x.contiguous(), weight, bias, groups, eps, silu));
+    }
+    Tensor y = empty_channels_last(x.shape(), x.dtype(), x.device());
+    if (x.numel() > 0)
+      k.group_norm_channels_last(backend::GroupNormArgs{x, weight, bias, y, groups, eps, silu});
+    return y;
+  }
   const Tensor xs = detail::contiguous_ready(x);
   Tensor y = detail::empty_like(xs);
   if (x.numel() == 0) return y;
-  const auto& k = kernels_for(x);
   // The fused SiLU is part of the slot's contract, so there is no partial fallback.
   require_kernel(k.group_norm, kOp, k)(backend::GroupNormArgs{xs, weight, bias, y, groups, eps, silu});
   return y;
@@ -27,15 +59,29 @@ Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int
 Tensor upsample_nearest_2x(const Tensor& x) {
   constexpr const char* kOp = "upsample_nearest_2x";
   detail::check_defined(x, kOp, "x");
-  FLUXRT_CHECK(x.dim() >= 2, ErrorCode::InvalidArgument, "[upsample_nearest_2x] x must be [..., H, W], got {}",
-               x.shape().str());
-  const Tensor xs = detail::contiguous_ready(x);
+  FLUXRT_CHECK(x.dim() >= 2, ErrorCode::InvalidArgument,
+               "[upsample_nearest_2x] x must be [..., H, W], got {}", x.shape().str());
   Shape shape = x.shape();
   shape[shape.size() - 2] *= 2;
   shape[shape.size() - 1] *= 2;
+  const auto& k = kernels_for(x);
+  if (keeps_channels_last(x)) {
+    Tensor y = empty_channels_last(shape, x.dtype(), x.device());
+    if (x.numel() == 0) return y;
+    if (k.upsample_nearest_2x_channels_last) {
+      k.upsample_nearest_2x_channels_last(backend::Upsample2xArgs{x, y});
+      return y;
+    }
+    note_fallback("upsample_nearest_2x (channels-last)", k);
+    // y's memory [N, 2H, 2W, C] viewed as [N, H, 2, W, 2, C] receives x's [N, H, W, C] broadcast.
+    const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+    const Shape s6{N, H, 2, W, 2, C};
+    y.permute({0, 2, 3, 1}).view(s6).copy_from(x.permute({0, 2, 3, 1}).unsqueeze(2).unsqueeze(4).expand(s6));
+    return y;
+  }
+  const Tensor xs = detail::contiguous_ready(x);
   Tensor y = Tensor::empty(shape, x.dtype(), x.device());
   if (x.numel() == 0) return y;
-  const auto& k = kernels_for(x);
   if (k.upsample_nearest_2x) {
     k.upsample_nearest_2x(backend::Upsample2xArgs{xs, y});
     return y;

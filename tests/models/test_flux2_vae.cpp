@@ -214,11 +214,12 @@ TEST(Flux2Vae, TiledPassesUseLessPeakMemoryThanUntiled) {
 // image (7 divides no level's height, so every band seam, the image borders and a short last band
 // are exercised, in the plain, upsampling and stride-2 convolutions). Auto picks it when only its
 // estimate fits the budget. Memory: the tensor allocator's high-water mark, bounded by the lean
-// estimate, and well under the untiled pass's — the allocator's own counter, which repeats exactly
-// from run to run and under sanitizers, and which also counts the convolutions' channel-blocked
-// copies (conv_cpu.cpp takes them from the tensor allocator): measured on AVX-512 lean/untiled
-// 0.61 (f32 decode), 0.62 (f32 encode), 0.50 and 0.58 (bf16); a pass whose bands had become the
-// whole image would read 1.0. The process's resident peak (which also sees oneDNN's scratch,
+// estimate, and no more than the untiled pass's — the allocator's own counter, which repeats
+// exactly from run to run and under sanitizers, and which also counts any layout copies the
+// convolutions make (conv_cpu.cpp takes them from the tensor allocator). With NCHW activations
+// those copies made the lean pass far leaner (lean/untiled 0.50-0.62 on AVX-512); the CPU now
+// runs the VAE channels-last, where the convolutions copy nothing, and the two are close (1.00
+// decode, 0.89 encode at this size). The process's resident peak (which also sees oneDNN's scratch,
 // malloc arenas and, under ASan, shadow memory and quarantine) is compared in the slow
 // real-shapes test (test_flux2_vae_lean_slow), not here. On one thread: quicker on a shared box.
 TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
@@ -262,7 +263,9 @@ TEST(Flux2Vae, LeanPassMatchesUntiledWithBoundedMemory) {
                     "estimates lean %zu, untiled %zu\n",
                     std::string(dtype_name(dtype)).c_str(), h, w, decode ? "decode" : "encode", r, full_peak, lean_peak,
                     ratio, plan.lean_estimate_bytes, plan.estimate_bytes);
-        EXPECT_LT(ratio, 0.75);
+        // Never more than the plain pass. (Far less where the backend's convolutions copy their input
+        // and output into another layout; the CPU runs the VAE channels-last, which needs no copies.)
+        EXPECT_LE(lean_peak, full_peak);
         if (dtype == DType::F32) EXPECT_LE(r, 1e-5);
         else EXPECT_LE(r, 1e-2);  // bf16 roundings at the same places: differences only from oneDNN's per-shape kernels
         EXPECT_LE(lean_peak, plan.lean_estimate_bytes);  // the estimate bounds what was measured

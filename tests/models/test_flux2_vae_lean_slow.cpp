@@ -1,7 +1,8 @@
 // The lean exact VAE pass on the real FLUX.2 (klein) shapes, synthetic bf16 weights, at 128x128 with
 // 16-row bands (the default bands would be one band at this size): same result as the plain pass,
-// its resident peak and its time next to the plain pass's. Slow (~0.3 TFLOP of convolutions);
-// labelled out of the default suite. The times are printed, never asserted (shared machines).
+// no more tensor memory, and its resident peak and time next to the plain pass's (printed). Slow (~0.3 TFLOP
+// of convolutions); labelled out of the default suite. The times are printed, never asserted (shared
+// machines).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,7 +17,7 @@
 namespace fluxrt::models {
 namespace {
 
-TEST(Flux2VaeLean, RealShapesMatchThePlainPassWithLessMemory) {
+TEST(Flux2VaeLean, RealShapesMatchThePlainPassInNoMoreMemory) {
   const Flux2VaeConfig config;
   Flux2VaeOptions o;
   o.dtype = DType::BF16;
@@ -60,10 +61,10 @@ TEST(Flux2VaeLean, RealShapesMatchThePlainPassWithLessMemory) {
                 plain.seconds, plain.tensors / 1048576.0, plain.rss / 1048576.0, plan.estimate_bytes / 1048576.0,
                 banded.seconds, banded.tensors / 1048576.0, banded.rss / 1048576.0, plan.lean_estimate_bytes / 1048576.0);
     EXPECT_LE(rel, 1e-2);  // bf16: the same roundings; only oneDNN's per-shape kernels may differ
-    EXPECT_LT(banded.tensors, plain.tensors);
-    if (banded.rss && plain.rss) {  // braces: gtest's macro is an if/else (-Wdangling-else)
-      EXPECT_LT(banded.rss, plain.rss);
-    }
+    // Never more than the plain pass; about the same now that the CPU runs the VAE channels-last,
+    // where the plain pass's convolutions no longer copy their input and output into another layout
+    // (measured here: decode 19.9 MiB of tensors both, encode 12.0 against 12.1).
+    EXPECT_LE(banded.tensors, plain.tensors);
     if (decode) x = plain.out;  // encode the decoded image next
   }
 }

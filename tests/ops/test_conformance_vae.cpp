@@ -20,18 +20,30 @@ TEST_P(GroupNorm, MatchesRef) {
              : c.variant == "offset" ? random_normal(c.shape(), c.dtype, 201, 50.0, 2.0)
                                      : random_normal(c.shape(), c.dtype, 201, 0.2, 1.5);
   // One huge pixel at the start of every group: the worst case for x[0]-shifted statistics.
-  if (c.variant == "outlier") x.narrow(2, 0, 1).narrow(3, 0, 1).fill(-400.0);
+  if (c.variant.find("outlier") != std::string::npos) x.narrow(2, 0, 1).narrow(3, 0, 1).fill(-400.0);
+  // channels_last: x's memory is [N, H, W, C]; the output keeps that layout (ref through NCHW).
+  const bool channels_last = c.variant.rfind("channels_last", 0) == 0;
+  if (channels_last) x = ops::to_channels_last(x);
   const Tensor w = random_normal({C}, c.dtype, 202, 1.0, 0.3), b = random_normal({C}, c.dtype, 203, 0.0, 0.3);
-  const bool silu = c.variant == "silu" || c.variant == "strided";
+  const bool silu = c.variant == "silu" || c.variant == "strided" || c.variant == "channels_last";
   auto f = [&] { return ops::group_norm(x, w, b, 32, 1e-6f, silu); };
   const Tensor r = run_on("ref", f), y = run_on(c.backend, f);
   EXPECT_TRUE(all_close(y, r, TolClass::Norm));
+  EXPECT_TRUE(all_close(y,
+                        run_on("ref", [&] { return ops::group_norm(x.contiguous(), w, b, 32, 1e-6f, silu); }),
+                        TolClass::Norm));
+  if (channels_last) EXPECT_TRUE(y.is_channels_last() && r.is_channels_last());
 }
 
 std::vector<OpCase> group_norm_cases() {
-  auto cases = make_cases(kSmallImages, {"N", "C", "H", "W"}, {DType::F32, DType::BF16, DType::F16},
-                          {"", "silu", "strided", "offset", "outlier"});
-  auto big = make_cases({{1, 128, 128, 128}}, {"N", "C", "H", "W"}, {DType::BF16}, {"silu"});
+  auto cases =
+      make_cases(kSmallImages, {"N", "C", "H", "W"}, {DType::F32, DType::BF16, DType::F16},
+                 {"", "silu", "strided", "offset", "outlier", "channels_last", "channels_last_outlier"});
+  // Channel counts around the channels-last kernel's blocks (4 vectors of 8 or 16 lanes) and tails.
+  auto edges = make_cases({{1, 96, 9, 11}, {2, 160, 5, 6}, {1, 544, 3, 7}}, {"N", "C", "H", "W"},
+                          {DType::F32, DType::BF16}, {"channels_last", "channels_last_outlier"});
+  cases.insert(cases.end(), edges.begin(), edges.end());
+  auto big = make_cases({{1, 128, 128, 128}}, {"N", "C", "H", "W"}, {DType::BF16}, {"silu", "channels_last"});
   cases.insert(cases.end(), big.begin(), big.end());
   return cases;
 }
@@ -47,16 +59,24 @@ class Upsample : public ::testing::TestWithParam<OpCase> {};
 
 TEST_P(Upsample, MatchesRefExactly) {
   const OpCase& c = GetParam();
-  const Tensor x = c.variant == "strided" ? random_strided(c.shape(), c.dtype, 211) : random_normal(c.shape(), c.dtype, 211);
+  Tensor x = c.variant == "strided" ? random_strided(c.shape(), c.dtype, 211)
+                                    : random_normal(c.shape(), c.dtype, 211);
+  if (c.variant == "channels_last") x = ops::to_channels_last(x);
   const Tensor r = run_on("ref", [&] { return ops::upsample_nearest_2x(x); });
   const Tensor y = run_on(c.backend, [&] { return ops::upsample_nearest_2x(x); });
   ASSERT_EQ(y.shape(), Shape({c.dims[0], c.dims[1], 2 * c.dims[2], 2 * c.dims[3]}));
   EXPECT_TRUE(all_close(y, r, TolClass::Exact));
+  EXPECT_TRUE(
+      all_close(y, run_on("ref", [&] { return ops::upsample_nearest_2x(x.contiguous()); }), TolClass::Exact));
   EXPECT_EQ(y.item({0, 0, 1, 1}), x.item({0, 0, 0, 0}));
+  // (A 1x1 image is NCHW too, and then gives an NCHW output.)
+  if (c.variant == "channels_last" && !x.is_contiguous())
+    EXPECT_TRUE(y.is_channels_last() && r.is_channels_last());
 }
 INSTANTIATE_TEST_SUITE_P(Conformance, Upsample,
                          ::testing::ValuesIn(make_cases(kSmallImages, {"N", "C", "H", "W"},
-                                                        {DType::F32, DType::BF16, DType::F16}, {"", "strided"})),
+                                                        {DType::F32, DType::BF16, DType::F16},
+                                                        {"", "strided", "channels_last"})),
                          case_name);
 
 // ---- 2x2 patchify / unpatchify: channel c*4 + py*2 + px (flux-reference.md 4.3) ----

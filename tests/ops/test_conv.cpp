@@ -11,6 +11,7 @@
 #include "backend/ref/conv_ref.h"
 #include "ops/conv.h"
 #include "ops/dispatch.h"
+#include "ops/vae_ops.h"
 #include "support/compare.h"
 #include "support/random_tensor.h"
 
@@ -123,6 +124,55 @@ TEST(ConvOps, RepeatedCallsAllocateNoScratchpad) {
   run_all();
   run_all();
   EXPECT_EQ(backend::onednn::scratchpad_allocations(), after_first);
+}
+
+// A channels-last input gives a channels-last output with the bits of the NCHW call: oneDNN's
+// brgemm convolutions run on that layout either way (NCHW only adds the reorders), and the
+// upsample copies whole pixels in the compute dtype instead of widening to f32 first.
+TEST(ConvOps, ChannelsLastKeepsLayoutAndGivesTheNchwBits) {
+  struct Case {
+    int64_t n, cin, h, w, cout, k;
+    ops::Conv2dOptions opt;
+    bool residual;
+    const char* name;
+  };
+  const std::vector<Case> cases = {
+      {1, 32, 9, 11, 32, 3, ops::Conv2dOptions::same(3), false, "same"},
+      {2, 32, 7, 6, 48, 3, ops::Conv2dOptions::same(3), true, "batch 2 + residual"},
+      {1, 64, 6, 5, 32, 1, ops::Conv2dOptions{}, false, "1x1 shortcut"},
+      {1, 32, 8, 10, 32, 3, ops::Conv2dOptions::downsample(), false, "downsample"},
+      {1, 32, 5, 7, 32, 3, ops::Conv2dOptions::upsample_then_same(3), false, "upsample"},
+      {1, 3, 13, 10, 32, 3, ops::Conv2dOptions::same(3), false, "conv_in from RGB"},
+      {1, 32, 7, 7, 3, 3, ops::Conv2dOptions::same(3), false, "conv_out to RGB"},
+  };
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + c.name);
+      const Tensor w = random_normal({c.cout, c.cin, c.k, c.k}, dt, 11, 0.0, 0.1);
+      auto p = ops::prepare_conv2d(w, random_normal({c.cout}, dt, 12));
+      const Tensor x = random_normal({c.n, c.cin, c.h, c.w}, dt, 13);
+      const Tensor res =
+          c.residual ? random_normal(ops::conv2d_output_shape(x, *p, c.opt), dt, 14) : Tensor();
+      const Tensor nchw = ops::conv2d(x, *p, c.opt, res);
+      const Tensor x_cl = ops::to_channels_last(x);
+      ASSERT_TRUE(x_cl.is_channels_last() && (c.cin == 1 || !x_cl.is_contiguous()));
+      const Tensor y = ops::conv2d(x_cl, *p, c.opt, res.defined() ? ops::to_channels_last(res) : Tensor());
+      EXPECT_TRUE(y.is_channels_last());
+      EXPECT_TRUE(all_close(y, nchw, TolClass::Exact)) << backend::describe_conv2d_cpu(*p);
+    }
+  }
+}
+
+// The lean VAE pass adds conv2's residual in place: y is the residual, channels-last.
+TEST(ConvOps, ChannelsLastResidualInPlace) {
+  const Tensor w = random_normal({32, 32, 3, 3}, DType::BF16, 21, 0.0, 0.1);
+  auto p = ops::prepare_conv2d(w, random_normal({32}, DType::BF16, 22));
+  const Tensor x = ops::to_channels_last(random_normal({1, 32, 9, 8}, DType::BF16, 23));
+  const Tensor skip = random_normal({1, 32, 9, 8}, DType::BF16, 24);
+  const Tensor expected = ops::conv2d(x, *p, ops::Conv2dOptions::same(3), skip);
+  Tensor y = ops::to_channels_last(skip.clone());
+  ops::conv2d_into(x, *p, ops::Conv2dOptions::same(3), y, y);
+  EXPECT_TRUE(all_close(y, expected, TolClass::Exact));
 }
 
 TEST(ConvOps, Errors) {

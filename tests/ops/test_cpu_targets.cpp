@@ -34,10 +34,16 @@ TEST(CpuTargets, EveryTargetMatchesRef) {
         const Tensor shift = mod.narrow(1, 0, D), scale = mod.narrow(1, D, D), gate = mod.narrow(1, 2 * D, D);
         const Tensor w = random_normal({D}, dt, 4, 1.0, 0.3);
         const Tensor img = random_normal({1, 32, 3, D}, dt, 5), cw = random_normal({32}, dt, 6, 1.0, 0.2);
+        // Channels-last GroupNorm: D channels in 2 groups, a tail for 8 and 16 lanes.
+        const Tensor img_cl = ops::to_channels_last(random_normal({1, D, 3, 5}, dt, 7));
         auto norms = [&] {
-          return std::vector<Tensor>{ops::adaln_modulate(x, shift, scale), ops::layer_norm(x, w, w, 1e-5f),
-                                     ops::rms_norm(x, w, 1e-6f), ops::t5_rms_norm(x, w), ops::softmax(x),
-                                     ops::group_norm(img, cw, cw, 32, 1e-6f, true)};
+          return std::vector<Tensor>{ops::adaln_modulate(x, shift, scale),
+                                     ops::layer_norm(x, w, w, 1e-5f),
+                                     ops::rms_norm(x, w, 1e-6f),
+                                     ops::t5_rms_norm(x, w),
+                                     ops::softmax(x),
+                                     ops::group_norm(img, cw, cw, 32, 1e-6f, true),
+                                     ops::group_norm(img_cl, w, w, 2, 1e-6f, true)};
         };
         auto elementwise = [&] {
           return std::vector<Tensor>{ops::silu(x),      ops::gelu_tanh(x),  ops::quick_gelu(x),

@@ -1,6 +1,7 @@
 #pragma once
 // Argument structs for the VAE's non-convolution ops, NCHW in PyTorch order. These tensors are
-// contiguous (the ops layer copies otherwise): every op here walks whole channel planes.
+// contiguous (the ops layer copies otherwise): every op here walks whole channel planes. The
+// *_channels_last slots take the same structs with x and y channels-last instead.
 #include "core/tensor.h"
 
 namespace fluxrt::backend {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/onednn_util.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -192,17 +193,39 @@ Tensor upsample_nearest_2x_f32(const Tensor& x) {
   return up;
 }
 
+// t in `dtype`; a channels-last t stays channels-last, so that a primitive computing in another
+// dtype than the activations' (bf16 on a CPU without native bf16) still reads and writes the
+// layout it runs on, instead of a further copy into it and back.
+Tensor in_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  if (!t.is_channels_last() || t.is_contiguous()) return t.to(dtype);
+  Tensor out = Tensor::empty({t.size(0), t.size(2), t.size(3), t.size(1)}, dtype).permute({0, 3, 1, 2});
+  out.copy_from(t);
+  return out;
+}
+
+// The input of a convolution that upsamples first: a channels-last x is upsampled as it is, in
+// its own dtype (whole pixels copied; the convolution reads the result without a reorder); any
+// other x goes through the f32 NCHW copy above.
+Tensor upsampled_input(const Tensor& x) {
+  if (!x.is_channels_last() || x.is_contiguous()) return upsample_nearest_2x_f32(x);
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  Tensor up = Tensor::empty({n, 2 * h, 2 * w, c}, x.dtype()).permute({0, 3, 1, 2});  // [N, C, 2H, 2W]
+  cpu::upsample_nearest_2x_channels_last(Upsample2xArgs{x, up});
+  return up;
+}
+
 void OneDnnConv::run(const Conv2dArgs& a) {
   onednn::sync_threads();
   auto& eng = onednn::engine();
   auto& strm = onednn::stream();
   auto t0 = std::chrono::steady_clock::now();
   Tensor x = a.x;
-  if (a.upsample_nearest_2x) x = upsample_nearest_2x_f32(x);
+  if (a.upsample_nearest_2x) x = upsampled_input(x);
   Entry& e = entry(key_for(a));
 
   // Input: reorder (and convert) from x's strides into the layout the primitive wants.
-  if (x.dtype() != DType::F32 && x.dtype() != compute_) x = x.to(DType::F32);
+  if (x.dtype() != DType::F32 && x.dtype() != compute_) x = in_dtype(x, DType::F32);
   dnnl::memory x_mem(strided_nchw(x, onednn::to_dnnl(x.dtype())), eng, const_cast<void*>(x.raw_data()));
   dnnl::memory src = x_mem;
   Tensor src_buffer, dst_buffer;
@@ -213,15 +236,22 @@ void OneDnnConv::run(const Conv2dArgs& a) {
   // Output: y directly when it already has the primitive's layout and type, else a temporary.
   Tensor y = a.y;
   const bool y_native = y.dtype() == DType::F32 || y.dtype() == compute_;
-  Tensor y32 = y_native ? y : Tensor::empty(y.shape(), DType::F32);
+  Tensor y32 =
+      y_native ? y
+      : y.is_channels_last() && !y.is_contiguous()
+          ? Tensor::empty({y.size(0), y.size(2), y.size(3), y.size(1)}, DType::F32).permute({0, 3, 1, 2})
+          : Tensor::empty(y.shape(), DType::F32);
   dnnl::memory y_mem(strided_nchw(y32, onednn::to_dnnl(y32.dtype())), eng, y32.raw_data());
   dnnl::memory dst = y_mem.get_desc() == e.dst ? y_mem : blocked_memory(e.dst, dst_buffer);
   if (a.residual.defined()) {
     // The sum post-op adds what dst holds: load the residual into it first.
     Tensor r = a.residual;
-    if (r.dtype() != DType::F32 && r.dtype() != compute_) r = r.to(DType::F32);
+    if (r.dtype() != DType::F32 && r.dtype() != compute_) r = in_dtype(r, DType::F32);
     dnnl::memory r_mem(strided_nchw(r, onednn::to_dnnl(r.dtype())), eng, const_cast<void*>(r.raw_data()));
-    dnnl::reorder(r_mem, dst).execute(strm, r_mem, dst);
+    // The lean pass adds the residual in place (residual is y): then it is in dst already.
+    const bool in_dst =
+        dst == y_mem && r.raw_data() == y32.raw_data() && r_mem.get_desc() == y_mem.get_desc();
+    if (!in_dst) dnnl::reorder(r_mem, dst).execute(strm, r_mem, dst);
   }
   strm.wait();
   auto t1 = std::chrono::steady_clock::now();

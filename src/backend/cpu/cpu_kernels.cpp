@@ -23,6 +23,8 @@ void fill_cpu_kernels(KernelTable& t) {
   t.rms_norm = cpu::rms_norm;
   t.group_norm = cpu::group_norm;
   t.upsample_nearest_2x = cpu::upsample_nearest_2x;
+  t.group_norm_channels_last = cpu::group_norm_channels_last;
+  t.upsample_nearest_2x_channels_last = cpu::upsample_nearest_2x_channels_last;
   t.channel_norm = cpu::channel_norm;
   t.tile_blend = cpu::tile_blend;
   t.tile_normalize = cpu::tile_normalize;
@@ -58,6 +60,8 @@ const KernelTable& cpu_planning_kernels() {
     t.rms_norm = [](const RmsNormArgs&) {};
     t.group_norm = [](const GroupNormArgs&) {};
     t.upsample_nearest_2x = [](const Upsample2xArgs&) {};
+    t.group_norm_channels_last = [](const GroupNormArgs&) {};
+    t.upsample_nearest_2x_channels_last = [](const Upsample2xArgs&) {};
     t.channel_norm = [](const ChannelNormArgs&) {};
     t.tile_blend = [](const TileBlendArgs&) {};
     t.tile_normalize = [](const TileNormalizeArgs&) {};

@@ -21,6 +21,9 @@ void rms_norm(const RmsNormArgs& a);
 
 void group_norm(const GroupNormArgs& a);
 void upsample_nearest_2x(const Upsample2xArgs& a);
+// The two above on channels-last x and y (cpu_vae_channels_last.cpp).
+void group_norm_channels_last(const GroupNormArgs& a);
+void upsample_nearest_2x_channels_last(const Upsample2xArgs& a);
 void channel_norm(const ChannelNormArgs& a);
 
 }  // namespace fluxrt::backend::cpu

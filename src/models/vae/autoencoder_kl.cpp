@@ -114,6 +114,11 @@ struct AutoencoderKL::Impl {
   std::vector<Level> down;
   MidBlock enc_mid;
   Norm enc_norm_out;
+  // Activations channels-last from the first convolution to the last (ops::prefers_channels_last):
+  // every op below keeps the layout it is given, so only the passes' entries convert.
+  bool channels_last = false;
+
+  Tensor in_work_layout(const Tensor& t) const { return channels_last ? ops::to_channels_last(t) : t; }
 
   Tensor group_norm(const Tensor& x, const Norm& n, bool silu) const {
     return ops::group_norm(x, n.weight, n.bias, config.norm_num_groups, config.norm_eps, silu);
@@ -128,20 +133,31 @@ struct AutoencoderKL::Impl {
     return ops::conv2d(h, *r.conv2, ops::Conv2dOptions::same(3), skip);       // [B, Cout, H, W]
   }
 
-  // Attention (AttnProcessor2_0) on the mid block: one head of width C over all H*W pixels; the
-  // NCHW <-> NLC transposes are real copies, acceptable at the mid block's 1/8 resolution.
+  // Attention (AttnProcessor2_0) on the mid block: one head of width C over all H*W pixels. A
+  // channels-last x already is the [B, L, C] sequence; NCHW <-> NLC transposes are real copies,
+  // acceptable at the mid block's 1/8 resolution.
   Tensor attention(const Tensor& x, const MidAttention& a) const {
     const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), L = H * W;
     Tensor h = group_norm(x, a.norm, false);                                  // [B, C, H, W]
+    if (h.is_channels_last() && x.is_channels_last()) {
+      Tensor seq = h.permute({0, 2, 3, 1}).view({B, L, C});          // [B, L, C]
+      Tensor out = a.out(single_head_attention(a.qkv(seq), C));      // [B, L, C]
+      out = ops::add(out, x.permute({0, 2, 3, 1}).view({B, L, C}));  // [B, L, C]
+      return out.view({B, H, W, C}).permute({0, 3, 1, 2});           // [B, C, H, W] channels-last
+    }
     Tensor seq = h.view({B, C, L}).transpose(1, 2).contiguous();              // [B, L, C]
-    Tensor qkv = a.qkv(seq);                                                  // [B, L, 3C]
+    Tensor proj = a.out(single_head_attention(a.qkv(seq), C));                // [B, L, C]
+    Tensor back = proj.transpose(1, 2).contiguous().view({B, C, H, W});       // [B, C, H, W]
+    return ops::add(back, x);                                                 // [B, C, H, W]
+  }
+
+  // One head of width C over the sequence: qkv [B, L, 3C] -> [B, L, C].
+  static Tensor single_head_attention(const Tensor& qkv, int64_t C) {
     Tensor q = qkv.slice(2, 0, C).unsqueeze(2);                               // [B, L, 1, C]
     Tensor k = qkv.slice(2, C, 2 * C).unsqueeze(2);                           // [B, L, 1, C]
     Tensor v = qkv.slice(2, 2 * C, 3 * C).unsqueeze(2);                       // [B, L, 1, C]
     Tensor o = ops::attention(q, k, v);                                       // [B, L, 1, C]
-    Tensor proj = a.out(o.view({B, L, C}));                                   // [B, L, C]
-    Tensor back = proj.transpose(1, 2).contiguous().view({B, C, H, W});       // [B, C, H, W]
-    return ops::add(back, x);                                                 // [B, C, H, W]
+    return o.view({qkv.size(0), qkv.size(1), C});                             // [B, L, C]
   }
 
   Tensor mid(const Tensor& x, const MidBlock& m) const {
@@ -157,7 +173,7 @@ struct AutoencoderKL::Impl {
   // up levels [0, levels) with the upsamplers between them (not the last one's).
   // z [B, z, h, w] -> [B, Ci, h * 2^(levels-1), w * 2^(levels-1)] (levels 0: [B, C3, h, w]).
   Tensor decode_head(const Tensor& z_in, int levels) const {
-    Tensor z = z_in.to(options.dtype);                                        // [B, z, h, w]
+    Tensor z = in_work_layout(z_in.to(options.dtype));                        // [B, z, h, w]
     if (post_quant_conv) z = ops::conv2d(z, *post_quant_conv);                // [B, z, h, w]
     Tensor h = ops::conv2d(z, *dec_conv_in, ops::Conv2dOptions::same(3));     // [B, C3, h, w]
     h = mid(h, dec_mid);                                                      // [B, C3, h, w]
@@ -170,6 +186,7 @@ struct AutoencoderKL::Impl {
   }
   // The rest of the decoder from decode_head(z, levels)'s output: [B, Ci, h', w'] -> [B, 3, H, W].
   Tensor decode_tail(Tensor h, int levels) const {
+    h = in_work_layout(h);  // a tile is NCHW
     if (levels > 0 && up[levels - 1].resample)
       h = ops::conv2d(h, *up[levels - 1].resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
     for (size_t i = static_cast<size_t>(levels); i < up.size(); ++i) {
@@ -177,7 +194,7 @@ struct AutoencoderKL::Impl {
       if (up[i].resample) h = ops::conv2d(h, *up[i].resample, ops::Conv2dOptions::upsample_then_same(3));  // [B, Ci, 2h', 2w']
     }
     h = group_norm(h, dec_norm_out, true);                                    // [B, C0, H, W]
-    return ops::conv2d(h, *dec_conv_out, ops::Conv2dOptions::same(3));        // [B, 3, H, W]
+    return ops::conv2d(h, *dec_conv_out, ops::Conv2dOptions::same(3)).contiguous();  // [B, 3, H, W]
   }
   // Pixels of decode_head(z, levels)'s output per latent pixel is 1 / this.
   int64_t decode_head_factor(int levels) const {
@@ -193,7 +210,7 @@ struct AutoencoderKL::Impl {
   // The encoder up to the split point: conv_in, then down levels [0, levels) (resnets and
   // downsamplers). x [B, 3, H, W] -> [B, Ci, H / 2^min(levels, n-1), W / ...].
   Tensor encode_head(const Tensor& x_in, int levels) const {
-    Tensor x = x_in.to(options.dtype);                                        // [B, 3, H, W]
+    Tensor x = in_work_layout(x_in.to(options.dtype));                        // [B, 3, H, W]
     Tensor h = ops::conv2d(x, *enc_conv_in, ops::Conv2dOptions::same(3));     // [B, C0, H, W]
     for (int i = 0; i < levels; ++i) {  // DownEncoderBlock2D: resnets, then pad (0,1,0,1) + stride-2 conv
       for (const Resnet& r : down[i].resnets) h = resnet(h, r);               // [B, Ci, H', W']
@@ -204,6 +221,7 @@ struct AutoencoderKL::Impl {
   // The rest from encode_head(x, levels)'s output: down levels [levels, n), the mid block,
   // conv_norm_out, conv_out, quant_conv -> [B, 2z, H/8, W/8].
   Tensor encode_tail(Tensor h, int levels) const {
+    h = in_work_layout(h);  // a blend of tiles is NCHW
     for (size_t i = static_cast<size_t>(levels); i < down.size(); ++i) {
       for (const Resnet& r : down[i].resnets) h = resnet(h, r);               // [B, Ci, H', W']
       if (down[i].resample) h = ops::conv2d(h, *down[i].resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
@@ -212,7 +230,7 @@ struct AutoencoderKL::Impl {
     h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
     h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 2z, H/8, W/8]
     if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 2z, H/8, W/8]
-    return h;                                                                 // [B, 2z, H/8, W/8]: mean | logvar
+    return h.contiguous();  // [B, 2z, H/8, W/8]: mean | logvar
   }
   // Image pixels per pixel of encode_head(x, levels)'s output.
   int64_t encode_head_factor(int levels) const {
@@ -257,7 +275,7 @@ struct AutoencoderKL::Impl {
 
   // decode_untiled, lean: z [B, z, h, w] -> [B, 3, 8h, 8w].
   Tensor decode_lean(const Tensor& z_in) const {
-    Tensor z = z_in.to(options.dtype);                                        // [B, z, h, w]
+    Tensor z = in_work_layout(z_in.to(options.dtype));                        // [B, z, h, w]
     if (post_quant_conv) z = ops::conv2d(z, *post_quant_conv);                // [B, z, h, w]
     Tensor h = conv_lean(z, *dec_conv_in, ops::Conv2dOptions::same(3));       // [B, C3, h, w]
     z = Tensor();
@@ -268,12 +286,13 @@ struct AutoencoderKL::Impl {
     }
     Tensor normed = group_norm(h, dec_norm_out, true);                        // [B, C0, H, W]
     h = Tensor();
-    return conv_lean(normed, *dec_conv_out, ops::Conv2dOptions::same(3));     // [B, 3, H, W]
+    return conv_lean(normed, *dec_conv_out, ops::Conv2dOptions::same(3)).contiguous();  // [B, 3, H, W]
   }
 
   // encode_untiled, lean: x [B, 3, H, W] -> [B, 2z, H/8, W/8] (mean | logvar).
   Tensor encode_lean(const Tensor& x_in) const {
-    Tensor h = conv_lean(x_in.to(options.dtype), *enc_conv_in, ops::Conv2dOptions::same(3));  // [B, C0, H, W]
+    Tensor h = conv_lean(in_work_layout(x_in.to(options.dtype)), *enc_conv_in,
+                         ops::Conv2dOptions::same(3));  // [B, C0, H, W]
     for (const Level& level : down) {
       for (const Resnet& r : level.resnets) h = resnet_lean(std::move(h), r); // [B, Ci, H', W']
       if (level.resample) h = conv_lean(h, *level.resample, ops::Conv2dOptions::downsample());  // [B, Ci, H'/2, W'/2]
@@ -282,7 +301,7 @@ struct AutoencoderKL::Impl {
     h = group_norm(h, enc_norm_out, true);                                    // [B, C3, H/8, W/8]
     h = ops::conv2d(h, *enc_conv_out, ops::Conv2dOptions::same(3));           // [B, 2z, H/8, W/8]
     if (quant_conv) h = ops::conv2d(h, *quant_conv);                          // [B, 2z, H/8, W/8]
-    return h;
+    return h.contiguous();
   }
 
   // Tiled encode under `plan`: the tiled levels per tile, blended at their output resolution, then
@@ -314,7 +333,8 @@ struct AutoencoderKL::Impl {
     for (size_t iy = 0; iy < ys.size(); ++iy) {
       for (size_t ix = 0; ix < xs.size(); ++ix) {
         const int64_t th = std::min(tile, H), tw = std::min(tile, W);
-        Tensor in = x.slice(2, ys[iy], ys[iy] + th).slice(3, xs[ix], xs[ix] + tw).contiguous();  // [B, C, th, tw]
+        const Tensor part = x.slice(2, ys[iy], ys[iy] + th).slice(3, xs[ix], xs[ix] + tw);
+        const Tensor in = channels_last ? ops::to_channels_last(part) : part.contiguous();  // [B, C, th, tw]
         const Tensor out = fn(in);                                                                // [B, OC, oth, otw]
         if (!acc.defined()) acc = Tensor::zeros({B, out.size(1), OH, OW}, DType::F32, x.device());  // [B, OC, OH, OW]
         ops::TilePlacement at;
@@ -462,6 +482,7 @@ AutoencoderKL::AutoencoderKL(const AutoencoderKLConfig& config, const Autoencode
   config.validate(binder.component());
   impl_->config = config;
   impl_->options = options;
+  impl_->channels_last = ops::prefers_channels_last(options.device);
   if (!options.load_encoder) {
     binder.ignore_prefix("encoder.");
     binder.ignore_prefix("quant_conv.");

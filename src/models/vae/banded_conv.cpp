@@ -17,6 +17,14 @@ void conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Con
     ops::conv2d_into(x, w, opt, y, residual);
     return;
   }
+  // Rows of one image of a channels-last batch are one dense block; rows of all images are not,
+  // and a backend would copy them into one first: band each image on its own.
+  if (x.size(0) > 1 && x.is_channels_last() && !x.is_contiguous()) {
+    for (int64_t b = 0; b < x.size(0); ++b)
+      conv2d_banded(x.narrow(0, b, 1), w, opt, y.narrow(0, b, 1),
+                    residual.defined() ? residual.narrow(0, b, 1) : Tensor(), band_rows);
+    return;
+  }
   const int64_t k = w.weight.size(2), stride = opt.stride;
   const int64_t up = opt.upsample_nearest_2x ? 2 : 1;
   const int64_t in_rows = x.size(2) * up;  // rows of the (upsampled) input the kernel slides over
@@ -47,7 +55,7 @@ void conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Con
 
 Tensor conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Conv2dOptions& opt,
                      int64_t band_rows) {
-  Tensor y = Tensor::empty(ops::conv2d_output_shape(x, w, opt), x.dtype(), x.device());
+  Tensor y = ops::empty_conv2d_output(x, w, opt);
   conv2d_banded(x, w, opt, y, Tensor(), band_rows);
   return y;
 }
