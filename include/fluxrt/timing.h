@@ -61,8 +61,11 @@ struct RunTimings {
 // the load, between warm-up and timed run, after it): on a shared machine one reading can be a
 // fraction of the next, and the spread says how much.
 struct LoopThroughput {
-  double flop = 0;              // GEMMs + attention of every forward of the loop
-  double gflops = 0;            // flop / denoise_total_s
+  double flop = 0;    // GEMMs + attention of every forward of the counted steps
+  double gflops = 0;  // flop / the time of the counted steps (the loop's, when all)
+  // 0: every step is counted; else a step cache ran and only this many steps, those run fully,
+  // are (a cached step runs a part of the model that the FLOP count cannot tell).
+  int steps_counted = 0;
   double gemm_peak_gflops = 0;  // the best reading; 0: not measured
   double gflops_per_cpu_s = 0;  // flop / process CPU seconds of the loop
   double gemm_peak_per_cpu_s = 0;

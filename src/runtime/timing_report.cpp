@@ -151,6 +151,9 @@ std::string format_timing_report(const TimingReport& t) {
   if (t.throughput) {
     const LoopThroughput& p = *t.throughput;
     std::string detail = fmt::format("{:.3f} TFLOP", p.flop / 1e12);
+    if (p.steps_counted > 0)
+      detail += fmt::format(" of the {} step{} run fully (cached steps not counted)", p.steps_counted,
+                            p.steps_counted == 1 ? "" : "s");
     if (p.gemm_peak_gflops > 0)
       detail += fmt::format(", {:.1f}% of the GEMM peak {:.1f} GFLOP/s", 100.0 * p.gflops / p.gemm_peak_gflops,
                             p.gemm_peak_gflops);
@@ -194,6 +197,7 @@ std::string timing_report_json(const TimingReport& t) {
     j["throughput"] = {
         {"loop_tflop", p.flop / 1e12},
         {"gflops", p.gflops},
+        {"steps_counted", p.steps_counted},
         {"gflops_per_cpu_s", p.gflops_per_cpu_s},
         {"gemm_peak_gflops", p.gemm_peak_gflops},
         {"gemm_peak_gflops_per_cpu_s", p.gemm_peak_per_cpu_s},

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -490,6 +491,30 @@ TEST_F(CliGenerateFlux1, BenchPipelineFlux1TinySynthetic) {
   EXPECT_NE(err_.find("flux.1-pro"), std::string::npos) << err_;
   EXPECT_NE(run_command("bench pipeline --variant flux.1-tiny --synthetic --size 64x64 --weights q8_0"), 0);
   EXPECT_NE(err_.find("is for FLUX.2 klein"), std::string::npos) << err_;
+}
+
+// With a step cache, the loop's FLOP and rates are over the steps run fully: a cached step runs a
+// part of the model the count cannot tell (counting every step at full cost read above the peak).
+TEST_F(CliGenerateFlux1, BenchPipelineWithACacheCountsTheFullSteps) {
+  const fs::path plain = tmp_ / "plain.json", cached = tmp_ / "cached.json";
+  const std::string base =
+      "bench pipeline --variant flux.1-tiny --synthetic --size 64x64 --steps 12 --skip-peak ";
+  ASSERT_EQ(run_command(base + "--json " + quote(plain.string())), 0) << err_;
+  ASSERT_EQ(run_command(base + "--cache taylorseer --json " + quote(cached.string())), 0) << err_;
+  EXPECT_NE(out_.find("run fully (cached steps not counted)"), std::string::npos) << out_;
+  const nlohmann::json p = nlohmann::json::parse(read_file(plain)),
+                       c = nlohmann::json::parse(read_file(cached));
+  EXPECT_EQ(p["throughput"]["steps_counted"], 0);  // every step
+  const std::string decisions = c["run"]["cache_steps"];
+  ASSERT_EQ(decisions.size(), 12u);
+  const auto full = std::count(decisions.begin(), decisions.end(), 'F');
+  ASSERT_GT(full, 0);
+  ASSERT_LT(full, 12) << decisions;  // TaylorSeer's defaults reuse the cache within 12 steps
+  EXPECT_EQ(c["throughput"]["steps_counted"], full);
+  // The same per-step FLOP: the counted total is the plain run's, scaled to the full steps.
+  EXPECT_NEAR(c["throughput"]["loop_tflop"].get<double>(),
+              p["throughput"]["loop_tflop"].get<double>() * full / 12.0, 1e-9);
+  EXPECT_GT(c["throughput"]["gflops"].get<double>(), 0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "bench.h"
 #include "bench_common.h"
@@ -202,7 +203,13 @@ int bench_pipeline(const BenchRequest& r) {
   // Process CPU time from the end of step 1 to the end of the loop: steps 2..N, which is what the
   // per-CPU-second rate is computed over (step 1's start is not observable from here).
   double cpu_after_first = 0, cpu_after_last = 0;
+  // Each step's wall time and the process CPU time at its end, for the rates over the steps run
+  // fully when a step cache skipped work (the timed run's: a warm-up's are cleared at its step 1).
+  std::vector<double> step_seconds, step_cpu_end;
   call.on_step = [&](int step, int total, double seconds, float) {
+    if (step == 1) step_seconds.clear(), step_cpu_end.clear();
+    step_seconds.push_back(seconds);
+    step_cpu_end.push_back(cpu_seconds());
     // Made per request, the memory changes within a run: each step says where it stands.
     if (made_in_run)
       std::printf("  step %d/%d: %.1f ms (RSS %.2f GiB)\n", step, total, seconds * 1e3,
@@ -254,11 +261,33 @@ int bench_pipeline(const BenchRequest& r) {
     std::printf("reference tokens per forward: %lld (beside %lld image tokens)\n",
                 static_cast<long long>(reference_tokens), static_cast<long long>(image_tokens));
   const double flop_per_step = forwards_per_step * r.batch * flop_per_forward;
-  throughput.flop = flop_per_step * report.run.steps;
-  throughput.gflops = report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;
-  if (report.run.steps > 1 && cpu_after_last > cpu_after_first)
-    throughput.gflops_per_cpu_s =
-        flop_per_step * (report.run.steps - 1) / (cpu_after_last - cpu_after_first) / 1e9;
+  const std::string& decisions = result.cache_steps;
+  if (!decisions.empty() && decisions.size() == step_seconds.size()) {
+    // A cached step runs a part of the model that the FLOP count cannot tell, so the figures are
+    // over the steps run fully ('F'); counting every step at full cost read up to 239%.
+    double seconds = 0, cpu = 0;
+    int full = 0, full_after_first = 0;
+    for (size_t i = 0; i < decisions.size(); ++i) {
+      if (decisions[i] != 'F') continue;
+      ++full;
+      seconds += step_seconds[i];
+      if (i > 0) {
+        cpu += step_cpu_end[i] - step_cpu_end[i - 1];
+        ++full_after_first;
+      }
+    }
+    throughput.steps_counted = full;
+    throughput.flop = flop_per_step * full;
+    throughput.gflops = seconds > 0 ? throughput.flop / seconds / 1e9 : 0;
+    if (cpu > 0) throughput.gflops_per_cpu_s = flop_per_step * full_after_first / cpu / 1e9;
+  } else {
+    throughput.flop = flop_per_step * report.run.steps;
+    throughput.gflops =
+        report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;
+    if (report.run.steps > 1 && cpu_after_last > cpu_after_first)
+      throughput.gflops_per_cpu_s =
+          flop_per_step * (report.run.steps - 1) / (cpu_after_last - cpu_after_first) / 1e9;
+  }
   report.throughput = throughput;
   report.total_s = command.seconds();
 
