@@ -6,9 +6,11 @@
 // both softmax modes (the fixed Cauchy-Schwarz maximum, the forced exact maximum) are timed; the
 // "auto" column marks what attention() picks on this machine.
 //
-//   bench_attention [--quick] [--skip-peak] [--impl simd|onednn] [--long] [--length L]
+//   bench_attention [--quick] [--skip-peak] [--impl simd|onednn] [--long] [--length L] [--vae]
 //   (--quick: L = 1536 only, H = 24; --long: L = 4608 only; --length: that L only, H = 24, e.g.
-//   768 = 512 text + 256 image tokens at 256^2; --impl: time only that one)
+//   768 = 512 text + 256 image tokens at 256^2; --impl: time only that one; --vae: the VAE mid
+//   block's attention instead, one head of D = 512 over every latent pixel without RoPE, L = 4096
+//   and 16384 at 512^2 and 1024^2)
 #include <fmt/format.h>
 
 #include <cmath>
@@ -32,16 +34,24 @@ using namespace fluxrt;
 struct Shape4 {
   const char* model;
   int64_t H, L;
+  int64_t D = 128;
+  bool rope = true;  // FLUX.2 RoPE; the VAE's attention has none
 };
 
-backend::AttentionArgs make_args(int64_t H, int64_t L) {
-  const int64_t D = 128;
+backend::AttentionArgs make_args(int64_t H, int64_t L, int64_t D, bool with_rope) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(L * 3 * H * D);
   for (auto& e : x) e = normal(rng);
   // A fused [1, L, 3, H, D] projection output, as the transformer produces it.
   const Tensor qkv = Tensor::from_vector(x, {1, L, 3, H, D}, DType::BF16);
+  backend::AttentionArgs a;
+  a.q = qkv.select(2, 0);
+  a.k = qkv.select(2, 1);
+  a.v = qkv.select(2, 2);
+  a.out = Tensor::empty({1, L, H, D}, DType::BF16);
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  if (!with_rope) return a;
   // FLUX.2 ids: 512 text tokens (0, 0, 0, l) then a square image grid (0, i, j, 0).
   const int64_t text = 512, side = static_cast<int64_t>(std::lround(std::sqrt(static_cast<double>(L - text))));
   std::vector<float> ids(L * 4, 0.0f);
@@ -54,12 +64,6 @@ backend::AttentionArgs make_args(int64_t H, int64_t L) {
     }
   }
   const ops::RopeTable rope = ops::rope_flux2(Tensor::from_vector(ids, {L, 4}, DType::I64));
-  backend::AttentionArgs a;
-  a.q = qkv.select(2, 0);
-  a.k = qkv.select(2, 1);
-  a.v = qkv.select(2, 2);
-  a.out = Tensor::empty({1, L, H, D}, DType::BF16);
-  a.scale = static_cast<float>(1.0 / std::sqrt(128.0));
   a.rope = backend::RopeLayout::AdjacentPairs;
   a.rope_cos = rope.cos;
   a.rope_sin = rope.sin;
@@ -69,13 +73,14 @@ backend::AttentionArgs make_args(int64_t H, int64_t L) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, skip_peak = false, long_only = false;
+  bool quick = false, skip_peak = false, long_only = false, vae = false;
   std::string only_impl;
   int64_t length = 0;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     skip_peak = skip_peak || std::strcmp(argv[i], "--skip-peak") == 0;
     long_only = long_only || std::strcmp(argv[i], "--long") == 0;
+    vae = vae || std::strcmp(argv[i], "--vae") == 0;
     if (std::strcmp(argv[i], "--impl") == 0 && i + 1 < argc) only_impl = argv[++i];
     if (std::strcmp(argv[i], "--length") == 0 && i + 1 < argc) length = std::atoll(argv[++i]);
   }
@@ -96,11 +101,12 @@ int main(int argc, char** argv) {
   if (quick) shapes = {{"klein-4B", 24, 1536}};
   if (long_only) shapes = {{"klein-4B", 24, 4608}, {"klein-9B", 32, 4608}};
   if (length > 0) shapes = {{"klein-4B", 24, length}};
+  if (vae) shapes = {{"VAE mid", 1, 4096, 512, false}, {"VAE mid", 1, 16384, 512, false}};
   // Each row's cells and rate: the ratio cells are made once the last peak reading is in.
   std::vector<std::pair<std::vector<std::string>, double>> rows;
   for (const Shape4& s : shapes) {
-    const backend::AttentionArgs a = make_args(s.H, s.L);
-    const double flops = 4.0 * s.H * static_cast<double>(s.L) * s.L * 128;
+    const backend::AttentionArgs a = make_args(s.H, s.L, s.D, s.rope);
+    const double flops = 4.0 * s.H * static_cast<double>(s.L) * s.L * s.D;
     const backend::cpu::AttentionCpuImpl picked = backend::cpu::attention_impl_for(a, {});
     for (backend::cpu::AttentionCpuImpl impl :
          {backend::cpu::AttentionCpuImpl::Simd, backend::cpu::AttentionCpuImpl::OneDnn})
@@ -115,12 +121,12 @@ int main(int argc, char** argv) {
         const bench::Timing t =
             bench::time_runs([&] { backend::cpu::attention(a, opt, nullptr); }, 0, 5, 15.0);
         const double gflops = flops / t.min_s * 1e-9;
-        rows.push_back(
-            {{fmt::format("{} H={} L={} bf16", s.model, s.H, s.L), backend::cpu::describe_attention(a, opt),
-              impl == picked ? "*" : "", online ? "exact max" : "fixed max",
-              fmt::format("{:.1f}", t.min_s * 1e3), fmt::format("{:.1f}", t.median_s * 1e3),
-              fmt::format("{:.1f}", gflops), fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)},
-             gflops});
+        rows.push_back({{fmt::format("{} H={} D={} L={} bf16", s.model, s.H, s.D, s.L),
+                         backend::cpu::describe_attention(a, opt), impl == picked ? "*" : "",
+                         online ? "exact max" : "fixed max", fmt::format("{:.1f}", t.min_s * 1e3),
+                         fmt::format("{:.1f}", t.median_s * 1e3), fmt::format("{:.1f}", gflops),
+                         fmt::format("{}/{}", stats.fallback_blocks, stats.blocks)},
+                        gflops});
       }
   }
   peaks.take("after the attentions");
