@@ -409,9 +409,23 @@ void Tensor::copy_from(const Tensor& src) {
   const size_t de = element_size(), se = src.element_size();
   char* dst_base = static_cast<char*>(raw_data());
   const char* src_base = static_cast<const char*>(src.raw_data());
-  int64_t d_inner = dim() ? strides_[dim() - 1] : 1;
-  int64_t s_inner = dim() ? src.strides_[dim() - 1] : 1;
-  for_each_row(shape_, strides_, src.strides_, [&](int64_t d_off, int64_t s_off, int64_t n) {
+  // Walk the dimensions in the destination's memory order (largest stride first), so that rows
+  // run along its unit stride where it has one: a window of a channels-last tensor copies whole
+  // runs of channels instead of one element at a time.
+  std::array<int, kMaxDims> order{};
+  for (int i = 0; i < dim(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.begin() + dim(),
+                   [&](int a, int b) { return strides_[a] > strides_[b]; });
+  Shape shape;
+  Dims dst_strides, src_strides;
+  for (int i = 0; i < dim(); ++i) {
+    shape.push_back(shape_[order[i]]);
+    dst_strides.push_back(strides_[order[i]]);
+    src_strides.push_back(src.strides_[order[i]]);
+  }
+  const int64_t d_inner = dim() ? dst_strides[dim() - 1] : 1;
+  const int64_t s_inner = dim() ? src_strides[dim() - 1] : 1;
+  for_each_row(shape, dst_strides, src_strides, [&](int64_t d_off, int64_t s_off, int64_t n) {
     if (d_inner == 1 && s_inner == 1) {
       convert(src_base + s_off * se, src.dtype_, dst_base + d_off * de, dtype_, n);
       return;

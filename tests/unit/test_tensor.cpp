@@ -131,6 +131,39 @@ TEST(Tensor, ConvertAndCopyStrided) {
   EXPECT_THROW(dst.copy_from(t), Error);
 }
 
+// Channels-last: the layout test, and copies into, out of and between windows of such tensors
+// (the VAE's tiles) give every element where it belongs, with and without a dtype change.
+TEST(Tensor, ChannelsLastLayoutAndCopies) {
+  const Tensor x = arange(2 * 5 * 4 * 6).view({2, 5, 4, 6});  // [N, C, H, W], values below 256: exact in bf16
+  EXPECT_FALSE(x.is_channels_last());
+  const Tensor cl = Tensor::empty({2, 4, 6, 5}, DType::F32).permute({0, 3, 1, 2});
+  EXPECT_TRUE(cl.is_channels_last());
+  EXPECT_FALSE(cl.is_contiguous());
+  EXPECT_TRUE(Tensor::empty({1, 3, 1, 1}, DType::F32).is_channels_last());  // both layouts at once
+  EXPECT_FALSE(cl.slice(3, 1, 4).is_channels_last());                       // a window is not dense
+  Tensor y = cl;
+  y.copy_from(x);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // A window of the channels-last tensor into a dense channels-last one, then back to NCHW.
+    const Tensor window = y.slice(2, 1, 3).slice(3, 2, 5);  // [2, 5, 2, 3]
+    Tensor dense = Tensor::empty({2, 2, 3, 5}, dt).permute({0, 3, 1, 2});
+    dense.copy_from(window);
+    Tensor back = Tensor::empty({2, 5, 2, 3}, DType::F32);
+    back.copy_from(dense);
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 5; ++c)
+        for (int64_t h = 0; h < 2; ++h)
+          for (int64_t w = 0; w < 3; ++w)
+            ASSERT_EQ(back.item({n, c, h, w}), x.item({n, c, h + 1, w + 2})) << n << c << h << w;
+    // The same dense layout on both sides, another dtype: one run.
+    Tensor same = Tensor::empty({2, 4, 6, 5}, dt).permute({0, 3, 1, 2});
+    same.copy_from(y);
+    EXPECT_EQ(same.item({1, 4, 3, 5}), x.item({1, 4, 3, 5}));
+    EXPECT_EQ(same.item({0, 2, 1, 0}), x.item({0, 2, 1, 0}));
+  }
+}
+
 TEST(Tensor, FillAndFull) {
   Tensor t = Tensor::full({3, 2}, DType::BF16, 1.5);
   for (float v : t.to_vector()) EXPECT_EQ(v, 1.5f);
