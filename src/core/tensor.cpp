@@ -160,6 +160,17 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+Tensor Tensor::empty_channels_last(const Shape& nchw, DType dtype, Device device) {
+  FLUXRT_CHECK(nchw.size() == 4, ErrorCode::InvalidArgument, "channels-last shape {} is not [N, C, H, W]",
+               nchw.str());
+  return empty({nchw[0], nchw[2], nchw[3], nchw[1]}, dtype, device).permute({0, 3, 1, 2});
+}
+
+Tensor Tensor::empty_like_layout(const Tensor& like, const Shape& shape, DType dtype) {
+  return like.is_channels_last_only() ? empty_channels_last(shape, dtype, like.device())
+                                      : empty(shape, dtype, like.device());
+}
+
 bool Tensor::is_channels_last() const {
   if (dim() != 4) return false;
   int64_t expected = 1;

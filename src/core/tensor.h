@@ -60,6 +60,11 @@ class Tensor {
   // New host tensors (64-byte aligned). empty() leaves the contents uninitialised.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // An uninitialised channels-last [N, C, H, W] tensor (see is_channels_last).
+  static Tensor empty_channels_last(const Shape& nchw, DType dtype, Device device = Device::cpu());
+  // An uninitialised tensor of `shape` on like's device, channels-last when `like` is only that
+  // (is_channels_last_only), else contiguous: the output of an op that keeps its input's layout.
+  static Tensor empty_like_layout(const Tensor& like, const Shape& shape, DType dtype);
   static Tensor full(const Shape& shape, DType dtype, double value);
   // A contiguous view of memory owned elsewhere; `keep_alive` is held for the tensor's lifetime.
   static Tensor from_blob(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> keep_alive,
@@ -83,6 +88,9 @@ class Tensor {
   // A 4-D [N, C, H, W] tensor whose memory is a dense [N, H, W, C] (PyTorch's channels_last):
   // strides (H*W*C, 1, W*C, C), extents of 1 matching any stride.
   bool is_channels_last() const;
+  // Channels-last and not also contiguous (with C = 1, or H = W = 1, a tensor is both): the
+  // tensors whose layout the VAE ops keep instead of copying them to NCHW.
+  bool is_channels_last_only() const { return is_channels_last() && !is_contiguous(); }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
   void* raw_data() const;

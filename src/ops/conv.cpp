@@ -3,7 +3,6 @@
 #include "core/error.h"
 #include "ops/dispatch.h"
 #include "ops/op_utils.h"
-#include "ops/vae_ops.h"
 
 namespace fluxrt::ops {
 namespace {
@@ -82,9 +81,7 @@ void conv2d_into(const Tensor& x, const backend::PreparedConv2d& w, const Conv2d
 }
 
 Tensor empty_conv2d_output(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& o) {
-  const Shape shape = conv2d_output_shape(x, w, o);
-  if (x.is_channels_last() && !x.is_contiguous()) return empty_channels_last(shape, x.dtype(), x.device());
-  return Tensor::empty(shape, x.dtype(), x.device());
+  return Tensor::empty_like_layout(x, conv2d_output_shape(x, w, o), x.dtype());
 }
 
 Tensor conv2d(const Tensor& x, const backend::PreparedConv2d& w, const Conv2dOptions& o, const Tensor& residual) {

@@ -8,25 +8,13 @@ namespace fluxrt::ops {
 
 bool prefers_channels_last(Device device) { return kernels_for(device).group_norm_channels_last != nullptr; }
 
-Tensor empty_channels_last(const Shape& nchw, DType dtype, Device device) {
-  FLUXRT_CHECK(nchw.size() == 4, ErrorCode::InvalidArgument, "[channels_last] shape {} is not [N, C, H, W]",
-               nchw.str());
-  return Tensor::empty({nchw[0], nchw[2], nchw[3], nchw[1]}, dtype, device).permute({0, 3, 1, 2});
-}
-
 Tensor to_channels_last(const Tensor& x) {
   detail::check_defined(x, "to_channels_last", "x");
   if (x.is_channels_last()) return x;
-  Tensor y = empty_channels_last(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty_channels_last(x.shape(), x.dtype(), x.device());
   y.copy_from(x);
   return y;
 }
-
-namespace {
-// Channels-last and not also contiguous (a tensor with C = 1 or H = W = 1 is both): the ops below
-// keep such a tensor's layout instead of copying it to NCHW.
-bool keeps_channels_last(const Tensor& x) { return x.is_channels_last() && !x.is_contiguous(); }
-}  // namespace
 
 Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int groups, float eps, bool silu) {
   constexpr const char* kOp = "group_norm";
@@ -38,12 +26,12 @@ Tensor group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, int
   detail::check_on_device(weight, x.device(), kOp, "weight");
   detail::check_on_device(bias, x.device(), kOp, "bias");
   const auto& k = kernels_for(x);
-  if (keeps_channels_last(x)) {
+  if (x.is_channels_last_only()) {
     if (k.group_norm_channels_last == nullptr) {
       note_fallback("group_norm (channels-last)", k);
       return to_channels_last(group_norm(x.contiguous(), weight, bias, groups, eps, silu));
     }
-    Tensor y = empty_channels_last(x.shape(), x.dtype(), x.device());
+    Tensor y = Tensor::empty_channels_last(x.shape(), x.dtype(), x.device());
     if (x.numel() > 0)
       k.group_norm_channels_last(backend::GroupNormArgs{x, weight, bias, y, groups, eps, silu});
     return y;
@@ -65,8 +53,8 @@ Tensor upsample_nearest_2x(const Tensor& x) {
   shape[shape.size() - 2] *= 2;
   shape[shape.size() - 1] *= 2;
   const auto& k = kernels_for(x);
-  if (keeps_channels_last(x)) {
-    Tensor y = empty_channels_last(shape, x.dtype(), x.device());
+  if (x.is_channels_last_only()) {
+    Tensor y = Tensor::empty_channels_last(shape, x.dtype(), x.device());
     if (x.numel() == 0) return y;
     if (k.upsample_nearest_2x_channels_last) {
       k.upsample_nearest_2x_channels_last(backend::Upsample2xArgs{x, y});

@@ -13,8 +13,6 @@ namespace fluxrt::ops {
 bool prefers_channels_last(Device device);
 // x [N, C, H, W] as a channels-last tensor of the same shape and values (x itself when it is one).
 Tensor to_channels_last(const Tensor& x);
-// An uninitialised channels-last [N, C, H, W] tensor.
-Tensor empty_channels_last(const Shape& nchw, DType dtype, Device device);
 
 // GroupNorm(groups, eps, affine) over [N, C, H, W] (or [N, C, *]); with silu = true the SiLU that
 // follows every VAE resnet norm runs in the same pass. y is channels-last when x is.

@@ -198,8 +198,7 @@ Tensor upsample_nearest_2x_f32(const Tensor& x) {
 // layout it runs on, instead of a further copy into it and back.
 Tensor in_dtype(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
-  if (!t.is_channels_last() || t.is_contiguous()) return t.to(dtype);
-  Tensor out = Tensor::empty({t.size(0), t.size(2), t.size(3), t.size(1)}, dtype).permute({0, 3, 1, 2});
+  Tensor out = Tensor::empty_like_layout(t, t.shape(), dtype);
   out.copy_from(t);
   return out;
 }
@@ -208,9 +207,8 @@ Tensor in_dtype(const Tensor& t, DType dtype) {
 // its own dtype (whole pixels copied; the convolution reads the result without a reorder); any
 // other x goes through the f32 NCHW copy above.
 Tensor upsampled_input(const Tensor& x) {
-  if (!x.is_channels_last() || x.is_contiguous()) return upsample_nearest_2x_f32(x);
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
-  Tensor up = Tensor::empty({n, 2 * h, 2 * w, c}, x.dtype()).permute({0, 3, 1, 2});  // [N, C, 2H, 2W]
+  if (!x.is_channels_last_only()) return upsample_nearest_2x_f32(x);
+  Tensor up = Tensor::empty_channels_last({x.size(0), x.size(1), 2 * x.size(2), 2 * x.size(3)}, x.dtype());
   cpu::upsample_nearest_2x_channels_last(Upsample2xArgs{x, up});
   return up;
 }
@@ -236,11 +234,7 @@ void OneDnnConv::run(const Conv2dArgs& a) {
   // Output: y directly when it already has the primitive's layout and type, else a temporary.
   Tensor y = a.y;
   const bool y_native = y.dtype() == DType::F32 || y.dtype() == compute_;
-  Tensor y32 =
-      y_native ? y
-      : y.is_channels_last() && !y.is_contiguous()
-          ? Tensor::empty({y.size(0), y.size(2), y.size(3), y.size(1)}, DType::F32).permute({0, 3, 1, 2})
-          : Tensor::empty(y.shape(), DType::F32);
+  Tensor y32 = y_native ? y : Tensor::empty_like_layout(y, y.shape(), DType::F32);
   dnnl::memory y_mem(strided_nchw(y32, onednn::to_dnnl(y32.dtype())), eng, y32.raw_data());
   dnnl::memory dst = y_mem.get_desc() == e.dst ? y_mem : blocked_memory(e.dst, dst_buffer);
   if (a.residual.defined()) {

@@ -19,7 +19,7 @@ void conv2d_banded(const Tensor& x, const ops::PreparedConv2d& w, const ops::Con
   }
   // Rows of one image of a channels-last batch are one dense block; rows of all images are not,
   // and a backend would copy them into one first: band each image on its own.
-  if (x.size(0) > 1 && x.is_channels_last() && !x.is_contiguous()) {
+  if (x.size(0) > 1 && x.is_channels_last_only()) {
     for (int64_t b = 0; b < x.size(0); ++b)
       conv2d_banded(x.narrow(0, b, 1), w, opt, y.narrow(0, b, 1),
                     residual.defined() ? residual.narrow(0, b, 1) : Tensor(), band_rows);
