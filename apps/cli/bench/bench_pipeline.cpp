@@ -200,11 +200,9 @@ int bench_pipeline(const BenchRequest& r) {
 
   const fluxrt::GenerateRequest request = bench_request(r);
   pipelines::CallContext call;
-  // Process CPU time from the end of step 1 to the end of the loop: steps 2..N, which is what the
-  // per-CPU-second rate is computed over (step 1's start is not observable from here).
-  double cpu_after_first = 0, cpu_after_last = 0;
-  // Each step's wall time and the process CPU time at its end, for the rates over the steps run
-  // fully when a step cache skipped work (the timed run's: a warm-up's are cleared at its step 1).
+  // Each step's wall time and the process CPU time at its end (the timed run's: a warm-up's are
+  // cleared at its step 1). The per-CPU-second rate is over steps 2..N, from the end of step 1
+  // (step 1's start is not observable from here); with a step cache over those run fully.
   std::vector<double> step_seconds, step_cpu_end;
   call.on_step = [&](int step, int total, double seconds, float) {
     if (step == 1) step_seconds.clear(), step_cpu_end.clear();
@@ -217,8 +215,6 @@ int bench_pipeline(const BenchRequest& r) {
     else
       std::printf("  step %d/%d: %.1f ms\n", step, total, seconds * 1e3);
     std::fflush(stdout);
-    if (step == 1) cpu_after_first = cpu_seconds();
-    if (step == total) cpu_after_last = cpu_seconds();
   };
 
   runtime::TimingReport report;
@@ -284,9 +280,8 @@ int bench_pipeline(const BenchRequest& r) {
     throughput.flop = flop_per_step * report.run.steps;
     throughput.gflops =
         report.run.denoise_total_s > 0 ? throughput.flop / report.run.denoise_total_s / 1e9 : 0;
-    if (report.run.steps > 1 && cpu_after_last > cpu_after_first)
-      throughput.gflops_per_cpu_s =
-          flop_per_step * (report.run.steps - 1) / (cpu_after_last - cpu_after_first) / 1e9;
+    const double cpu = step_cpu_end.size() > 1 ? step_cpu_end.back() - step_cpu_end.front() : 0;
+    if (cpu > 0) throughput.gflops_per_cpu_s = flop_per_step * (step_cpu_end.size() - 1) / cpu / 1e9;
   }
   report.throughput = throughput;
   report.total_s = command.seconds();
