@@ -1,246 +1,21 @@
-// CPU attention on oneDNN matmul primitives (see attention_onednn.h). The row passes between the
-// two products (exp2 with the row maximum, rounding, row sums) are Highway code compiled once per
-// target through foreach_target.h; the driver (primitives, OpenMP loops, key preparation) sits
-// behind HWY_ONCE and exists once.
-#include "backend/cpu/hwy_targets.h"
-// (hwy_targets.h must precede the Highway headers)
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "backend/cpu/attention_onednn.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/highway.h>
+// CPU attention on oneDNN matmul primitives (see attention_onednn.h): the primitives, the OpenMP
+// loops and the key preparation. The row passes between the two products (exp2 with the row
+// maximum, rounding, row sums) and the vector row loads are attention_onednn_rows.h's.
+#include "backend/cpu/attention_onednn.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <limits>
-
-#include "backend/cpu/attention_exp2-inl.h"
-#include "backend/cpu/simd-inl.h"
-
-#ifndef FLUXRT_ATTENTION_ONEDNN_SHARED
-#define FLUXRT_ATTENTION_ONEDNN_SHARED
-namespace fluxrt::backend::cpu::detail {
-// How a probability row is stored for P·V.
-enum ProbabilityStore : int {
-  kStoreF32 = 0,        // f32, exp2 accurate to f32
-  kStoreF32AsBf16 = 1,  // f32 holding bf16-rounded values (the bf16 numerics on any CPU)
-  kStoreBf16 = 2,       // bf16
-};
-}  // namespace fluxrt::backend::cpu::detail
-#endif
-
-HWY_BEFORE_NAMESPACE();
-namespace fluxrt::backend::cpu::HWY_NAMESPACE {
-
-// p_j = 2^(c s_j - m + maskadd_j) for j < n (a multiple of the vector length), stored as kStore
-// says; returns the sum of the stored values, so the weights P·V applies sum to exactly l.
-// One instantiation per store and mask so that the loop carries no branch.
-template <int kStore, bool kMasked>
-float ExpRowT(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
-              void* HWY_RESTRICT p) {
-  const DF d;
-  const hn::RebindToUnsigned<DF> du;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const VF vc = hn::Set(d, c), vneg_m = hn::Set(d, -m);
-  VF sum = hn::Zero(d);
-  for (int64_t j = 0; j < n; j += N) {
-    VF x = hn::MulAdd(hn::LoadU(d, s + j), vc, vneg_m);
-    if constexpr (kMasked) x = hn::Add(x, hn::LoadU(d, maskadd + j));
-    if constexpr (kStore == detail::kStoreF32) {
-      const VF e = AttentionExp2<7>(d, x);
-      hn::StoreU(e, d, static_cast<float*>(p) + j);
-      sum = hn::Add(sum, e);
-    } else {
-      // AttentionExp2 clamps its argument (a NaN becomes -127), so e is finite and >= 0 and
-      // round-to-nearest-even to bf16 is one integer add of 0x7FFF plus the kept bit's parity.
-      const auto bits = hn::BitCast(du, AttentionExp2<4>(d, x));
-      const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-      const auto rounded = hn::Add(bits, hn::Add(odd, hn::Set(du, 0x7FFFu)));
-      const VF e = hn::BitCast(d, hn::And(rounded, hn::Set(du, 0xFFFF0000u)));
-      if constexpr (kStore == detail::kStoreBf16) {
-        const hn::Rebind<uint16_t, DF> du16;
-        hn::StoreU(hn::TruncateTo(du16, hn::ShiftRight<16>(rounded)), du16,
-                   reinterpret_cast<uint16_t*>(static_cast<hwy::bfloat16_t*>(p) + j));
-      } else {
-        hn::StoreU(e, d, static_cast<float*>(p) + j);
-      }
-      sum = hn::Add(sum, e);
-    }
-  }
-  return hn::GetLane(hn::SumOfLanes(d, sum));
-}
-
-#if HWY_TARGET == HWY_AVX3
-// ExpRowT<kStoreBf16> with the AVX512_BF16 instructions: VCVTNE2PS2BF16 rounds two vectors of
-// probabilities to bf16 (round to nearest even, as the integer rounding above) in one
-// instruction, and the row sum is VDPBF16PS of the stored bf16 row with ones, i.e. the sum of
-// exactly the weights P·V applies, accumulated in f32 (in another order than lane by lane, an f32
-// rounding apart) with the denormals P·V's own VDPBF16PS ignores ignored too. On 2 Zen5 cores
-// klein-4B attention at L = 4608 went from 353-370 ms to 337-343 ms (three runs each,
-// alternating); at L = 8704 it made no difference (1194-1229 ms against 1222-1237). n is a
-// multiple of 32 (keys are padded to 64).
-template <bool kMasked>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) float ExpRowBf16Native(
-    const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
-    uint16_t* HWY_RESTRICT p) {
-  const DF d;
-  static_assert(MaxLanes(DF()) == 16, "the AVX3 target's f32 vectors are 16 lanes");
-  const VF vc = hn::Set(d, c), vneg_m = hn::Set(d, -m);
-  const __m512bh ones = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3F80));  // bf16 1.0
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; j += 32) {
-    VF x0 = hn::MulAdd(hn::LoadU(d, s + j), vc, vneg_m);
-    VF x1 = hn::MulAdd(hn::LoadU(d, s + j + 16), vc, vneg_m);
-    if constexpr (kMasked) {
-      x0 = hn::Add(x0, hn::LoadU(d, maskadd + j));
-      x1 = hn::Add(x1, hn::LoadU(d, maskadd + j + 16));
-    }
-    // The low 16 bf16 of the result come from the second operand.
-    const __m512bh pair = _mm512_cvtne2ps_pbh(AttentionExp2<4>(d, x1).raw, AttentionExp2<4>(d, x0).raw);
-    _mm512_storeu_si512(p + j, reinterpret_cast<__m512i>(pair));
-    sum = _mm512_dpbf16_ps(sum, pair, ones);
-  }
-  return _mm512_reduce_add_ps(sum);
-}
-
-bool CpuHasAvx512Bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  return has;
-}
-#endif
-
-float ExpRow(const float* HWY_RESTRICT s, int64_t n, float c, float m, const float* HWY_RESTRICT maskadd,
-             void* HWY_RESTRICT p, int store) {
-#if HWY_TARGET == HWY_AVX3
-  if (store == detail::kStoreBf16 && n % 32 == 0 && CpuHasAvx512Bf16()) {
-    uint16_t* out = static_cast<uint16_t*>(p);
-    return maskadd ? ExpRowBf16Native<true>(s, n, c, m, maskadd, out)
-                   : ExpRowBf16Native<false>(s, n, c, m, maskadd, out);
-  }
-#endif
-  switch (store * 2 + (maskadd != nullptr)) {
-    case detail::kStoreF32 * 2:
-      return ExpRowT<detail::kStoreF32, false>(s, n, c, m, maskadd, p);
-    case detail::kStoreF32 * 2 + 1:
-      return ExpRowT<detail::kStoreF32, true>(s, n, c, m, maskadd, p);
-    case detail::kStoreF32AsBf16 * 2:
-      return ExpRowT<detail::kStoreF32AsBf16, false>(s, n, c, m, maskadd, p);
-    case detail::kStoreF32AsBf16 * 2 + 1:
-      return ExpRowT<detail::kStoreF32AsBf16, true>(s, n, c, m, maskadd, p);
-    case detail::kStoreBf16 * 2:
-      return ExpRowT<detail::kStoreBf16, false>(s, n, c, m, maskadd, p);
-    default:
-      return ExpRowT<detail::kStoreBf16, true>(s, n, c, m, maskadd, p);
-  }
-}
-
-// max_j (c s_j + maskadd_j) over j < n (a multiple of the vector length).
-float MaxScaledRow(const float* HWY_RESTRICT s, int64_t n, float c, const float* HWY_RESTRICT maskadd) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const VF vc = hn::Set(d, c);
-  VF mx = hn::Set(d, -std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < n; j += N) {
-    VF x = hn::Mul(hn::LoadU(d, s + j), vc);
-    if (maskadd) x = hn::Add(x, hn::LoadU(d, maskadd + j));
-    mx = hn::Max(mx, x);
-  }
-  return hn::GetLane(hn::MaxOfLanes(d, mx));
-}
-
-// One q, k or v row for the primitives: n elements of src as f32, rotated by RoPE when cos is
-// given (`half_split`: pairs (j, j + n/2), else adjacent pairs), rounded to bf16 unless store is
-// kStoreF32, written to dst as store says; *norm2 gets the squared norm of what was written,
-// summed in f64. The rotation is rope_rotate_row's formula, so both attention implementations
-// rotate alike (to an f32 rounding where the compiler fuses a product and a sum). Returns false,
-// touching nothing, for a row off this target's vector grid; the caller then takes the scalar
-// helpers.
-template <typename T>
-bool PrepareRowT(const T* HWY_RESTRICT src, int64_t n, const float* HWY_RESTRICT cos,
-                 const float* HWY_RESTRICT sin, bool half_split, int store, void* HWY_RESTRICT dst,
-                 double* norm2) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)src, (void)n, (void)cos, (void)sin, (void)half_split, (void)store, (void)dst, (void)norm2;
-  return false;  // no pairs inside one lane, no f64 halves: the scalar helpers are this target
-#else
-  const DF d;
-  const hn::Half<DF> dh;
-  const hn::Rebind<double, decltype(dh)> dd;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), half = n / 2;
-  if (n % N != 0 || (cos != nullptr && half_split && half % N != 0)) return false;
-  auto acc = hn::Zero(dd);
-  auto finish = [&](int64_t j, VF y) {
-    if (store != detail::kStoreF32) y = RoundTo<hwy::bfloat16_t>(d, y);
-    if (store == detail::kStoreBf16)
-      StoreF(d, y, static_cast<hwy::bfloat16_t*>(dst) + j);
-    else
-      hn::StoreU(y, d, static_cast<float*>(dst) + j);
-    const auto lo = hn::PromoteTo(dd, hn::LowerHalf(dh, y));
-    const auto hi = hn::PromoteTo(dd, hn::UpperHalf(dh, y));
-    acc = hn::MulAdd(lo, lo, hn::MulAdd(hi, hi, acc));
-  };
-  if (cos == nullptr) {
-    for (int64_t j = 0; j < n; j += N) finish(j, LoadF(d, src + j));
-  } else if (half_split) {
-    for (int64_t j = 0; j < half; j += N) {
-      const VF xa = LoadF(d, src + j), xb = LoadF(d, src + j + half);
-      const VF c = hn::LoadU(d, cos + j), sn = hn::LoadU(d, sin + j);
-      finish(j, hn::Sub(hn::Mul(xa, c), hn::Mul(xb, sn)));
-      finish(j + half, hn::Add(hn::Mul(xb, c), hn::Mul(xa, sn)));
-    }
-  } else {
-    // Lanes (2i, 2i + 1) hold pair i: each table entry is widened to both lanes of its pair
-    // (u32 -> u64, then the copy shifted into the upper half), and with the odd lanes' sine
-    // negated y = x cos - swap(x) sin gives x_a cos - x_b sin and x_b cos + x_a sin.
-    const hn::Repartition<uint64_t, DF> d64;
-    const hn::Rebind<uint32_t, decltype(d64)> d32;
-    const hn::RebindToUnsigned<DF> du;
-    const auto odd_sign = hn::BitCast(d, hn::OddEven(hn::Set(du, 0x80000000u), hn::Zero(du)));
-    auto pairs = [&](const float* t, int64_t i) {
-      const auto w = hn::PromoteTo(d64, hn::LoadU(d32, reinterpret_cast<const uint32_t*>(t + i)));
-      return hn::BitCast(d, hn::Or(w, hn::ShiftLeft<32>(w)));
-    };
-    for (int64_t j = 0; j < n; j += N) {
-      const VF x = LoadF(d, src + j);
-      const VF c = pairs(cos, j / 2), sn = hn::Xor(pairs(sin, j / 2), odd_sign);
-      finish(j, hn::Sub(hn::Mul(x, c), hn::Mul(hn::Reverse2(d, x), sn)));
-    }
-  }
-  *norm2 = hn::GetLane(hn::SumOfLanes(dd, acc));
-  return true;
-#endif
-}
-
-bool PrepareRow(const void* HWY_RESTRICT src, bool src_bf16, int64_t n, const float* HWY_RESTRICT cos,
-                const float* HWY_RESTRICT sin, bool half_split, int store, void* HWY_RESTRICT dst,
-                double* norm2) {
-  if (src_bf16)
-    return PrepareRowT(static_cast<const hwy::bfloat16_t*>(src), n, cos, sin, half_split, store, dst, norm2);
-  return PrepareRowT(static_cast<const float*>(src), n, cos, sin, half_split, store, dst, norm2);
-}
-
-size_t Lanes() { return hn::Lanes(DF()); }
-
-}  // namespace fluxrt::backend::cpu::HWY_NAMESPACE
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
 #include <fmt/format.h>
 #include <hwy/aligned_allocator.h>
-#include <omp.h>
 
 #include <atomic>
 #include <exception>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/attention_cpu.h"
-#include "backend/cpu/attention_onednn.h"
+#include "backend/cpu/attention_onednn_primitives.h"
+#include "backend/cpu/attention_onednn_rows.h"
 #include "backend/cpu/attention_rows.h"
 #include "backend/cpu/onednn_util.h"
 #include "core/dtype.h"
@@ -248,10 +23,6 @@ HWY_AFTER_NAMESPACE();
 #include "core/threads.h"
 
 namespace fluxrt::backend::cpu {
-HWY_EXPORT(ExpRow);
-HWY_EXPORT(MaxScaledRow);
-HWY_EXPORT(Lanes);
-HWY_EXPORT(PrepareRow);
 
 using namespace detail;
 
@@ -260,7 +31,6 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-constexpr int64_t kBlockM = 64;    // query rows per work item and per primitive call
 constexpr int64_t kKeyAlign = 64;  // keys are padded to a multiple of this (masked)
 // Keys per Q·K^T / P·V call. The per-thread working set of a call (S in f32, P, the key and
 // value chunks) is ~0.9 MB at D = 128 in bf16, inside a 1-2 MB L2, and each call is ~17 MFLOP,
@@ -268,105 +38,6 @@ constexpr int64_t kKeyAlign = 64;  // keys are padded to a multiple of this (mas
 constexpr int64_t kChunk = 1024;
 // How many rows ahead a row loop asks for the rows it will read or write (prefetch_row).
 constexpr int64_t kPrefetchRows = 8;
-
-// The primitives of one (head dim, chunk width, compute type).
-struct ChunkPrimitives {
-  dnnl::matmul qk, pv;  // S = Q·Kc^T; O += P·Vc
-  dnnl::memory::desc k_weights, v_weights;
-  dnnl::reorder k_reorder, v_reorder;  // plain rows -> the weights layouts
-  dnnl::memory::desc qk_scratch, pv_scratch, k_reorder_scratch, v_reorder_scratch;
-};
-
-struct Primitives {
-  int64_t D = 0, chunk = 0, last = 0;
-  dt cdt = dt::f32;
-  ChunkPrimitives full, tail;  // tail: the last chunk when it is narrower
-  size_t scratch_bytes = 0;
-  std::string impl;  // Q·K^T implementation
-  const ChunkPrimitives& of_width(int64_t w) const { return w == chunk ? full : tail; }
-};
-
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
-ChunkPrimitives make_chunk_primitives(int64_t D, int64_t w, dt cdt, std::string* impl) {
-  auto& eng = onednn::engine();
-  ChunkPrimitives p;
-  const dnnl::primitive_attr attr = user_scratchpad();
-  const dnnl::memory::desc q({kBlockM, D}, cdt, tag::ab);
-  const dnnl::memory::desc s({kBlockM, w}, dt::f32, tag::ab);
-  const dnnl::memory::desc pm({kBlockM, w}, cdt, tag::ab);
-  const dnnl::memory::desc o({kBlockM, D}, dt::f32, tag::ab);
-  const dnnl::matmul::primitive_desc qk(dnnl::matmul::desc(q, dnnl::memory::desc({D, w}, cdt, tag::any), s),
-                                        attr, eng);
-  dnnl::primitive_attr sum_attr = user_scratchpad();
-  dnnl::post_ops po;
-  po.append_sum(1.0f);
-  sum_attr.set_post_ops(po);
-  const dnnl::matmul::primitive_desc pv(dnnl::matmul::desc(pm, dnnl::memory::desc({w, D}, cdt, tag::any), o),
-                                        sum_attr, eng);
-  const std::string shape =
-      fmt::format("attention {}x{}x{} {}", kBlockM, D, w, cdt == dt::bf16 ? "bf16" : "f32");
-  onednn::check_implementation("attention q.k", qk.impl_info_str(), shape);
-  onednn::check_implementation("attention p.v", pv.impl_info_str(), shape);
-  if (impl) *impl = qk.impl_info_str();
-  p.qk = dnnl::matmul(qk);
-  p.pv = dnnl::matmul(pv);
-  p.k_weights = qk.weights_desc();
-  p.v_weights = pv.weights_desc();
-  p.qk_scratch = qk.scratchpad_desc();
-  p.pv_scratch = pv.scratchpad_desc();
-  // Key rows [w][D] row-major are the [D, w] weights with strides (1, D); value rows are [w, D].
-  const dnnl::memory::desc k_plain({D, w}, cdt, dnnl::memory::dims{1, D});
-  const dnnl::memory::desc v_plain({w, D}, cdt, dnnl::memory::dims{D, 1});
-  const dnnl::reorder::primitive_desc kr(eng, k_plain, eng, p.k_weights, attr);
-  const dnnl::reorder::primitive_desc vr(eng, v_plain, eng, p.v_weights, attr);
-  p.k_reorder = dnnl::reorder(kr);
-  p.v_reorder = dnnl::reorder(vr);
-  p.k_reorder_scratch = kr.scratchpad_desc();
-  p.v_reorder_scratch = vr.scratchpad_desc();
-  return p;
-}
-
-std::atomic<int64_t> g_primitive_sets{0};
-
-std::shared_ptr<const Primitives> primitives_for(int64_t D, int64_t chunk, int64_t last, dt cdt) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::shared_ptr<const Primitives>> cache;
-  const auto key = std::make_tuple(D, chunk, last, static_cast<int>(cdt));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  auto p = std::make_shared<Primitives>();
-  p->D = D;
-  p->chunk = chunk;
-  p->last = last;
-  p->cdt = cdt;
-  {
-    // Each primitive runs on one thread (inside the parallel loop over heads and blocks, where
-    // oneDNN runs sequentially), so it is planned for one: blocking and scratch for one thread,
-    // no split of K across threads.
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    struct Restore {
-      int n;
-      ~Restore() { omp_set_num_threads(n); }
-    } restore{threads};
-    p->full = make_chunk_primitives(D, chunk, cdt, &p->impl);
-    if (last != chunk) p->tail = make_chunk_primitives(D, last, cdt, nullptr);
-  }
-  for (const ChunkPrimitives* c : {&p->full, &p->tail}) {
-    if (!c->qk) continue;
-    for (const auto& sd : {c->qk_scratch, c->pv_scratch, c->k_reorder_scratch, c->v_reorder_scratch})
-      p->scratch_bytes = std::max(p->scratch_bytes, sd.get_size());
-  }
-  cache.emplace(key, p);
-  g_primitive_sets.fetch_add(1, std::memory_order_relaxed);
-  return p;
-}
 
 // What every work item of one call reads: the shapes, the prepared keys and values.
 struct Call : AttentionShape {
@@ -420,9 +91,8 @@ double prepare_row(const Call& c, const Tensor& t, int64_t offset, const float* 
   const bool half_split = a.rope == RopeLayout::HalfSplit;
   double norm2 = 0;
   if ((t.dtype() == DType::BF16 || t.dtype() == DType::F32) &&
-      HWY_DYNAMIC_DISPATCH(PrepareRow)(static_cast<const char*>(t.raw_data()) + offset * t.element_size(),
-                                       t.dtype() == DType::BF16, c.D, cos, sin, half_split, c.store, dst,
-                                       &norm2))
+      prepare_row_vectorized(static_cast<const char*>(t.raw_data()) + offset * t.element_size(),
+                             t.dtype() == DType::BF16, c.D, cos, sin, half_split, c.store, dst, &norm2))
     return norm2;
   load_row(t, offset, row, c.D);
   if (cos != nullptr) rope_rotate_row(row, c.D, a.rope, cos, sin);
@@ -445,21 +115,21 @@ struct ThreadState {
     prims = pr;
     auto& eng = onednn::engine();
     const dt cdt = pr->cdt;
-    char* qb = q.get(kBlockM * D * elt);
-    float* sb = s.get(kBlockM * pr->chunk);
-    char* pb = p.get(kBlockM * pr->chunk * elt);
-    float* ob = o.get(kBlockM * D);
+    char* qb = q.get(kAttentionBlockM * D * elt);
+    float* sb = s.get(kAttentionBlockM * pr->chunk);
+    char* pb = p.get(kAttentionBlockM * pr->chunk * elt);
+    float* ob = o.get(kAttentionBlockM * D);
     char* sp = scratch.get(pr->scratch_bytes);
-    m.assign(kBlockM, 0.0f);
-    l.assign(kBlockM, 0.0f);
+    m.assign(kAttentionBlockM, 0.0f);
+    l.assign(kAttentionBlockM, 0.0f);
     row.assign(D, 0.0f);
-    qmem = dnnl::memory({{kBlockM, D}, cdt, tag::ab}, eng, qb);
-    omem = dnnl::memory({{kBlockM, D}, dt::f32, tag::ab}, eng, ob);
+    qmem = dnnl::memory({{kAttentionBlockM, D}, cdt, tag::ab}, eng, qb);
+    omem = dnnl::memory({{kAttentionBlockM, D}, dt::f32, tag::ab}, eng, ob);
     for (int i = 0; i < 2; ++i) {
       const int64_t w = i == 0 ? pr->chunk : pr->last;
       const ChunkPrimitives& cp = i == 0 ? pr->full : pr->of_width(pr->last);
-      smem[i] = dnnl::memory({{kBlockM, w}, dt::f32, tag::ab}, eng, sb);
-      pmem[i] = dnnl::memory({{kBlockM, w}, cdt, tag::ab}, eng, pb);
+      smem[i] = dnnl::memory({{kAttentionBlockM, w}, dt::f32, tag::ab}, eng, sb);
+      pmem[i] = dnnl::memory({{kAttentionBlockM, w}, cdt, tag::ab}, eng, pb);
       qk_args[i] = {{DNNL_ARG_SRC, qmem}, {DNNL_ARG_DST, smem[i]}};
       pv_args[i] = {{DNNL_ARG_SRC, pmem[i]}, {DNNL_ARG_DST, omem}};
       reorder_scratch_k[i].clear();
@@ -540,7 +210,7 @@ void prepare_chunk(Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t kv
 void block_pass(const Call& c, ThreadState& ts, int64_t slot) {
   const int64_t D = c.D;
   float* o = ts.o.data();
-  std::fill(o, o + kBlockM * D, 0.0f);
+  std::fill(o, o + kAttentionBlockM * D, 0.0f);
   std::fill(ts.l.begin(), ts.l.end(), 0.0f);
   const float* s = ts.s.data();
   char* p = ts.p.data();
@@ -551,8 +221,8 @@ void block_pass(const Call& c, ThreadState& ts, int64_t slot) {
     ts.qk_args[i][DNNL_ARG_WEIGHTS] = c.k_chunks[slot][ch];
     execute(cp.qk, ts.qk_args[i]);
     const float* madd = c.chunk_masked[ch] ? c.maskadd + ch * c.prims->chunk : nullptr;
-    for (int64_t r = 0; r < kBlockM; ++r)
-      ts.l[r] += HWY_DYNAMIC_DISPATCH(ExpRow)(s + r * w, w, c.c, ts.m[r], madd, p + r * w * c.elt, c.store);
+    for (int64_t r = 0; r < kAttentionBlockM; ++r)
+      ts.l[r] += exp_row(s + r * w, w, c.c, ts.m[r], madd, p + r * w * c.elt, c.store);
     ts.pv_args[i][DNNL_ARG_WEIGHTS] = c.v_chunks[slot][ch];
     execute(cp.pv, ts.pv_args[i]);
   }
@@ -569,8 +239,8 @@ void exact_maxima(const Call& c, ThreadState& ts, int64_t slot) {
     ts.qk_args[i][DNNL_ARG_WEIGHTS] = c.k_chunks[slot][ch];
     execute(c.prims->of_width(w).qk, ts.qk_args[i]);
     const float* madd = c.chunk_masked[ch] ? c.maskadd + ch * c.prims->chunk : nullptr;
-    for (int64_t r = 0; r < kBlockM; ++r)
-      ts.m[r] = std::max(ts.m[r], HWY_DYNAMIC_DISPATCH(MaxScaledRow)(s + r * w, w, c.c, madd));
+    for (int64_t r = 0; r < kAttentionBlockM; ++r)
+      ts.m[r] = std::max(ts.m[r], max_scaled_row(s + r * w, w, c.c, madd));
   }
   for (float& m : ts.m)
     if (m == -std::numeric_limits<float>::infinity()) m = 0.0f;
@@ -585,14 +255,14 @@ struct Counts {
 void process_block(const Call& c, ThreadState& ts, int64_t slot, int64_t b, int64_t h, int64_t qb,
                    Counts* n) {
   const AttentionArgs& a = *c.a;
-  const int64_t D = c.D, i0 = qb * kBlockM, bm = std::min(kBlockM, c.Lq - i0);
+  const int64_t D = c.D, i0 = qb * kAttentionBlockM, bm = std::min(kAttentionBlockM, c.Lq - i0);
   const Tensor& qcos = c.own_q_table ? a.rope_q_cos : a.rope_cos;
   const Tensor& qsin = c.own_q_table ? a.rope_q_sin : a.rope_sin;
   char* q = ts.q.data();
   float* row = ts.row.data();
   const float kmax = c.kmax[slot];
   for (int64_t r = 0; r < bm; ++r) prefetch_row(a.q, off4(a.q, b, i0 + r, h), D);
-  for (int64_t r = 0; r < kBlockM; ++r) {
+  for (int64_t r = 0; r < kAttentionBlockM; ++r) {
     char* qdst = q + r * D * c.elt;
     if (r >= bm) {  // zero rows: finite scores, probabilities that land in discarded output rows
       std::memset(qdst, 0, D * c.elt);
@@ -673,11 +343,11 @@ std::shared_ptr<const Primitives> primitives_for_args(const AttentionArgs& a) {
 
 }  // namespace
 
-int64_t attention_onednn_primitive_sets() { return g_primitive_sets.load(std::memory_order_relaxed); }
+int64_t attention_onednn_primitive_sets() { return attention_primitive_sets(); }
 
 void attention_onednn_plan(const AttentionArgs& a) {
   if (!attention_onednn_supports(a) || a.q.numel() == 0 || a.k.size(1) == 0) return;
-  HWY_DYNAMIC_DISPATCH(Lanes)();
+  row_lanes();
   const auto prims = primitives_for_args(a);
   const size_t elt = prims->cdt == dt::bf16 ? sizeof(uint16_t) : sizeof(float);
   const int64_t D = a.q.size(3);
@@ -721,13 +391,13 @@ void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options
         for (int64_t h = 0; h < c.H; ++h) store_row(a.out, off4(a.out, b, i, h), zeros.data(), c.D);
     return;
   }
-  HWY_DYNAMIC_DISPATCH(Lanes)();  // chooses the target before worker threads call through the table
+  row_lanes();  // chooses the target before worker threads call through the table
   c.prims = primitives_for_args(a);
   const Primitives& pr = *c.prims;
   const KeyChunks keys = key_chunks(c.Lk);
   c.nchunks = keys.count;
   c.Lkp = keys.padded;
-  c.nqblocks = (c.Lq + kBlockM - 1) / kBlockM;
+  c.nqblocks = (c.Lq + kAttentionBlockM - 1) / kAttentionBlockM;
   const bool bf16 = pr.cdt == dt::bf16;
   c.elt = bf16 ? sizeof(uint16_t) : sizeof(float);
   c.round = bf16 || options.emulate_bf16;
@@ -854,4 +524,3 @@ void attention_onednn(const AttentionArgs& a, const AttentionCpuOptions& options
 }
 
 }  // namespace fluxrt::backend::cpu
-#endif  // HWY_ONCE
