@@ -1,12 +1,11 @@
 // The AutoencoderKL body shared by the FLUX.1 and FLUX.2 autoencoders: blocks, decoder, encoder,
 // the lean exact pass and the tiled passes (the plan that picks between them and its FLOP/memory
-// estimates: vae_tiling_plan.cpp; loading, the BFL name map, synthetic weights and
+// estimates: vae_tiling_plan.cpp; config.json, loading, the BFL name map, synthetic weights and
 // post-processing: vae_files.cpp).
 #include "models/vae/autoencoder_kl.h"
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/memory_info.h"
@@ -21,52 +20,6 @@
 
 namespace fluxrt::models {
 using PConv = std::shared_ptr<ops::PreparedConv2d>;
-
-// ---------------------------------------------------------------------------------------------
-// config.json fields
-
-void AutoencoderKLConfig::read_json_fields(const nlohmann::json& j, const std::string& origin) {
-  try {
-    auto get_int = [&](const char* key, int& v) {
-      if (j.contains(key) && !j[key].is_null()) v = j[key].get<int>();
-    };
-    auto get_bool = [&](const char* key, bool& v) {
-      if (j.contains(key) && !j[key].is_null()) v = j[key].get<bool>();
-    };
-    get_int("in_channels", in_channels);
-    get_int("out_channels", out_channels);
-    get_int("layers_per_block", layers_per_block);
-    get_int("latent_channels", latent_channels);
-    get_int("norm_num_groups", norm_num_groups);
-    get_bool("use_quant_conv", use_quant_conv);
-    get_bool("use_post_quant_conv", use_post_quant_conv);
-    get_bool("mid_block_add_attention", mid_block_add_attention);
-    if (j.contains("block_out_channels")) block_out_channels = j["block_out_channels"].get<std::vector<int>>();
-    if (j.contains("decoder_block_out_channels") && !j["decoder_block_out_channels"].is_null())
-      decoder_block_out_channels = j["decoder_block_out_channels"].get<std::vector<int>>();
-    if (j.contains("act_fn") && j["act_fn"].get<std::string>() != "silu")
-      fail(ErrorCode::Unsupported, "{}: act_fn {} (only silu)", origin, j["act_fn"].get<std::string>());
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(ErrorCode::Format, "{}: bad field type ({})", origin, e.what());
-  }
-  validate(origin);
-}
-
-void AutoencoderKLConfig::validate(const std::string& origin) const {
-  FLUXRT_CHECK(!block_out_channels.empty() && decoder_channels().size() == block_out_channels.size(),
-               ErrorCode::Format, "{}: block_out_channels / decoder_block_out_channels", origin);
-  FLUXRT_CHECK(norm_num_groups > 0 && latent_channels > 0 && in_channels > 0 && out_channels > 0 &&
-                   layers_per_block > 0,
-               ErrorCode::Format, "{}: channel, group and layer counts must be positive", origin);
-  for (int ch : block_out_channels)
-    FLUXRT_CHECK(ch > 0 && ch % norm_num_groups == 0, ErrorCode::Format,
-                 "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, norm_num_groups);
-  for (int ch : decoder_channels())
-    FLUXRT_CHECK(ch > 0 && ch % norm_num_groups == 0, ErrorCode::Format,
-                 "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, norm_num_groups);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Blocks

@@ -1,8 +1,10 @@
-// The AutoencoderKL helpers that need no model: finding and loading a VAE checkpoint, the BFL
-// name map, synthetic weights of given shapes, and the 8-bit post-processing of decoded images.
+// The AutoencoderKL helpers that need no model: its config.json fields, finding and loading a VAE
+// checkpoint, the BFL name map, synthetic weights of given shapes, and the 8-bit post-processing
+// of decoded images.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -10,6 +12,53 @@
 
 namespace fluxrt::models {
 namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// config.json fields
+
+void AutoencoderKLConfig::read_json_fields(const nlohmann::json& j, const std::string& origin) {
+  try {
+    auto get_int = [&](const char* key, int& v) {
+      if (j.contains(key) && !j[key].is_null()) v = j[key].get<int>();
+    };
+    auto get_bool = [&](const char* key, bool& v) {
+      if (j.contains(key) && !j[key].is_null()) v = j[key].get<bool>();
+    };
+    get_int("in_channels", in_channels);
+    get_int("out_channels", out_channels);
+    get_int("layers_per_block", layers_per_block);
+    get_int("latent_channels", latent_channels);
+    get_int("norm_num_groups", norm_num_groups);
+    get_bool("use_quant_conv", use_quant_conv);
+    get_bool("use_post_quant_conv", use_post_quant_conv);
+    get_bool("mid_block_add_attention", mid_block_add_attention);
+    if (j.contains("block_out_channels"))
+      block_out_channels = j["block_out_channels"].get<std::vector<int>>();
+    if (j.contains("decoder_block_out_channels") && !j["decoder_block_out_channels"].is_null())
+      decoder_block_out_channels = j["decoder_block_out_channels"].get<std::vector<int>>();
+    if (j.contains("act_fn") && j["act_fn"].get<std::string>() != "silu")
+      fail(ErrorCode::Unsupported, "{}: act_fn {} (only silu)", origin, j["act_fn"].get<std::string>());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(ErrorCode::Format, "{}: bad field type ({})", origin, e.what());
+  }
+  validate(origin);
+}
+
+void AutoencoderKLConfig::validate(const std::string& origin) const {
+  FLUXRT_CHECK(!block_out_channels.empty() && decoder_channels().size() == block_out_channels.size(),
+               ErrorCode::Format, "{}: block_out_channels / decoder_block_out_channels", origin);
+  FLUXRT_CHECK(norm_num_groups > 0 && latent_channels > 0 && in_channels > 0 && out_channels > 0 &&
+                   layers_per_block > 0,
+               ErrorCode::Format, "{}: channel, group and layer counts must be positive", origin);
+  for (int ch : block_out_channels)
+    FLUXRT_CHECK(ch > 0 && ch % norm_num_groups == 0, ErrorCode::Format,
+                 "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, norm_num_groups);
+  for (int ch : decoder_channels())
+    FLUXRT_CHECK(ch > 0 && ch % norm_num_groups == 0, ErrorCode::Format,
+                 "{}: channel count {} not divisible by norm_num_groups {}", origin, ch, norm_num_groups);
+}
 
 // ---------------------------------------------------------------------------------------------
 // BFL name map
