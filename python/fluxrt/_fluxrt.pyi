@@ -33,7 +33,8 @@ class Run:
 def resolve_run(model: str | None = None, preset: str | None = None, device: str = "cpu",
                 precision: str = "bf16", threads: int | None = None, low_memory: bool | None = None,
                 components: str | None = None, vae_encoder: bool = True,
-                loras: list[tuple[str, float]] = ..., text_encoder: str | None = None) -> Run: ...
+                loras: list[tuple[str, float]] = ..., text_encoder: str | None = None,
+                free_text_encoder: bool = False) -> Run: ...
 
 class Engine:
     def __init__(self, run: Run) -> None: ...

@@ -132,7 +132,7 @@ class FluxPipeline(LoraLoaderMixin):
                         torch_dtype: Any = None, vae_encoder: bool = True, loras: Any = None,
                         text_encoder: str | os.PathLike[str] | None = None,
                         preset: str | os.PathLike[str] | None = None, max_batch: int = 1,
-                        batch_window_ms: int = 0) -> FluxPipeline:
+                        batch_window_ms: int = 0, free_text_encoder: bool = False) -> FluxPipeline:
         """Opens a model: a diffusers pipeline folder, a single transformer .safetensors (with
         ``components=`` naming the folder of the other components when it is not next to it), or a
         repo id ("black-forest-labs/FLUX.2-klein-4B") in the local Hugging Face cache; nothing is
@@ -146,7 +146,10 @@ class FluxPipeline(LoraLoaderMixin):
         under configs/ or a .yaml file) whose size, steps, guidance, ... a call's unset arguments
         take (docs/cli.md). ``max_batch``: images per transformer call when several threads call
         the pipeline at once (calls that may share one, same size, steps, guidance, ..., run as
-        one); the first waits up to ``batch_window_ms`` for the others."""
+        one); the first waits up to ``batch_window_ms`` for the others. ``free_text_encoder``: never
+        hold the text encoder and the transformer together (each call that encodes new prompts
+        loads the encoder, frees it and loads the transformer again; ``fluxrt generate``'s default),
+        for a peak of the larger of the two instead of their sum."""
         demo = pretrained_model_name_or_path is None
         if preset is None:
             preset = _bundled_preset("demo") if demo else "none"
@@ -155,7 +158,8 @@ class FluxPipeline(LoraLoaderMixin):
                        precision=_dtype_of(dtype if torch_dtype is None else torch_dtype), threads=threads,
                        low_memory=low_memory, components=None if components is None else os.fspath(components),
                        vae_encoder=vae_encoder, loras=lora_list(loras),
-                       text_encoder=None if text_encoder is None else os.fspath(text_encoder))
+                       text_encoder=None if text_encoder is None else os.fspath(text_encoder),
+                       free_text_encoder=free_text_encoder)
         return cls(_fluxrt.resolve_run(**options), options,
                    scheduler_options=dict(max_batch=max_batch, batch_window_ms=batch_window_ms))
 

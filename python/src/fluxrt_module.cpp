@@ -174,7 +174,7 @@ fluxrt::Run resolve(std::optional<std::string> model, std::optional<std::string>
                     const std::string& device, const std::string& precision, std::optional<int> threads,
                     std::optional<bool> low_memory, std::optional<std::string> components, bool vae_encoder,
                     const std::vector<std::pair<std::string, float>>& loras,
-                    std::optional<std::string> text_encoder) {
+                    std::optional<std::string> text_encoder, bool free_text_encoder) {
   fluxrt::RunSettings s;
   s.model = std::move(model);
   s.preset = std::move(preset);
@@ -183,6 +183,7 @@ fluxrt::Run resolve(std::optional<std::string> model, std::optional<std::string>
   fluxrt::parse_precision(precision, "precision");  // before the model is resolved
   s.threads = threads;
   s.low_memory = low_memory;
+  s.free_text_encoder = free_text_encoder;
   s.components = std::move(components);
   s.text_encoder = std::move(text_encoder);
   s.loras.emplace();
@@ -322,7 +323,7 @@ PYBIND11_MODULE(_fluxrt, m) {
         py::arg("device") = "cpu", py::arg("precision") = "bf16", py::arg("threads") = std::nullopt,
         py::arg("low_memory") = std::nullopt, py::arg("components") = std::nullopt,
         py::arg("vae_encoder") = true, py::arg("loras") = std::vector<std::pair<std::string, float>>{},
-        py::arg("text_encoder") = std::nullopt,
+        py::arg("text_encoder") = std::nullopt, py::arg("free_text_encoder") = false,
         "the settings resolver of fluxrt generate: a preset's defaults, the model resolved once "
         "(fluxrt/run.h)");
 

@@ -255,6 +255,26 @@ def test_int8_dtype_runs_the_transformer_linears_in_int8():
         fluxrt.FluxPipeline.from_pretrained(dtype="int4")
 
 
+def test_free_text_encoder_loads_in_the_calls_and_gives_the_same_image(demo):
+    # free_text_encoder=True: fluxrt generate's way, the encoder and the transformer never held
+    # together; the loads happen inside the calls that encode new prompts.
+    apart = fluxrt.FluxPipeline.from_pretrained(free_text_encoder=True)
+    apart.set_progress_bar_config(disable=True)
+    first = apart("a red circle on a blue background", generator=3, **SMALL)
+    assert first.timings["run"]["load_s"] > 0
+    assert first.timings["run"]["load_detail"]["text_encoder_s"] > 0
+    want = demo("a red circle on a blue background", generator=3, **SMALL)
+    assert want.timings["run"]["load_s"] == 0
+    np.testing.assert_array_equal(pixels(first.images[0]), pixels(want.images[0]))
+    again = apart("a red circle on a blue background", generator=4, **SMALL)  # the kept embeddings
+    assert again.timings["run"]["load_s"] == 0
+    assert apart.to("cpu:1") is apart  # reopening keeps the choice
+    assert apart._open_options["free_text_encoder"] is True
+    moved = apart("a red circle on a blue background", generator=3, **SMALL)
+    assert moved.timings["run"]["load_s"] > 0
+    np.testing.assert_array_equal(pixels(moved.images[0]), pixels(want.images[0]))
+
+
 def test_inspect_model_without_loading():
     info = fluxrt.inspect_model(str(MODELS / "flux1-schnell-tiny"))
     assert info["variant"]["family"] == "flux.1"
