@@ -13,6 +13,23 @@
 namespace fluxrt::test {
 namespace {
 
+// What a parse that should refuse threw (status 0 and an "accepted" failure when it did not).
+struct Refusal {
+  int status = 0;
+  std::string param, message;
+};
+
+template <typename Parse>
+Refusal refusal_of(Parse parse) {
+  try {
+    parse();
+  } catch (const server::HttpError& e) {
+    return {e.status(), e.param(), e.what()};
+  }
+  ADD_FAILURE() << "accepted";
+  return {};
+}
+
 TEST(ServerParse, AutoSizeIsThePresetsSizeAsWhenUnset) {
   server::ApiLimits limits;
   limits.model_ids = {"demo"};
@@ -38,14 +55,9 @@ TEST(ServerParse, RefusalsQuoteTheRequestOnOneLine) {
   limits.model_ids = {"demo"};
   limits.loras = true;
   auto message_of = [&](auto parse) {
-    try {
-      parse();
-    } catch (const server::HttpError& e) {
-      EXPECT_EQ(e.status(), 400);
-      return std::string(e.what());
-    }
-    ADD_FAILURE() << "accepted";
-    return std::string();
+    const Refusal r = refusal_of(parse);
+    EXPECT_EQ(r.status, 400);
+    return r.message;
   };
   const std::string model =
       message_of([&] { server::parse_generation(R"({"prompt": "x", "model": "a\nb"})", limits); });
@@ -76,14 +88,10 @@ TEST(ServerParse, MaskOnAModelWithoutInpaintingNamesMask) {
   const std::string png = png_bytes(64, 64, 1, 2, 3);
   const std::vector<server::Part> parts = {
       {"prompt", "", "", "x"}, {"image", "a.png", "image/png", png}, {"mask", "m.png", "image/png", png}};
-  try {
-    server::parse_edit(parts, limits);
-    ADD_FAILURE() << "accepted";
-  } catch (const server::HttpError& e) {
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_EQ(e.param(), "mask") << e.what();
-    EXPECT_NE(std::string(e.what()).find("does not inpaint"), std::string::npos) << e.what();
-  }
+  const Refusal refused = refusal_of([&] { server::parse_edit(parts, limits); });
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.param, "mask") << refused.message;
+  EXPECT_NE(refused.message.find("does not inpaint"), std::string::npos) << refused.message;
   limits.model.mask = true;
   const server::ImageRequest r = server::parse_edit(parts, limits);
   ASSERT_TRUE(r.request.mask_image && r.request.init_image);
@@ -101,14 +109,10 @@ TEST(ServerParse, FillModelNeedsTheMask) {
   const std::string png = png_bytes(64, 64, 1, 2, 3);
   const std::vector<server::Part> image_only = {{"prompt", "", "", "x"},
                                                 {"image", "a.png", "image/png", png}};
-  try {
-    server::parse_edit(image_only, limits);
-    ADD_FAILURE() << "accepted";
-  } catch (const server::HttpError& e) {
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_EQ(e.param(), "mask") << e.what();
-    EXPECT_NE(std::string(e.what()).find("'mask' is required"), std::string::npos) << e.what();
-  }
+  const Refusal refused = refusal_of([&] { server::parse_edit(image_only, limits); });
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.param, "mask") << refused.message;
+  EXPECT_NE(refused.message.find("'mask' is required"), std::string::npos) << refused.message;
   std::vector<server::Part> with_mask = image_only;
   with_mask.push_back({"mask", "m.png", "image/png", png});
   const server::ImageRequest r = server::parse_edit(with_mask, limits);
