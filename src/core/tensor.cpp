@@ -396,6 +396,37 @@ std::atomic<uint64_t> g_device_to_host_copies{0};
 
 }  // namespace
 
+CopyWalk plan_copy_walk(const Shape& shape, const Dims& dst_strides, const Dims& src_strides) {
+  // Walk the dimensions in the destination's memory order (largest stride first), so that rows
+  // run along its unit stride where it has one: a window of a channels-last tensor copies whole
+  // runs of channels instead of one element at a time. A dimension of extent 1 moves no address:
+  // left in, it could sort innermost (it may share stride 1 with the last one) and cut every run
+  // to one element.
+  std::array<int, kMaxDims> order{};
+  int n = 0;
+  for (int i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) order[n++] = i;
+  std::stable_sort(order.begin(), order.begin() + n,
+                   [&](int a, int b) { return dst_strides[a] > dst_strides[b]; });
+  CopyWalk walk;
+  for (int k = 0; k < n; ++k) {
+    const int i = order[k];
+    const int last = walk.shape.size() - 1;
+    // One run in both tensors with the dimension before it: merge them into one longer dimension.
+    if (last >= 0 && walk.dst_strides[last] == dst_strides[i] * shape[i] &&
+        walk.src_strides[last] == src_strides[i] * shape[i]) {
+      walk.shape[last] *= shape[i];
+      walk.dst_strides[last] = dst_strides[i];
+      walk.src_strides[last] = src_strides[i];
+      continue;
+    }
+    walk.shape.push_back(shape[i]);
+    walk.dst_strides.push_back(dst_strides[i]);
+    walk.src_strides.push_back(src_strides[i]);
+  }
+  return walk;
+}
+
 uint64_t device_to_host_copies() { return g_device_to_host_copies.load(std::memory_order_relaxed); }
 
 void Tensor::copy_from(const Tensor& src) {
@@ -420,22 +451,12 @@ void Tensor::copy_from(const Tensor& src) {
   const size_t de = element_size(), se = src.element_size();
   char* dst_base = static_cast<char*>(raw_data());
   const char* src_base = static_cast<const char*>(src.raw_data());
-  // Walk the dimensions in the destination's memory order (largest stride first), so that rows
-  // run along its unit stride where it has one: a window of a channels-last tensor copies whole
-  // runs of channels instead of one element at a time.
-  std::array<int, kMaxDims> order{};
-  for (int i = 0; i < dim(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.begin() + dim(),
-                   [&](int a, int b) { return strides_[a] > strides_[b]; });
-  Shape shape;
-  Dims dst_strides, src_strides;
-  for (int i = 0; i < dim(); ++i) {
-    shape.push_back(shape_[order[i]]);
-    dst_strides.push_back(strides_[order[i]]);
-    src_strides.push_back(src.strides_[order[i]]);
-  }
-  const int64_t d_inner = dim() ? dst_strides[dim() - 1] : 1;
-  const int64_t s_inner = dim() ? src_strides[dim() - 1] : 1;
+  const CopyWalk walk = plan_copy_walk(shape_, strides_, src.strides_);
+  const Shape& shape = walk.shape;
+  const Dims &dst_strides = walk.dst_strides, &src_strides = walk.src_strides;
+  const int nd = shape.size();
+  const int64_t d_inner = nd ? dst_strides[nd - 1] : 1;
+  const int64_t s_inner = nd ? src_strides[nd - 1] : 1;
   for_each_row(shape, dst_strides, src_strides, [&](int64_t d_off, int64_t s_off, int64_t n) {
     if (d_inner == 1 && s_inner == 1) {
       convert(src_base + s_off * se, src.dtype_, dst_base + d_off * de, dtype_, n);

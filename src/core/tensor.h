@@ -147,6 +147,15 @@ class Tensor {
 
 Dims contiguous_strides(const Shape& shape);
 
+// The loops Tensor::copy_from runs on the host between two layouts of one shape: the dimensions
+// outermost first, each with its stride in the destination and in the source (in elements); the
+// innermost one is the run copied at a time. Exposed for the tests.
+struct CopyWalk {
+  Shape shape;
+  Dims dst_strides, src_strides;
+};
+CopyWalk plan_copy_walk(const Shape& shape, const Dims& dst_strides, const Dims& src_strides);
+
 // How many Tensor::copy_from calls so far (process-wide) copied from another device into cpu,
 // cpu:1 included: tests check on cpu:1 that a step loop makes no host round trip. to_vector of a
 // tensor already in host memory (cpu:1, as the CPU kernels do for small parameters) is not counted.

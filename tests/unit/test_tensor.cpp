@@ -164,6 +164,35 @@ TEST(Tensor, ChannelsLastLayoutAndCopies) {
   }
 }
 
+// copy_from's loops: extent-1 dimensions never become the innermost run (a contiguous
+// [N, C, H, 1] has stride 1 twice), and dimensions that are one run in both layouts are merged.
+TEST(Tensor, CopyWalkDropsExtentOneDimsAndMergesRuns) {
+  // [2, 3, 4, 1] contiguous from a transposed source: runs of 4 along H, not of 1 along the last.
+  CopyWalk walk = plan_copy_walk({2, 3, 4, 1}, {12, 4, 1, 1}, {12, 1, 3, 1});
+  EXPECT_EQ(walk.shape, (Shape{2, 3, 4}));
+  EXPECT_EQ(walk.dst_strides, (Dims{12, 4, 1}));
+  EXPECT_EQ(walk.src_strides, (Dims{12, 1, 3}));
+  // A dense channels-last [2, 5, 2, 3] from a window of a channels-last [2, 5, 4, 6] (full
+  // channels, 3 of 6 columns): W and C are one run of 15 in both; H is not.
+  walk = plan_copy_walk({2, 5, 2, 3}, {30, 1, 15, 5}, {120, 1, 30, 5});
+  EXPECT_EQ(walk.shape, (Shape{2, 2, 15}));
+  EXPECT_EQ(walk.dst_strides, (Dims{30, 15, 1}));
+  EXPECT_EQ(walk.src_strides, (Dims{120, 30, 1}));
+  EXPECT_EQ(plan_copy_walk({1, 1}, {1, 1}, {5, 7}).shape.size(), 0);  // one element, no loop
+
+  const Tensor x = arange(24).view({2, 4, 3, 1}).transpose(1, 2);  // [2, 3, 4, 1], strides {12, 1, 3, 1}
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor y = Tensor::empty({2, 3, 4, 1}, dt);
+    y.copy_from(x);
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t h = 0; h < 4; ++h) ASSERT_EQ(y.item({n, c, h, 0}), x.item({n, c, h, 0})) << n << c << h;
+  }
+  Tensor one = Tensor::empty({1, 1}, DType::F32);
+  one.copy_from(arange(2).view({2, 1}).narrow(0, 1, 1).transpose(0, 1));
+  EXPECT_EQ(one.item({0, 0}), 1);
+}
+
 TEST(Tensor, FillAndFull) {
   Tensor t = Tensor::full({3, 2}, DType::BF16, 1.5);
   for (float v : t.to_vector()) EXPECT_EQ(v, 1.5f);
