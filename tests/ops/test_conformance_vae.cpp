@@ -32,7 +32,9 @@ TEST_P(GroupNorm, MatchesRef) {
   EXPECT_TRUE(all_close(y,
                         run_on("ref", [&] { return ops::group_norm(x.contiguous(), w, b, 32, 1e-6f, silu); }),
                         TolClass::Norm));
-  if (channels_last) EXPECT_TRUE(y.is_channels_last() && r.is_channels_last());
+  if (channels_last) {
+    EXPECT_TRUE(y.is_channels_last() && r.is_channels_last());
+  }
 }
 
 std::vector<OpCase> group_norm_cases() {
@@ -70,8 +72,9 @@ TEST_P(Upsample, MatchesRefExactly) {
       all_close(y, run_on("ref", [&] { return ops::upsample_nearest_2x(x.contiguous()); }), TolClass::Exact));
   EXPECT_EQ(y.item({0, 0, 1, 1}), x.item({0, 0, 0, 0}));
   // (A 1x1 image is NCHW too, and then gives an NCHW output.)
-  if (c.variant == "channels_last" && !x.is_contiguous())
+  if (c.variant == "channels_last" && !x.is_contiguous()) {
     EXPECT_TRUE(y.is_channels_last() && r.is_channels_last());
+  }
 }
 INSTANTIATE_TEST_SUITE_P(Conformance, Upsample,
                          ::testing::ValuesIn(make_cases(kSmallImages, {"N", "C", "H", "W"},

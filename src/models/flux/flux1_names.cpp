@@ -14,9 +14,6 @@ namespace {
 constexpr const char* kComfyPrefix = "model.diffusion_model.";
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
 
 bool has_comfy_prefix(const TensorStore& raw) {
   const auto names = raw.names();

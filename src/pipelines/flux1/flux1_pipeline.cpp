@@ -334,7 +334,7 @@ GenerateResult Flux1Pipeline::generate(const std::vector<PlannedRequest>& batch_
         fill =
             Flux1FillCondition::prepare(init_pixels, mask, init.width, init.height, width, height, vae_scale);
       else
-        kept = KeptRegion{prepare_latent_patch_mask(mask, init.width, init.height, width, height, lh, lw)};
+        kept.emplace().mask = prepare_latent_patch_mask(mask, init.width, init.height, width, height, lh, lw);
     }
   }
   // FluxKontextPipeline: the image being edited, at the preferred Kontext resolution of its aspect.
